@@ -1,0 +1,197 @@
+// The backend interface: whole-batch ops that the engine composes into a
+// training step. The CPU backend (src/backend/cpu) is the reference and the
+// oracle for every GPU kernel; GPU backends implement the same set, so the same
+// engine code and the same engine tests run on both.
+//
+// Conventions for every op:
+// - matrices are row-major [rows, cols] views (tensor.h); pointers are in the
+//   backend's memory space (host for cpu, device for gpu);
+// - outputs are overwritten unless the comment says "accumulates";
+// - ops are stream-ordered on the backend and do not synchronise the host,
+//   except the copy_to_host family;
+// - shapes are checked (throwing parity::Error that names the op) where it is cheap.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "parity/spec.h"
+#include "parity/tensor.h"
+
+namespace parity {
+
+enum class Activation : std::uint8_t { none, relu };
+
+// ------------------------------------------------------------- embeddings --
+
+// Where one table lives inside its group's buffers.
+struct TableLayout {
+  std::int64_t rows = 0;
+  int dim = 0;
+  Pooling pooling = Pooling::sum;
+  std::int64_t weight_offset = 0;  // elements into the weight buffer; row r is at weight_offset + r*dim
+  std::int64_t state_offset = 0;   // elements into the optimizer-state buffer:
+                                   //   adagrad: rows*dim floats, row r at state_offset + r*dim
+                                   //   rowwise_adagrad: rows floats, row r at state_offset + r
+                                   //   sgd: unused
+  std::int64_t out_col = 0;        // first column of this table's pooled output
+};
+
+// All embedding inputs of one batch, for all tables, in one CSR (table-major).
+// Bag (t, b) holds ids[offsets[t*batch + b] .. offsets[t*batch + b + 1]).
+// Pooling size 0 (empty bag) and variable pooling are natural.
+struct SparseInput {
+  std::int64_t batch = 0;
+  int num_tables = 0;
+  const std::int64_t* ids = nullptr;      // [offsets[num_tables*batch]]
+  const std::int64_t* offsets = nullptr;  // [num_tables*batch + 1], offsets[0] == 0, non-decreasing
+};
+
+// Optimizer hyper-parameters as the ops see them (already resolved from the spec).
+struct OptimizerParams {
+  OptimizerKind kind = OptimizerKind::sgd;
+  float lr = 0.01f;
+  float eps = 1e-8f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float weight_decay = 0.0f;
+};
+
+// Floats of optimizer state per parameter element (adagrad 1, adam 2, sgd 0);
+// rowwise_adagrad keeps one float per table row instead (see TableLayout).
+int optimizer_state_per_element(OptimizerKind kind);
+
+// ----------------------------------------------------------------- backend --
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu", "cuda", "hip"
+
+  // ---- memory (RAII wrapper: Buffer below) ----
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p) noexcept = 0;
+  virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;  // synchronises
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;              // device to device
+  virtual void fill(float* p, std::int64_t n, float value) = 0;
+  // p[i] = lo + (hi - lo) * rng::uniform01(rng::key(seed, stream), i) for i in [0, n).
+  virtual void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
+                            std::uint64_t stream) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- dense layers ----
+  // y = act(x · wᵀ + bias).  x [B, in], w [out, in], bias [out] (may be null), y [B, out].
+  virtual void linear_forward(CMat x, CMat w, const float* bias, Activation act, Mat y) = 0;
+  // With dz = dy ⊙ act'(y) (act' from the saved output y):
+  //   dw = dzᵀ · x [out, in], dbias = Σ_rows dz [out] (skipped when null),
+  //   dx = dz · w [B, in] (skipped when dx.data is null).
+  virtual void linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act, Mat dx, Mat dw,
+                               float* dbias) = 0;
+
+  // ---- embeddings ----
+  // out(b, out_col_t + d) = pool_{id in bag(t,b)} weights[weight_offset_t + id*dim_t + d]
+  // sum, or mean (an empty bag gives zeros).  out [B, >= Σ dims] (a column block of a wider buffer).
+  virtual void embedding_forward(std::span<const TableLayout> tables, const float* weights,
+                                 const SparseInput& in, Mat out) = 0;
+  // Backward fused with the optimizer update. The gradient of row r of table t is the sum over
+  // every occurrence of r in the batch of dout(b, out_col_t + ·) (divided by the bag size for
+  // mean pooling); occurrences are combined before the update, and only rows that occur are
+  // updated. Then, with g that gradient (plus weight_decay * w):
+  //   sgd:             w -= lr * g
+  //   adagrad:         s += g²;            w -= lr * g / (sqrt(s) + eps)      (s per element)
+  //   rowwise_adagrad: s += mean_d(g²);    w -= lr * g / (sqrt(s) + eps)      (s per row)
+  virtual void embedding_backward_update(std::span<const TableLayout> tables, float* weights,
+                                         float* state, const SparseInput& in, CMat dout,
+                                         const OptimizerParams& opt) = 0;
+
+  // ---- interactions ----
+  // Dot interaction. Features z_0 = dense [B, D], z_k = emb columns [(k-1)D, kD) for k = 1..T
+  // (F = T + 1 features). out = [dense | <z_i, z_j> for i = 1..F-1, j = 0..i-1 (row-major strict
+  // lower triangle)]: out [B, D + F(F-1)/2].
+  virtual void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) = 0;
+  // ddense [B, D] and demb [B, T*D] are overwritten.
+  virtual void dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout,
+                                        Mat ddense, Mat demb) = 0;
+
+  // DCNv2 low-rank cross layer, N features, rank r:
+  //   u = xl · vᵀ [B, r];  z = u · wᵀ + bias [B, N];  x_next = x0 ⊙ z + xl [B, N]
+  // v [r, N], w [N, r], bias [N]. u and z are saved for the backward.
+  virtual void cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bias, Mat u, Mat z,
+                             Mat x_next) = 0;
+  // With g = dx_next:  dz = g ⊙ x0;  dx0 += g ⊙ z  (accumulates);  dw = dzᵀ · u;  dbias = Σ dz;
+  //   du = dz · w;  dv = duᵀ · xl;  dxl = g + du · v (overwritten).
+  // du_scratch [B, r] is working space.
+  virtual void cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next,
+                              Mat dx0, Mat dxl, Mat dv, Mat dw, float* dbias,
+                              Mat du_scratch) = 0;
+
+  // ---- loss and heads ----
+  // Mean sigmoid binary cross-entropy over n examples: loss = mean(softplus(z) - y*z).
+  // dlogits[i] = (sigmoid(z_i) - y_i) / n. loss_out (one float, backend memory) gets the mean loss.
+  virtual void bce_with_logits(const float* logits, const float* labels, std::int64_t n,
+                               float* dlogits, float* loss_out) = 0;
+  // probs[i] = sigmoid(logits[i]).
+  virtual void sigmoid(const float* logits, float* probs, std::int64_t n) = 0;
+  // y += x, elementwise over a [rows, cols] view.
+  virtual void add_inplace(Mat y, CMat x) = 0;
+
+  // ---- dense optimizer ----
+  // One step over a flat parameter buffer. state holds optimizer_state_per_element(kind) * n
+  // floats (adam: m in [0, n), v in [n, 2n)). step is 1-based (adam's bias correction).
+  //   sgd:     w -= lr * (g + wd*w)
+  //   adagrad: g' = g + wd*w; s += g'²; w -= lr * g' / (sqrt(s) + eps)
+  //   adam:    m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;
+  //            w -= lr * ( (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) + wd*w )
+  virtual void dense_optimizer_step(float* params, const float* grads, float* state,
+                                    std::int64_t n, const OptimizerParams& opt,
+                                    std::int64_t step) = 0;
+};
+
+// Creates a backend by name ("cpu"; "cuda"/"hip" where built). Throws InputError otherwise.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+
+// RAII buffer in a backend's memory.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend& backend, std::size_t bytes)
+      : backend_(&backend), ptr_(bytes ? backend.allocate(bytes) : nullptr), bytes_(bytes) {}
+  ~Buffer() { reset(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept : backend_(o.backend_), ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      backend_ = o.backend_;
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  void reset() noexcept {
+    if (ptr_ != nullptr) backend_->deallocate(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  void* get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace parity

@@ -1,0 +1,119 @@
+// Training data: batches in the layout the backends want (dense [B, F] row-major,
+// labels [B], embedding ids in one table-major CSR, see SparseInput), a seeded
+// synthetic generator whose labels come from a planted teacher model, and a
+// Criteo TSV reader.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parity/backend.h"
+#include "parity/spec.h"
+
+namespace parity {
+
+// One step's examples, on the host.
+struct Batch {
+  std::int64_t size = 0;
+  int num_dense = 0;
+  int num_tables = 0;
+  std::vector<float> dense;           // [size, num_dense]
+  std::vector<float> labels;          // [size], 0 or 1
+  std::vector<std::int64_t> ids;      // CSR ids, table-major (see SparseInput)
+  std::vector<std::int64_t> offsets;  // [num_tables*size + 1]
+  std::vector<float> teacher_prob;    // [size] the planted teacher's P(label=1); empty for real data
+
+  SparseInput sparse() const {
+    return SparseInput{size, num_tables, ids.data(), offsets.data()};
+  }
+};
+
+enum class Split : std::uint8_t { train, eval };
+
+// Synthetic data with a planted teacher.
+//
+// Every value is a pure function of (seed, split, example index), so batch k is
+// the same whichever order batches are made in, on whichever thread: training
+// resumes exactly and generation runs in parallel.
+//
+// Ids: per table, pooling_size ids per bag, drawn uniform or Zipf(alpha) over the
+// table's rows (Zipf ranks are scattered over the rows by a fixed permutation so that
+// hot rows are not adjacent). Dense features: standard normal.
+// Teacher: logit = bias + Σ_k a_k·dense_k + Σ_t s_t·pool_t(h_t(id)) + pairwise terms,
+// where h_t(id) is a hash-derived N(0,1) value per (table, row): no memory per row,
+// so tables of any size work. label ~ Bernoulli(sigmoid(logit)). The teacher's own
+// probability is returned with the batch: its AUC is the ceiling a student can reach.
+class SyntheticData {
+ public:
+  SyntheticData(const ModelSpec& model, std::uint64_t seed);
+  // Fills out with examples [first, first + count) of the split.
+  void make(Split split, std::int64_t first, std::int64_t count, Batch& out) const;
+  // Batch number `index` of size batch_size: examples [index*batch_size, (index+1)*batch_size).
+  void batch(Split split, std::int64_t index, std::int64_t batch_size, Batch& out) const {
+    make(split, index * batch_size, batch_size, out);
+  }
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Samples integers in [0, n) with P(k) proportional to 1/(k+1)^alpha, in O(1) per
+// draw for any n (rejection-inversion, Hörmann and Derflinger 1996).
+class ZipfSampler {
+ public:
+  ZipfSampler(std::int64_t n, double alpha);
+  // u1, u2 uniform in [0, 1); returns the rank (0 is the most frequent).
+  std::int64_t sample(double u1, double u2) const;
+  std::int64_t n() const { return n_; }
+
+ private:
+  std::int64_t n_;
+  double alpha_;
+  double h_x1_, h_n_, s_;
+  double h(double x) const;
+  double h_inv(double x) const;
+};
+
+// Criteo TSV: label \t 13 integer features \t 26 hexadecimal categorical features,
+// any of the features may be empty. Integer features become log(1 + max(x, 0));
+// missing ones 0. A categorical value v of table t becomes row hash(v) mod rows_t; a
+// missing one becomes row 0. Models read with it must have 13 dense features and 26 tables
+// of pooling size 1 (checked at construction).
+enum class OnBadLine : std::uint8_t { skip, stop };
+
+struct CriteoOptions {
+  OnBadLine on_bad_line = OnBadLine::stop;
+  std::int64_t max_reported = 10;  // skip mode: bad lines described in warnings(), the rest counted
+};
+
+class CriteoReader {
+ public:
+  CriteoReader(std::vector<std::filesystem::path> files, const ModelSpec& model,
+               CriteoOptions options = {});
+  // Reads up to batch_size examples into out. Returns false when no example was left.
+  // In stop mode a malformed line throws InputError "FILE:LINE: <what>, expected <what>".
+  bool next(std::int64_t batch_size, Batch& out);
+  std::int64_t lines_read() const { return lines_read_; }
+  std::int64_t bad_lines() const { return bad_lines_; }
+  // Descriptions of the first max_reported bad lines ("FILE:LINE: ...").
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+ private:
+  std::vector<std::filesystem::path> files_;
+  std::vector<std::int64_t> table_rows_;
+  CriteoOptions options_;
+  std::size_t file_index_ = 0;
+  std::ifstream in_;
+  std::int64_t line_no_ = 0;
+  std::int64_t lines_read_ = 0;
+  std::int64_t bad_lines_ = 0;
+  std::vector<std::string> warnings_;
+  bool open_next();
+};
+
+}  // namespace parity

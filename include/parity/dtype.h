@@ -1,0 +1,24 @@
+// Element types and their names as they appear in configs and checkpoints.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace parity {
+
+enum class DType : std::uint8_t { f32, f16, bf16, fp8_e4m3, fp8_e5m2, i32, i64 };
+
+// Bytes per element.
+std::size_t dtype_size(DType t);
+// Config name: "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int32", "int64".
+std::string_view dtype_name(DType t);
+// Inverse of dtype_name; nullopt for an unknown name.
+std::optional<DType> parse_dtype(std::string_view name);
+// safetensors name: "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "I32", "I64".
+std::string_view dtype_safetensors_name(DType t);
+std::optional<DType> parse_safetensors_dtype(std::string_view name);
+
+}  // namespace parity

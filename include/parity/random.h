@@ -1,0 +1,76 @@
+// Counter-based random numbers: value i of stream s is a pure function of
+// (seed, stream, i). Any element can be generated independently, in any order,
+// on any thread or device, and the result is the same bit for bit. This is what
+// makes initialisation, synthetic data and resume deterministic.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define PARITY_HD __host__ __device__ inline
+#else
+#define PARITY_HD inline
+#endif
+
+namespace parity::rng {
+
+// splitmix64 finaliser: a bijective 64-bit mixer with good avalanche.
+PARITY_HD std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Key of one stream: combine a seed with up to three stream coordinates.
+PARITY_HD std::uint64_t key(std::uint64_t seed, std::uint64_t a, std::uint64_t b = 0,
+                            std::uint64_t c = 0) {
+  return mix64(mix64(mix64(seed ^ mix64(a)) ^ b) ^ mix64(c + 0x632be59bd9b4e019ULL));
+}
+
+// 64 random bits for counter i of the stream with the given key.
+PARITY_HD std::uint64_t bits(std::uint64_t stream_key, std::uint64_t i) {
+  return mix64(stream_key ^ mix64(i));
+}
+
+// Uniform double in [0, 1) with 53 random bits.
+PARITY_HD double uniform01(std::uint64_t stream_key, std::uint64_t i) {
+  return static_cast<double>(bits(stream_key, i) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// Uniform double in (0, 1): never 0, safe for log().
+PARITY_HD double uniform_open(std::uint64_t stream_key, std::uint64_t i) {
+  return (static_cast<double>(bits(stream_key, i) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+// Standard normal from two counters (Box-Muller, first output only).
+PARITY_HD double normal(std::uint64_t stream_key, std::uint64_t i) {
+  const double u1 = uniform_open(stream_key, 2 * i);
+  const double u2 = uniform01(stream_key, 2 * i + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+// Sequential generator over one stream, for host loops that need many draws.
+class Stream {
+ public:
+  explicit Stream(std::uint64_t stream_key) : key_(stream_key) {}
+  std::uint64_t next_bits() { return bits(key_, counter_++); }
+  double next_uniform() { return uniform01(key_, counter_++); }
+  double next_uniform_open() { return uniform_open(key_, counter_++); }
+  double next_normal() {
+    const double v = normal(key_, counter_);
+    ++counter_;
+    return v;
+  }
+  // Uniform integer in [0, n), n > 0 (128-bit multiply, bias below 2^-64·n).
+  std::uint64_t next_below(std::uint64_t n) {
+    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(next_bits()) * n) >> 64);
+  }
+
+ private:
+  std::uint64_t key_;
+  std::uint64_t counter_ = 0;
+};
+
+}  // namespace parity::rng

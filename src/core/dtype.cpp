@@ -1,0 +1,46 @@
+#include "parity/dtype.h"
+
+#include <array>
+#include <utility>
+
+namespace parity {
+namespace {
+
+struct DTypeInfo {
+  DType type;
+  std::size_t size;
+  std::string_view name;
+  std::string_view safetensors;
+};
+
+constexpr std::array<DTypeInfo, 7> kInfo{{
+    {DType::f32, 4, "fp32", "F32"},
+    {DType::f16, 2, "fp16", "F16"},
+    {DType::bf16, 2, "bf16", "BF16"},
+    {DType::fp8_e4m3, 1, "fp8_e4m3", "F8_E4M3"},
+    {DType::fp8_e5m2, 1, "fp8_e5m2", "F8_E5M2"},
+    {DType::i32, 4, "int32", "I32"},
+    {DType::i64, 8, "int64", "I64"},
+}};
+
+const DTypeInfo& info(DType t) { return kInfo[static_cast<std::size_t>(t)]; }
+
+}  // namespace
+
+std::size_t dtype_size(DType t) { return info(t).size; }
+std::string_view dtype_name(DType t) { return info(t).name; }
+std::string_view dtype_safetensors_name(DType t) { return info(t).safetensors; }
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  for (const auto& i : kInfo)
+    if (i.name == name) return i.type;
+  return std::nullopt;
+}
+
+std::optional<DType> parse_safetensors_dtype(std::string_view name) {
+  for (const auto& i : kInfo)
+    if (i.safetensors == name) return i.type;
+  return std::nullopt;
+}
+
+}  // namespace parity

@@ -1,0 +1,9 @@
+#include "parity/error.h"
+
+namespace parity {
+
+void require(bool cond, const std::string& where, const std::string& message) {
+  if (!cond) throw InputError(where + ": " + message);
+}
+
+}  // namespace parity
