@@ -1,1 +1,54 @@
-int main() { return 0; }
+// parity: co-designed training of recommendation models.
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+
+#include "common.h"
+#include "parity/error.h"
+
+namespace parity::cli {
+
+std::filesystem::path configs_dir() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("PARITY_CONFIGS")) return env;
+  std::error_code ec;
+  if (fs::is_directory("configs/models", ec)) return "configs";
+  return fs::path(PARITY_SOURCE_DIR) / "configs";
+}
+
+std::filesystem::path resolve_model(const std::string& name_or_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".yaml") ||
+      fs::exists(name_or_path, ec))
+    return name_or_path;
+  return configs_dir() / "models" / (name_or_path + ".yaml");
+}
+
+}  // namespace parity::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "parity trains recommendation models (DLRM with DCNv2 or dot interaction) with a recipe\n"
+      "co-designed for each device.\n\n"
+      "Example:\n  parity train                       # the tiny model on synthetic data\n"
+      "  parity train --model mlperf-dlrmv2 --steps 100 --batch 4096",
+      "parity"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "parity 0.1.0");
+  parity::cli::add_train_command(app);
+  parity::cli::add_check_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const parity::InputError& e) {
+    fmt::print(stderr, "parity: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "parity: failed: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,70 @@
+// The training loop: data in, steps, periodic evaluation and checkpoints out.
+// It reports through an observer and never prints; tools/parity renders the progress.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "parity/data.h"
+#include "parity/spec.h"
+
+namespace parity {
+
+struct TrainConfig {
+  ModelSpec model;
+  std::int64_t steps = 0;          // steps to train in total (counting resumed ones); 0: one pass
+                                   // over file data, or 1000 for synthetic data
+  std::int64_t batch = 0;          // examples per step; 0: the model's batch_size
+  std::uint64_t seed = 1;          // initialisation and synthetic data
+  std::string backend = "cpu";
+  // Data: synthetic when train_files is empty, else Criteo TSV files.
+  std::vector<std::filesystem::path> train_files;
+  std::vector<std::filesystem::path> eval_files;
+  OnBadLine on_bad_line = OnBadLine::stop;
+  // Evaluation on held-out data.
+  std::int64_t eval_examples = 32768;  // synthetic: examples of the eval split; files: cap
+  std::int64_t eval_every = 0;         // steps between evaluations; 0: only at the end
+  // Checkpoints: DIR/step-N.safetensors, written atomically.
+  std::filesystem::path checkpoint_dir;  // empty: no checkpoints
+  std::int64_t checkpoint_every = 0;     // steps between checkpoints; 0: only at the end
+  int keep_checkpoints = 2;
+  bool resume = false;                   // continue from the newest checkpoint in checkpoint_dir
+  double report_interval_s = 0.25;       // how often progress events are sent
+};
+
+struct TrainEvent {
+  enum class Kind { start, progress, eval, checkpoint, warning, done } kind = Kind::progress;
+  std::int64_t step = 0;
+  std::int64_t total_steps = 0;   // -1 when unknown (one pass over files)
+  double loss = 0;                // smoothed training loss
+  double steps_per_s = 0;
+  double examples_per_s = 0;
+  double auc = 0;                 // eval
+  double eval_log_loss = 0;       // eval
+  double teacher_auc = 0;         // eval on synthetic data: the ceiling; 0 otherwise
+  std::string message;            // start: a description; checkpoint: the path; warning: text
+};
+
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void on_event(const TrainEvent& e) = 0;
+};
+
+struct TrainResult {
+  std::int64_t steps = 0;          // global step reached
+  std::int64_t start_step = 0;     // step resumed from
+  double final_loss = 0;
+  double auc = 0;
+  double eval_log_loss = 0;
+  double teacher_auc = 0;
+  double examples_per_s = 0;       // training steps only (evaluation and checkpoints excluded)
+  std::filesystem::path last_checkpoint;
+};
+
+// Trains. Throws InputError on bad input (data, checkpoint), Error on other failures.
+TrainResult train(const TrainConfig& config, TrainObserver* observer = nullptr);
+
+}  // namespace parity

@@ -1,0 +1,292 @@
+// Embedding-bag forward, gradient and fused optimizer update for the CPU reference.
+//
+// Why it is built this way:
+// - Forward: one thread per block of examples; each bag is summed in double in CSR order and
+//   stored once, so integer-valued tables pool exactly and the thread count changes nothing.
+// - Backward: duplicate ids must be combined before the optimizer sees them (adagrad is not
+//   linear in g) and the combination must not depend on scheduling. So the occurrences of each
+//   table are sorted by (id, occurrence index), which is a stable sort by id, and cut into
+//   segments of equal id; each segment is summed in double in CSR order, then one optimizer step
+//   is applied per distinct row. This is the sort-and-segment scheme GPU kernels use (radix sort
+//   of linearised indices, then one segment per row), so a GPU kernel can mirror it step by step.
+// - The gradient alone (embedding_gradient) and the fused update share row_gradient(), so the
+//   tests that check gradients check exactly what the update consumes.
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_ops.h"
+
+namespace parity::cpu {
+
+using detail::fail;
+
+void validate_sparse_input(const char* op, std::span<const TableLayout> tables,
+                           const SparseInput& in, std::int64_t out_rows, std::int64_t out_cols) {
+  if (in.batch < 0) fail(op, "batch is {}, expected >= 0", in.batch);
+  if (in.num_tables != static_cast<std::int64_t>(tables.size())) {
+    fail(op, "the sparse input has {} tables, the layout has {}", in.num_tables, tables.size());
+  }
+  if (out_rows != in.batch) fail(op, "the output has {} rows, the batch is {}", out_rows, in.batch);
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const TableLayout& tl = tables[t];
+    if (tl.dim <= 0) fail(op, "table {} has dim {}, expected > 0", t, tl.dim);
+    if (tl.rows < 0) fail(op, "table {} has {} rows, expected >= 0", t, tl.rows);
+    if (tl.weight_offset < 0 || tl.state_offset < 0) {
+      fail(op, "table {} has a negative weight or state offset", t);
+    }
+    if (tl.out_col < 0 || tl.out_col + tl.dim > out_cols) {
+      fail(op, "table {} needs columns [{}, {}) of the output, which has {} columns", t, tl.out_col,
+           tl.out_col + tl.dim, out_cols);
+    }
+  }
+  const std::int64_t bags = in.batch * in.num_tables;
+  if (in.offsets == nullptr) fail(op, "offsets is null");
+  if (in.offsets[0] != 0) fail(op, "offsets[0] is {}, expected 0", in.offsets[0]);
+  if (in.ids == nullptr && in.offsets[bags] > 0) fail(op, "ids is null");
+  for (int t = 0; t < in.num_tables; ++t) {
+    const std::int64_t rows = tables[t].rows;
+    for (std::int64_t b = 0; b < in.batch; ++b) {
+      const std::int64_t lo = in.offsets[t * in.batch + b];
+      const std::int64_t hi = in.offsets[t * in.batch + b + 1];
+      if (hi < lo) {
+        fail(op, "table {}, bag {}: offsets decrease from {} to {}", t, b, lo, hi);
+      }
+      for (std::int64_t j = lo; j < hi; ++j) {
+        const std::int64_t id = in.ids[j];
+        if (id < 0 || id >= rows) {
+          fail(op, "table {}, bag {}: id {} is outside [0, {})", t, b, id, rows);
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+std::int64_t max_dim(std::span<const TableLayout> tables) {
+  std::int64_t m = 1;
+  for (const TableLayout& tl : tables) m = std::max<std::int64_t>(m, tl.dim);
+  return m;
+}
+
+// The occurrences of the batch grouped into segments of equal (table, id).
+struct Segments {
+  std::vector<std::int64_t> order;    // [nnz] occurrence indices; CSR order within a segment
+  std::vector<std::int64_t> example;  // [nnz] example (bag within its table) of occurrence j
+  std::vector<std::int64_t> start;    // [U + 1] segment u is order[start[u] .. start[u + 1])
+  std::vector<int> table;             // [U]
+};
+
+Segments segment_occurrences(const SparseInput& in) {
+  const std::int64_t batch = in.batch;
+  const std::int64_t bags = batch * in.num_tables;
+  const std::int64_t nnz = in.offsets[bags];
+  Segments s;
+  s.example.resize(static_cast<std::size_t>(nnz));
+  s.order.resize(static_cast<std::size_t>(nnz));
+
+#pragma omp parallel for schedule(static) if (nnz >= detail::kParallelElements)
+  for (std::int64_t bag = 0; bag < bags; ++bag) {
+    for (std::int64_t j = in.offsets[bag]; j < in.offsets[bag + 1]; ++j) s.example[j] = bag % batch;
+  }
+
+  // Sorting (id, occurrence) pairs is a stable sort by id: the order is fixed by the input alone.
+#pragma omp parallel for schedule(dynamic) if (nnz >= detail::kParallelElements)
+  for (int t = 0; t < in.num_tables; ++t) {
+    const std::int64_t lo = in.offsets[t * batch];
+    const std::int64_t hi = in.offsets[(t + 1) * batch];
+    std::vector<std::pair<std::int64_t, std::int64_t>> keys;  // [hi - lo] (id, occurrence)
+    keys.reserve(static_cast<std::size_t>(hi - lo));
+    for (std::int64_t j = lo; j < hi; ++j) keys.emplace_back(in.ids[j], j);
+    std::sort(keys.begin(), keys.end());
+    for (std::int64_t p = lo; p < hi; ++p) s.order[p] = keys[p - lo].second;
+  }
+
+  for (int t = 0; t < in.num_tables; ++t) {
+    const std::int64_t lo = in.offsets[t * batch];
+    const std::int64_t hi = in.offsets[(t + 1) * batch];
+    for (std::int64_t p = lo; p < hi; ++p) {
+      if (p == lo || in.ids[s.order[p]] != in.ids[s.order[p - 1]]) {
+        s.start.push_back(p);
+        s.table.push_back(t);
+      }
+    }
+  }
+  s.start.push_back(nnz);
+  return s;
+}
+
+// g [dim] = the gradient of the row of segment u (see EmbeddingGradient), in double.
+template <class T>
+void row_gradient(const Segments& s, std::size_t u, std::span<const TableLayout> tables,
+                  const SparseInput& in, MatView<const T> dout, double* g) {
+  const int t = s.table[u];
+  const TableLayout& tl = tables[t];
+  const int dim = tl.dim;
+  std::fill(g, g + dim, 0.0);
+  for (std::int64_t p = s.start[u]; p < s.start[u + 1]; ++p) {
+    const std::int64_t j = s.order[p];
+    const std::int64_t b = s.example[j];
+    const T* src = dout.row(b) + tl.out_col;  // [dim]
+    if (tl.pooling == Pooling::mean) {
+      const std::int64_t bag = t * in.batch + b;
+      const double count = static_cast<double>(in.offsets[bag + 1] - in.offsets[bag]);
+      for (int d = 0; d < dim; ++d) g[d] += static_cast<double>(src[d]) / count;
+    } else {
+      for (int d = 0; d < dim; ++d) g[d] += static_cast<double>(src[d]);
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void embedding_forward(std::span<const TableLayout> tables, const T* weights, const SparseInput& in,
+                       MatView<T> out) {
+  constexpr const char* op = "embedding_forward";
+  detail::check_view(op, "out", out);
+  validate_sparse_input(op, tables, in, out.rows, out.cols);
+  if (weights == nullptr && in.offsets[in.batch * in.num_tables] > 0) fail(op, "weights is null");
+  const std::int64_t batch = in.batch;
+  const std::int64_t dim_max = max_dim(tables);
+  std::int64_t width = 0;
+  for (const TableLayout& tl : tables) width += tl.dim;
+
+#pragma omp parallel if (batch * width >= detail::kParallelElements)
+  {
+    std::vector<double> acc(static_cast<std::size_t>(dim_max));  // [dim]
+#pragma omp for schedule(static)
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (int t = 0; t < in.num_tables; ++t) {
+        const TableLayout& tl = tables[t];
+        const int dim = tl.dim;
+        const std::int64_t lo = in.offsets[t * batch + b];
+        const std::int64_t hi = in.offsets[t * batch + b + 1];
+        std::fill(acc.begin(), acc.begin() + dim, 0.0);
+        for (std::int64_t j = lo; j < hi; ++j) {
+          const T* row = weights + tl.weight_offset + in.ids[j] * dim;  // [dim]
+          for (int d = 0; d < dim; ++d) acc[d] += static_cast<double>(row[d]);
+        }
+        T* dst = out.row(b) + tl.out_col;  // [dim]
+        if (tl.pooling == Pooling::mean && hi > lo) {
+          const double count = static_cast<double>(hi - lo);
+          for (int d = 0; d < dim; ++d) dst[d] = static_cast<T>(acc[d] / count);
+        } else {
+          for (int d = 0; d < dim; ++d) dst[d] = static_cast<T>(acc[d]);
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+EmbeddingGradient embedding_gradient(std::span<const TableLayout> tables, const SparseInput& in,
+                                     MatView<const T> dout) {
+  constexpr const char* op = "embedding_gradient";
+  detail::check_view(op, "dout", dout);
+  validate_sparse_input(op, tables, in, dout.rows, dout.cols);
+  const Segments s = segment_occurrences(in);
+  const std::size_t segments = s.table.size();
+
+  EmbeddingGradient g;
+  g.table = s.table;
+  g.row.resize(segments);
+  g.offset.resize(segments + 1);
+  g.offset[0] = 0;
+  for (std::size_t u = 0; u < segments; ++u) {
+    g.row[u] = in.ids[s.order[s.start[u]]];
+    g.offset[u + 1] = g.offset[u] + tables[s.table[u]].dim;
+  }
+  g.grad.resize(static_cast<std::size_t>(g.offset[segments]));
+#pragma omp parallel for schedule(static) if (g.offset[segments] >= detail::kParallelElements)
+  for (std::size_t u = 0; u < segments; ++u) {
+    row_gradient(s, u, tables, in, dout, g.grad.data() + g.offset[u]);
+  }
+  return g;
+}
+
+template <class T>
+void embedding_backward_update(std::span<const TableLayout> tables, T* weights, T* state,
+                               const SparseInput& in, MatView<const T> dout,
+                               const OptimizerParams& opt) {
+  constexpr const char* op = "embedding_backward_update";
+  detail::check_view(op, "dout", dout);
+  validate_sparse_input(op, tables, in, dout.rows, dout.cols);
+  const OptimizerKind kind = opt.kind;
+  if (kind == OptimizerKind::adam) {
+    fail(op, "adam is not an embedding optimizer (use sgd, adagrad or rowwise_adagrad)");
+  }
+  const std::int64_t nnz = in.offsets[in.batch * in.num_tables];
+  if (nnz == 0) return;
+  if (weights == nullptr) fail(op, "weights is null");
+  if (kind != OptimizerKind::sgd && state == nullptr) {
+    fail(op, "{} needs optimizer state, and state is null",
+         kind == OptimizerKind::adagrad ? "adagrad" : "rowwise_adagrad");
+  }
+
+  const Segments s = segment_occurrences(in);
+  const std::int64_t segments = static_cast<std::int64_t>(s.table.size());
+  const double lr = opt.lr;
+  const double eps = opt.eps;
+  const double wd = opt.weight_decay;
+  const std::int64_t dim_max = max_dim(tables);
+
+#pragma omp parallel if (nnz * dim_max >= detail::kParallelElements)
+  {
+    std::vector<double> g(static_cast<std::size_t>(dim_max));  // [dim]
+#pragma omp for schedule(static)
+    for (std::int64_t u = 0; u < segments; ++u) {
+      const TableLayout& tl = tables[s.table[u]];
+      const int dim = tl.dim;
+      const std::int64_t row = in.ids[s.order[s.start[u]]];
+      row_gradient(s, static_cast<std::size_t>(u), tables, in, dout, g.data());
+      T* w = weights + tl.weight_offset + row * dim;  // [dim]
+      if (wd != 0.0) {
+        for (int d = 0; d < dim; ++d) g[d] += wd * static_cast<double>(w[d]);
+      }
+      switch (kind) {
+        case OptimizerKind::sgd:
+          for (int d = 0; d < dim; ++d) w[d] = static_cast<T>(w[d] - lr * g[d]);
+          break;
+        case OptimizerKind::adagrad: {
+          T* st = state + tl.state_offset + row * dim;  // [dim]
+          for (int d = 0; d < dim; ++d) {
+            const double sum = static_cast<double>(st[d]) + g[d] * g[d];
+            st[d] = static_cast<T>(sum);
+            w[d] = static_cast<T>(w[d] - lr * g[d] / (std::sqrt(sum) + eps));
+          }
+          break;
+        }
+        case OptimizerKind::rowwise_adagrad: {
+          double squares = 0.0;
+          for (int d = 0; d < dim; ++d) squares += g[d] * g[d];
+          T* st = state + tl.state_offset + row;  // [1]
+          const double sum = static_cast<double>(*st) + squares / dim;
+          *st = static_cast<T>(sum);
+          const double denom = std::sqrt(sum) + eps;
+          for (int d = 0; d < dim; ++d) w[d] = static_cast<T>(w[d] - lr * g[d] / denom);
+          break;
+        }
+        case OptimizerKind::adam:
+          break;  // rejected above
+      }
+    }
+  }
+}
+
+#define PARITY_INSTANTIATE(T)                                                                    \
+  template void embedding_forward<T>(std::span<const TableLayout>, const T*, const SparseInput&, \
+                                     MatView<T>);                                                \
+  template EmbeddingGradient embedding_gradient<T>(std::span<const TableLayout>,                 \
+                                                   const SparseInput&, MatView<const T>);        \
+  template void embedding_backward_update<T>(std::span<const TableLayout>, T*, T*,               \
+                                             const SparseInput&, MatView<const T>,               \
+                                             const OptimizerParams&);
+PARITY_INSTANTIATE(float)
+PARITY_INSTANTIATE(double)
+#undef PARITY_INSTANTIATE
+
+}  // namespace parity::cpu

@@ -1,0 +1,261 @@
+// safetensors writer and reader. Tensors are streamed through a bounded host
+// buffer so that a checkpoint of a 100 GB table set needs no 100 GB of host memory,
+// and every read is bounds-checked against the file so that a truncated or corrupt
+// checkpoint gives a message, not a crash.
+#include "parity/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "parity/error.h"
+
+namespace parity {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr std::size_t kChunk = std::size_t{64} << 20;         // host staging buffer
+constexpr std::uint64_t kMaxHeader = std::uint64_t{100} << 20;  // safetensors' own limit
+
+std::string sys_error() { return std::strerror(errno); }
+
+// An open file descriptor that is closed on every path.
+class Fd {
+ public:
+  Fd(const fs::path& p, int flags, mode_t mode = 0644) : fd_(::open(p.c_str(), flags, mode)) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+
+ private:
+  int fd_;
+};
+
+void write_all(int fd, const void* data, std::size_t n, const fs::path& p) {
+  const char* c = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, c, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw Error("cannot write checkpoint '" + p.string() + "': " + sys_error());
+    }
+    c += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+}  // namespace
+
+void save_safetensors(const fs::path& file, const std::vector<TensorRef>& tensors,
+                      const std::map<std::string, std::string>& metadata, Backend& backend) {
+  nlohmann::ordered_json header;
+  header["__metadata__"] = metadata;
+  std::uint64_t off = 0;
+  for (const auto& t : tensors) {
+    if (header.contains(t.name)) throw Error("save_safetensors: duplicate tensor '" + t.name + "'");
+    header[t.name] = {{"dtype", std::string(dtype_safetensors_name(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {off, off + t.bytes()}}};
+    off += t.bytes();
+  }
+  std::string h = header.dump();
+  while ((h.size() + 8) % 8 != 0) h.push_back(' ');  // align the data section to 8 bytes
+
+  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("cannot create checkpoint directory '" + dir.string() + "': " + ec.message());
+  const fs::path tmp = file.string() + ".tmp";
+  {
+    Fd fd(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC);
+    if (!fd.ok()) throw Error("cannot create checkpoint '" + tmp.string() + "': " + sys_error());
+    std::uint8_t len[8];
+    const std::uint64_t hs = h.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(hs >> (8 * i));
+    try {
+      write_all(fd.get(), len, 8, tmp);
+      write_all(fd.get(), h.data(), h.size(), tmp);
+      std::vector<char> stage(std::min<std::size_t>(kChunk, std::max<std::uint64_t>(off, 1)));
+      for (const auto& t : tensors) {
+        const std::size_t total = t.bytes();
+        for (std::size_t done = 0; done < total;) {
+          const std::size_t n = std::min(stage.size(), total - done);
+          backend.copy_to_host(stage.data(), static_cast<const char*>(t.data) + done, n);
+          write_all(fd.get(), stage.data(), n, tmp);
+          done += n;
+        }
+      }
+      if (::fsync(fd.get()) != 0) throw Error("cannot sync '" + tmp.string() + "': " + sys_error());
+    } catch (...) {
+      fs::remove(tmp, ec);
+      throw;
+    }
+  }
+  if (::rename(tmp.c_str(), file.c_str()) != 0) {
+    const std::string why = sys_error();
+    fs::remove(tmp, ec);
+    throw Error("cannot rename '" + tmp.string() + "' to '" + file.string() + "': " + why);
+  }
+  Fd dfd(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd.ok()) ::fsync(dfd.get());  // make the rename durable
+}
+
+SafetensorsHeader read_safetensors_header(const fs::path& file) {
+  const std::string where = "checkpoint '" + file.string() + "'";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw InputError("cannot read " + where + ": " + sys_error());
+  std::error_code ec;
+  const std::uint64_t file_size = fs::file_size(file, ec);
+  if (ec) throw InputError("cannot read " + where + ": " + ec.message());
+  std::uint8_t len[8];
+  if (!in.read(reinterpret_cast<char*>(len), 8))
+    throw InputError(where + ": file is " + std::to_string(file_size) +
+                     " bytes, too short for a safetensors header");
+  std::uint64_t hs = 0;
+  for (int i = 0; i < 8; ++i) hs |= static_cast<std::uint64_t>(len[i]) << (8 * i);
+  if (hs > kMaxHeader || hs + 8 > file_size)
+    throw InputError(where + ": header size " + std::to_string(hs) +
+                     " does not fit the file (" + std::to_string(file_size) +
+                     " bytes); the file is truncated or not safetensors");
+  std::string h(hs, '\0');
+  if (!in.read(h.data(), static_cast<std::streamsize>(hs)))
+    throw InputError(where + ": cannot read the " + std::to_string(hs) + "-byte header");
+  nlohmann::json j = nlohmann::json::parse(h, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw InputError(where + ": header is not a JSON object; the file is corrupt");
+
+  SafetensorsHeader out;
+  out.data_offset = 8 + hs;
+  const std::uint64_t data_size = file_size - out.data_offset;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it->is_object()) throw InputError(where + ": __metadata__ is not an object");
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string())
+          throw InputError(where + ": metadata '" + m.key() + "' is not a string");
+        out.metadata[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    const std::string tw = where + ": tensor '" + it.key() + "'";
+    const auto& v = *it;
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
+        !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+      throw InputError(tw + ": expected {dtype, shape, data_offsets: [begin, end]}");
+    SafetensorsEntry e;
+    const auto dt = parse_safetensors_dtype(v["dtype"].get<std::string>());
+    if (!dt) throw InputError(tw + ": unknown dtype '" + v["dtype"].get<std::string>() + "'");
+    e.dtype = *dt;
+    std::uint64_t elems = 1;
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
+        throw InputError(tw + ": shape must hold non-negative integers");
+      e.shape.push_back(d.get<std::int64_t>());
+      elems *= static_cast<std::uint64_t>(e.shape.back());
+    }
+    for (const auto& d : v["data_offsets"])
+      if (!d.is_number_unsigned()) throw InputError(tw + ": data_offsets must be non-negative integers");
+    e.begin = v["data_offsets"][0].get<std::uint64_t>();
+    e.end = v["data_offsets"][1].get<std::uint64_t>();
+    if (e.begin > e.end || e.end > data_size)
+      throw InputError(tw + ": byte range [" + std::to_string(e.begin) + ", " +
+                       std::to_string(e.end) + ") lies outside the " + std::to_string(data_size) +
+                       "-byte data section; the file is truncated or corrupt");
+    if (e.end - e.begin != elems * dtype_size(e.dtype))
+      throw InputError(tw + ": byte range of " + std::to_string(e.end - e.begin) +
+                       " bytes does not match its shape and dtype (" +
+                       std::to_string(elems * dtype_size(e.dtype)) + " bytes)");
+    out.tensors.emplace(it.key(), std::move(e));
+  }
+  return out;
+}
+
+std::map<std::string, std::string> load_safetensors(const fs::path& file,
+                                                    const std::vector<TensorRef>& into,
+                                                    Backend& backend, bool allow_extra) {
+  const SafetensorsHeader h = read_safetensors_header(file);
+  const std::string where = "checkpoint '" + file.string() + "'";
+  auto shape_str = [](const std::vector<std::int64_t>& s) {
+    std::string r = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+    return r + "]";
+  };
+  // Validate everything before touching the model, so a bad file changes nothing.
+  for (const auto& t : into) {
+    auto it = h.tensors.find(t.name);
+    if (it == h.tensors.end())
+      throw InputError(where + ": tensor '" + t.name + "' is missing; the checkpoint is of another model");
+    if (it->second.dtype != t.dtype || it->second.shape != t.shape)
+      throw InputError(where + ": tensor '" + t.name + "' is " +
+                       std::string(dtype_name(it->second.dtype)) + shape_str(it->second.shape) +
+                       ", the model expects " + std::string(dtype_name(t.dtype)) +
+                       shape_str(t.shape));
+  }
+  if (!allow_extra) {
+    for (const auto& [name, e] : h.tensors) {
+      const bool known = std::any_of(into.begin(), into.end(), [&](const TensorRef& t) { return t.name == name; });
+      if (!known)
+        throw InputError(where + ": tensor '" + name + "' is not part of this model; the checkpoint is of another model or optimizer");
+    }
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw InputError("cannot read " + where);
+  std::vector<char> stage(kChunk);
+  for (const auto& t : into) {
+    const SafetensorsEntry& e = h.tensors.at(t.name);
+    in.seekg(static_cast<std::streamoff>(h.data_offset + e.begin));
+    const std::size_t total = t.bytes();
+    for (std::size_t done = 0; done < total;) {
+      const std::size_t n = std::min(stage.size(), total - done);
+      if (!in.read(stage.data(), static_cast<std::streamsize>(n)))
+        throw InputError(where + ": short read in tensor '" + t.name + "'");
+      backend.copy_to_device(static_cast<char*>(t.data) + done, stage.data(), n);
+      done += n;
+    }
+  }
+  return h.metadata;
+}
+
+fs::path checkpoint_path(const fs::path& dir, std::int64_t step) {
+  return dir / ("step-" + std::to_string(step) + ".safetensors");
+}
+
+std::vector<std::int64_t> list_checkpoints(const fs::path& dir) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return steps;
+  static const std::regex re(R"(step-(\d{1,18})\.safetensors)");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file(ec) && std::regex_match(name, m, re))
+      steps.push_back(std::stoll(m[1].str()));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void prune_checkpoints(const fs::path& dir, int keep) {
+  auto steps = list_checkpoints(dir);
+  std::error_code ec;
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < steps.size(); ++i)
+    fs::remove(checkpoint_path(dir, steps[i]), ec);
+}
+
+}  // namespace parity

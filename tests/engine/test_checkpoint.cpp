@@ -1,0 +1,133 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "micro_model.h"
+#include "parity/checkpoint.h"
+#include "parity/error.h"
+
+namespace parity {
+namespace {
+namespace fs = std::filesystem;
+
+class Checkpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("parity-ckpt-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+            "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+TEST_F(Checkpoint, RoundTripIsExactAndReadableAsSafetensors) {
+  auto backend = make_backend("cpu");
+  const ModelSpec spec = testing::micro_model(InteractionKind::dcnv2, OptimizerKind::adagrad,
+                                              OptimizerKind::adam, 0.1);
+  Model a(spec, *backend, 8, 1), b(spec, *backend, 8, 2);
+  const fs::path file = checkpoint_path(dir_, 3);
+  save_safetensors(file, a.tensors(), {{"step", "3"}}, *backend);
+  EXPECT_FALSE(fs::exists(file.string() + ".tmp"));
+
+  // The file follows the safetensors layout: u64 header size, JSON, 8-byte aligned data.
+  std::ifstream in(file, std::ios::binary);
+  std::uint64_t hs = 0;
+  in.read(reinterpret_cast<char*>(&hs), 8);
+  EXPECT_EQ((8 + hs) % 8, 0u);
+  std::string h(hs, '\0');
+  in.read(h.data(), static_cast<std::streamsize>(hs));
+  const auto j = nlohmann::json::parse(h);
+  EXPECT_EQ(j["__metadata__"]["step"], "3");
+  EXPECT_EQ(j["embedding.t1.weight"]["dtype"], "F32");
+  EXPECT_EQ(j["embedding.t1.weight"]["shape"], nlohmann::json::array({13, 4}));
+
+  const auto meta = load_safetensors(file, b.tensors(), *backend);
+  EXPECT_EQ(meta.at("step"), "3");
+  auto ta = a.tensors(), tb = b.tensors();
+  for (std::size_t i = 0; i < ta.size(); ++i)
+    EXPECT_EQ(std::memcmp(ta[i].data, tb[i].data, ta[i].bytes()), 0) << ta[i].name;
+}
+
+TEST_F(Checkpoint, ListAndPrune) {
+  auto backend = make_backend("cpu");
+  Model m(testing::micro_model(InteractionKind::dot), *backend, 8, 1);
+  for (int s : {10, 2, 30}) save_safetensors(checkpoint_path(dir_, s), m.tensors(), {}, *backend);
+  std::ofstream(dir_ / "step-40.safetensors.tmp") << "torn";
+  std::ofstream(dir_ / "notes.txt") << "x";
+  EXPECT_EQ(list_checkpoints(dir_), (std::vector<std::int64_t>{2, 10, 30}));
+  prune_checkpoints(dir_, 2);
+  EXPECT_EQ(list_checkpoints(dir_), (std::vector<std::int64_t>{10, 30}));
+  EXPECT_TRUE(list_checkpoints(dir_ / "absent").empty());
+}
+
+TEST_F(Checkpoint, BadFilesGiveClearErrorsAndLeaveTheModelUntouched) {
+  auto backend = make_backend("cpu");
+  const ModelSpec spec = testing::micro_model(InteractionKind::dot);
+  Model m(spec, *backend, 8, 1);
+  const fs::path good = checkpoint_path(dir_, 1);
+  save_safetensors(good, m.tensors(), {}, *backend);
+  const auto size = fs::file_size(good);
+
+  // Truncated data section.
+  const fs::path trunc = dir_ / "trunc.safetensors";
+  fs::copy_file(good, trunc);
+  fs::resize_file(trunc, size - 16);
+  std::string msg = message_of([&] { load_safetensors(trunc, m.tensors(), *backend); });
+  EXPECT_NE(msg.find("trunc.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+
+  // Too short for a header, header size beyond the file, header not JSON.
+  const fs::path tiny = dir_ / "tiny.safetensors";
+  std::ofstream(tiny) << "abc";
+  EXPECT_NE(message_of([&] { read_safetensors_header(tiny); }).find("too short"), std::string::npos);
+  const fs::path huge = dir_ / "huge.safetensors";
+  {
+    std::ofstream o(huge, std::ios::binary);
+    const std::uint64_t hs = 1000;
+    o.write(reinterpret_cast<const char*>(&hs), 8);
+    o << "{}";
+  }
+  EXPECT_NE(message_of([&] { read_safetensors_header(huge); }).find("does not fit"), std::string::npos);
+  const fs::path garbage = dir_ / "garbage.safetensors";
+  {
+    std::ofstream o(garbage, std::ios::binary);
+    const std::uint64_t hs = 4;
+    o.write(reinterpret_cast<const char*>(&hs), 8);
+    o << "{{{{";
+  }
+  EXPECT_NE(message_of([&] { read_safetensors_header(garbage); }).find("not a JSON object"),
+            std::string::npos);
+
+  // A checkpoint of another model: shape mismatch names the tensor; nothing is loaded.
+  Model other(testing::micro_model(InteractionKind::dcnv2), *backend, 8, 9);
+  const auto before = other.tensors();
+  std::vector<std::vector<char>> copy;
+  for (const auto& t : before)
+    copy.emplace_back(static_cast<char*>(t.data), static_cast<char*>(t.data) + t.bytes());
+  msg = message_of([&] { load_safetensors(good, other.tensors(), *backend); });
+  EXPECT_NE(msg.find("tensor '"), std::string::npos) << msg;
+  for (std::size_t i = 0; i < before.size(); ++i)
+    EXPECT_EQ(std::memcmp(before[i].data, copy[i].data(), before[i].bytes()), 0);
+
+  // Missing file.
+  EXPECT_NE(message_of([&] { read_safetensors_header(dir_ / "nope.safetensors"); }).find("cannot read"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace parity

@@ -1,0 +1,135 @@
+// End-to-end training on the CPU: learning, exact resume, and bad input.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "parity/checkpoint.h"
+#include "parity/error.h"
+#include "parity/train.h"
+
+namespace parity {
+namespace {
+namespace fs = std::filesystem;
+
+ModelSpec tiny() { return load_model_spec(fs::path(PARITY_SOURCE_DIR) / "configs/models/tiny.yaml"); }
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("parity-train-" + name);
+  fs::remove_all(d);
+  return d;
+}
+
+// The learning test: the tiny model on planted-teacher data. The teacher's own AUC on the
+// held-out split is the ceiling (about 0.8); a model that learns nothing scores 0.5.
+TEST(Train, TinyModelLearnsThePlantedTeacher) {
+  TrainConfig cfg;
+  cfg.model = tiny();
+  cfg.steps = 800;
+  cfg.batch = 512;
+  cfg.seed = 1;
+  cfg.eval_examples = 16384;
+  cfg.eval_every = 100;
+  struct Aucs : TrainObserver {
+    std::vector<double> v;
+    void on_event(const TrainEvent& e) override {
+      if (e.kind == TrainEvent::Kind::eval) v.push_back(e.auc);
+    }
+  } aucs;
+  const TrainResult r = train(cfg, &aucs);
+  EXPECT_EQ(r.steps, 800);
+  ASSERT_EQ(aucs.v.size(), 8u);
+  EXPECT_LT(aucs.v.front() + 0.03, aucs.v.back()) << "AUC did not rise";
+  // Measured 0.80 against a ceiling of 0.84 (seed 1); an untrained model gives about 0.5.
+  EXPECT_GE(r.auc, 0.78) << "teacher ceiling " << r.teacher_auc;
+  EXPECT_GE(r.auc, r.teacher_auc - 0.06) << "teacher ceiling " << r.teacher_auc;
+  EXPECT_LE(r.auc, r.teacher_auc + 0.01);
+  EXPECT_GT(r.examples_per_s, 0);
+}
+
+std::vector<std::vector<char>> tensor_bytes(const fs::path& file) {
+  const SafetensorsHeader h = read_safetensors_header(file);
+  std::ifstream in(file, std::ios::binary);
+  std::vector<std::vector<char>> out;
+  for (const auto& [name, e] : h.tensors) {
+    std::vector<char> v(e.end - e.begin);
+    in.seekg(static_cast<std::streamoff>(h.data_offset + e.begin));
+    in.read(v.data(), static_cast<std::streamsize>(v.size()));
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// Train N steps straight, or N/2, stop, resume for N/2: bit-identical weights and state.
+TEST(Train, ResumeGivesIdenticalWeights) {
+  const fs::path straight = temp_dir("straight"), halves = temp_dir("halves");
+  TrainConfig cfg;
+  cfg.model = tiny();
+  cfg.batch = 64;
+  cfg.eval_examples = 512;
+  cfg.seed = 11;
+  cfg.steps = 40;
+  cfg.checkpoint_dir = straight;
+  train(cfg);
+  cfg.checkpoint_dir = halves;
+  cfg.steps = 20;
+  train(cfg);
+  cfg.steps = 40;
+  cfg.resume = true;
+  const TrainResult r = train(cfg);
+  EXPECT_EQ(r.start_step, 20);
+  EXPECT_EQ(r.steps, 40);
+  const auto a = tensor_bytes(checkpoint_path(straight, 40));
+  const auto b = tensor_bytes(checkpoint_path(halves, 40));
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << "tensor " << i;
+  fs::remove_all(straight);
+  fs::remove_all(halves);
+}
+
+TEST(Train, ResumeRejectsAnotherModelOrBatch) {
+  const fs::path dir = temp_dir("mismatch");
+  TrainConfig cfg;
+  cfg.model = tiny();
+  cfg.batch = 32;
+  cfg.steps = 2;
+  cfg.eval_examples = 64;
+  cfg.checkpoint_dir = dir;
+  train(cfg);
+  cfg.resume = true;
+  cfg.steps = 4;
+  cfg.batch = 16;
+  try {
+    train(cfg);
+    FAIL() << "resumed with another batch size";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--batch"), std::string::npos) << e.what();
+  }
+  cfg.batch = 32;
+  cfg.model.name = "renamed";
+  try {
+    train(cfg);
+    FAIL() << "resumed another model";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model 'tiny'"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Train, BadConfigurationsAreInputErrors) {
+  TrainConfig cfg;
+  cfg.model = tiny();
+  cfg.steps = 1;
+  cfg.resume = true;  // without a checkpoint directory
+  EXPECT_THROW(train(cfg), InputError);
+  cfg.resume = false;
+  cfg.backend = "tpu";
+  EXPECT_THROW(train(cfg), InputError);
+  cfg.backend = "cpu";
+  cfg.train_files = {"only-one.tsv"};  // no held-out data
+  EXPECT_THROW(train(cfg), InputError);
+}
+
+}  // namespace
+}  // namespace parity

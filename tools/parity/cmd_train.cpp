@@ -1,0 +1,175 @@
+// parity train: progress on a terminal as a bar, elsewhere as plain lines.
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "common.h"
+#include "parity/error.h"
+#include "parity/train.h"
+
+namespace parity::cli {
+namespace {
+
+std::string si(double v) {
+  if (v >= 1e9) return fmt::format("{:.2f}G", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
+  return fmt::format("{:.1f}", v);
+}
+
+class ConsoleObserver : public TrainObserver {
+ public:
+  ConsoleObserver() : tty_(::isatty(::fileno(stdout)) != 0) {}
+
+  void on_event(const TrainEvent& e) override {
+    using K = TrainEvent::Kind;
+    switch (e.kind) {
+      case K::start:
+        fmt::print("parity train: {}\n", e.message);
+        break;
+      case K::progress:
+        progress(e);
+        break;
+      case K::eval:
+        end_bar();
+        fmt::print("eval  step {:>7}  AUC {:.4f}  log loss {:.4f}{}\n", e.step, e.auc,
+                   e.eval_log_loss,
+                   e.teacher_auc > 0 ? fmt::format("  (teacher ceiling AUC {:.4f})", e.teacher_auc)
+                                     : "");
+        break;
+      case K::checkpoint:
+        end_bar();
+        fmt::print("checkpoint  step {:>7}  {}\n", e.step, e.message);
+        break;
+      case K::warning:
+        end_bar();
+        fmt::print(stderr, "warning: {}\n", e.message);
+        break;
+      case K::done:
+        end_bar();
+        fmt::print("done  {} steps  {} examples/s  final loss {:.4f}  AUC {:.4f}\n", e.step,
+                   si(e.examples_per_s), e.loss, e.auc);
+        break;
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  void progress(const TrainEvent& e) {
+    const std::string stats = fmt::format("{:.1f} steps/s  {} ex/s  loss {:.4f}", e.steps_per_s,
+                                          si(e.examples_per_s), e.loss);
+    if (tty_) {
+      std::string bar;
+      if (e.total_steps > 0) {
+        constexpr int kWidth = 30;
+        const int filled = static_cast<int>(kWidth * e.step / e.total_steps);
+        bar = "[" + std::string(filled, '#') + std::string(kWidth - filled, '-') + "] " +
+              fmt::format("{}/{}", e.step, e.total_steps);
+      } else {
+        bar = fmt::format("step {}", e.step);
+      }
+      fmt::print("\r\033[K{}  {}", bar, stats);
+      bar_open_ = true;
+      return;
+    }
+    // Plain lines: about every 10% of the run, at least every 10 s, and at the end.
+    const auto now = std::chrono::steady_clock::now();
+    const bool tenth = e.total_steps > 0 && e.step * 10 / e.total_steps != last_tenth_;
+    const bool slow = now - last_line_ > std::chrono::seconds(10);
+    if (tenth || slow || e.step == e.total_steps) {
+      if (e.total_steps > 0) last_tenth_ = e.step * 10 / e.total_steps;
+      last_line_ = now;
+      fmt::print("step {:>7}{}  {}\n", e.step,
+                 e.total_steps > 0 ? fmt::format("/{}", e.total_steps) : "", stats);
+    }
+  }
+  void end_bar() {
+    if (bar_open_) fmt::print("\n");
+    bar_open_ = false;
+  }
+
+  bool tty_;
+  bool bar_open_ = false;
+  std::int64_t last_tenth_ = 0;
+  std::chrono::steady_clock::time_point last_line_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  struct Args {
+    std::string model = "tiny";
+    std::int64_t steps = 0, batch = 0, eval_examples = 32768, eval_every = 250;
+    std::int64_t checkpoint_every = 0;
+    std::uint64_t seed = 1;
+    std::string checkpoint, backend = "cpu", on_bad_line = "stop";
+    bool resume = false;
+    std::vector<std::string> data, eval_data;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "train",
+      "Train a model. With no arguments: the tiny model on synthetic data whose labels come\n"
+      "from a planted teacher, evaluated (AUC) on held-out examples.\n\n"
+      "Examples:\n"
+      "  parity train\n"
+      "  parity train --model configs/models/tiny-dot.yaml --steps 2000 --checkpoint runs/a\n"
+      "  parity train --checkpoint runs/a --resume --steps 4000\n"
+      "  parity train --model criteo-small --data day_0.tsv day_1.tsv --eval-data day_23.tsv");
+  cmd->add_option("--model", args->model, "Model YAML file or zoo name (configs/models/NAME.yaml)")
+      ->capture_default_str();
+  cmd->add_option("--steps", args->steps,
+                  "Total steps (resumed ones included); default 1000 on synthetic data, one pass "
+                  "over --data files")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", args->batch, "Examples per step (default: the model's batch_size)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", args->seed, "Seed of initialisation and synthetic data")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint", args->checkpoint,
+                  "Directory for checkpoints (safetensors, written atomically)");
+  cmd->add_option("--checkpoint-every", args->checkpoint_every,
+                  "Steps between checkpoints (default: at the end only)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--resume", args->resume, "Continue from the newest checkpoint in --checkpoint");
+  cmd->add_option("--backend", args->backend, "Backend: cpu")->capture_default_str();
+  cmd->add_option("--data", args->data, "Criteo TSV files to train on (default: synthetic data)");
+  cmd->add_option("--eval-data", args->eval_data,
+                  "Criteo TSV files to evaluate on (default: the last --data file)");
+  cmd->add_option("--on-bad-line", args->on_bad_line,
+                  "What to do with a malformed data line: stop or skip")
+      ->check(CLI::IsMember({"stop", "skip"}))
+      ->capture_default_str();
+  cmd->add_option("--eval-examples", args->eval_examples, "Held-out examples to evaluate on")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--eval-every", args->eval_every, "Steps between evaluations (0: at the end only)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->callback([args] {
+    TrainConfig cfg;
+    cfg.model = load_model_spec(resolve_model(args->model));
+    cfg.steps = args->steps;
+    cfg.batch = args->batch;
+    cfg.seed = args->seed;
+    cfg.backend = args->backend;
+    cfg.checkpoint_dir = args->checkpoint;
+    cfg.checkpoint_every = args->checkpoint_every;
+    cfg.resume = args->resume;
+    for (const auto& f : args->data) cfg.train_files.emplace_back(f);
+    for (const auto& f : args->eval_data) cfg.eval_files.emplace_back(f);
+    if (!cfg.eval_files.empty() && cfg.train_files.empty())
+      throw InputError("--eval-data needs --data (synthetic runs evaluate on their own held-out split)");
+    cfg.on_bad_line = args->on_bad_line == "skip" ? OnBadLine::skip : OnBadLine::stop;
+    cfg.eval_examples = args->eval_examples;
+    cfg.eval_every = args->eval_every;
+    ConsoleObserver console;
+    train(cfg, &console);
+  });
+}
+
+}  // namespace parity::cli
