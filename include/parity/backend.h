@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 
+#include "parity/dtype.h"
 #include "parity/spec.h"
 #include "parity/tensor.h"
 
@@ -37,7 +38,12 @@ struct TableLayout {
                                    //   adagrad: rows*dim floats, row r at state_offset + r*dim
                                    //   rowwise_adagrad: rows floats, row r at state_offset + r
                                    //   sgd: unused
-  std::int64_t out_col = 0;        // first column of this table's pooled output
+  std::int64_t out_col = 0;        // first column of this table's pooled output, relative to
+                                   // the output view
+  DType dtype = DType::f32;        // storage precision of the weights. Backends that store
+                                   // fp32 emulate fp16/bf16 by rounding every updated row to it
+                                   // (nearest even); GPU backends store the narrow type and
+                                   // round stochastically.
 };
 
 // All embedding inputs of one batch, for all tables, in one CSR (table-major).
@@ -81,6 +87,8 @@ class Backend {
   // p[i] = lo + (hi - lo) * rng::uniform01(rng::key(seed, stream), i) for i in [0, n).
   virtual void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
                             std::uint64_t stream) = 0;
+  // p[i] = round_to_dtype(p[i], dtype) (dtype.h): emulated fp16/bf16 storage.
+  virtual void round_to_dtype(float* p, std::int64_t n, DType dtype) = 0;
   virtual void synchronize() = 0;
 
   // ---- dense layers ----

@@ -21,4 +21,8 @@ std::optional<DType> parse_dtype(std::string_view name);
 std::string_view dtype_safetensors_name(DType t);
 std::optional<DType> parse_safetensors_dtype(std::string_view name);
 
+// v rounded to the nearest value representable in t (fp16 or bf16; ties to even; fp16
+// overflows to infinity). Identity for fp32. Used to emulate fp16/bf16 storage in fp32.
+float round_to_dtype(float v, DType t);
+
 }  // namespace parity

@@ -70,7 +70,11 @@ struct ModelSpec {
   // Recipe changes that alter the numerics and that a planner may make ("recipe:" in YAML).
   bool allow_rowwise_adagrad = false;                       // a table's adagrad -> rowwise_adagrad
   std::vector<DType> allowed_table_dtypes{DType::f32};      // table storage precisions allowed
+                                                            // (parsed: the tables' own dtypes
+                                                            // unless recipe.table_dtypes says)
   std::vector<DenseMath> allowed_dense_math{DenseMath::fp32};  // dense math precisions allowed
+  std::int64_t max_global_batch = 0;       // largest global batch a planner may use (lr scaled
+                                           // linearly); parsed specs default to batch_size
   std::int64_t batch_size = 0;             // the reference global batch size the lr is tuned for (> 0)
 
   // Derived quantities.

@@ -1,6 +1,10 @@
 #include "parity/dtype.h"
 
 #include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
 #include <utility>
 
 namespace parity {
@@ -41,6 +45,20 @@ std::optional<DType> parse_safetensors_dtype(std::string_view name) {
   for (const auto& i : kInfo)
     if (i.safetensors == name) return i.type;
   return std::nullopt;
+}
+
+float round_to_dtype(float v, DType t) {
+  switch (t) {
+    case DType::f32: return v;
+    case DType::f16: return static_cast<float>(static_cast<_Float16>(v));  // IEEE binary16, RNE
+    case DType::bf16: {
+      if (std::isnan(v)) return v;
+      std::uint32_t u = std::bit_cast<std::uint32_t>(v);
+      u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even on the top 16 bits
+      return std::bit_cast<float>(u & 0xffff0000u);
+    }
+    default: throw std::invalid_argument("round_to_dtype: not a floating-point storage type");
+  }
 }
 
 }  // namespace parity

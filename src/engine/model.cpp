@@ -43,13 +43,6 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
   const std::int64_t B = max_batch;
   emb_opt_ = to_params(spec.embedding_optimizer);
   dense_opt_ = to_params(spec.dense_optimizer);
-  for (const auto& t : spec.tables) {
-    if (t.dtype != DType::f32)
-      throw InputError(spec.source_file + ": table '" + t.name + "' has dtype " +
-                       std::string(dtype_name(t.dtype)) +
-                       "; the " + backend.name() + " backend stores tables in fp32 only");
-  }
-
   // ---- dense parameter layout ----
   std::int64_t off = 0;
   auto add_linear = [&](std::vector<Linear>& v, int in, int out, Activation act) {
@@ -103,6 +96,7 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
     l.weight_offset = woff;
     l.state_offset = soff;
     l.out_col = col;
+    l.dtype = t.dtype;
     woff += t.rows * t.dim;
     if (emb_opt_.kind == OptimizerKind::adagrad) soff += t.rows * t.dim;
     if (emb_opt_.kind == OptimizerKind::rowwise_adagrad) soff += t.rows;
@@ -178,8 +172,10 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
   }
   for (std::size_t t = 0; t < tables_.size(); ++t) {
     const float a = 1.0f / std::sqrt(static_cast<float>(tables_[t].rows));
-    backend_.fill_uniform(emb_weights_.as<float>() + tables_[t].weight_offset,
-                          tables_[t].rows * tables_[t].dim, -a, a, seed, kEmbedding << 32 | t);
+    float* w = emb_weights_.as<float>() + tables_[t].weight_offset;
+    backend_.fill_uniform(w, tables_[t].rows * tables_[t].dim, -a, a, seed, kEmbedding << 32 | t);
+    if (tables_[t].dtype != DType::f32)
+      backend_.round_to_dtype(w, tables_[t].rows * tables_[t].dim, tables_[t].dtype);
   }
 }
 

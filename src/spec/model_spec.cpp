@@ -485,11 +485,17 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
   spec.allowed_table_dtypes = used;
   spec.allowed_dense_math = {DenseMath::fp32};
   spec.allow_rowwise_adagrad = false;
+  spec.max_global_batch = spec.batch_size;
   if (auto f = m.get("recipe")) {
-    const MapView r = f->as_map({"allow_rowwise_adagrad", "table_dtypes", "dense_math"},
+    const MapView r = f->as_map({"allow_rowwise_adagrad", "table_dtypes", "dense_math",
+                                 "max_global_batch"},
                                 "a map such as {allow_rowwise_adagrad: true, table_dtypes: [fp32, "
                                 "bf16], dense_math: [fp32, bf16]}");
     if (auto g = r.get("allow_rowwise_adagrad")) spec.allow_rowwise_adagrad = g->as_bool();
+    if (auto g = r.get("max_global_batch"))
+      spec.max_global_batch = g->as_int(spec.batch_size, std::int64_t{1} << 40,
+                                        "an integer >= batch_size (" +
+                                            std::to_string(spec.batch_size) + ")");
     if (auto g = r.get("table_dtypes")) {
       spec.allowed_table_dtypes = read_unique_list<DType>(
           *g, "[fp32, fp16, bf16]", [](const Field& x) { return read_table_dtype(x); });

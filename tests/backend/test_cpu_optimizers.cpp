@@ -274,3 +274,44 @@ TYPED_TEST(CpuOptimizer, EmbeddingRejectsAdamAndMissingState) {
 
 }  // namespace
 }  // namespace parity
+
+namespace parity {
+namespace {
+
+// Emulated fp16/bf16 tables: every updated row is rounded to the table's precision (nearest
+// even); untouched rows keep their values.
+TEST(CpuEmbeddingPrecision, UpdatedRowsAreRoundedToTheTableDtype) {
+  CpuBackend backend;
+  for (DType dt : {DType::f16, DType::bf16}) {
+    auto tables = test::pack_tables({5}, {2}, {Pooling::sum}, OptimizerKind::sgd);
+    tables[0].dtype = dt;
+    std::vector<float> w = {1, 0, 2, 0.5f, 3, 1, 4, 1.5f, 5, 2};
+    const auto sparse = test::make_sparse({{{1, 3, 1}, {}, {3}}});
+    test::Matrix<float> dout(3, 2);
+    dout(0, 0) = 1;
+    dout(0, 1) = 2;
+    dout(1, 0) = dout(1, 1) = 100;
+    dout(2, 0) = 0.5f;
+    dout(2, 1) = -1;
+    OptimizerParams opt;
+    opt.kind = OptimizerKind::sgd;
+    opt.lr = 0.0123f;  // not a power of two: the fp32 results are not representable in fp16
+    backend.embedding_backward_update(tables, w.data(), nullptr, sparse.input(), dout.cview(), opt);
+    // Row 1: g = (2, 4); row 3: g = (1.5, 1). Expected: the fp32 update, then rounded.
+    const float lr = 0.0123f;
+    EXPECT_EQ(w[2], round_to_dtype(2 - lr * 2, dt));
+    EXPECT_EQ(w[3], round_to_dtype(0.5f - lr * 4, dt));
+    EXPECT_EQ(w[6], round_to_dtype(4 - lr * 1.5f, dt));
+    EXPECT_EQ(w[7], round_to_dtype(1.5f - lr * 1, dt));
+    EXPECT_NE(w[3], 0.5f - lr * 4);  // rounding happened
+    EXPECT_EQ(w[0], 1);               // untouched rows as they were
+    EXPECT_EQ(w[4], 3);
+    EXPECT_EQ(w[8], 5);
+  }
+  std::vector<float> v = {0.1f, 1.0f / 3};
+  backend.round_to_dtype(v.data(), 2, DType::bf16);
+  EXPECT_EQ(v[1], 0.333984375f);
+}
+
+}  // namespace
+}  // namespace parity

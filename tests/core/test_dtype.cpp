@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "parity/dtype.h"
 #include "parity/error.h"
 
@@ -31,6 +33,28 @@ TEST(Require, ThrowsWithLocation) {
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "f.yaml:3: field 'a': expected a number");
   }
+}
+
+}  // namespace
+}  // namespace parity
+
+namespace parity {
+namespace {
+
+TEST(RoundToDtype, NearestEvenInFp16AndBf16) {
+  EXPECT_EQ(round_to_dtype(1.0f / 3, DType::f32), 1.0f / 3);
+  EXPECT_EQ(round_to_dtype(1.0f / 3, DType::f16), 0.333251953125f);  // 0x3555
+  EXPECT_EQ(round_to_dtype(1.0f / 3, DType::bf16), 0.333984375f);     // 0x3eab
+  // Ties go to even: 1 + 2^-11 is halfway between fp16 neighbours 1 and 1 + 2^-10.
+  EXPECT_EQ(round_to_dtype(1.0f + 0x1p-11f, DType::f16), 1.0f);
+  EXPECT_EQ(round_to_dtype(1.0f + 3 * 0x1p-11f, DType::f16), 1.0f + 0x1p-9f);
+  EXPECT_EQ(round_to_dtype(1.0f + 0x1p-8f, DType::bf16), 1.0f);       // halfway, to even
+  EXPECT_TRUE(std::isinf(round_to_dtype(65520.0f, DType::f16)));       // overflow
+  EXPECT_EQ(round_to_dtype(65504.0f, DType::f16), 65504.0f);           // largest finite
+  EXPECT_TRUE(std::isnan(round_to_dtype(NAN, DType::bf16)));
+  // Idempotent.
+  const float x = round_to_dtype(-0.1234567f, DType::bf16);
+  EXPECT_EQ(round_to_dtype(x, DType::bf16), x);
 }
 
 }  // namespace

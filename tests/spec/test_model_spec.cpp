@@ -88,7 +88,8 @@ TEST(ModelZoo, MlperfDlrmv2DerivedQuantities) {
   EXPECT_DOUBLE_EQ(m.dense_optimizer.lr, 0.005);
   EXPECT_DOUBLE_EQ(m.embedding_optimizer.eps, 1e-8);
   EXPECT_TRUE(m.allow_rowwise_adagrad);
-  EXPECT_EQ(m.allowed_table_dtypes, (std::vector<DType>{DType::f32, DType::f16, DType::bf16}));
+  EXPECT_EQ(m.allowed_table_dtypes, (std::vector<DType>{DType::f32}));  // tables stay fp32
+  EXPECT_EQ(m.max_global_batch, 65536);
   EXPECT_EQ(m.allowed_dense_math, (std::vector<DenseMath>{DenseMath::fp32, DenseMath::tf32,
                                                           DenseMath::bf16, DenseMath::fp16}));
 }
@@ -532,6 +533,21 @@ TEST(YamlUtil, EditDistanceAndSuggestions) {
   EXPECT_FALSE(spec_yaml::closest_match("color", keys).has_value());
   EXPECT_EQ(spec_yaml::closest_match("dimension", {"rows", "dim"}), "dim");
   EXPECT_EQ(spec_yaml::closest_match("l2", keys), std::nullopt);
+}
+
+}  // namespace
+}  // namespace parity
+
+namespace parity {
+namespace {
+
+TEST(ModelParse, MaxGlobalBatch) {
+  EXPECT_EQ(parse_model_spec(kBase, "x.yaml").max_global_batch, 64);  // default: batch_size
+  const std::string with = std::string(kBase) + "recipe: {max_global_batch: 256}\n";
+  EXPECT_EQ(parse_model_spec(with, "x.yaml").max_global_batch, 256);
+  const std::string msg = model_error(std::string(kBase) + "recipe: {max_global_batch: 32}\n");
+  EXPECT_CONTAINS(msg, "bad.yaml:13:");
+  EXPECT_CONTAINS(msg, "field 'recipe.max_global_batch': expected an integer >= batch_size (64)");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "parity/error.h"
+#include "parity/plan.h"
 #include "parity/train.h"
 
 namespace parity::cli {
@@ -106,7 +107,7 @@ void add_train_command(CLI::App& app) {
     std::int64_t steps = 0, batch = 0, eval_examples = 32768, eval_every = 250;
     std::int64_t checkpoint_every = 0;
     std::uint64_t seed = 1;
-    std::string checkpoint, backend = "cpu", on_bad_line = "stop";
+    std::string checkpoint, backend = "cpu", on_bad_line = "stop", plan;
     bool resume = false;
     std::vector<std::string> data, eval_data;
   };
@@ -120,8 +121,12 @@ void add_train_command(CLI::App& app) {
       "  parity train --model configs/models/tiny-dot.yaml --steps 2000 --checkpoint runs/a\n"
       "  parity train --checkpoint runs/a --resume --steps 4000\n"
       "  parity train --model criteo-small --data day_0.tsv day_1.tsv --eval-data day_23.tsv");
-  cmd->add_option("--model", args->model, "Model YAML file or zoo name (configs/models/NAME.yaml)")
-      ->capture_default_str();
+  CLI::Option* model_opt =
+      cmd->add_option("--model", args->model, "Model YAML file or zoo name (configs/models/NAME.yaml)")
+          ->capture_default_str();
+  cmd->add_option("--plan", args->plan,
+                  "Train as a plan from `parity plan --out` says (batch, table precision, "
+                  "optimizer; the model is the plan's unless --model is given)");
   cmd->add_option("--steps", args->steps,
                   "Total steps (resumed ones included); default 1000 on synthetic data, one pass "
                   "over --data files")
@@ -150,11 +155,23 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--eval-every", args->eval_every, "Steps between evaluations (0: at the end only)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->callback([args] {
+  cmd->callback([args, model_opt] {
     TrainConfig cfg;
-    cfg.model = load_model_spec(resolve_model(args->model));
+    if (!args->plan.empty()) {
+      const Plan plan = load_plan(args->plan);
+      const std::string model = model_opt->count() > 0 || plan.model_file.empty() ? args->model
+                                                                                   : plan.model_file;
+      cfg.model = apply_plan(load_model_spec(resolve_model(model)), plan);
+      cfg.batch = plan.global_batch;
+      fmt::print("parity train: plan {} ({} x {}): global batch {}, embedding optimizer {}; "
+                 "placement, sharding and dense math precision apply to GPU backends\n",
+                 args->plan, plan.gpus, plan.device, plan.global_batch,
+                 optimizer_name(plan.embedding_optimizer));
+    } else {
+      cfg.model = load_model_spec(resolve_model(args->model));
+    }
     cfg.steps = args->steps;
-    cfg.batch = args->batch;
+    if (args->batch > 0) cfg.batch = args->batch;
     cfg.seed = args->seed;
     cfg.backend = args->backend;
     cfg.checkpoint_dir = args->checkpoint;

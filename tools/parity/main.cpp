@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "parity 0.1.0");
   parity::cli::add_train_command(app);
+  parity::cli::add_plan_command(app);
   parity::cli::add_check_command(app);
   try {
     app.parse(argc, argv);

@@ -46,6 +46,12 @@ void CpuBackend::fill(float* p, std::int64_t n, float value) {
   cpu::fill(p, n, value);
 }
 
+void CpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
+  if (n < 0 || (n > 0 && p == nullptr)) throw Error("round_to_dtype: bad buffer");
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+  for (std::int64_t i = 0; i < n; ++i) p[i] = parity::round_to_dtype(p[i], dtype);
+}
+
 void CpuBackend::fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
                               std::uint64_t stream) {
   cpu::fill_uniform(p, n, lo, hi, seed, stream);

@@ -273,6 +273,10 @@ void embedding_backward_update(std::span<const TableLayout> tables, T* weights, 
         case OptimizerKind::adam:
           break;  // rejected above
       }
+      if (tl.dtype != DType::f32) {  // emulated fp16/bf16 storage
+        for (int d = 0; d < dim; ++d)
+          w[d] = static_cast<T>(round_to_dtype(static_cast<float>(w[d]), tl.dtype));
+      }
     }
   }
 }

@@ -1,0 +1,142 @@
+// The analytical performance model: time and memory of every op of a training step
+// on a device, from the device spec (configs/devices/) and a calibration (named
+// constants per architecture family, overridable by a file measured on the device).
+// Host-only C++; the planner, the kernel selector and the benchmarks all ask it, so
+// a prediction and its measurement can always be printed side by side.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "parity/spec.h"
+
+namespace parity {
+
+// ------------------------------------------------------------ calibration --
+
+// Achieved fractions and fixed costs on one device. Defaults come from named tables per
+// architecture family (src/perf/calibration.cpp, each value with its origin); a
+// calibration file measured on the device overrides any of them.
+struct Calibration {
+  std::string source;                      // where the values came from
+  // Dense matrix products: achieved fraction of the datasheet peak at large sizes.
+  double gemm_efficiency_fp32 = 0;
+  double gemm_efficiency_tf32 = 0;
+  double gemm_efficiency_bf16 = 0;
+  double gemm_efficiency_fp16 = 0;
+  // Memory: achieved device-to-device copy bandwidth as a fraction of the datasheet.
+  double hbm_efficiency = 0;
+  // Table-batched embedding kernels: achieved fraction of the *copy* bandwidth.
+  double embedding_forward_efficiency = 0;
+  double embedding_backward_efficiency = 0;
+  // Bytes of device-memory traffic per id for sorting ids in the backward (radix sort
+  // of (key, position) pairs, all passes, reads and writes).
+  double sort_bytes_per_id = 0;
+  double host_link_efficiency = 0;         // achieved fraction of host_link_bandwidth
+  double scale_up_efficiency = 0;          // nccl-tests busbw / link bandwidth, scale-up
+  double scale_out_efficiency = 0;         // same across domains
+  double collective_latency_up_s = 0;      // fixed cost of one collective within a domain
+  double collective_latency_out_s = 0;     // across domains
+  double kernel_launch_s = 0;              // per kernel launch (no graph capture)
+  double allreduce_overlap = 0;            // fraction of dense backward time that hides the
+                                           // dense-gradient all-reduce (bucketed, as DDP)
+  double workspace_bytes = 0;              // GEMM workspace, sort temporaries
+  double reserved_bytes = 0;               // runtime context, collective buffers, allocator
+                                           // slack: absolute bytes, not a percentage
+
+  double gemm_efficiency(DenseMath m) const;
+};
+
+// Built-in values for a device (by vendor and arch).
+Calibration default_calibration(const DeviceSpec& device);
+// Overrides from a YAML file of `key: value` pairs (keys as the fields above) plus
+// `device: NAME` (must match) and `source: "..."`. Throws InputError naming file, line, key.
+Calibration load_calibration(const std::filesystem::path& file, const DeviceSpec& device);
+// configs/calibration/<device>.yaml when it exists, else the built-in values.
+Calibration calibration_for(const DeviceSpec& device, const std::filesystem::path& configs_dir);
+
+// ------------------------------------------------------------------- GEMM --
+
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0;  // C[m, n] = A[m, k] · B[k, n]
+  DenseMath math = DenseMath::fp32;
+};
+
+struct GemmTile {
+  int m = 0, n = 0;
+  int ctas_per_cu = 1;  // concurrent tiles on one SM/CU
+};
+
+struct GemmEstimate {
+  double seconds = 0;
+  double compute_s = 0;     // with tile and wave quantization
+  double memory_s = 0;
+  GemmTile tile;            // the candidate ranked first
+  double waves = 0;
+  double flops = 0;         // 2mnk
+  double bytes = 0;
+};
+
+// Candidate tiles for the device's vendor and the math precision.
+std::vector<GemmTile> gemm_candidates(const DeviceSpec& device, DenseMath math);
+// Time of one tile config (roofline with tile and wave quantization, plus launch).
+GemmEstimate gemm_time(const GemmShape& s, const GemmTile& tile, const DeviceSpec& device,
+                       const Calibration& cal);
+// The fastest candidate; deterministic (ties go to the earlier candidate).
+GemmEstimate gemm_best(const GemmShape& s, const DeviceSpec& device, const Calibration& cal);
+
+// A memory-bound pass moving `bytes` (plus one launch).
+double memory_pass_time(double bytes, const DeviceSpec& device, const Calibration& cal);
+
+// -------------------------------------------------------------- embeddings --
+
+// Expected distinct rows among n draws over rows with the table's distribution.
+double expected_unique_rows(std::int64_t rows, IdDistribution dist, double alpha, double draws);
+// Fraction of draws that hit the `cached` most frequent rows.
+double hot_fraction(std::int64_t rows, IdDistribution dist, double alpha, double cached);
+
+enum class Placement : std::uint8_t { hbm, host };
+std::string_view placement_name(Placement p);
+
+// The work of one table shard on one device for one step.
+struct EmbeddingShardWork {
+  std::int64_t rows = 0;       // rows in the shard
+  int dim = 0;                 // columns in the shard
+  double bags = 0;             // pooled outputs produced per step
+  double lookups = 0;          // ids looked up per step
+  DType weight_dtype = DType::f32;
+  OptimizerKind optimizer = OptimizerKind::rowwise_adagrad;
+  Placement placement = Placement::hbm;
+  double cache_rows = 0;       // host placement: rows cached in HBM
+  IdDistribution distribution = IdDistribution::uniform;
+  double zipf_alpha = 0;
+};
+
+struct EmbeddingCost {
+  double forward_bytes = 0, backward_bytes = 0, host_bytes = 0;
+  double unique_rows = 0;
+  double forward_s = 0, backward_s = 0, host_s = 0;  // backward includes the fused update
+};
+
+EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& device,
+                             const Calibration& cal);
+// Bytes of optimizer state per row.
+double optimizer_state_bytes_per_row(OptimizerKind k, int dim);
+
+// ------------------------------------------------------------- collectives --
+
+enum class Collective : std::uint8_t { all_to_all, all_reduce, reduce_scatter, all_gather };
+std::string_view collective_name(Collective c);
+
+// Time of a collective where every one of `gpus` ranks holds `bytes` (all_reduce: the
+// buffer; all_to_all: what each rank sends in total, itself included; reduce_scatter:
+// the input; all_gather: the output). Latency-bandwidth model with nccl-tests' bus
+// bandwidth factors: all_reduce 2(n-1)/n, the others (n-1)/n; hierarchical across
+// scale-up domains.
+double collective_time(Collective c, double bytes, int gpus, const DeviceSpec& device,
+                       const Calibration& cal);
+
+}  // namespace parity

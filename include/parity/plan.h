@@ -1,0 +1,121 @@
+// The Plan: the contract between the thinking half (spec, perf, plan) and the doing
+// half (engine, backends). A plain, serializable value: device and GPU count, batch,
+// per table its precision, optimizer, placement and sharding (with shard boundaries),
+// dense math precision, the recipe changes with their reasons, the kernel choices,
+// and the predictions (step time and memory by category, examples/s). The planner
+// makes it, `parity train --plan` consumes it, a user can read and edit it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "parity/perf.h"
+#include "parity/spec.h"
+
+namespace parity {
+
+enum class Sharding : std::uint8_t { table, row, column, replicated };
+std::string_view sharding_name(Sharding s);
+
+struct ShardPlan {
+  int device = 0;                 // rank holding the shard (replicated: every rank, -1)
+  std::int64_t row_begin = 0, row_end = 0;
+  int col_begin = 0, col_end = 0;
+};
+
+struct TablePlan {
+  std::string name;
+  DType dtype = DType::f32;
+  OptimizerKind optimizer = OptimizerKind::rowwise_adagrad;
+  Sharding sharding = Sharding::table;
+  Placement placement = Placement::hbm;
+  std::int64_t cache_rows = 0;    // host placement: rows cached in HBM (per shard)
+  std::vector<ShardPlan> shards;
+};
+
+struct RecipeChange {
+  std::string what;    // "embedding optimizer", "table dtype", "global batch", "dense math", ...
+  std::string from, to;
+  std::string reason;
+};
+
+struct KernelChoice {
+  std::string op;      // e.g. "top_mlp.0 forward"
+  std::int64_t m = 0, n = 0, k = 0;
+  int tile_m = 0, tile_n = 0;
+  double predicted_s = 0;
+};
+
+struct Prediction {
+  double step_s = 0;
+  double examples_per_s = 0;          // whole job
+  double examples_per_s_per_gpu = 0;
+  std::map<std::string, double> time_s;       // by op category (critical path)
+  std::map<std::string, double> memory_bytes; // by category, on the fullest device
+  double peak_memory_bytes = 0;               // fullest device
+  std::vector<double> device_memory_bytes;    // every device
+  int peak_device = 0;
+  double memory_budget_bytes = 0;             // HBM per device
+  double host_memory_bytes = 0;               // host memory used per GPU (host-placed tables)
+};
+
+struct Plan {
+  std::string model;                 // model name
+  std::string model_file;            // where the model was loaded from
+  std::string device;                // catalog key
+  int gpus = 1;
+  std::int64_t per_device_batch = 0;
+  std::int64_t global_batch = 0;
+  DenseMath dense_math = DenseMath::fp32;
+  OptimizerKind embedding_optimizer = OptimizerKind::rowwise_adagrad;
+  std::vector<TablePlan> tables;
+  std::vector<RecipeChange> changes;
+  std::vector<KernelChoice> kernels;
+  Prediction prediction;
+  std::string calibration;           // calibration source
+};
+
+struct PlannerOptions {
+  std::filesystem::path configs_dir = "configs";  // for configs/calibration/
+  // Smallest global batch the planner may fall back to, as a fraction of the model's
+  // batch_size, when the reference batch does not fit.
+  int max_batch_halvings = 6;
+};
+
+// The predicted step of a plan: time by category and memory by category. Throws
+// InputError if the plan does not match the model (tables, shards) or the device.
+Prediction evaluate_plan(const Plan& plan, const ModelSpec& model, const DeviceSpec& device,
+                         const Calibration& cal);
+
+// Thrown when no recipe fits; what() says what does not fit, by how many bytes, and what
+// would make it fit.
+class InfeasibleError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// The co-designed plan: maximises predicted examples/s under the memory budget.
+// Deterministic. Throws InfeasibleError when nothing fits.
+Plan make_plan(const ModelSpec& model, const DeviceSpec& device, int gpus,
+               const PlannerOptions& options = {});
+
+// The recipe of `source` run unchanged on `device` (the direct port): same batch per
+// device, table precision, optimizer, placement, sharding and dense math (tf32 falls back
+// to fp32 on a device without tf32), re-evaluated on `device`. Its prediction says whether
+// it fits (peak_memory_bytes > memory_budget_bytes when it does not).
+Plan port_plan(const Plan& source, const ModelSpec& model, const DeviceSpec& device,
+               const PlannerOptions& options = {});
+
+// JSON round trip. from_json throws InputError naming the field that is wrong.
+std::string plan_to_json(const Plan& plan);
+Plan plan_from_json(const std::string& text, const std::string& origin);
+Plan load_plan(const std::filesystem::path& file);
+
+// The model as the plan trains it: table dtypes, embedding optimizer. Throws InputError
+// if the plan is not for this model.
+ModelSpec apply_plan(const ModelSpec& model, const Plan& plan);
+
+}  // namespace parity

@@ -1,0 +1,122 @@
+// Embedding lookup and update cost: bytes that must move per step, over the device's
+// copy bandwidth times the achieved fraction of the table-batched kernels. Unique rows
+// per step (what the fused update reads and writes) come from the id distribution:
+// uniform exactly, Zipf by summing the first ranks and integrating the tail.
+#include <algorithm>
+#include <cmath>
+
+#include "parity/perf.h"
+
+namespace parity {
+namespace {
+
+constexpr int kExactRanks = 64;     // ranks summed term by term before the tail integral
+constexpr int kTailSteps = 64;      // Simpson intervals (even) over log(rank) in the tail
+
+// Generalised harmonic number sum_{k=1..n} k^-alpha: exact head, then Euler-Maclaurin
+// (integral, end-point and first-derivative corrections) for the tail.
+double harmonic(double n, double alpha) {
+  if (n <= 0) return 0;
+  const double head_n = std::min(std::floor(n), static_cast<double>(kExactRanks));
+  double h = 0;
+  for (int k = 1; k <= static_cast<int>(head_n); ++k) h += std::pow(k, -alpha);
+  if (n > head_n) {
+    const double a = head_n + 1, b = std::floor(n);
+    auto f = [&](double x) { return std::pow(x, -alpha); };
+    auto df = [&](double x) { return -alpha * std::pow(x, -alpha - 1); };
+    const double integral = std::abs(alpha - 1) < 1e-12
+                                ? std::log(b / a)
+                                : (std::pow(b, 1 - alpha) - std::pow(a, 1 - alpha)) / (1 - alpha);
+    h += integral + (f(a) + f(b)) / 2 + (df(b) - df(a)) / 12;
+  }
+  return h;
+}
+
+// sum_{k=lo..hi} f(k) for smooth f, as the integral over [lo-0.5, hi+0.5] with x = e^t.
+template <class F>
+double tail_integral(double lo, double hi, F f) {
+  if (hi < lo) return 0;
+  const double a = std::log(lo - 0.5), b = std::log(hi + 0.5);
+  const double step = (b - a) / kTailSteps;
+  double s = 0;
+  for (int i = 0; i <= kTailSteps; ++i) {
+    const double t = a + i * step;
+    const double x = std::exp(t);
+    const double w = (i == 0 || i == kTailSteps) ? 1 : (i % 2 ? 4 : 2);
+    s += w * f(x) * x;  // dx = x dt
+  }
+  return s * step / 3;
+}
+
+}  // namespace
+
+std::string_view placement_name(Placement p) { return p == Placement::hbm ? "hbm" : "host"; }
+
+double expected_unique_rows(std::int64_t rows, IdDistribution dist, double alpha, double draws) {
+  if (rows <= 0 || draws <= 0) return 0;
+  const double r = static_cast<double>(rows);
+  if (dist == IdDistribution::uniform || alpha <= 0)
+    return rows == 1 ? 1.0 : -r * std::expm1(draws * std::log1p(-1.0 / r));
+  // Poisson approximation: E[distinct] = sum_k 1 - exp(-draws * p_k).
+  const double h = harmonic(r, alpha);
+  auto term = [&](double k) { return -std::expm1(-draws * std::pow(k, -alpha) / h); };
+  const double head_n = std::min(r, static_cast<double>(kExactRanks));
+  double u = 0;
+  for (int k = 1; k <= static_cast<int>(head_n); ++k) u += term(k);
+  if (r > head_n) u += tail_integral(head_n + 1, r, term);
+  return std::min(u, std::min(r, draws));
+}
+
+double hot_fraction(std::int64_t rows, IdDistribution dist, double alpha, double cached) {
+  if (rows <= 0) return 1;
+  const double r = static_cast<double>(rows);
+  const double c = std::clamp(cached, 0.0, r);
+  if (dist == IdDistribution::uniform || alpha <= 0) return c / r;
+  return harmonic(c, alpha) / harmonic(r, alpha);
+}
+
+double optimizer_state_bytes_per_row(OptimizerKind k, int dim) {
+  switch (k) {
+    case OptimizerKind::sgd: return 0;
+    case OptimizerKind::rowwise_adagrad: return 4;
+    case OptimizerKind::adagrad: return 4.0 * dim;
+    case OptimizerKind::adam: return 8.0 * dim;
+  }
+  return 0;
+}
+
+EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& device,
+                             const Calibration& cal) {
+  EmbeddingCost c;
+  if (w.rows <= 0 || w.dim <= 0) return c;
+  const double sw = static_cast<double>(dtype_size(w.weight_dtype));
+  const double d = w.dim;
+  constexpr double kIdBytes = 8, kOutBytes = 4, kGradBytes = 4;
+  // Forward: ids and offsets read, every looked-up row read, pooled outputs written.
+  c.forward_bytes = w.lookups * kIdBytes + w.bags * kIdBytes + w.lookups * d * sw +
+                    w.bags * d * kOutBytes;
+  // Backward fused with the update: output gradients read once per bag, ids sorted,
+  // each distinct row and its optimizer state read and written once.
+  c.unique_rows = expected_unique_rows(w.rows, w.distribution, w.zipf_alpha, w.lookups);
+  const double state = optimizer_state_bytes_per_row(w.optimizer, w.dim);
+  c.backward_bytes = w.bags * d * kGradBytes + w.lookups * (kIdBytes + cal.sort_bytes_per_id) +
+                     2 * c.unique_rows * (d * sw + state);
+  const double copy_bw = device.hbm_bandwidth.value * cal.hbm_efficiency;
+  c.forward_s = c.forward_bytes / (copy_bw * cal.embedding_forward_efficiency) + cal.kernel_launch_s;
+  constexpr int kBackwardKernels = 3;  // sort, segment, reduce-and-update
+  c.backward_s = c.backward_bytes / (copy_bw * cal.embedding_backward_efficiency) +
+                 kBackwardKernels * cal.kernel_launch_s;
+  if (w.placement == Placement::host) {
+    // Rows missing from the HBM cache come over the host link and go back updated. The
+    // cold ids are treated as uniform over the cold rows (an upper bound for Zipf).
+    const double hit = hot_fraction(w.rows, w.distribution, w.zipf_alpha, w.cache_rows);
+    const auto cold_rows = static_cast<std::int64_t>(std::max(1.0, static_cast<double>(w.rows) - w.cache_rows));
+    const double missed = expected_unique_rows(cold_rows, IdDistribution::uniform, 0,
+                                               w.lookups * (1 - hit));
+    c.host_bytes = 2 * missed * (d * sw + state);
+    c.host_s = c.host_bytes / (device.host_link_bandwidth.value * cal.host_link_efficiency);
+  }
+  return c;
+}
+
+}  // namespace parity

@@ -1,0 +1,307 @@
+// The predicted step of a plan. Composition and overlap assumption (docs/planner.md):
+//   step = embedding forward + all-to-all forward + dense forward (MLPs, interaction)
+//        + loss + dense backward + all-to-all backward + embedding backward (fused update)
+//        + host traffic of host-placed tables + dense optimizer
+//        + max(0, dense all-reduce - allreduce_overlap * dense backward)
+// Embedding work is the slowest device's (the all-to-all waits for it). Only the dense
+// all-reduce overlaps with compute (bucketed during the backward, as DDP does); the
+// embedding exchange is on the critical path, as in the engine today.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "parity/error.h"
+#include "parity/backend.h"
+#include "parity/plan.h"
+
+namespace parity {
+namespace {
+
+double math_bytes(DenseMath m) { return m == DenseMath::bf16 || m == DenseMath::fp16 ? 2.0 : 4.0; }
+
+struct DenseWork {
+  double mlp_s = 0, mlp_backward_s = 0, interaction_s = 0, interaction_backward_s = 0;
+  double loss_s = 0;
+  double saved_floats_per_example = 0;  // activations kept for the backward
+  double grad_floats_per_example = 0;   // gradient scratch
+  std::vector<KernelChoice> kernels;
+};
+
+DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const DeviceSpec& dev,
+                     const Calibration& cal) {
+  DenseWork w;
+  auto gemm = [&](const std::string& op, std::int64_t mm, std::int64_t nn, std::int64_t kk) {
+    const GemmEstimate e = gemm_best({mm, nn, kk, math}, dev, cal);
+    w.kernels.push_back({op, mm, nn, kk, e.tile.m, e.tile.n, e.seconds});
+    return e.seconds;
+  };
+  const double s = math_bytes(math);
+  double widest = std::max(m.dense_features, m.interaction_output_dim());
+  auto mlp = [&](const std::string& name, const std::vector<int>& sizes, int in, bool first_needs_dx) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const std::string op = name + "." + std::to_string(i);
+      const int out = sizes[i];
+      w.mlp_s += gemm(op + " forward", b, out, in);
+      if (i > 0 || first_needs_dx) w.mlp_backward_s += gemm(op + " backward dx", b, in, out);
+      w.mlp_backward_s += gemm(op + " backward dw", out, in, b);
+      w.mlp_backward_s += memory_pass_time(static_cast<double>(b) * out * 4, dev, cal);  // dbias
+      w.saved_floats_per_example += out;
+      widest = std::max<double>(widest, out);
+      in = out;
+    }
+  };
+  mlp("bottom_mlp", m.bottom_mlp, m.dense_features, false);
+  const std::int64_t n = m.interaction_input_dim();
+  w.saved_floats_per_example += static_cast<double>(n);  // x0
+  if (m.interaction.kind == InteractionKind::dcnv2) {
+    const std::int64_t r = m.interaction.low_rank;
+    for (int l = 0; l < m.interaction.cross_layers; ++l) {
+      const std::string op = "cross." + std::to_string(l);
+      w.interaction_s += gemm(op + " forward u", b, r, n) + gemm(op + " forward z", b, n, r);
+      w.interaction_s += memory_pass_time(4.0 * b * n * s, dev, cal);  // x0*z + xl
+      w.interaction_backward_s += memory_pass_time(6.0 * b * n * s, dev, cal);  // dz, dx0 +=
+      w.interaction_backward_s += gemm(op + " backward dw", n, r, b) + gemm(op + " backward du", b, r, n) +
+                                  gemm(op + " backward dv", r, n, b) + gemm(op + " backward dxl", b, n, r);
+      w.saved_floats_per_example += 2.0 * n + r;
+    }
+    w.grad_floats_per_example += 2.0 * n;
+  } else {
+    const double f = m.num_tables() + 1;
+    const double d = m.bottom_mlp.back();
+    const double flops = 2.0 * b * f * f * d;
+    const double peak = dev.dense_flops(math) * cal.gemm_efficiency(math);
+    const double bytes = static_cast<double>(b) * (f * d + m.interaction_output_dim()) * s;
+    w.interaction_s += std::max(flops / peak, memory_pass_time(bytes, dev, cal));
+    w.interaction_backward_s += std::max(2 * flops / peak, memory_pass_time(2 * bytes, dev, cal));
+    w.saved_floats_per_example += m.interaction_output_dim();
+  }
+  mlp("top_mlp", m.top_mlp, m.interaction_output_dim(), true);
+  w.loss_s = memory_pass_time(static_cast<double>(b) * 12, dev, cal);
+  w.grad_floats_per_example += static_cast<double>(n) + m.interaction_output_dim() + 2 * widest;
+  return w;
+}
+
+const TableSpec& table_of(const ModelSpec& m, const std::string& name, const std::string& where) {
+  for (const auto& t : m.tables)
+    if (t.name == name) return t;
+  throw InputError(where + ": table '" + name + "' is not in model '" + m.name + "'");
+}
+
+}  // namespace
+
+std::string_view sharding_name(Sharding s) {
+  switch (s) {
+    case Sharding::table: return "table";
+    case Sharding::row: return "row";
+    case Sharding::column: return "column";
+    case Sharding::replicated: return "replicated";
+  }
+  return "?";
+}
+
+Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec& dev,
+                         const Calibration& cal) {
+  const std::string where = "plan for model '" + plan.model + "'";
+  if (plan.gpus < 1) throw InputError(where + ": gpus must be >= 1");
+  if (plan.per_device_batch < 1) throw InputError(where + ": per_device_batch must be >= 1");
+  if (plan.tables.size() != m.tables.size())
+    throw InputError(where + ": has " + std::to_string(plan.tables.size()) + " tables, model '" +
+                     m.name + "' has " + std::to_string(m.tables.size()));
+  if (plan.dense_math == DenseMath::tf32 && !dev.has_tf32())
+    throw InputError(where + ": dense math tf32 on " + dev.display_name + ", which has no TF32");
+  const int W = plan.gpus;
+  const double b = static_cast<double>(plan.per_device_batch);
+  const double G = b * W;
+  Prediction p;
+  p.memory_budget_bytes = dev.hbm_bytes.value;
+
+  // ---- dense part (replicated: the same on every device) ----
+  const DenseWork dw = dense_work(m, plan.per_device_batch, plan.dense_math, dev, cal);
+  const double P = static_cast<double>(m.dense_parameters());
+  const int k = optimizer_state_per_element(m.dense_optimizer.kind);
+  const bool low = plan.dense_math == DenseMath::bf16 || plan.dense_math == DenseMath::fp16;
+  const double opt_bytes = P * (4 * 3 + 8.0 * k) + (low ? P * 2 : 0);
+  const double t_opt = memory_pass_time(opt_bytes, dev, cal);
+  const double t_allreduce = collective_time(Collective::all_reduce, P * 4, W, dev, cal);
+  const double dense_backward = dw.mlp_backward_s + dw.interaction_backward_s;
+  const double exposed_allreduce = std::max(0.0, t_allreduce - cal.allreduce_overlap * dense_backward);
+
+  // ---- embeddings, per device ----
+  std::vector<double> fwd(W, 0), bwd(W, 0), host(W, 0), a2a_send(W, 0), rs_bytes(W, 0);
+  std::vector<double> weights_mem(W, 0), state_mem(W, 0), index_mem(W, 0), io_mem(W, 0);
+  std::vector<double> host_mem(W, 0);
+  double replicated_s = 0, replicated_allreduce_bytes = 0;
+  std::size_t memo_table = static_cast<std::size_t>(-1);
+  EmbeddingShardWork memo;
+  EmbeddingCost memo_cost;
+  for (std::size_t i = 0; i < plan.tables.size(); ++i) {
+    const TablePlan& tp = plan.tables[i];
+    const TableSpec& ts = table_of(m, tp.name, where);
+    const std::string tw = where + ": table '" + tp.name + "'";
+    if (tp.shards.empty()) throw InputError(tw + ": has no shards");
+    if (tp.dtype != DType::f32 && tp.dtype != DType::f16 && tp.dtype != DType::bf16)
+      throw InputError(tw + ": dtype must be fp32, fp16 or bf16");
+    const double sw = static_cast<double>(dtype_size(tp.dtype));
+    const double L = ts.pooling_size;
+    auto add_shard = [&](int d, std::int64_t rows, int dim, double bags, double lookups,
+                         bool exchanged) {
+      if (d < 0 || d >= W) throw InputError(tw + ": shard on device " + std::to_string(d) +
+                                            ", expected 0.." + std::to_string(W - 1));
+      EmbeddingShardWork w;
+      w.rows = rows;
+      w.dim = dim;
+      w.bags = bags;
+      w.lookups = lookups;
+      w.weight_dtype = tp.dtype;
+      w.optimizer = tp.optimizer;
+      w.placement = tp.placement;
+      w.cache_rows = static_cast<double>(tp.cache_rows);
+      w.distribution = ts.distribution;
+      w.zipf_alpha = ts.zipf_alpha;
+      // Row shards of one table share (rows, lookups): compute their cost once.
+      const bool same = i == memo_table && rows == memo.rows && dim == memo.dim &&
+                        bags == memo.bags && lookups == memo.lookups;
+      if (!same) {
+        memo_cost = embedding_cost(w, dev, cal);
+        memo_table = i;
+        memo = w;
+      }
+      const EmbeddingCost& c = memo_cost;
+      fwd[d] += c.forward_s;
+      bwd[d] += c.backward_s;
+      host[d] += c.host_s;
+      const double state_row = optimizer_state_bytes_per_row(tp.optimizer, dim);
+      const double row_bytes = dim * sw + state_row;
+      if (tp.placement == Placement::hbm) {
+        weights_mem[d] += rows * dim * sw;
+        state_mem[d] += rows * state_row;
+      } else {
+        const double cached = std::min<double>(static_cast<double>(tp.cache_rows), rows);
+        weights_mem[d] += cached * (dim * sw + 8);  // cached rows and their tags
+        state_mem[d] += cached * state_row;
+        host_mem[d] += rows * row_bytes;
+      }
+      index_mem[d] += lookups * (8 + 2 * 12) + bags * 8;  // ids, sort pairs (double-buffered), offsets
+      if (exchanged) {
+        a2a_send[d] += bags * dim * 4;
+        io_mem[d] += 2 * bags * dim * 4;  // outputs out, gradients in
+      }
+    };
+    auto whole = [&](const ShardPlan& s) {
+      if (s.row_begin != 0 || s.row_end != ts.rows || s.col_begin != 0 || s.col_end != ts.dim)
+        throw InputError(tw + ": a " + std::string(sharding_name(tp.sharding)) +
+                         "-sharded table's shard must hold rows [0, " + std::to_string(ts.rows) +
+                         ") and columns [0, " + std::to_string(ts.dim) + ")");
+    };
+    switch (tp.sharding) {
+      case Sharding::table: {
+        if (tp.shards.size() != 1) throw InputError(tw + ": table sharding needs exactly one shard");
+        whole(tp.shards[0]);
+        add_shard(tp.shards[0].device, ts.rows, ts.dim, G, G * L, true);
+        break;
+      }
+      case Sharding::column: {
+        int cols = 0;
+        for (const auto& s : tp.shards) {
+          if (s.col_end <= s.col_begin) throw InputError(tw + ": a column shard is empty");
+          if (s.row_begin != 0 || s.row_end != ts.rows || s.col_end > ts.dim)
+            throw InputError(tw + ": a column shard must hold every row and columns within [0, " +
+                             std::to_string(ts.dim) + ")");
+          cols += s.col_end - s.col_begin;
+          add_shard(s.device, ts.rows, s.col_end - s.col_begin, G, G * L, true);
+        }
+        if (cols != ts.dim) throw InputError(tw + ": column shards cover " + std::to_string(cols) +
+                                             " of " + std::to_string(ts.dim) + " columns");
+        break;
+      }
+      case Sharding::row: {
+        std::int64_t rows = 0;
+        for (const auto& s : tp.shards) {
+          const std::int64_t r = s.row_end - s.row_begin;
+          if (r <= 0) throw InputError(tw + ": a row shard is empty");
+          if (s.col_begin != 0 || s.col_end != ts.dim || s.row_end > ts.rows)
+            throw InputError(tw + ": a row shard must hold every column and rows within [0, " +
+                             std::to_string(ts.rows) + ")");
+          rows += r;
+          add_shard(s.device, r, ts.dim, G, G * L * static_cast<double>(r) / ts.rows, false);
+          rs_bytes[s.device] += G * ts.dim * 4;
+          io_mem[s.device] += 2 * G * ts.dim * 4;
+        }
+        if (rows != ts.rows) throw InputError(tw + ": row shards cover " + std::to_string(rows) +
+                                              " of " + std::to_string(ts.rows) + " rows");
+        break;
+      }
+      case Sharding::replicated: {
+        if (tp.shards.size() != static_cast<std::size_t>(W))
+          throw InputError(tw + ": a replicated table needs one shard per GPU (" + std::to_string(W) + ")");
+        for (const auto& s : tp.shards) whole(s);
+        for (int d = 0; d < W; ++d) add_shard(d, ts.rows, ts.dim, b, b * L, false);
+        // Every replica's gradient is all-reduced and every row updated.
+        replicated_allreduce_bytes += static_cast<double>(ts.rows) * ts.dim * 4;
+        replicated_s += memory_pass_time(static_cast<double>(ts.rows) *
+                                             (ts.dim * (2 * sw + 4) +
+                                              2 * optimizer_state_bytes_per_row(tp.optimizer, ts.dim)),
+                                         dev, cal);
+        break;
+      }
+    }
+  }
+  if (replicated_allreduce_bytes > 0)
+    replicated_s += collective_time(Collective::all_reduce, replicated_allreduce_bytes, W, dev, cal);
+
+  const double emb_fwd = *std::max_element(fwd.begin(), fwd.end());
+  const double emb_bwd = *std::max_element(bwd.begin(), bwd.end());
+  const double emb_host = *std::max_element(host.begin(), host.end());
+  const double send = *std::max_element(a2a_send.begin(), a2a_send.end());
+  const double rs = *std::max_element(rs_bytes.begin(), rs_bytes.end());
+  const double a2a = W > 1 ? 2 * (collective_time(Collective::all_to_all, send, W, dev, cal) +
+                                   collective_time(Collective::reduce_scatter, rs, W, dev, cal))
+                           : 0;
+
+  p.time_s["embedding_forward"] = emb_fwd;
+  p.time_s["embedding_backward"] = emb_bwd + replicated_s;
+  if (emb_host > 0) p.time_s["embedding_host_traffic"] = emb_host;
+  p.time_s["mlp"] = dw.mlp_s + dw.mlp_backward_s;
+  p.time_s["interaction"] = dw.interaction_s + dw.interaction_backward_s;
+  p.time_s["loss"] = dw.loss_s;
+  p.time_s["dense_optimizer"] = t_opt;
+  if (W > 1) {
+    p.time_s["embedding_exchange"] = a2a;
+    p.time_s["dense_allreduce_exposed"] = exposed_allreduce;
+  }
+  p.step_s = 0;
+  for (const auto& [name, t] : p.time_s) p.step_s += t;
+  p.examples_per_s = G / p.step_s;
+  p.examples_per_s_per_gpu = p.examples_per_s / W;
+
+  // ---- memory: the fullest device ----
+  const double s_act = math_bytes(plan.dense_math);
+  const double dense_mem = P * 4 * (2 + k) + (low ? P * 2 : 0);
+  const double act_mem = b * (dw.saved_floats_per_example * s_act + dw.grad_floats_per_example * 4);
+  const double pooled_mem = 2 * b * m.embedding_output_dim() * 4;  // received outputs, their grads
+  double worst = -1;
+  for (int d = 0; d < W; ++d) {
+    std::map<std::string, double> mem;
+    mem["embedding_weights"] = weights_mem[d];
+    mem["embedding_optimizer_state"] = state_mem[d];
+    mem["dense_parameters_and_state"] = dense_mem;
+    mem["activations"] = act_mem;
+    mem["embedding_io"] = io_mem[d] + pooled_mem;
+    mem["indices"] = index_mem[d];
+    mem["workspace"] = cal.workspace_bytes;
+    mem["reserved"] = cal.reserved_bytes;
+    double total = 0;
+    for (const auto& [name, v] : mem) total += v;
+    p.device_memory_bytes.push_back(total);
+    if (total > worst) {
+      worst = total;
+      p.memory_bytes = mem;
+      p.peak_device = d;
+    }
+  }
+  p.peak_memory_bytes = worst;
+  p.host_memory_bytes = *std::max_element(host_mem.begin(), host_mem.end());
+  return p;
+}
+
+}  // namespace parity

@@ -1,0 +1,239 @@
+// Plan <-> JSON. Reading validates every field and names the one that is wrong, so an
+// edited plan gets a clear message, never a crash.
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "parity/error.h"
+#include "parity/plan.h"
+
+namespace parity {
+namespace {
+
+using nlohmann::ordered_json;
+using json = nlohmann::json;
+
+constexpr const char* kFormat = "parity-plan-1";
+
+std::string math_str(DenseMath m) { return std::string(dense_math_name(m)); }
+
+class Reader {
+ public:
+  Reader(const json& j, std::string path, const std::string& origin)
+      : j_(j), path_(std::move(path)), origin_(origin) {}
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw InputError(origin_ + ": field '" + path_ + "': " + msg);
+  }
+  Reader at(const std::string& key) const {
+    if (!j_.is_object()) fail("expected an object");
+    if (!j_.contains(key)) Reader(j_, path_.empty() ? key : path_ + "." + key, origin_).fail("missing");
+    return Reader(j_.at(key), path_.empty() ? key : path_ + "." + key, origin_);
+  }
+  bool has(const std::string& key) const { return j_.is_object() && j_.contains(key); }
+  Reader at(std::size_t i) const { return Reader(j_.at(i), path_ + "[" + std::to_string(i) + "]", origin_); }
+  std::size_t size() const {
+    if (!j_.is_array()) fail("expected a list");
+    return j_.size();
+  }
+  std::string str() const {
+    if (!j_.is_string()) fail("expected a string");
+    return j_.get<std::string>();
+  }
+  std::int64_t integer(std::int64_t lo, std::int64_t hi) const {
+    if (!j_.is_number_integer()) fail("expected an integer");
+    const auto v = j_.get<std::int64_t>();
+    if (v < lo || v > hi) fail("expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
+    return v;
+  }
+  double number() const {
+    if (!j_.is_number()) fail("expected a number");
+    return j_.get<double>();
+  }
+  template <class E>
+  E choice(std::initializer_list<std::pair<const char*, E>> options) const {
+    const std::string s = str();
+    std::string names;
+    for (const auto& [n, v] : options) {
+      if (s == n) return v;
+      names += (names.empty() ? "" : ", ") + std::string(n);
+    }
+    fail("expected one of " + names + ", got '" + s + "'");
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  const std::string& origin_;
+};
+
+DType read_dtype(const Reader& r) {
+  return r.choice<DType>({{"fp32", DType::f32}, {"fp16", DType::f16}, {"bf16", DType::bf16}});
+}
+DenseMath read_math(const Reader& r) {
+  return r.choice<DenseMath>({{"fp32", DenseMath::fp32}, {"tf32", DenseMath::tf32},
+                              {"bf16", DenseMath::bf16}, {"fp16", DenseMath::fp16}});
+}
+OptimizerKind read_emb_opt(const Reader& r) {
+  return r.choice<OptimizerKind>({{"sgd", OptimizerKind::sgd},
+                                  {"adagrad", OptimizerKind::adagrad},
+                                  {"rowwise_adagrad", OptimizerKind::rowwise_adagrad}});
+}
+
+}  // namespace
+
+std::string plan_to_json(const Plan& p) {
+  ordered_json j;
+  j["format"] = kFormat;
+  j["model"] = p.model;
+  j["model_file"] = p.model_file;
+  j["device"] = p.device;
+  j["gpus"] = p.gpus;
+  j["per_device_batch"] = p.per_device_batch;
+  j["global_batch"] = p.global_batch;
+  j["dense_math"] = math_str(p.dense_math);
+  j["embedding_optimizer"] = std::string(optimizer_name(p.embedding_optimizer));
+  j["tables"] = ordered_json::array();
+  for (const auto& t : p.tables) {
+    ordered_json tj;
+    tj["name"] = t.name;
+    tj["dtype"] = std::string(dtype_name(t.dtype));
+    tj["optimizer"] = std::string(optimizer_name(t.optimizer));
+    tj["sharding"] = std::string(sharding_name(t.sharding));
+    tj["placement"] = std::string(placement_name(t.placement));
+    if (t.placement == Placement::host) tj["cache_rows"] = t.cache_rows;
+    tj["shards"] = ordered_json::array();
+    for (const auto& s : t.shards)
+      tj["shards"].push_back({{"device", s.device}, {"rows", {s.row_begin, s.row_end}},
+                              {"cols", {s.col_begin, s.col_end}}});
+    j["tables"].push_back(tj);
+  }
+  j["changes"] = ordered_json::array();
+  for (const auto& c : p.changes)
+    j["changes"].push_back({{"what", c.what}, {"from", c.from}, {"to", c.to}, {"reason", c.reason}});
+  j["kernels"] = ordered_json::array();
+  for (const auto& k : p.kernels)
+    j["kernels"].push_back({{"op", k.op}, {"m", k.m}, {"n", k.n}, {"k", k.k},
+                            {"tile", {k.tile_m, k.tile_n}}, {"predicted_s", k.predicted_s}});
+  const auto& pr = p.prediction;
+  ordered_json pj;
+  pj["step_s"] = pr.step_s;
+  pj["examples_per_s"] = pr.examples_per_s;
+  pj["examples_per_s_per_gpu"] = pr.examples_per_s_per_gpu;
+  pj["time_s"] = pr.time_s;
+  pj["memory_bytes"] = pr.memory_bytes;
+  pj["peak_memory_bytes"] = pr.peak_memory_bytes;
+  pj["peak_device"] = pr.peak_device;
+  pj["memory_budget_bytes"] = pr.memory_budget_bytes;
+  pj["host_memory_bytes"] = pr.host_memory_bytes;
+  j["prediction"] = pj;
+  j["calibration"] = p.calibration;
+  return j.dump(2) + "\n";
+}
+
+Plan plan_from_json(const std::string& text, const std::string& origin) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) throw InputError(origin + ": not valid JSON");
+  const Reader r(j, "", origin);
+  if (r.at("format").str() != kFormat)
+    r.at("format").fail(std::string("expected '") + kFormat + "'");
+  Plan p;
+  p.model = r.at("model").str();
+  if (r.has("model_file")) p.model_file = r.at("model_file").str();
+  p.device = r.at("device").str();
+  p.gpus = static_cast<int>(r.at("gpus").integer(1, 1 << 20));
+  p.per_device_batch = r.at("per_device_batch").integer(1, std::int64_t{1} << 40);
+  p.global_batch = r.at("global_batch").integer(1, std::int64_t{1} << 50);
+  if (p.global_batch != p.per_device_batch * p.gpus)
+    r.at("global_batch").fail("must equal per_device_batch x gpus (" +
+                              std::to_string(p.per_device_batch * p.gpus) + ")");
+  p.dense_math = read_math(r.at("dense_math"));
+  p.embedding_optimizer = read_emb_opt(r.at("embedding_optimizer"));
+  const Reader tables = r.at("tables");
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    const Reader t = tables.at(i);
+    TablePlan tp;
+    tp.name = t.at("name").str();
+    tp.dtype = read_dtype(t.at("dtype"));
+    tp.optimizer = read_emb_opt(t.at("optimizer"));
+    if (tp.optimizer != p.embedding_optimizer)
+      t.at("optimizer").fail("every table uses the plan's embedding_optimizer (" +
+                             std::string(optimizer_name(p.embedding_optimizer)) + ")");
+    tp.sharding = t.at("sharding").choice<Sharding>({{"table", Sharding::table},
+                                                      {"row", Sharding::row},
+                                                      {"column", Sharding::column},
+                                                      {"replicated", Sharding::replicated}});
+    tp.placement = t.at("placement").choice<Placement>({{"hbm", Placement::hbm}, {"host", Placement::host}});
+    if (t.has("cache_rows")) tp.cache_rows = t.at("cache_rows").integer(0, std::int64_t{1} << 62);
+    const Reader shards = t.at("shards");
+    for (std::size_t s = 0; s < shards.size(); ++s) {
+      const Reader sh = shards.at(s);
+      ShardPlan sp;
+      sp.device = static_cast<int>(sh.at("device").integer(0, p.gpus - 1));
+      const Reader rows = sh.at("rows");
+      if (rows.size() != 2) rows.fail("expected [begin, end]");
+      sp.row_begin = rows.at(std::size_t{0}).integer(0, std::int64_t{1} << 62);
+      sp.row_end = rows.at(std::size_t{1}).integer(sp.row_begin + 1, std::int64_t{1} << 62);
+      const Reader cols = sh.at("cols");
+      if (cols.size() != 2) cols.fail("expected [begin, end]");
+      sp.col_begin = static_cast<int>(cols.at(std::size_t{0}).integer(0, 1 << 20));
+      sp.col_end = static_cast<int>(cols.at(std::size_t{1}).integer(sp.col_begin + 1, 1 << 20));
+      tp.shards.push_back(sp);
+    }
+    p.tables.push_back(std::move(tp));
+  }
+  if (r.has("changes")) {
+    const Reader changes = r.at("changes");
+    for (std::size_t i = 0; i < changes.size(); ++i) {
+      const Reader c = changes.at(i);
+      p.changes.push_back({c.at("what").str(), c.at("from").str(), c.at("to").str(), c.at("reason").str()});
+    }
+  }
+  if (r.has("kernels")) {
+    const Reader ks = r.at("kernels");
+    for (std::size_t i = 0; i < ks.size(); ++i) {
+      const Reader k = ks.at(i);
+      KernelChoice kc;
+      kc.op = k.at("op").str();
+      kc.m = k.at("m").integer(0, std::int64_t{1} << 50);
+      kc.n = k.at("n").integer(0, std::int64_t{1} << 50);
+      kc.k = k.at("k").integer(0, std::int64_t{1} << 50);
+      const Reader tile = k.at("tile");
+      if (tile.size() != 2) tile.fail("expected [m, n]");
+      kc.tile_m = static_cast<int>(tile.at(std::size_t{0}).integer(1, 4096));
+      kc.tile_n = static_cast<int>(tile.at(std::size_t{1}).integer(1, 4096));
+      kc.predicted_s = k.at("predicted_s").number();
+      p.kernels.push_back(kc);
+    }
+  }
+  if (r.has("prediction")) {
+    const Reader pr = r.at("prediction");
+    p.prediction.step_s = pr.at("step_s").number();
+    p.prediction.examples_per_s = pr.at("examples_per_s").number();
+    p.prediction.examples_per_s_per_gpu = pr.at("examples_per_s_per_gpu").number();
+    p.prediction.peak_memory_bytes = pr.at("peak_memory_bytes").number();
+    p.prediction.peak_device = static_cast<int>(pr.at("peak_device").integer(0, p.gpus - 1));
+    p.prediction.memory_budget_bytes = pr.at("memory_budget_bytes").number();
+    p.prediction.host_memory_bytes = pr.at("host_memory_bytes").number();
+    for (const char* key : {"time_s", "memory_bytes"}) {
+      const json& obj = j["prediction"][key];
+      if (!obj.is_object()) pr.at(key).fail("expected an object of numbers");
+      for (auto it = obj.begin(); it != obj.end(); ++it) {
+        if (!it->is_number()) pr.at(key).at(it.key()).fail("expected a number");
+        (std::string(key) == "time_s" ? p.prediction.time_s : p.prediction.memory_bytes)[it.key()] =
+            it->get<double>();
+      }
+    }
+  }
+  if (r.has("calibration")) p.calibration = r.at("calibration").str();
+  return p;
+}
+
+Plan load_plan(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) throw InputError("cannot read plan '" + file.string() + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return plan_from_json(ss.str(), file.string());
+}
+
+}  // namespace parity

@@ -1,0 +1,196 @@
+// The analytical model's terms against hand-computed values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "parity/error.h"
+#include "parity/perf.h"
+
+namespace parity {
+namespace {
+namespace fs = std::filesystem;
+
+DeviceSpec h200() { return find_device("h200", fs::path(PARITY_SOURCE_DIR) / "configs/devices"); }
+DeviceSpec mi350x() { return find_device("mi350x", fs::path(PARITY_SOURCE_DIR) / "configs/devices"); }
+
+TEST(Gemm, RooflineWithTileAndWaveQuantization) {
+  const DeviceSpec d = h200();  // 132 SMs, bf16 989 TFLOP/s, 4.8 TB/s
+  const Calibration c = default_calibration(d);
+  // 8192^3 bf16 with 128x256 tiles: 64 x 32 = 2048 tiles in ceil(2048/132) = 16 waves;
+  // a wave is 132 tiles of 2*128*256*8192 flops at 989e12 * eff.
+  const GemmEstimate e = gemm_time({8192, 8192, 8192, DenseMath::bf16}, {128, 256, 1}, d, c);
+  const double peak = 989e12 * c.gemm_efficiency_bf16;
+  EXPECT_DOUBLE_EQ(e.waves, 16);
+  EXPECT_NEAR(e.compute_s, 16 * 132 * (2.0 * 128 * 256 * 8192) / peak, 1e-12);
+  EXPECT_NEAR(e.memory_s, 3.0 * 8192 * 8192 * 2 / (4.8e12 * c.hbm_efficiency), 1e-12);
+  EXPECT_NEAR(e.seconds, e.compute_s + c.kernel_launch_s, 1e-12);  // compute bound
+  EXPECT_DOUBLE_EQ(e.flops, 2.0 * 8192 * 8192 * 8192);
+
+  // Tile quantization: m = 129 pads to two 128-row tiles, as expensive as m = 256.
+  const auto a = gemm_time({129, 256 * 132, 4096, DenseMath::bf16}, {128, 256, 1}, d, c);
+  const auto b = gemm_time({256, 256 * 132, 4096, DenseMath::bf16}, {128, 256, 1}, d, c);
+  EXPECT_DOUBLE_EQ(a.compute_s, b.compute_s);
+  // Wave quantization: 133 tiles need two waves, twice the compute of 132.
+  const auto w1 = gemm_time({128, 256 * 132, 4096, DenseMath::bf16}, {128, 256, 1}, d, c);
+  const auto w2 = gemm_time({128, 256 * 133, 4096, DenseMath::bf16}, {128, 256, 1}, d, c);
+  EXPECT_DOUBLE_EQ(w1.waves, 1);
+  EXPECT_DOUBLE_EQ(w2.waves, 2);
+  EXPECT_NEAR(w2.compute_s, 2 * w1.compute_s, 1e-15);
+}
+
+TEST(Gemm, BestIsTheFastestCandidateAndDeterministic) {
+  const DeviceSpec d = h200();
+  const Calibration c = default_calibration(d);
+  const GemmShape s{65536, 1, 256, DenseMath::bf16};
+  const GemmEstimate best = gemm_best(s, d, c);
+  for (const auto& t : gemm_candidates(d, s.math))
+    EXPECT_LE(best.seconds, gemm_time(s, t, d, c).seconds);
+  EXPECT_EQ(gemm_best(s, d, c).tile.m, best.tile.m);
+  EXPECT_EQ(gemm_best(s, d, c).tile.n, best.tile.n);
+  // A skinny product is memory bound.
+  EXPECT_GT(best.memory_s, best.compute_s);
+}
+
+TEST(Gemm, Tf32OnADeviceWithoutItThrows) {
+  const DeviceSpec d = mi350x();
+  EXPECT_THROW(gemm_best({1024, 1024, 1024, DenseMath::tf32}, d, default_calibration(d)), Error);
+}
+
+TEST(Embedding, UniqueRowsUniformIsExact) {
+  EXPECT_DOUBLE_EQ(expected_unique_rows(1, IdDistribution::uniform, 0, 100), 1.0);
+  EXPECT_NEAR(expected_unique_rows(100, IdDistribution::uniform, 0, 50), 100 * (1 - std::pow(0.99, 50)), 1e-9);
+  EXPECT_NEAR(expected_unique_rows(40000000, IdDistribution::uniform, 0, 65536.0 * 3),
+              40000000 * (1 - std::pow(1 - 1 / 4e7, 65536.0 * 3)), 1e-3);
+  EXPECT_DOUBLE_EQ(expected_unique_rows(100, IdDistribution::uniform, 0, 0), 0.0);
+}
+
+// Zipf: against the exact Poisson sum over every rank.
+double exact_zipf_unique(std::int64_t rows, double alpha, double n) {
+  double h = 0;
+  for (std::int64_t k = 1; k <= rows; ++k) h += std::pow(static_cast<double>(k), -alpha);
+  double u = 0;
+  for (std::int64_t k = 1; k <= rows; ++k) u += -std::expm1(-n * std::pow(static_cast<double>(k), -alpha) / h);
+  return u;
+}
+
+TEST(Embedding, UniqueRowsZipfMatchesTheExactSum) {
+  for (double alpha : {0.8, 1.0, 1.2}) {
+    for (std::int64_t rows : {500, 200000, 2000000}) {
+      const double n = 65536.0 * 4;
+      const double exact = exact_zipf_unique(rows, alpha, n);
+      EXPECT_NEAR(expected_unique_rows(rows, IdDistribution::zipf, alpha, n), exact, 0.01 * exact)
+          << "alpha " << alpha << " rows " << rows;
+    }
+  }
+  // Zipf concentrates draws: fewer distinct rows than uniform.
+  EXPECT_LT(expected_unique_rows(1000000, IdDistribution::zipf, 1.1, 1e5),
+            expected_unique_rows(1000000, IdDistribution::uniform, 0, 1e5));
+}
+
+TEST(Embedding, HotFraction) {
+  EXPECT_DOUBLE_EQ(hot_fraction(1000, IdDistribution::uniform, 0, 250), 0.25);
+  double top = 0, all = 0;
+  for (int k = 1; k <= 1000; ++k) {
+    all += std::pow(k, -1.2);
+    if (k <= 10) top += std::pow(k, -1.2);
+  }
+  // Exact head of 64 ranks, Euler-Maclaurin tail: agrees with the full sum to ~1e-10.
+  EXPECT_NEAR(hot_fraction(1000, IdDistribution::zipf, 1.2, 10), top / all, 1e-9);
+  EXPECT_DOUBLE_EQ(hot_fraction(1000, IdDistribution::zipf, 1.2, 5000), 1.0);
+}
+
+TEST(Embedding, BytesAreTheOnesThatMustMove) {
+  const DeviceSpec d = h200();
+  Calibration c = default_calibration(d);
+  EmbeddingShardWork w;
+  w.rows = 1000000;
+  w.dim = 128;
+  w.bags = 65536;
+  w.lookups = 65536.0 * 20;
+  w.weight_dtype = DType::f32;
+  w.optimizer = OptimizerKind::rowwise_adagrad;
+  const EmbeddingCost e = embedding_cost(w, d, c);
+  // forward: 8 B per id and per offset, a 512 B row per lookup, a 512 B output per bag.
+  EXPECT_DOUBLE_EQ(e.forward_bytes, w.lookups * 8 + w.bags * 8 + w.lookups * 512 + w.bags * 512);
+  const double u = expected_unique_rows(w.rows, w.distribution, 0, w.lookups);
+  EXPECT_DOUBLE_EQ(e.unique_rows, u);
+  // backward: output grads once per bag, ids and sort traffic, each unique row and its
+  // one-float state read and written.
+  EXPECT_DOUBLE_EQ(e.backward_bytes, w.bags * 512 + w.lookups * (8 + c.sort_bytes_per_id) + 2 * u * (512 + 4));
+  const double copy = 4.8e12 * c.hbm_efficiency;
+  EXPECT_NEAR(e.forward_s, e.forward_bytes / (copy * c.embedding_forward_efficiency) + c.kernel_launch_s, 1e-12);
+  EXPECT_DOUBLE_EQ(e.host_bytes, 0);
+  // fp16 halves the row bytes; full adagrad state is a row of floats.
+  w.weight_dtype = DType::f16;
+  EXPECT_LT(embedding_cost(w, d, c).forward_bytes, e.forward_bytes);
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes_per_row(OptimizerKind::adagrad, 128), 512);
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes_per_row(OptimizerKind::sgd, 128), 0);
+  // Host placement: with the whole table cached nothing crosses the host link.
+  w.weight_dtype = DType::f32;
+  w.placement = Placement::host;
+  w.cache_rows = static_cast<double>(w.rows);
+  EXPECT_NEAR(embedding_cost(w, d, c).host_bytes, 0, 1e-6);
+  w.cache_rows = 0;
+  const EmbeddingCost h = embedding_cost(w, d, c);
+  EXPECT_NEAR(h.host_bytes, 2 * u * (512 + 4), 1e-6 * h.host_bytes);
+  EXPECT_NEAR(h.host_s, h.host_bytes / (64e9 * c.host_link_efficiency), 1e-12);
+}
+
+TEST(Collective, BusBandwidthFactorsAndHierarchy) {
+  const DeviceSpec d = h200();  // 450 GB/s scale-up per direction, domain 8, NIC 50 GB/s
+  const Calibration c = default_calibration(d);
+  const double S = 1e9, up = 450e9 * c.scale_up_efficiency, out = 50e9 * c.scale_out_efficiency;
+  EXPECT_DOUBLE_EQ(collective_time(Collective::all_reduce, S, 1, d, c), 0);
+  EXPECT_NEAR(collective_time(Collective::all_reduce, S, 8, d, c),
+              c.collective_latency_up_s + 2.0 * 7 / 8 * S / up, 1e-12);
+  EXPECT_NEAR(collective_time(Collective::all_gather, S, 8, d, c),
+              c.collective_latency_up_s + 7.0 / 8 * S / up, 1e-12);
+  EXPECT_NEAR(collective_time(Collective::all_to_all, S, 8, d, c),
+              c.collective_latency_up_s + 7.0 / 8 * S / up, 1e-12);
+  // 32 GPUs = 4 domains of 8: intra-domain over NVLink, 1/8 of the data per GPU over the NIC.
+  EXPECT_NEAR(collective_time(Collective::all_reduce, S, 32, d, c),
+              2 * c.collective_latency_up_s + c.collective_latency_out_s + 2.0 * 7 / 8 * S / up +
+                  2.0 * 3 / 4 * (S / 8) / out,
+              1e-12);
+  // All-to-all across domains: the off-domain share goes over the NIC.
+  EXPECT_NEAR(collective_time(Collective::all_to_all, S, 32, d, c),
+              c.collective_latency_out_s + std::max(7.0 / 32 * S / up, 24.0 / 32 * S / out), 1e-12);
+}
+
+TEST(Calibration, FileOverridesAndBadFilesAreClear) {
+  const DeviceSpec d = h200();
+  const Calibration def = default_calibration(d);
+  const Calibration shipped = calibration_for(d, fs::path(PARITY_SOURCE_DIR) / "configs");
+  EXPECT_DOUBLE_EQ(shipped.gemm_efficiency_bf16, 0.79);
+  EXPECT_DOUBLE_EQ(shipped.kernel_launch_s, def.kernel_launch_s);  // not in the file
+  EXPECT_NE(shipped.source.find("h200.yaml"), std::string::npos);
+  EXPECT_EQ(calibration_for(mi350x(), fs::path(PARITY_SOURCE_DIR) / "configs").source,
+            default_calibration(mi350x()).source);
+
+  const fs::path f = fs::temp_directory_path() / "parity-cal-test.yaml";
+  auto message = [&](const std::string& text) {
+    std::ofstream(f) << text;
+    try {
+      load_calibration(f, d);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  std::string m = message("device: h200\nhbm_eficiency: 0.9\n");
+  EXPECT_NE(m.find(":2:1: field 'hbm_eficiency': unknown field"), std::string::npos) << m;
+  m = message("device: h200\nhbm_efficiency: 1.5\n");
+  EXPECT_NE(m.find("field 'hbm_efficiency': expected a number in [0.01"), std::string::npos) << m;
+  m = message("device: b200\n");
+  EXPECT_NE(m.find("is for device 'b200', not 'h200'"), std::string::npos) << m;
+  m = message("device: h200\nhbm_efficiency: fast\n");
+  EXPECT_NE(m.find("expected a number"), std::string::npos) << m;
+  m = message("[1, 2");
+  EXPECT_NE(m.find("YAML syntax error"), std::string::npos) << m;
+  fs::remove(f);
+}
+
+}  // namespace
+}  // namespace parity

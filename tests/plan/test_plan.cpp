@@ -1,0 +1,253 @@
+// The planner: the headline plan, its invariants over random models and devices, and the
+// plan file as a user meets it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "parity/error.h"
+#include "parity/plan.h"
+
+namespace parity {
+namespace {
+namespace fs = std::filesystem;
+
+const fs::path kConfigs = fs::path(PARITY_SOURCE_DIR) / "configs";
+DeviceSpec device(const std::string& key) { return find_device(key, kConfigs / "devices"); }
+ModelSpec model(const std::string& name) { return load_model_spec(kConfigs / "models" / (name + ".yaml")); }
+PlannerOptions options() {
+  PlannerOptions o;
+  o.configs_dir = kConfigs;
+  return o;
+}
+
+// The headline: the full MLPerf DLRMv2 model on one H200 keeps every table in HBM in fp32
+// by switching to rowwise Adagrad (full Adagrad's state would double the tables).
+TEST(Planner, MlperfOnOneH200KeepsAllTablesInHbmInFp32) {
+  const ModelSpec m = model("mlperf-dlrmv2");
+  const Plan p = make_plan(m, device("h200"), 1, options());
+  EXPECT_EQ(p.global_batch, 65536);
+  EXPECT_EQ(p.embedding_optimizer, OptimizerKind::rowwise_adagrad);
+  ASSERT_EQ(p.tables.size(), 26u);
+  for (const auto& t : p.tables) {
+    EXPECT_EQ(t.dtype, DType::f32) << t.name;
+    EXPECT_EQ(t.placement, Placement::hbm) << t.name;
+  }
+  EXPECT_LE(p.prediction.peak_memory_bytes, 141e9);
+  EXPECT_GT(p.prediction.memory_bytes.at("embedding_weights"), 104e9);
+  const auto change = std::find_if(p.changes.begin(), p.changes.end(),
+                                   [](const RecipeChange& c) { return c.what == "embedding optimizer"; });
+  ASSERT_NE(change, p.changes.end());
+  EXPECT_EQ(change->from, "adagrad");
+  EXPECT_EQ(change->to, "rowwise_adagrad");
+  EXPECT_NE(change->reason.find("allowed by recipe.allow_rowwise_adagrad"), std::string::npos);
+}
+
+TEST(Planner, WithoutRowwiseTheMlperfModelNeedsHostMemoryOnOneH200) {
+  ModelSpec m = model("mlperf-dlrmv2");
+  m.allow_rowwise_adagrad = false;
+  const Plan p = make_plan(m, device("h200"), 1, options());
+  EXPECT_EQ(p.embedding_optimizer, OptimizerKind::adagrad);
+  int host = 0;
+  for (const auto& t : p.tables) host += t.placement == Placement::host;
+  EXPECT_GT(host, 0);
+  EXPECT_LE(p.prediction.peak_memory_bytes, 141e9);
+}
+
+TEST(Planner, InfeasibleModelsSayWhatDoesNotFitAndWhatWouldHelp) {
+  ModelSpec m = model("mlperf-dlrmv2");
+  m.allow_rowwise_adagrad = false;
+  for (auto& t : m.tables) t.rows *= 40;  // ~8 TB of tables and state
+  try {
+    make_plan(m, device("h100"), 1, options());
+    FAIL() << "planned an impossible model";
+  } catch (const InfeasibleError& e) {
+    const std::string s = e.what();
+    EXPECT_NE(s.find("does not fit on 1 x NVIDIA H100"), std::string::npos) << s;
+    EXPECT_NE(s.find("GB over"), std::string::npos) << s;
+    EXPECT_NE(s.find("more GPUs"), std::string::npos) << s;
+    EXPECT_NE(s.find("recipe.allow_rowwise_adagrad"), std::string::npos) << s;
+    EXPECT_NE(s.find("host placement"), std::string::npos) << s;
+  }
+}
+
+TEST(Planner, NeverChoosesTf32WhereTheDeviceHasNone) {
+  ModelSpec m = model("tiny");
+  m.allowed_dense_math = {DenseMath::fp32, DenseMath::tf32};
+  for (const char* key : {"mi350x", "mi355x"}) {
+    const Plan p = make_plan(m, device(key), 1, options());
+    EXPECT_EQ(p.dense_math, DenseMath::fp32) << key;
+  }
+  EXPECT_EQ(make_plan(m, device("h200"), 1, options()).dense_math, DenseMath::tf32);
+  // A tf32 recipe ported to a device without TF32 falls back to fp32, and says so.
+  const Plan src = make_plan(m, device("b200"), 1, options());
+  const Plan port = port_plan(src, m, device("mi350x"), options());
+  EXPECT_EQ(port.dense_math, DenseMath::fp32);
+  ASSERT_FALSE(port.changes.empty());
+  EXPECT_NE(port.changes[0].reason.find("no TF32"), std::string::npos);
+}
+
+TEST(Planner, IsDeterministic) {
+  const ModelSpec m = model("prod-many-features");
+  const Plan a = make_plan(m, device("h200"), 32, options());
+  const Plan b = make_plan(m, device("h200"), 32, options());
+  EXPECT_EQ(plan_to_json(a), plan_to_json(b));
+}
+
+// Random models on random devices and GPU counts.
+ModelSpec random_model(std::mt19937_64& rng) {
+  auto pick = [&](auto lo, auto hi) {
+    return std::uniform_int_distribution<long long>(lo, hi)(rng);
+  };
+  ModelSpec m;
+  m.name = "random";
+  m.source_file = "<test>";
+  m.dense_features = static_cast<int>(pick(1, 64));
+  m.batch_size = std::int64_t{1} << pick(10, 16);
+  m.max_global_batch = m.batch_size << pick(0, 2);
+  const int tables = static_cast<int>(pick(1, 60));
+  const int dim = static_cast<int>(4 * pick(4, 64));
+  for (int t = 0; t < tables; ++t) {
+    TableSpec s;
+    s.name = "t" + std::to_string(t);
+    s.rows = static_cast<std::int64_t>(std::pow(10.0, std::uniform_real_distribution<>(1, 8.7)(rng)));
+    s.dim = dim;
+    s.pooling_size = static_cast<int>(pick(0, 60));
+    if (pick(0, 1)) {
+      s.distribution = IdDistribution::zipf;
+      s.zipf_alpha = std::uniform_real_distribution<>(0.6, 1.4)(rng);
+    }
+    m.tables.push_back(s);
+  }
+  m.bottom_mlp = {static_cast<int>(pick(16, 512)), dim};
+  m.top_mlp = {static_cast<int>(pick(16, 1024)), 1};
+  if (pick(0, 1)) {
+    m.interaction.kind = InteractionKind::dot;
+  } else {
+    m.interaction.kind = InteractionKind::dcnv2;
+    m.interaction.cross_layers = static_cast<int>(pick(1, 3));
+    m.interaction.low_rank = static_cast<int>(pick(8, 256));
+  }
+  const OptimizerKind opts[] = {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad};
+  m.embedding_optimizer.kind = opts[pick(0, 2)];
+  m.dense_optimizer.kind = pick(0, 1) ? OptimizerKind::adam : OptimizerKind::adagrad;
+  m.allow_rowwise_adagrad = pick(0, 1);
+  m.allowed_table_dtypes = pick(0, 1) ? std::vector<DType>{DType::f32}
+                                      : std::vector<DType>{DType::f32, DType::f16, DType::bf16};
+  m.allowed_dense_math = {DenseMath::fp32, DenseMath::tf32, DenseMath::bf16};
+  return m;
+}
+
+TEST(Planner, PropertiesOverRandomModelsAndDevices) {
+  std::mt19937_64 rng(20261129);
+  const auto catalog = load_device_catalog(kConfigs / "devices");
+  int planned = 0, infeasible = 0;
+  for (int i = 0; i < 60; ++i) {
+    const ModelSpec m = random_model(rng);
+    const DeviceSpec& d = catalog[static_cast<std::size_t>(i) % catalog.size()];
+    const int gpus = 1 << std::uniform_int_distribution<int>(0, 5)(rng);
+    Plan p;
+    try {
+      p = make_plan(m, d, gpus, options());
+    } catch (const InfeasibleError&) {
+      ++infeasible;
+      continue;
+    }
+    ++planned;
+    // Peak memory within the budget, on every device, and host memory within the host's.
+    ASSERT_EQ(p.prediction.device_memory_bytes.size(), static_cast<std::size_t>(gpus));
+    for (double b : p.prediction.device_memory_bytes) EXPECT_LE(b, d.hbm_bytes.value) << i;
+    EXPECT_LE(p.prediction.host_memory_bytes, d.host_memory_bytes.value) << i;
+    EXPECT_TRUE(d.has_tf32() || p.dense_math != DenseMath::tf32);
+    EXPECT_GT(p.prediction.examples_per_s, 0);
+    // Changes only where allowed.
+    for (const auto& t : p.tables)
+      EXPECT_NE(std::find(m.allowed_table_dtypes.begin(), m.allowed_table_dtypes.end(), t.dtype),
+                m.allowed_table_dtypes.end());
+    if (p.embedding_optimizer != m.embedding_optimizer.kind) {
+      EXPECT_TRUE(m.allow_rowwise_adagrad);
+      EXPECT_EQ(p.embedding_optimizer, OptimizerKind::rowwise_adagrad);
+    }
+    // More HBM never predicts lower throughput.
+    DeviceSpec bigger = d;
+    bigger.hbm_bytes.value *= 2;
+    const Plan q = make_plan(m, bigger, gpus, options());
+    EXPECT_GE(q.prediction.examples_per_s, p.prediction.examples_per_s * (1 - 1e-9))
+        << "model " << i << " on " << gpus << " x " << d.name << "\nDBG1 " << plan_to_json(p) << "\nDBG2 " << plan_to_json(q);
+  }
+  EXPECT_GT(planned, 30);
+  EXPECT_GT(infeasible + planned, 0);
+}
+
+TEST(PlanFile, RoundTripsAndReEvaluatesTheSame) {
+  const ModelSpec m = model("mlperf-dlrmv2");
+  const DeviceSpec d = device("h200");
+  const Plan p = make_plan(m, d, 8, options());
+  const std::string json = plan_to_json(p);
+  const Plan q = plan_from_json(json, "plan.json");
+  EXPECT_EQ(plan_to_json(q), json);
+  const Prediction e = evaluate_plan(q, m, d, calibration_for(d, kConfigs));
+  EXPECT_DOUBLE_EQ(e.step_s, p.prediction.step_s);
+  EXPECT_DOUBLE_EQ(e.peak_memory_bytes, p.prediction.peak_memory_bytes);
+  // The model as the plan trains it.
+  const ModelSpec applied = apply_plan(m, q);
+  EXPECT_EQ(applied.embedding_optimizer.kind, OptimizerKind::rowwise_adagrad);
+  EXPECT_EQ(applied.batch_size, q.global_batch);
+  ModelSpec other = model("tiny");
+  EXPECT_THROW(apply_plan(other, q), InputError);
+}
+
+TEST(PlanFile, BadFilesNameTheField) {
+  const Plan p = make_plan(model("tiny"), device("h200"), 1, options());
+  std::string json = plan_to_json(p);
+  auto message = [](const std::string& text) {
+    try {
+      plan_from_json(text, "edited.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string s = json;
+    const auto at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  EXPECT_NE(message("{").find("edited.json: not valid JSON"), std::string::npos);
+  EXPECT_NE(message(edited("\"dtype\": \"fp16\"", "\"dtype\": \"int8\"")).find("field 'tables[0].dtype': expected one of fp32, fp16, bf16, got 'int8'"),
+            std::string::npos);
+  EXPECT_NE(message(edited("\"gpus\": 1", "\"gpus\": \"one\"")).find("field 'gpus': expected an integer"),
+            std::string::npos);
+  EXPECT_NE(message(edited("\"global_batch\": 512", "\"global_batch\": 513")).find("per_device_batch x gpus"),
+            std::string::npos);
+  EXPECT_NE(message(edited("\"format\": \"parity-plan-1\",", "")).find("field 'format': missing"),
+            std::string::npos);
+  // A shard outside the plan's GPUs.
+  EXPECT_NE(message(edited("\"device\": 0", "\"device\": 3")).find("tables[0].shards[0].device"),
+            std::string::npos);
+  // A plan whose shards do not cover the table is rejected when evaluated.
+  Plan q = plan_from_json(edited("5000\n", "4000\n"), "edited.json");
+  EXPECT_THROW(evaluate_plan(q, model("tiny"), device("h200"), default_calibration(device("h200"))),
+               InputError);
+}
+
+TEST(Planner, ShardsCoverEveryTableOnManyGpus) {
+  const ModelSpec m = model("prod-many-features");
+  const Plan p = make_plan(m, device("mi355x"), 128, options());
+  for (std::size_t t = 0; t < p.tables.size(); ++t) {
+    const auto& tp = p.tables[t];
+    ASSERT_FALSE(tp.shards.empty());
+    for (const auto& s : tp.shards) {
+      EXPECT_GE(s.device, 0);
+      EXPECT_LT(s.device, 128);
+    }
+  }
+  // evaluate_plan validates coverage (rows or columns) and throws otherwise.
+  EXPECT_NO_THROW(evaluate_plan(p, m, device("mi355x"), calibration_for(device("mi355x"), kConfigs)));
+}
+
+}  // namespace
+}  // namespace parity

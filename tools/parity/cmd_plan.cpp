@@ -1,0 +1,222 @@
+// parity plan: the co-designed recipe for a model on a device, a direct port compared
+// with it, or one line per catalog device.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "common.h"
+#include "parity/error.h"
+#include "parity/plan.h"
+
+namespace parity::cli {
+namespace {
+
+std::string rate(double v) {
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  return fmt::format("{:.0f}k", v / 1e3);
+}
+
+struct Summary {
+  std::map<std::string, int> dtypes, sharding;
+  int host = 0;
+};
+
+Summary summarize(const Plan& p) {
+  Summary s;
+  for (const auto& t : p.tables) {
+    ++s.dtypes[std::string(dtype_name(t.dtype))];
+    ++s.sharding[std::string(sharding_name(t.sharding))];
+    s.host += t.placement == Placement::host;
+  }
+  return s;
+}
+
+std::string join_counts(const std::map<std::string, int>& m) {
+  std::string out;
+  for (const auto& [k, v] : m) out += (out.empty() ? "" : ", ") + fmt::format("{} x{}", k, v);
+  return out;
+}
+
+bool fits(const Plan& p) {
+  return p.prediction.peak_memory_bytes <= p.prediction.memory_budget_bytes &&
+         p.prediction.host_memory_bytes >= 0;
+}
+
+void print_plan(const Plan& p, const DeviceSpec& dev, bool verbose) {
+  const auto& pr = p.prediction;
+  const Summary s = summarize(p);
+  fmt::print("plan: {} on {} x {}\n", p.model, p.gpus, dev.display_name);
+  fmt::print("  batch {} per device (global {}), dense math {}, embedding optimizer {}\n",
+             p.per_device_batch, p.global_batch, dense_math_name(p.dense_math),
+             optimizer_name(p.embedding_optimizer));
+  fmt::print("  tables: {} ({}), sharding {}, {} in HBM, {} in host memory\n", p.tables.size(),
+             join_counts(s.dtypes), join_counts(s.sharding), p.tables.size() - s.host, s.host);
+  fmt::print("  predicted: {:.2f} ms/step, {} examples/s ({} per GPU)\n", pr.step_s * 1e3,
+             rate(pr.examples_per_s), rate(pr.examples_per_s_per_gpu));
+  fmt::print("\n  step time by category        ms    share\n");
+  std::vector<std::pair<std::string, double>> times(pr.time_s.begin(), pr.time_s.end());
+  std::stable_sort(times.begin(), times.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  for (const auto& [k, v] : times)
+    fmt::print("    {:<26}{:>7.3f}  {:>5.1f}%\n", k, v * 1e3, 100 * v / pr.step_s);
+  fmt::print("\n  memory on device {} (fullest)    GB\n", pr.peak_device);
+  std::vector<std::pair<std::string, double>> mem(pr.memory_bytes.begin(), pr.memory_bytes.end());
+  std::stable_sort(mem.begin(), mem.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  for (const auto& [k, v] : mem) fmt::print("    {:<28}{:>7.2f}\n", k, v / 1e9);
+  fmt::print("    {:<28}{:>7.2f} of {:.2f} ({:.0f}%)\n", "total", pr.peak_memory_bytes / 1e9,
+             pr.memory_budget_bytes / 1e9, 100 * pr.peak_memory_bytes / pr.memory_budget_bytes);
+  if (pr.host_memory_bytes > 0)
+    fmt::print("    {:<28}{:>7.2f} of {:.2f} per GPU\n", "host memory (tables)",
+               pr.host_memory_bytes / 1e9, dev.host_memory_bytes.value / 1e9);
+  fmt::print("\n  recipe changes (each alters the model's numerics or placement):\n");
+  if (p.changes.empty()) fmt::print("    none: the model's own recipe\n");
+  for (const auto& c : p.changes)
+    fmt::print("    - {}: {} -> {}\n      because {}\n", c.what, c.from, c.to, c.reason);
+  if (verbose) {
+    fmt::print("\n  tables\n    {:<22}{:>6}{:>11}{:>6}{:>14}  shards (device: rows / cols)\n", "name",
+               "dtype", "sharding", "place", "cache rows");
+    for (const auto& t : p.tables) {
+      std::string shards;
+      for (std::size_t i = 0; i < t.shards.size() && i < 4; ++i)
+        shards += fmt::format("{}{}: {}-{} / {}-{}", i ? ", " : "", t.shards[i].device,
+                              t.shards[i].row_begin, t.shards[i].row_end, t.shards[i].col_begin,
+                              t.shards[i].col_end);
+      if (t.shards.size() > 4) shards += fmt::format(", ... ({} shards)", t.shards.size());
+      fmt::print("    {:<22}{:>6}{:>11}{:>6}{:>14}  {}\n", t.name, dtype_name(t.dtype),
+                 sharding_name(t.sharding), placement_name(t.placement),
+                 t.placement == Placement::host ? std::to_string(t.cache_rows) : "-", shards);
+    }
+    fmt::print("\n  GEMM kernels (first-ranked tile of the analytical model)\n");
+    for (const auto& k : p.kernels)
+      fmt::print("    {:<26} {:>7} x {:>5} x {:>5}  tile {}x{}  {:.1f} us\n", k.op, k.m, k.n, k.k,
+                 k.tile_m, k.tile_n, k.predicted_s * 1e6);
+  }
+  fmt::print("\n  calibration: {}\n", p.calibration);
+}
+
+void print_port(const Plan& port, const Plan& co, const DeviceSpec& src, const DeviceSpec& dst) {
+  const Summary a = summarize(port), b = summarize(co);
+  const bool port_fits = fits(port);
+  fmt::print("{} on {} x {}: direct port of the {} recipe vs co-designed\n\n", co.model, co.gpus,
+             dst.display_name, src.display_name);
+  fmt::print("  {:<26}{:<32}{}\n", "", fmt::format("port from {}", src.name), "co-designed");
+  auto row = [](const std::string& k, const std::string& x, const std::string& y) {
+    fmt::print("  {:<26}{:<32}{}{}\n", k, x, y, x == y ? "" : "   *");
+  };
+  row("batch per device", std::to_string(port.per_device_batch), std::to_string(co.per_device_batch));
+  row("dense math", std::string(dense_math_name(port.dense_math)), std::string(dense_math_name(co.dense_math)));
+  row("embedding optimizer", std::string(optimizer_name(port.embedding_optimizer)),
+      std::string(optimizer_name(co.embedding_optimizer)));
+  row("table precision", join_counts(a.dtypes), join_counts(b.dtypes));
+  row("sharding", join_counts(a.sharding), join_counts(b.sharding));
+  row("tables in host memory", std::to_string(a.host), std::to_string(b.host));
+  row("peak memory / HBM",
+      fmt::format("{:.1f} / {:.1f} GB{}", port.prediction.peak_memory_bytes / 1e9,
+                  port.prediction.memory_budget_bytes / 1e9, port_fits ? "" : " DOES NOT FIT"),
+      fmt::format("{:.1f} / {:.1f} GB", co.prediction.peak_memory_bytes / 1e9,
+                  co.prediction.memory_budget_bytes / 1e9));
+  row("step time", fmt::format("{:.2f} ms", port.prediction.step_s * 1e3),
+      fmt::format("{:.2f} ms", co.prediction.step_s * 1e3));
+  row("examples/s per GPU", rate(port.prediction.examples_per_s_per_gpu),
+      rate(co.prediction.examples_per_s_per_gpu));
+  fmt::print("\n");
+  if (port_fits)
+    fmt::print("  predicted gain of co-design over the direct port: {:.2f}x\n",
+               co.prediction.examples_per_s / port.prediction.examples_per_s);
+  else
+    fmt::print("  the direct port does not fit: it needs {:.1f} GB more on device {}\n",
+               (port.prediction.peak_memory_bytes - port.prediction.memory_budget_bytes) / 1e9,
+               port.prediction.peak_device);
+  fmt::print("\n  why (rows marked * differ):\n");
+  for (const auto& c : port.changes)
+    fmt::print("    - port: {} {} -> {}: {}\n", c.what, c.from, c.to, c.reason);
+  if (port.per_device_batch != co.per_device_batch)
+    fmt::print("    - batch: {} per device on {} vs {} on {}: {}\n", port.per_device_batch, src.name,
+               co.per_device_batch, dst.name,
+               co.prediction.memory_budget_bytes > port.prediction.memory_budget_bytes
+                   ? "the larger HBM holds the larger batch"
+                   : "the smaller HBM holds a smaller batch");
+  if (port.dense_math != co.dense_math)
+    fmt::print("    - dense math {} instead of {}: {} at {:.0f} TFLOP/s peak vs {:.0f}\n",
+               dense_math_name(co.dense_math), dense_math_name(port.dense_math), dst.name,
+               dst.dense_flops(co.dense_math) / 1e12, dst.dense_flops(port.dense_math) / 1e12);
+  if (a.host != b.host)
+    fmt::print("    - tables in host memory: {} on the port, {} co-designed: {}\n", a.host, b.host,
+               b.host < a.host ? "the device's HBM holds them" : "they do not fit in HBM");
+  for (const auto& c : co.changes)
+    fmt::print("    - co-designed recipe vs the model's: {} {} -> {}: {}\n", c.what, c.from, c.to, c.reason);
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  struct Args {
+    std::string model = "mlperf-dlrmv2", device, port_from, out;
+    int gpus = 1;
+    bool verbose = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan",
+      "Work out the training recipe for a model on a device: batch, table precision,\n"
+      "placement and sharding, dense math precision; predict step time, memory and\n"
+      "examples/s, and explain every change to the model's recipe.\n\n"
+      "Examples:\n"
+      "  parity plan --model mlperf-dlrmv2 --device h200 --gpus 1\n"
+      "  parity plan --model mlperf-dlrmv2 --device mi350x --port-from b200 --gpus 8\n"
+      "  parity plan --model prod-many-features --gpus 32          # every catalog device\n"
+      "  parity plan --model tiny --device h200 --out plan.json && parity train --plan plan.json");
+  cmd->add_option("--model", args->model, "Model YAML file or zoo name")->capture_default_str();
+  cmd->add_option("--device", args->device, "Device catalog key (configs/devices) or YAML file");
+  cmd->add_option("--gpus", args->gpus, "Number of GPUs")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--port-from", args->port_from,
+                  "Compare with the recipe planned for this device, run unchanged on --device");
+  cmd->add_option("--out", args->out, "Write the plan as JSON (input of parity train --plan)");
+  cmd->add_flag("--verbose,-v", args->verbose, "Per-table placement and the GEMM kernel choices");
+  cmd->callback([args] {
+    const ModelSpec model = load_model_spec(resolve_model(args->model));
+    const auto devices_dir = configs_dir() / "devices";
+    PlannerOptions opt;
+    opt.configs_dir = configs_dir();
+    if (args->device.empty()) {
+      if (!args->port_from.empty()) throw InputError("--port-from needs --device");
+      if (!args->out.empty()) throw InputError("--out needs --device");
+      fmt::print("{} on {} GPUs of each catalog device\n\n", model.name, args->gpus);
+      fmt::print("  {:<24}{:>10}{:>7}{:>17}{:>9}{:>8}{:>11}{:>13}\n", "device", "batch/GPU", "math",
+                 "table opt", "tables", "host", "mem GB", "ex/s per GPU");
+      for (const auto& dev : load_device_catalog(devices_dir)) {
+        try {
+          const Plan p = make_plan(model, dev, args->gpus, opt);
+          const Summary s = summarize(p);
+          fmt::print("  {:<24}{:>10}{:>7}{:>17}{:>9}{:>8}{:>11.1f}{:>13}\n", dev.display_name.substr(0, 23),
+                     p.per_device_batch, dense_math_name(p.dense_math),
+                     optimizer_name(p.embedding_optimizer), join_counts(s.dtypes).substr(0, 8), s.host,
+                     p.prediction.peak_memory_bytes / 1e9, rate(p.prediction.examples_per_s_per_gpu));
+        } catch (const InfeasibleError&) {
+          fmt::print("  {:<24}  does not fit on {} GPUs (parity plan --device {} says why)\n",
+                     dev.display_name.substr(0, 23), args->gpus, dev.name);
+        }
+      }
+      return;
+    }
+    const DeviceSpec dev = find_device(args->device, devices_dir);
+    const Plan plan = make_plan(model, dev, args->gpus, opt);
+    if (!args->port_from.empty()) {
+      const DeviceSpec src = find_device(args->port_from, devices_dir);
+      const Plan source = make_plan(model, src, args->gpus, opt);
+      print_port(port_plan(source, model, dev, opt), plan, src, dev);
+    } else {
+      print_plan(plan, dev, args->verbose);
+    }
+    if (!args->out.empty()) {
+      std::ofstream out(args->out);
+      out << plan_to_json(plan);
+      if (!out) throw InputError("cannot write '" + args->out + "'");
+      fmt::print("\nwrote {}\n", args->out);
+    }
+  });
+}
+
+}  // namespace parity::cli
