@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "parity/error.h"
 #include "parity/perf.h"
 #include "parity/spec.h"
 
