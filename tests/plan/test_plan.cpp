@@ -251,3 +251,54 @@ TEST(Planner, ShardsCoverEveryTableOnManyGpus) {
 
 }  // namespace
 }  // namespace parity
+
+namespace parity {
+namespace {
+
+// The memory model's categories by hand on a small model on one GPU.
+TEST(PlanEvaluation, MemoryAndTimeCategoriesByHand) {
+  ModelSpec m = model("tiny");
+  const DeviceSpec d = device("h200");
+  const Calibration c = default_calibration(d);
+  Plan p;
+  p.model = m.name;
+  p.device = d.name;
+  p.gpus = 1;
+  p.per_device_batch = p.global_batch = 512;
+  p.dense_math = DenseMath::fp32;
+  p.embedding_optimizer = OptimizerKind::rowwise_adagrad;
+  double rows = 0, weights = 0;
+  for (const auto& t : m.tables) {
+    p.tables.push_back({t.name, DType::f32, OptimizerKind::rowwise_adagrad, Sharding::table,
+                        Placement::hbm, 0, {{0, 0, t.rows, 0, t.dim}}});
+    rows += static_cast<double>(t.rows);
+    weights += static_cast<double>(t.rows) * t.dim * 4;
+  }
+  const Prediction pr = evaluate_plan(p, m, d, c);
+  EXPECT_DOUBLE_EQ(pr.memory_bytes.at("embedding_weights"), weights);
+  EXPECT_DOUBLE_EQ(pr.memory_bytes.at("embedding_optimizer_state"), rows * 4);  // one float per row
+  // Dense: parameters, gradients and one adagrad state, in fp32.
+  EXPECT_DOUBLE_EQ(pr.memory_bytes.at("dense_parameters_and_state"),
+                   static_cast<double>(m.dense_parameters()) * 4 * 3);
+  EXPECT_DOUBLE_EQ(pr.memory_bytes.at("reserved"), c.reserved_bytes);
+  EXPECT_DOUBLE_EQ(pr.memory_bytes.at("workspace"), c.workspace_bytes);
+  double total = 0;
+  for (const auto& [k, v] : pr.memory_bytes) total += v;
+  EXPECT_DOUBLE_EQ(pr.peak_memory_bytes, total);
+  // One GPU: no exchange and no all-reduce; the step is the sum of its categories.
+  EXPECT_EQ(pr.time_s.count("embedding_exchange"), 0u);
+  double step = 0;
+  for (const auto& [k, v] : pr.time_s) step += v;
+  EXPECT_DOUBLE_EQ(pr.step_s, step);
+  EXPECT_DOUBLE_EQ(pr.examples_per_s, 512 / pr.step_s);
+  // Host placement without cache: the weights leave HBM, the host holds them with their state.
+  p.tables[0].placement = Placement::host;
+  const Prediction ph = evaluate_plan(p, m, d, c);
+  const double t0 = static_cast<double>(m.tables[0].rows);
+  EXPECT_DOUBLE_EQ(ph.memory_bytes.at("embedding_weights"), weights - t0 * m.tables[0].dim * 4);
+  EXPECT_DOUBLE_EQ(ph.host_memory_bytes, t0 * (m.tables[0].dim * 4 + 4));
+  EXPECT_GT(ph.time_s.at("embedding_host_traffic"), 0);
+}
+
+}  // namespace
+}  // namespace parity

@@ -96,14 +96,15 @@ void print_plan(const Plan& p, const DeviceSpec& dev, bool verbose) {
   fmt::print("\n  calibration: {}\n", p.calibration);
 }
 
-void print_port(const Plan& port, const Plan& co, const DeviceSpec& src, const DeviceSpec& dst) {
+void print_port(const Plan& source, const Plan& port, const Plan& co, const DeviceSpec& src,
+                const DeviceSpec& dst) {
   const Summary a = summarize(port), b = summarize(co);
   const bool port_fits = fits(port);
   fmt::print("{} on {} x {}: direct port of the {} recipe vs co-designed\n\n", co.model, co.gpus,
              dst.display_name, src.display_name);
-  fmt::print("  {:<26}{:<32}{}\n", "", fmt::format("port from {}", src.name), "co-designed");
+  fmt::print("  {:<26}{:<42}{}\n", "", fmt::format("port from {}", src.name), "co-designed");
   auto row = [](const std::string& k, const std::string& x, const std::string& y) {
-    fmt::print("  {:<26}{:<32}{}{}\n", k, x, y, x == y ? "" : "   *");
+    fmt::print("  {:<26}{:<42}{}{}\n", k, x, y, x == y ? "" : "   *");
   };
   row("batch per device", std::to_string(port.per_device_batch), std::to_string(co.per_device_batch));
   row("dense math", std::string(dense_math_name(port.dense_math)), std::string(dense_math_name(co.dense_math)));
@@ -121,7 +122,8 @@ void print_port(const Plan& port, const Plan& co, const DeviceSpec& src, const D
       fmt::format("{:.2f} ms", co.prediction.step_s * 1e3));
   row("examples/s per GPU", rate(port.prediction.examples_per_s_per_gpu),
       rate(co.prediction.examples_per_s_per_gpu));
-  fmt::print("\n");
+  fmt::print("\n  the {} recipe on {} itself: {:.2f} ms/step, {} examples/s per GPU\n", src.name,
+             src.name, source.prediction.step_s * 1e3, rate(source.prediction.examples_per_s_per_gpu));
   if (port_fits)
     fmt::print("  predicted gain of co-design over the direct port: {:.2f}x\n",
                co.prediction.examples_per_s / port.prediction.examples_per_s);
@@ -129,6 +131,13 @@ void print_port(const Plan& port, const Plan& co, const DeviceSpec& src, const D
     fmt::print("  the direct port does not fit: it needs {:.1f} GB more on device {}\n",
                (port.prediction.peak_memory_bytes - port.prediction.memory_budget_bytes) / 1e9,
                port.prediction.peak_device);
+  const bool same = port.per_device_batch == co.per_device_batch && port.dense_math == co.dense_math &&
+                    port.embedding_optimizer == co.embedding_optimizer && a.dtypes == b.dtypes &&
+                    a.sharding == b.sharding && a.host == b.host;
+  if (same)
+    fmt::print("  the {} recipe is also the best the planner finds for {}: nothing it chose was\n"
+               "  limited by {}'s memory or precisions, so porting it costs nothing here\n",
+               src.name, dst.name, src.name);
   fmt::print("\n  why (rows marked * differ):\n");
   for (const auto& c : port.changes)
     fmt::print("    - port: {} {} -> {}: {}\n", c.what, c.from, c.to, c.reason);
@@ -206,7 +215,7 @@ void add_plan_command(CLI::App& app) {
     if (!args->port_from.empty()) {
       const DeviceSpec src = find_device(args->port_from, devices_dir);
       const Plan source = make_plan(model, src, args->gpus, opt);
-      print_port(port_plan(source, model, dev, opt), plan, src, dev);
+      print_port(source, port_plan(source, model, dev, opt), plan, src, dev);
     } else {
       print_plan(plan, dev, args->verbose);
     }
