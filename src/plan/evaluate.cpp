@@ -13,6 +13,7 @@
 #include "parity/error.h"
 #include "parity/backend.h"
 #include "parity/plan.h"
+#include "shard_work.h"
 
 namespace parity {
 namespace {
@@ -147,17 +148,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
                          bool exchanged) {
       if (d < 0 || d >= W) throw InputError(tw + ": shard on device " + std::to_string(d) +
                                             ", expected 0.." + std::to_string(W - 1));
-      EmbeddingShardWork w;
-      w.rows = rows;
-      w.dim = dim;
-      w.bags = bags;
-      w.lookups = lookups;
-      w.weight_dtype = tp.dtype;
-      w.optimizer = tp.optimizer;
-      w.placement = tp.placement;
-      w.cache_rows = static_cast<double>(tp.cache_rows);
-      w.distribution = ts.distribution;
-      w.zipf_alpha = ts.zipf_alpha;
+      const EmbeddingShardWork w = detail::shard_work(tp, ts, rows, dim, bags, lookups);
       // Row shards of one table share (rows, lookups): compute their cost once.
       const bool same = i == memo_table && rows == memo.rows && dim == memo.dim &&
                         bags == memo.bags && lookups == memo.lookups;

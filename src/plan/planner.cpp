@@ -19,6 +19,7 @@
 
 #include "parity/error.h"
 #include "parity/plan.h"
+#include "shard_work.h"
 
 namespace parity {
 namespace {
@@ -210,16 +211,9 @@ class Planner {
 
   double tw_cost(const TablePlan& tp, const TableSpec& ts, double bags, std::int64_t rows,
                  int dim, double lookups) const {
-    EmbeddingShardWork w;
-    w.rows = rows;
-    w.dim = dim;
-    w.bags = bags;
-    w.lookups = lookups;
-    w.weight_dtype = tp.dtype;
-    w.optimizer = tp.optimizer;
-    w.distribution = ts.distribution;
-    w.zipf_alpha = ts.zipf_alpha;
-    const EmbeddingCost c = embedding_cost(w, dev_, cal_);
+    TablePlan in_hbm = tp;
+    in_hbm.placement = Placement::hbm;
+    const EmbeddingCost c = embedding_cost(detail::shard_work(in_hbm, ts, rows, dim, bags, lookups), dev_, cal_);
     return c.forward_s + c.backward_s;
   }
 

@@ -1,0 +1,25 @@
+// The perf model's view of one table shard of a plan (shared by the planner and the plan
+// evaluation).
+#pragma once
+
+#include "parity/plan.h"
+
+namespace parity::detail {
+
+inline EmbeddingShardWork shard_work(const TablePlan& tp, const TableSpec& ts, std::int64_t rows,
+                                     int dim, double bags, double lookups) {
+  EmbeddingShardWork w;
+  w.rows = rows;
+  w.dim = dim;
+  w.bags = bags;
+  w.lookups = lookups;
+  w.weight_dtype = tp.dtype;
+  w.optimizer = tp.optimizer;
+  w.placement = tp.placement;
+  w.cache_rows = static_cast<double>(tp.cache_rows);
+  w.distribution = ts.distribution;
+  w.zipf_alpha = ts.zipf_alpha;
+  return w;
+}
+
+}  // namespace parity::detail
