@@ -54,6 +54,8 @@ struct SparseInput {
   int num_tables = 0;
   const std::int64_t* ids = nullptr;      // [offsets[num_tables*batch]]
   const std::int64_t* offsets = nullptr;  // [num_tables*batch + 1], offsets[0] == 0, non-decreasing
+  std::int64_t nnz = -1;  // offsets[num_tables*batch] when the caller knows it (-1: unknown); spares
+                          // a GPU backend a read of device memory, a host synchronisation
 };
 
 // Optimizer hyper-parameters as the ops see them (already resolved from the spec).

@@ -28,7 +28,8 @@ struct Batch {
   std::vector<float> teacher_prob;    // [size] the planted teacher's P(label=1); empty for real data
 
   SparseInput sparse() const {
-    return SparseInput{size, num_tables, ids.data(), offsets.data()};
+    return SparseInput{size, num_tables, ids.data(), offsets.data(),
+                       static_cast<std::int64_t>(ids.size())};
   }
 };
 

@@ -217,7 +217,7 @@ void Model::upload(const Batch& batch) {
   if (nids > 0) backend_.copy_to_device(in_ids_.get(), batch.ids.data(), nids * 8);
   backend_.copy_to_device(in_offsets_.get(), batch.offsets.data(), batch.offsets.size() * 8);
   sparse_ = SparseInput{n, batch.num_tables, in_ids_.as<std::int64_t>(),
-                        in_offsets_.as<std::int64_t>()};
+                        in_offsets_.as<std::int64_t>(), nids};
 }
 
 void Model::forward(std::int64_t n) {

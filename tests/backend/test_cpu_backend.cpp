@@ -598,6 +598,14 @@ TEST(CpuValidation, SparseInput) {
   bad.num_tables = 1;
   expect_error([&] { forward(bad); }, {"embedding_forward", "tables"});
 
+  // A stated id count must agree with the offsets.
+  SparseInput stated = good.input();
+  stated.nnz = 6;
+  EXPECT_NO_THROW(be.embedding_forward(tables, weights.data(), stated, out.view()));
+  stated.nnz = 4;
+  expect_error([&] { be.embedding_forward(tables, weights.data(), stated, out.view()); },
+               {"embedding_forward", "nnz is 4", "offsets end at 6"});
+
   Matrix<float> narrow(3, 4);
   expect_error([&] { be.embedding_forward(tables, weights.data(), good.input(), narrow.view()); },
                {"embedding_forward", "table 1", "columns"});

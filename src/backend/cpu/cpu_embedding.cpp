@@ -46,6 +46,9 @@ void validate_sparse_input(const char* op, std::span<const TableLayout> tables,
   if (in.offsets == nullptr) fail(op, "offsets is null");
   if (in.offsets[0] != 0) fail(op, "offsets[0] is {}, expected 0", in.offsets[0]);
   if (in.ids == nullptr && in.offsets[bags] > 0) fail(op, "ids is null");
+  if (in.nnz >= 0 && in.nnz != in.offsets[bags]) {
+    fail(op, "nnz is {}, but the offsets end at {}", in.nnz, in.offsets[bags]);
+  }
   for (int t = 0; t < in.num_tables; ++t) {
     const std::int64_t rows = tables[t].rows;
     for (std::int64_t b = 0; b < in.batch; ++b) {
