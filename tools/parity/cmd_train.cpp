@@ -141,7 +141,9 @@ void add_train_command(CLI::App& app) {
                   "Steps between checkpoints (default: at the end only)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", args->resume, "Continue from the newest checkpoint in --checkpoint");
-  cmd->add_option("--backend", args->backend, "Backend: cpu")->capture_default_str();
+  cmd->add_option("--backend", args->backend,
+                  "Backend: cpu, or cuda where built (fp32 dense math; the GPU backend is in progress)")
+      ->capture_default_str();
   cmd->add_option("--data", args->data, "Criteo TSV files to train on (default: synthetic data)");
   cmd->add_option("--eval-data", args->eval_data,
                   "Criteo TSV files to evaluate on (default: the last --data file)");

@@ -1,0 +1,121 @@
+# The GPU parts of the build: the portable GPU backend (src/backend/gpu/*.cu) for CUDA and/or
+# HIP, its tests (tests/gpu) and benchmarks (bench/), and the CI check that compiles every kernel
+# for AMD with hipcc. Included from the top-level CMakeLists.txt after the host modules.
+#
+# - cuda in PARITY_ENABLED_BACKENDS: enables the CUDA language, builds parity_backend_gpu for
+#   PARITY_CUDA_GENCODE (default sm_90a: H100/H200), with -lineinfo and -Xptxas --warn-on-spills,
+#   host code at -Wall -Wextra -Werror; test_backend_gpu (skips where no GPU is present) and
+#   embedding_bench.
+# - hip in PARITY_ENABLED_BACKENDS: the same .cu files compiled with hipcc for PARITY_HIP_ARCHS
+#   into parity_backend_hip. CMake 3.25's HIP language cannot use Debian 12's ROCm packages (it
+#   looks for hip-lang under /usr/lib/cmake, Debian installs it under the multiarch directory and
+#   lacks amd_comgr's CMake package), so hipcc is driven directly.
+# - Always, when tests are built: ctest gpu.hip_compile compiles each .cu with hipcc for
+#   gfx90a and gfx940 (skipped, with a message, where hipcc is not installed).
+
+# Kernels and their launchers are .cu; host-only parts (runtime handles, layouts, workspace) are
+# .cpp, compiled by the host compiler (nvcc's C++20 front end rejects some of libstdc++ and fmt).
+file(GLOB PARITY_GPU_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/gpu/*.cu
+     ${PROJECT_SOURCE_DIR}/src/backend/gpu/*.cpp)
+file(GLOB PARITY_GPU_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/gpu/*.h
+     ${PROJECT_SOURCE_DIR}/src/backend/gpu/*.cuh)
+
+set(PARITY_HIP_ARCHS "gfx90a;gfx940" CACHE STRING "AMD GPU targets for the HIP build and check")
+
+# ---- CUDA --------------------------------------------------------------------------------------
+if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
+  if(NOT CMAKE_CUDA_COMPILER)
+    find_program(_parity_nvcc nvcc HINTS /usr/local/cuda/bin REQUIRED)
+    set(CMAKE_CUDA_COMPILER ${_parity_nvcc})
+  endif()
+  # Architectures are passed as explicit -gencode flags (sm_90a needs the -gencode form).
+  set(CMAKE_CUDA_ARCHITECTURES OFF)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  # CMake 3.25 does not know nvcc's C++20 flag (nvcc 12+ has it); targets inherit CXX_STANDARD 20.
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  set(PARITY_CUDA_GENCODE "-gencode=arch=compute_90a,code=sm_90a" CACHE STRING
+      "nvcc -gencode flags (add -gencode=arch=compute_90,code=compute_90 for PTX that later GPUs can run)")
+  separate_arguments(_parity_gencode UNIX_COMMAND "${PARITY_CUDA_GENCODE}")
+
+  add_library(parity_backend_gpu STATIC ${PARITY_GPU_SOURCES})
+  # parity_core only for linking: its interface adds host-compiler flags that nvcc does not take;
+  # the equivalents are passed to the host compiler below.
+  target_link_libraries(parity_backend_gpu PUBLIC $<LINK_ONLY:parity_core> fmt::fmt CUDA::cudart_static)
+  target_include_directories(parity_backend_gpu PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(parity_backend_gpu PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:${_parity_gencode} -lineinfo -Xptxas=--warn-on-spills
+      -Xcompiler=-Wall,-Wextra,-Werror>
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-error=deprecated-declarations>)
+  set_target_properties(parity_backend_gpu PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
+
+  # Kernel-lab probes the benchmark runs beside the production kernels (bench/lab).
+  add_library(parity_bench_lab STATIC ${PROJECT_SOURCE_DIR}/bench/lab/row_probe.cu)
+  target_link_libraries(parity_bench_lab PUBLIC parity_backend_gpu)
+  target_compile_options(parity_bench_lab PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${_parity_gencode} -lineinfo
+    -Xcompiler=-Wall,-Wextra,-Werror>)
+  add_executable(embedding_bench ${PROJECT_SOURCE_DIR}/bench/embedding_bench.cpp)
+  target_link_libraries(embedding_bench PRIVATE parity_options parity_bench_lab parity_backend_gpu parity_backend_cpu
+                        parity_data)
+  target_compile_definitions(embedding_bench PRIVATE PARITY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  target_include_directories(embedding_bench PRIVATE ${PROJECT_SOURCE_DIR}/bench)
+
+  if(PARITY_BUILD_TESTS)
+    file(GLOB _gpu_test_src CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/gpu/*.cpp)
+    add_executable(test_backend_gpu ${_gpu_test_src})
+    target_link_libraries(test_backend_gpu PRIVATE parity_options parity_backend_gpu parity_backend_cpu parity_data
+                          GTest::gtest GTest::gtest_main)
+    gtest_discover_tests(test_backend_gpu DISCOVERY_TIMEOUT 60 PROPERTIES LABELS test_backend_gpu)
+  endif()
+endif()
+
+# ---- HIP (a real build, when asked for) --------------------------------------------------------
+if("hip" IN_LIST PARITY_ENABLED_BACKENDS)
+  find_program(PARITY_HIPCC hipcc REQUIRED)
+  find_package(hip CONFIG REQUIRED)
+  set(_hip_objects)
+  set(_hip_flags -x hip -std=c++20 -O3 -fPIC -Wall -Wextra -Werror -DPARITY_GPU_HIP=1
+      -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src)
+  foreach(_arch IN LISTS PARITY_HIP_ARCHS)
+    list(APPEND _hip_flags --offload-arch=${_arch})
+  endforeach()
+  foreach(_src IN LISTS PARITY_GPU_SOURCES)
+    get_filename_component(_name ${_src} NAME)
+    set(_obj ${CMAKE_CURRENT_BINARY_DIR}/hip/${_name}.o)
+    add_custom_command(OUTPUT ${_obj}
+      COMMAND ${PARITY_HIPCC} ${_hip_flags} -c ${_src} -o ${_obj}
+      DEPENDS ${_src} ${PARITY_GPU_HEADERS}
+      COMMENT "hipcc ${_name} (${PARITY_HIP_ARCHS})" VERBATIM)
+    list(APPEND _hip_objects ${_obj})
+  endforeach()
+  add_library(parity_backend_hip STATIC ${_hip_objects})
+  set_target_properties(parity_backend_hip PROPERTIES LINKER_LANGUAGE CXX)
+  target_link_libraries(parity_backend_hip PUBLIC $<LINK_ONLY:parity_core> fmt::fmt hip::host)
+  target_include_directories(parity_backend_hip PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_compile_definitions(parity_backend_hip PUBLIC PARITY_GPU_HIP=1)
+endif()
+
+# ---- CI: every kernel compiles as HIP for AMD ------------------------------------------------
+if(PARITY_BUILD_TESTS)
+  add_test(NAME gpu.hip_compile
+           COMMAND ${PROJECT_SOURCE_DIR}/cmake/hip-compile-check.sh ${CMAKE_CURRENT_BINARY_DIR}/hip-check
+                   "${PARITY_HIP_ARCHS}"
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu.hip_compile PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
+endif()
+
+# ---- dense GPU path (blas.cpp, dense.cu, gpu_backend.cpp; added by the dense-path work) --------
+# cuBLASLt for the products; the engine's make_backend("cuda") and the engine-level GPU tests.
+if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
+  target_link_libraries(parity_backend_gpu PUBLIC CUDA::cublasLt)
+  target_link_libraries(parity_engine PUBLIC parity_backend_gpu)
+  target_compile_definitions(parity_engine PRIVATE PARITY_WITH_CUDA_BACKEND=1)
+  if(PARITY_BUILD_TESTS)
+    target_link_libraries(test_backend_gpu PRIVATE parity_engine)
+  endif()
+endif()

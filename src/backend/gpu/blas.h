@@ -1,0 +1,86 @@
+// Matrix products of the dense path through cuBLASLt (hipBLASLt on AMD), on parity's row-major
+// views. Host entry points only; the vendor names live in blas_port.h.
+//
+// Why it is built this way:
+// - parity's matrices are row-major [rows, cols] with a leading dimension; the BLAS libraries are
+//   column-major. A row-major matrix read column-major is its transpose, so D = op(A)·op(B) is
+//   computed as Dᵀ = op(B)ᵀ·op(A)ᵀ: the operands swap places, each keeps its own transpose flag,
+//   and no data moves.
+// - Everything the library builds per shape (the matmul descriptor, four layouts, the algorithm
+//   chosen by its heuristic) is built on the first call with that shape, math, epilogue and
+//   operand alignment, and kept: after the first training step no descriptor is created and no
+//   heuristic runs (plans() counts them, for the tests). The only per-call host work is setting
+//   the bias pointer on the cached descriptor.
+// - The workspace is one device buffer allocated with the handle, before any step.
+// - An epilogue the library has no algorithm for (or a bias that is not 16-byte aligned) falls
+//   back to the plain product plus a small kernel, counted by epilogue_fallbacks().
+// - Split-K reductions are limited to the out-of-place schemes, so a product gives the same bits
+//   on every run (determinism is a feature, DESIGN.md).
+// - bf16 math takes operands that the caller already converted to bf16 (gpu_backend.cpp keeps
+//   fp32 master weights and converts per call); C, D and the bias stay fp32 and accumulation is
+//   fp32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "backend/gpu/port.h"
+
+namespace parity::gpu {
+
+// How a product is computed:
+//   fp32  fp32 operands, exact fp32 products and sums (CUBLAS_COMPUTE_32F)
+//   tf32  fp32 operands read as tf32 by the tensor cores, fp32 sums (CUBLAS_COMPUTE_32F_FAST_TF32)
+//   bf16  bf16 operands (the caller converts), fp32 sums and fp32 output
+enum class GemmMath : std::uint8_t { fp32, tf32, bf16 };
+
+// What is applied to each output after the product: + bias[col], then max(·, 0).
+enum class Epilogue : std::uint8_t { none, relu, bias, relu_bias };
+
+// A row-major operand as stored: element (r, c) at data[r * ld + c] (fp32, or bf16 bits under
+// GemmMath::bf16). transposed: the product uses the transpose of what is stored.
+struct GemmOperand {
+  const void* data = nullptr;
+  std::int64_t ld = 0;
+  bool transposed = false;
+};
+
+// D [m, n] (row-major, ldd) = op(A) [m, k] · op(B) [k, n] (+ beta · D) (+ bias [n]) (relu).
+// beta is 0 (D overwritten) or any value with D read first (accumulate in place).
+struct GemmArgs {
+  std::int64_t m = 0, n = 0, k = 0;
+  GemmOperand a, b;
+  float beta = 0.0f;
+  float* d = nullptr;
+  std::int64_t ldd = 0;
+  Epilogue epilogue = Epilogue::none;
+  const float* bias = nullptr;  // [n], fp32; required by the bias epilogues
+};
+
+class Blas {
+ public:
+  // Creates the library handle and allocates the workspace (32 MiB: what cuBLAS recommends for
+  // Hopper; enough for every split-K plan of the dense path's shapes).
+  explicit Blas(std::size_t workspace_bytes = std::size_t{32} << 20);
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+
+  // Enqueues the product on stream s. Throws GpuError naming the shape when the library has no
+  // algorithm for it or the call fails. m, n or k of 0 are handled without the library.
+  void gemm(Stream_t s, GemmMath math, const GemmArgs& args);
+
+  // Plans (descriptor + layouts + algorithm) built so far; constant once every shape was seen.
+  std::int64_t plans() const;
+  // Plans whose epilogue the library could not fuse (bias and ReLU then run as a kernel after the
+  // product; the result is the same up to rounding). 0 on the shapes the tests know.
+  std::int64_t epilogue_fallbacks() const;
+  std::size_t workspace_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace parity::gpu

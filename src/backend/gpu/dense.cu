@@ -1,0 +1,518 @@
+// Kernels of the dense path that are not matrix products (see dense.h for the contract).
+//
+// Why it is built this way:
+// - Elementwise ops are grid-stride loops over the [rows, cols] index space; each output depends
+//   only on its own inputs, so the grid shape never changes a result. Where the CPU reference
+//   forms a value in double from fp32 inputs and rounds once (the loss, sigmoid, the optimizers,
+//   x0 ⊙ z + xl, dx0 += g ⊙ z, y += x), these kernels do the same, so they agree with it bit for
+//   bit or within an ulp; the H200's double rate is far above what these memory-bound loops need.
+// - Reductions never use atomics: a first pass writes one double partial per (chunk, column) or
+//   per block in a fixed order, a second pass adds the partials in index order. The split depends
+//   only on the shape, so the same inputs give the same bits on every run.
+// - The dot interaction is, per example, a Gram matrix of F <= ~30 feature vectors of D <= 256:
+//   far too small for a library call per example. One block holds one example's features in
+//   shared memory (rows padded to D + 1 floats so that threads working on different pairs hit
+//   different banks) and its threads take the pairs (forward) or the (feature, column) outputs
+//   (backward); each sum runs in ascending order in fp32.
+// - No warp-level primitives: block reductions go through shared memory, so the file is the same
+//   for 32- and 64-lane warps.
+#include "backend/gpu/dense.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/gpu/launch.h"
+#include "backend/gpu/numerics.h"
+#include "backend/gpu/runtime.h"
+
+namespace parity::gpu::dense {
+
+namespace {
+
+constexpr int kBlock = 256;
+constexpr std::int64_t kMaxGrid = std::int64_t{1} << 20;
+
+std::int64_t grid_for(std::int64_t n) { return std::max<std::int64_t>(1, std::min(ceil_div(n, kBlock), kMaxGrid)); }
+
+__device__ __forceinline__ std::int64_t global_index() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
+
+__device__ __forceinline__ double stable_sigmoid(double z) {
+  if (z >= 0.0) return 1.0 / (1.0 + exp(-z));
+  const double e = exp(z);
+  return e / (1.0 + e);
+}
+__device__ __forceinline__ double softplus(double z) { return fmax(z, 0.0) + log1p(exp(-fabs(z))); }
+
+// ------------------------------------------------------------------ fills --
+
+__global__ __launch_bounds__(kBlock) void fill_kernel(float* __restrict__ p, std::int64_t n, float value) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) p[i] = value;
+}
+
+template <int kKind>  // 0 bf16, 1 f16
+__global__ __launch_bounds__(kBlock) void round_kernel(float* __restrict__ p, std::int64_t n) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const float v = p[i];
+    if (v != v) continue;  // NaN stays as it is
+    if constexpr (kKind == 0) {
+      std::uint32_t u = __float_as_uint(v);
+      u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even on the top 16 bits (dtype.cpp)
+      p[i] = __uint_as_float(u & 0xffff0000u);
+    } else {
+      p[i] = half_bits_to_float(float_to_half_bits_rn(v));  // IEEE binary16, nearest even, overflow to inf
+    }
+  }
+}
+
+__global__ __launch_bounds__(kBlock) void copy_kernel(CMat src, Mat dst) {
+  const std::int64_t n = src.rows * src.cols;
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const std::int64_t r = i / src.cols, c = i - r * src.cols;
+    dst.data[r * dst.ld + c] = src.data[r * src.ld + c];
+  }
+}
+
+// ------------------------------------------------- around matrix products --
+
+__global__ __launch_bounds__(kBlock) void relu_backward_kernel(CMat y, CMat dy, float* __restrict__ dz,
+                                                               std::uint16_t* __restrict__ dz16) {
+  const std::int64_t n = y.rows * y.cols;
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const std::int64_t r = i / y.cols, c = i - r * y.cols;
+    const float v = y.data[r * y.ld + c] > 0.0f ? dy.data[r * dy.ld + c] : 0.0f;
+    dz[i] = v;
+    if (dz16 != nullptr) dz16[i] = bf16_bits_rn(v);
+  }
+}
+
+__global__ __launch_bounds__(kBlock) void to_bf16_kernel(CMat src, std::uint16_t* __restrict__ dst) {
+  const std::int64_t n = src.rows * src.cols;
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const std::int64_t r = i / src.cols, c = i - r * src.cols;
+    dst[i] = bf16_bits_rn(src.data[r * src.ld + c]);
+  }
+}
+
+__global__ __launch_bounds__(kBlock) void gemm_empty_k_kernel(std::int64_t m, std::int64_t n, float beta,
+                                                              float* __restrict__ d, std::int64_t ldd,
+                                                              const float* __restrict__ bias, bool relu) {
+  const std::int64_t total = m * n;
+  for (std::int64_t i = global_index(); i < total; i += grid_stride()) {
+    const std::int64_t r = i / n, c = i - r * n;
+    float v = beta != 0.0f ? beta * d[r * ldd + c] : 0.0f;
+    if (bias != nullptr) v += bias[c];
+    if (relu && !(v > 0.0f)) v = 0.0f;
+    d[r * ldd + c] = v;
+  }
+}
+
+// ------------------------------------------------------------ column sums --
+// Pass 1: block = 32 columns x 8 row lanes over one chunk of rows; partial[chunk, col] in double.
+// Pass 2: one thread per column adds the chunks in order.
+
+constexpr int kColTile = 32;
+constexpr int kRowLanes = kBlock / kColTile;
+constexpr std::int64_t kRowsPerChunkMin = 64;
+constexpr std::int64_t kMaxChunks = 1024;
+
+struct ColumnSplit {
+  std::int64_t chunks = 1;
+  std::int64_t rows_per_chunk = 1;
+  std::int64_t col_tiles = 1;
+};
+ColumnSplit column_split(std::int64_t rows, std::int64_t cols) {
+  ColumnSplit s;
+  s.chunks = std::clamp<std::int64_t>(ceil_div(rows, kRowsPerChunkMin), 1, kMaxChunks);
+  s.rows_per_chunk = std::max<std::int64_t>(1, ceil_div(rows, s.chunks));
+  s.chunks = std::max<std::int64_t>(1, ceil_div(rows, s.rows_per_chunk));
+  s.col_tiles = ceil_div(cols, kColTile);
+  return s;
+}
+
+__global__ __launch_bounds__(kBlock) void column_partial_kernel(CMat m, std::int64_t col_tiles,
+                                                                std::int64_t rows_per_chunk,
+                                                                double* __restrict__ partial) {
+  __shared__ double sh[kRowLanes][kColTile];
+  const std::int64_t tile = blockIdx.x % col_tiles;
+  const std::int64_t chunk = blockIdx.x / col_tiles;
+  const int tx = static_cast<int>(threadIdx.x) % kColTile;
+  const int ly = static_cast<int>(threadIdx.x) / kColTile;
+  const std::int64_t c = tile * kColTile + tx;
+  const std::int64_t r0 = chunk * rows_per_chunk;
+  const std::int64_t r1 = r0 + rows_per_chunk < m.rows ? r0 + rows_per_chunk : m.rows;
+  double acc = 0.0;
+  if (c < m.cols) {
+    for (std::int64_t r = r0 + ly; r < r1; r += kRowLanes) acc += static_cast<double>(m.data[r * m.ld + c]);
+  }
+  sh[ly][tx] = acc;
+  __syncthreads();
+  if (ly == 0 && c < m.cols) {
+    double t = sh[0][tx];
+    for (int k = 1; k < kRowLanes; ++k) t += sh[k][tx];
+    partial[chunk * m.cols + c] = t;
+  }
+}
+
+__global__ __launch_bounds__(kBlock) void column_final_kernel(const double* __restrict__ partial, std::int64_t chunks,
+                                                              std::int64_t cols, float* __restrict__ out) {
+  for (std::int64_t c = global_index(); c < cols; c += grid_stride()) {
+    double t = 0.0;
+    for (std::int64_t k = 0; k < chunks; ++k) t += partial[k * cols + c];
+    out[c] = static_cast<float>(t);
+  }
+}
+
+// ------------------------------------------------------------ cross layer --
+
+__global__ __launch_bounds__(kBlock) void cross_combine_kernel(CMat x0, CMat z, CMat xl, Mat x_next) {
+  const std::int64_t n = x0.rows * x0.cols;
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const std::int64_t r = i / x0.cols, c = i - r * x0.cols;
+    const double v = static_cast<double>(x0.data[r * x0.ld + c]) * static_cast<double>(z.data[r * z.ld + c]) +
+                     static_cast<double>(xl.data[r * xl.ld + c]);
+    x_next.data[r * x_next.ld + c] = static_cast<float>(v);
+  }
+}
+
+__global__ __launch_bounds__(kBlock) void cross_gradients_kernel(CMat g, CMat x0, CMat z, float* __restrict__ dz,
+                                                                 std::uint16_t* __restrict__ dz16, Mat dx0) {
+  const std::int64_t n = g.rows * g.cols;
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const std::int64_t r = i / g.cols, c = i - r * g.cols;
+    const double gv = static_cast<double>(g.data[r * g.ld + c]);
+    const float d = static_cast<float>(gv * static_cast<double>(x0.data[r * x0.ld + c]));
+    dz[i] = d;
+    if (dz16 != nullptr) dz16[i] = bf16_bits_rn(d);
+    float* o = dx0.data + r * dx0.ld + c;
+    *o = static_cast<float>(static_cast<double>(*o) + gv * static_cast<double>(z.data[r * z.ld + c]));
+  }
+}
+
+// -------------------------------------------------------- dot interaction --
+
+constexpr int kDotBlock = 128;
+
+// (i, j) with i > j of pair p in the row-major strict lower triangle: p = i(i-1)/2 + j.
+__device__ __forceinline__ void pair_of(int p, int& i, int& j) {
+  i = static_cast<int>((1.0 + sqrt(1.0 + 8.0 * static_cast<double>(p))) * 0.5);
+  while (i * (i - 1) / 2 > p) --i;
+  while ((i + 1) * i / 2 <= p) ++i;
+  j = p - i * (i - 1) / 2;
+}
+
+__global__ __launch_bounds__(kDotBlock) void dot_forward_kernel(CMat dense, CMat emb, int features, Mat out) {
+  extern __shared__ float zs[];  // [F, D + 1]
+  const std::int64_t b = blockIdx.x;
+  const int D = static_cast<int>(dense.cols);
+  const int stride = D + 1;
+  const float* drow = dense.data + b * dense.ld;
+  const float* erow = emb.data + b * emb.ld;
+  float* orow = out.data + b * out.ld;
+  for (int idx = threadIdx.x; idx < features * D; idx += blockDim.x) {
+    const int f = idx / D, d = idx - f * D;
+    const float v = f == 0 ? drow[d] : erow[(f - 1) * D + d];
+    zs[f * stride + d] = v;
+    if (f == 0) orow[d] = v;
+  }
+  __syncthreads();
+  const int pairs = features * (features - 1) / 2;
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    int i, j;
+    pair_of(p, i, j);
+    const float* zi = zs + i * stride;
+    const float* zj = zs + j * stride;
+    float acc = 0.0f;
+    for (int d = 0; d < D; ++d) acc = fmaf(zi[d], zj[d], acc);
+    orow[D + p] = acc;
+  }
+}
+
+__global__ __launch_bounds__(kDotBlock) void dot_backward_kernel(CMat dense, CMat emb, int features, CMat dout,
+                                                                 Mat ddense, Mat demb) {
+  extern __shared__ float sm[];
+  const int D = static_cast<int>(dense.cols);
+  float* zs = sm;                  // [F, D]
+  float* gs = sm + features * D;   // [F, F] symmetric, zero diagonal
+  const std::int64_t b = blockIdx.x;
+  const float* drow = dense.data + b * dense.ld;
+  const float* erow = emb.data + b * emb.ld;
+  const float* grow = dout.data + b * dout.ld;
+  for (int idx = threadIdx.x; idx < features * D; idx += blockDim.x) {
+    const int f = idx / D, d = idx - f * D;
+    zs[idx] = f == 0 ? drow[d] : erow[(f - 1) * D + d];
+  }
+  for (int idx = threadIdx.x; idx < features * features; idx += blockDim.x) {
+    const int i = idx / features, j = idx - i * features;
+    const int hi = i > j ? i : j, lo = i > j ? j : i;
+    gs[idx] = i == j ? 0.0f : grow[D + hi * (hi - 1) / 2 + lo];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < features * D; idx += blockDim.x) {
+    const int k = idx / D, d = idx - k * D;
+    const float* gk = gs + k * features;
+    float acc = 0.0f;
+    for (int j = 0; j < features; ++j) acc = fmaf(gk[j], zs[j * D + d], acc);
+    if (k == 0) {
+      ddense.data[b * ddense.ld + d] = static_cast<float>(static_cast<double>(grow[d]) + static_cast<double>(acc));
+    } else {
+      demb.data[b * demb.ld + (k - 1) * D + d] = acc;
+    }
+  }
+}
+
+std::size_t dot_forward_smem(int features, int dim) {
+  return static_cast<std::size_t>(features) * static_cast<std::size_t>(dim + 1) * sizeof(float);
+}
+std::size_t dot_backward_smem(int features, int dim) {
+  return (static_cast<std::size_t>(features) * dim + static_cast<std::size_t>(features) * features) * sizeof(float);
+}
+void check_dot_smem(const char* op, std::size_t bytes, int features, int dim) {
+  const std::size_t limit = device_info().shared_memory_per_block_optin;
+  if (bytes > limit) {
+    throw Error(cat(op, ": ", features, " features of dimension ", dim, " need ", bytes,
+                    " bytes of shared memory per example; this device allows ", limit,
+                    " (use fewer tables or a smaller embedding dimension)"));
+  }
+}
+
+// -------------------------------------------------------------------- loss --
+
+constexpr std::int64_t kLossMaxBlocks = 1024;
+
+__device__ __forceinline__ void block_sum_store(double* sh, double v, double* out) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kBlock / 2; s > 0; s >>= 1) {
+    if (static_cast<int>(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = sh[0];
+}
+
+__global__ __launch_bounds__(kBlock) void bce_terms_kernel(const float* __restrict__ logits,
+                                                           const float* __restrict__ labels, std::int64_t n,
+                                                           float* __restrict__ dlogits, double* __restrict__ partial) {
+  __shared__ double sh[kBlock];
+  const double count = static_cast<double>(n);
+  double acc = 0.0;
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const double z = logits[i];
+    const double y = labels[i];
+    acc += softplus(z) - y * z;
+    dlogits[i] = static_cast<float>((stable_sigmoid(z) - y) / count);
+  }
+  block_sum_store(sh, acc, partial + blockIdx.x);
+}
+
+__global__ __launch_bounds__(kBlock) void bce_final_kernel(const double* __restrict__ partial, std::int64_t blocks,
+                                                           std::int64_t n, float* __restrict__ loss_out,
+                                                           double* __restrict__ total) {
+  __shared__ double sh[kBlock];
+  double acc = 0.0;
+  for (std::int64_t k = threadIdx.x; k < blocks; k += blockDim.x) acc += partial[k];
+  block_sum_store(sh, acc, total);
+  if (threadIdx.x == 0) loss_out[0] = static_cast<float>(*total / static_cast<double>(n));
+}
+
+__global__ __launch_bounds__(kBlock) void sigmoid_kernel(const float* __restrict__ logits, float* __restrict__ probs,
+                                                         std::int64_t n) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    probs[i] = static_cast<float>(stable_sigmoid(static_cast<double>(logits[i])));
+  }
+}
+
+__global__ __launch_bounds__(kBlock) void add_kernel(Mat y, CMat x) {
+  const std::int64_t n = y.rows * y.cols;
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const std::int64_t r = i / y.cols, c = i - r * y.cols;
+    float* o = y.data + r * y.ld + c;
+    *o = static_cast<float>(static_cast<double>(*o) + static_cast<double>(x.data[r * x.ld + c]));
+  }
+}
+
+// -------------------------------------------------------------- optimizers --
+
+struct OptArgs {
+  double lr, eps, wd, beta1, beta2, correction1, correction2;
+  bool decay;
+};
+
+__global__ __launch_bounds__(kBlock) void sgd_kernel(float* __restrict__ w, const float* __restrict__ g,
+                                                     std::int64_t n, OptArgs a) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const double wi = w[i];
+    const double gi = a.decay ? static_cast<double>(g[i]) + a.wd * wi : static_cast<double>(g[i]);
+    w[i] = static_cast<float>(wi - a.lr * gi);
+  }
+}
+
+__global__ __launch_bounds__(kBlock) void adagrad_kernel(float* __restrict__ w, const float* __restrict__ g,
+                                                         float* __restrict__ s, std::int64_t n, OptArgs a) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const double wi = w[i];
+    const double gi = a.decay ? static_cast<double>(g[i]) + a.wd * wi : static_cast<double>(g[i]);
+    const double sum = static_cast<double>(s[i]) + gi * gi;
+    s[i] = static_cast<float>(sum);
+    w[i] = static_cast<float>(wi - a.lr * gi / (sqrt(sum) + a.eps));
+  }
+}
+
+__global__ __launch_bounds__(kBlock) void adam_kernel(float* __restrict__ w, const float* __restrict__ g,
+                                                      float* __restrict__ m, float* __restrict__ v, std::int64_t n,
+                                                      OptArgs a) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const double wi = w[i];
+    const double gi = g[i];
+    const double mi = a.beta1 * static_cast<double>(m[i]) + (1.0 - a.beta1) * gi;
+    const double vi = a.beta2 * static_cast<double>(v[i]) + (1.0 - a.beta2) * gi * gi;
+    m[i] = static_cast<float>(mi);
+    v[i] = static_cast<float>(vi);
+    const double step = (mi / a.correction1) / (sqrt(vi / a.correction2) + a.eps);
+    w[i] = static_cast<float>(wi - a.lr * (a.decay ? step + a.wd * wi : step));
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- host side --
+
+void fill(Stream_t s, float* p, std::int64_t n, float value) {
+  if (n <= 0) return;
+  launch("dense_fill", fill_kernel, {grid_for(n), kBlock, 0}, s, p, n, value);
+}
+
+void round_to_dtype(Stream_t s, float* p, std::int64_t n, DType dtype) {
+  if (n <= 0 || dtype == DType::f32) return;
+  if (dtype == DType::bf16) {
+    launch("round_to_bf16", round_kernel<0>, {grid_for(n), kBlock, 0}, s, p, n);
+  } else if (dtype == DType::f16) {
+    launch("round_to_f16", round_kernel<1>, {grid_for(n), kBlock, 0}, s, p, n);
+  } else {
+    throw Error(cat("round_to_dtype: ", dtype_name(dtype), " is not a floating-point storage type (fp32, fp16, bf16)"));
+  }
+}
+
+void copy_matrix(Stream_t s, CMat src, Mat dst) {
+  const std::int64_t n = src.rows * src.cols;
+  if (n <= 0) return;
+  launch("dense_copy_matrix", copy_kernel, {grid_for(n), kBlock, 0}, s, src, dst);
+}
+
+void relu_backward(Stream_t s, CMat y, CMat dy, float* dz, std::uint16_t* dz16) {
+  const std::int64_t n = y.rows * y.cols;
+  if (n <= 0) return;
+  launch("relu_backward", relu_backward_kernel, {grid_for(n), kBlock, 0}, s, y, dy, dz, dz16);
+}
+
+void to_bf16(Stream_t s, CMat src, std::uint16_t* dst) {
+  const std::int64_t n = src.rows * src.cols;
+  if (n <= 0) return;
+  launch("to_bf16", to_bf16_kernel, {grid_for(n), kBlock, 0}, s, src, dst);
+}
+
+std::int64_t column_sum_scratch_bytes(std::int64_t rows, std::int64_t cols) {
+  const ColumnSplit sp = column_split(rows, cols);
+  return sp.chunks * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double));
+}
+
+void column_sum(Stream_t s, CMat m, float* out, void* scratch) {
+  if (m.cols <= 0) return;
+  if (m.rows <= 0) {
+    fill(s, out, m.cols, 0.0f);
+    return;
+  }
+  const ColumnSplit sp = column_split(m.rows, m.cols);
+  auto* partial = static_cast<double*>(scratch);
+  launch("column_sum_partial", column_partial_kernel, {sp.col_tiles * sp.chunks, kBlock, 0}, s, m, sp.col_tiles,
+         sp.rows_per_chunk, partial);
+  launch("column_sum_final", column_final_kernel, {grid_for(m.cols), kBlock, 0}, s,
+         static_cast<const double*>(partial), sp.chunks, m.cols, out);
+}
+
+void cross_combine(Stream_t s, CMat x0, CMat z, CMat xl, Mat x_next) {
+  const std::int64_t n = x0.rows * x0.cols;
+  if (n <= 0) return;
+  launch("cross_combine", cross_combine_kernel, {grid_for(n), kBlock, 0}, s, x0, z, xl, x_next);
+}
+
+void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16_t* dz16, Mat dx0) {
+  const std::int64_t n = g.rows * g.cols;
+  if (n <= 0) return;
+  launch("cross_gradients", cross_gradients_kernel, {grid_for(n), kBlock, 0}, s, g, x0, z, dz, dz16, dx0);
+}
+
+void dot_forward(Stream_t s, CMat dense, CMat emb, int num_tables, Mat out) {
+  if (dense.rows <= 0) return;
+  const int features = num_tables + 1;
+  const int dim = static_cast<int>(dense.cols);
+  const std::size_t smem = dot_forward_smem(features, dim);
+  check_dot_smem("dot_interaction_forward", smem, features, dim);
+  launch("dot_interaction_forward", dot_forward_kernel, {dense.rows, kDotBlock, smem}, s, dense, emb, features, out);
+}
+
+void dot_backward(Stream_t s, CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense, Mat demb) {
+  if (dense.rows <= 0) return;
+  const int features = num_tables + 1;
+  const int dim = static_cast<int>(dense.cols);
+  const std::size_t smem = dot_backward_smem(features, dim);
+  check_dot_smem("dot_interaction_backward", smem, features, dim);
+  launch("dot_interaction_backward", dot_backward_kernel, {dense.rows, kDotBlock, smem}, s, dense, emb, features,
+         dout, ddense, demb);
+}
+
+std::int64_t bce_scratch_bytes() { return (kLossMaxBlocks + 1) * static_cast<std::int64_t>(sizeof(double)); }
+
+void bce_with_logits(Stream_t s, const float* logits, const float* labels, std::int64_t n, float* dlogits,
+                     float* loss_out, void* scratch) {
+  auto* partial = static_cast<double*>(scratch);  // [blocks], then the total
+  const std::int64_t blocks = std::min(ceil_div(n, kBlock), kLossMaxBlocks);
+  launch("bce_terms", bce_terms_kernel, {blocks, kBlock, 0}, s, logits, labels, n, dlogits, partial);
+  launch("bce_final", bce_final_kernel, {1, kBlock, 0}, s, static_cast<const double*>(partial), blocks, n, loss_out,
+         partial + kLossMaxBlocks);
+}
+
+void sigmoid(Stream_t s, const float* logits, float* probs, std::int64_t n) {
+  if (n <= 0) return;
+  launch("sigmoid", sigmoid_kernel, {grid_for(n), kBlock, 0}, s, logits, probs, n);
+}
+
+void add_inplace(Stream_t s, Mat y, CMat x) {
+  const std::int64_t n = y.rows * y.cols;
+  if (n <= 0) return;
+  launch("add_inplace", add_kernel, {grid_for(n), kBlock, 0}, s, y, x);
+}
+
+void optimizer_step(Stream_t s, float* params, const float* grads, float* state, std::int64_t n,
+                    const OptimizerParams& opt, std::int64_t step) {
+  if (n <= 0) return;
+  OptArgs a{};
+  a.lr = opt.lr;
+  a.eps = opt.eps;
+  a.wd = opt.weight_decay;
+  a.decay = a.wd != 0.0;
+  a.beta1 = opt.beta1;
+  a.beta2 = opt.beta2;
+  // Bias corrections on the host, with the same std::pow the CPU reference uses.
+  a.correction1 = 1.0 - std::pow(a.beta1, static_cast<double>(step));
+  a.correction2 = 1.0 - std::pow(a.beta2, static_cast<double>(step));
+  const LaunchShape shape{grid_for(n), kBlock, 0};
+  switch (opt.kind) {
+    case OptimizerKind::sgd: return launch("dense_sgd", sgd_kernel, shape, s, params, grads, n, a);
+    case OptimizerKind::adagrad: return launch("dense_adagrad", adagrad_kernel, shape, s, params, grads, state, n, a);
+    case OptimizerKind::adam:
+      return launch("dense_adam", adam_kernel, shape, s, params, grads, state, state + n, n, a);
+    case OptimizerKind::rowwise_adagrad: break;
+  }
+  throw Error("dense_optimizer_step: rowwise_adagrad is an embedding optimizer (use sgd, adagrad or adam)");
+}
+
+void gemm_empty_k(Stream_t s, std::int64_t m, std::int64_t n, float beta, float* d, std::int64_t ldd,
+                  const float* bias, bool relu) {
+  if (m <= 0 || n <= 0) return;
+  launch("gemm_empty_k", gemm_empty_k_kernel, {grid_for(m * n), kBlock, 0}, s, m, n, beta, d, ldd, bias, relu);
+}
+
+}  // namespace parity::gpu::dense

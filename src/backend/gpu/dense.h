@@ -1,0 +1,73 @@
+// The dense path's own kernels (everything that is not a matrix product): activation masks and
+// bf16 conversions around the products, deterministic column sums (bias gradients), the
+// elementwise parts of the DCNv2 cross layer, the dot interaction, the loss, fills, emulated
+// fp16/bf16 rounding and the dense optimizers. Host entry points only; kernels in dense.cu.
+//
+// The math of each is Backend's (include/parity/backend.h) and the CPU reference's
+// (src/backend/cpu): the tests compare them element by element. Every entry point enqueues on the
+// given stream and returns; none synchronises the host. Views are parity's row-major [rows, cols]
+// with a leading dimension (tensor.h), in device memory; shapes are checked by the caller
+// (gpu_backend.cpp), these functions trust them.
+//
+// Determinism: no kernel here uses floating-point atomics. Reductions (column sums, the loss) are
+// two passes with a fixed order that depends only on the shape.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/gpu/port.h"
+#include "parity/backend.h"
+#include "parity/dtype.h"
+#include "parity/tensor.h"
+
+namespace parity::gpu::dense {
+
+// p[i] = value.
+void fill(Stream_t s, float* p, std::int64_t n, float value);
+// p[i] = round_to_dtype(p[i], dtype) (dtype.h): f16 or bf16, nearest even; f32 is a no-op.
+void round_to_dtype(Stream_t s, float* p, std::int64_t n, DType dtype);
+// dst = src, element by element over [rows, cols] views.
+void copy_matrix(Stream_t s, CMat src, Mat dst);
+
+// dz [rows, cols] packed = dy ⊙ (y > 0), the ReLU backward through the saved output. When dz16
+// is not null it also gets dz as bf16 bits (packed), for bf16 products.
+void relu_backward(Stream_t s, CMat y, CMat dy, float* dz, std::uint16_t* dz16);
+// dst [rows, cols] packed = src as bf16 (nearest even).
+void to_bf16(Stream_t s, CMat src, std::uint16_t* dst);
+
+// Bytes of scratch column_sum needs for a [rows, cols] input.
+std::int64_t column_sum_scratch_bytes(std::int64_t rows, std::int64_t cols);
+// out[c] = Σ_r m(r, c), summed in double in a fixed order, rounded once. scratch holds
+// column_sum_scratch_bytes(rows, cols) bytes (8-byte aligned).
+void column_sum(Stream_t s, CMat m, float* out, void* scratch);
+
+// Cross layer, forward: x_next = x0 ⊙ z + xl.
+void cross_combine(Stream_t s, CMat x0, CMat z, CMat xl, Mat x_next);
+// Cross layer, backward: dz [rows, cols] packed = g ⊙ x0 (and as bf16 bits into dz16 when not
+// null); dx0 += g ⊙ z.
+void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16_t* dz16, Mat dx0);
+
+// Dot interaction (Backend::dot_interaction_forward / _backward); num_tables + 1 features of
+// dense.cols each. Throws Error when one example's features do not fit in shared memory.
+void dot_forward(Stream_t s, CMat dense, CMat emb, int num_tables, Mat out);
+void dot_backward(Stream_t s, CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense, Mat demb);
+
+// Bytes of scratch bce_with_logits needs (independent of n).
+std::int64_t bce_scratch_bytes();
+// Mean BCE with logits into loss_out[0] (device), dlogits[i] = (sigmoid(z_i) - y_i) / n.
+void bce_with_logits(Stream_t s, const float* logits, const float* labels, std::int64_t n, float* dlogits,
+                     float* loss_out, void* scratch);
+void sigmoid(Stream_t s, const float* logits, float* probs, std::int64_t n);
+// y += x.
+void add_inplace(Stream_t s, Mat y, CMat x);
+
+// Backend::dense_optimizer_step (sgd, adagrad, adam) over a flat buffer, in double from the
+// stored fp32 values and rounded once per stored value, as the CPU reference does.
+void optimizer_step(Stream_t s, float* params, const float* grads, float* state, std::int64_t n,
+                    const OptimizerParams& opt, std::int64_t step);
+
+// d [m, n] (ldd) = beta · d (+ bias) (relu): a product with an empty inner dimension.
+void gemm_empty_k(Stream_t s, std::int64_t m, std::int64_t n, float beta, float* d, std::int64_t ldd,
+                  const float* bias, bool relu);
+
+}  // namespace parity::gpu::dense

@@ -1,0 +1,218 @@
+// Table-batched embedding bags on the GPU: the forward (pooling) of every table of a step in one
+// launch, and the backward fused with the optimizer update. Host entry points only; the kernels
+// live in embedding_forward.cu and embedding_backward.cu.
+//
+// The math is Backend::embedding_forward / embedding_backward_update (include/parity/backend.h)
+// and the data layout is the CPU backend's exactly: TableLayout offsets into one weight buffer
+// (elements), one table-major CSR SparseInput (int64 ids, offsets of length T*B + 1), output rows
+// with a leading dimension and out_col relative to the output view. Tables kept in fp16 or bf16
+// live in their own buffer of that type with the same element offsets; one call handles one
+// weight buffer (one dtype), so a model with mixed precisions makes one call per group.
+//
+// What the GPU adds to the CPU contract:
+// - the caller passes nnz = offsets[T*B] (the host knows it when it builds the batch), so that no
+//   call reads it back from the device;
+// - bad ids (outside [0, rows)) and decreasing offsets cannot throw inside a kernel: the kernels
+//   skip them and record the first one; EmbeddingTables::raise_input_errors() synchronises and
+//   throws the InputError the CPU backend would have thrown (call it where a check is wanted);
+// - fp16/bf16 weights are updated with stochastic rounding, seeded by (seed, step, table, row,
+//   column), so a run is reproducible bit for bit;
+// - the update is deterministic: duplicate ids are combined in batch order after a stable sort,
+//   and heavy rows are split over many warps with a fixed-order two-level sum (no float atomics).
+//
+// Typical use (all pointers are device pointers):
+//   EmbeddingTables tables(layouts);                  // uploads the layouts once
+//   EmbeddingWorkspace ws(tables, max_batch, max_nnz); // all scratch, allocated once
+//   embedding_forward(stream, tables, {w, DType::f32}, input, {out, DType::f32, B, cols, ld});
+//   embedding_backward_update(stream, tables, {w, DType::f32}, state, input, {dout, ...}, opt, upd, ws);
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/gpu/port.h"
+#include "backend/gpu/radix_sort.h"
+#include "backend/gpu/runtime.h"
+#include "parity/backend.h"
+#include "parity/dtype.h"
+
+namespace parity::gpu {
+
+namespace detail {
+// One table as the kernels read it (device memory, uploaded once).
+struct TableMeta {
+  std::int64_t weight_offset;
+  std::int64_t state_offset;
+  std::int64_t out_col;
+  std::int64_t rows;
+  std::uint32_t key_base;  // first linearised key of the table: Σ rows of the tables before it
+  int dim;
+  int pooling;  // 0 sum, 1 mean
+  int pad;
+};
+// The first bad input a kernel met (code 0: none).
+struct InputErrorRecord {
+  int code;  // 1 id out of range, 2 offsets decrease or leave [0, nnz]
+  int table;
+  std::int64_t bag;
+  std::int64_t id;
+};
+}  // namespace detail
+
+// The layouts of a group of tables that share one weight buffer, uploaded to the device once.
+class EmbeddingTables {
+ public:
+  explicit EmbeddingTables(std::span<const TableLayout> tables);
+
+  int num_tables() const { return static_cast<int>(layouts_.size()); }
+  int max_dim() const { return max_dim_; }
+  DType dtype() const { return layouts_[0].dtype; }  // of the weights (TableLayout::dtype)
+  std::int64_t total_rows() const { return total_rows_; }
+  // Sort keys are in [0, total_rows] (total_rows marks a skipped occurrence): this many bits.
+  int key_bits() const { return key_bits_; }
+  // Columns the pooled output must have at least: max over tables of out_col + dim.
+  std::int64_t min_out_cols() const { return min_out_cols_; }
+  std::span<const TableLayout> layouts() const { return layouts_; }
+  const detail::TableMeta* device_meta() const { return meta_.data(); }
+  detail::InputErrorRecord* device_errors() const { return errors_.data(); }
+
+  // Synchronises the stream; if a kernel met a bad input since the last check, clears the record
+  // and throws InputError naming the table, the bag and the id. Cheap only in the sense of one
+  // small copy: it waits for the stream, so do not call it on every step of a fast loop.
+  void raise_input_errors(Stream_t stream) const;
+
+ private:
+  std::vector<TableLayout> layouts_;
+  int max_dim_ = 0;
+  std::int64_t total_rows_ = 0;
+  int key_bits_ = 0;
+  std::int64_t min_out_cols_ = 0;
+  DeviceBuffer<detail::TableMeta> meta_;
+  mutable DeviceBuffer<detail::InputErrorRecord> errors_;
+};
+
+// A batch's embedding input in device memory (the CSR of parity::SparseInput) and its nnz.
+struct DeviceSparseInput {
+  std::int64_t batch = 0;
+  int num_tables = 0;
+  const std::int64_t* ids = nullptr;      // [nnz]
+  const std::int64_t* offsets = nullptr;  // [num_tables * batch + 1]
+  std::int64_t nnz = 0;                   // offsets[num_tables * batch], known on the host
+};
+
+// A weight buffer: f32, f16 or bf16 elements.
+struct WeightBuffer {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+};
+// A row-major [rows, cols] matrix with leading dimension ld, of dtype f32 or bf16.
+struct DeviceMatrix {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t ld = 0;
+};
+
+// out(b, out_col_t + d) = pool over bag (t, b) of weights[weight_offset_t + id * dim_t + d]
+// (sum or mean; an empty bag gives zeros). Accumulates in fp32; out is f32 or bf16 (rounded to
+// nearest even). Other columns of out are not touched.
+void embedding_forward(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights,
+                       const DeviceSparseInput& in, DeviceMatrix out);
+
+// Events around the backward's stages (benchmarks): keys, sort, segments, rows, heavy rows.
+struct BackwardProfile {
+  static constexpr int kStages = 5;
+  static constexpr const char* kNames[kStages] = {"keys", "sort", "segments", "rows", "heavy rows"};
+  Event events[kStages + 1];
+  // Milliseconds of each stage (synchronises).
+  void stage_ms(float (&ms)[kStages]) const {
+    for (int i = 0; i < kStages; ++i) ms[i] = Event::elapsed_ms(events[i], events[i + 1]);
+  }
+};
+
+// How the backward runs.
+struct UpdateOptions {
+  std::uint64_t seed = 0;  // stochastic rounding stream: (seed, step, table, row, column)
+  std::uint64_t step = 0;
+  bool stochastic_rounding = true;  // for f16/bf16 weights; false rounds to nearest even
+  // Both modes are deterministic today (no float atomics anywhere); the flag is the interface for
+  // a future atomics-based path and is recorded so callers can already ask for determinism.
+  bool deterministic = true;
+  // Tuning (benchmarks): 16-byte vectors each lane of a row's group holds in the update kernel
+  // (1, 2 or 4); 0 picks the default. More vectors per lane means fewer lanes per row and more
+  // rows in flight per warp, at the cost of registers.
+  int vectors_per_lane = 0;
+  BackwardProfile* profile = nullptr;  // when set, events are recorded between the stages
+};
+
+// All scratch memory of the backward, for batches of up to max_batch examples and max_nnz ids.
+class EmbeddingWorkspace {
+ public:
+  EmbeddingWorkspace(const EmbeddingTables& tables, std::int64_t max_batch, std::int64_t max_nnz,
+                     SortMethod sort = SortMethod::automatic);
+  std::int64_t max_batch() const { return max_batch_; }
+  std::int64_t max_nnz() const { return max_nnz_; }
+  SortMethod sort_method() const { return sorter_.method(); }
+  std::size_t bytes() const;  // device memory held
+
+  // After a backward (synchronises): distinct rows updated, and how many of them took the
+  // heavy-row path (for tests and benchmarks).
+  struct Stats {
+    std::int64_t unique_rows = 0;
+    std::int64_t heavy_rows = 0;
+    std::int64_t heavy_chunks = 0;
+  };
+  Stats last_stats(Stream_t stream) const;
+
+ private:
+  friend void embedding_backward_update(Stream_t, const EmbeddingTables&, WeightBuffer, float*,
+                                        const DeviceSparseInput&, DeviceMatrix, const OptimizerParams&,
+                                        const UpdateOptions&, EmbeddingWorkspace&);
+  std::int64_t max_batch_;
+  std::int64_t max_nnz_;
+  int max_dim_;
+  RadixSorter sorter_;
+  DeviceBuffer<std::uint32_t> keys_[2];    // [max_nnz] linearised (table, row)
+  DeviceBuffer<std::uint32_t> bags_[2];    // [max_nnz] bag index t * batch + b of each occurrence
+  DeviceBuffer<std::uint32_t> seg_start_;  // [max_nnz + 1]
+  DeviceBuffer<std::uint32_t> scan_tmp_;
+  DeviceBuffer<int> counters_;             // [0] segments, [1] heavy rows, [2] heavy chunks
+  DeviceBuffer<int> heavy_rows_;           // [max heavy] segment of each heavy row
+  DeviceBuffer<int> heavy_base_;           // [max heavy] first chunk slot of each heavy row
+  DeviceBuffer<int> chunk_seg_;            // [max chunks] (segment, chunk index) of each slot
+  DeviceBuffer<int> chunk_idx_;
+  DeviceBuffer<float> partial_;            // [max chunks, partial_ld] chunk sums of heavy rows
+  std::int64_t max_heavy_ = 0;
+  std::int64_t max_chunks_ = 0;
+  std::int64_t partial_ld_ = 0;
+};
+
+// Backward fused with the optimizer update (sgd, adagrad, rowwise_adagrad; weight decay as L2),
+// as Backend::embedding_backward_update defines it: the gradient of each distinct (table, row) is
+// the sum of dout(b, out_col_t + ·) over its occurrences (divided by the bag size for mean
+// pooling), then one optimizer step per distinct row. dout is f32 or bf16 [batch, >= cols];
+// state is fp32 (adagrad: rows*dim per table at state_offset; rowwise: rows; sgd: may be null).
+void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights,
+                               float* state, const DeviceSparseInput& in, DeviceMatrix dout,
+                               const OptimizerParams& opt, const UpdateOptions& update,
+                               EmbeddingWorkspace& workspace);
+
+// Bytes the forward must move: ids and offsets read, every looked-up row read, outputs written.
+double embedding_forward_bytes(std::span<const TableLayout> tables, DType weight_dtype, DType out_dtype,
+                               std::int64_t batch, std::span<const std::int64_t> nnz_per_table);
+// Sizes of the four kernel families, used for benchmark byte counts.
+struct BackwardTraffic {
+  double ids_and_keys = 0;  // ids + offsets read, keys/values written, segments
+  double sort = 0;          // radix sort passes
+  double gradients = 0;     // dout read once per (bag, table)
+  double rows = 0;          // weights and optimizer state of the distinct rows, read and written
+  double total() const { return ids_and_keys + sort + gradients + rows; }
+};
+BackwardTraffic embedding_backward_bytes(std::span<const TableLayout> tables, DType weight_dtype,
+                                         DType grad_dtype, OptimizerKind kind, std::int64_t batch,
+                                         std::int64_t nnz, std::span<const std::int64_t> unique_per_table,
+                                         SortMethod sort, int key_bits);
+
+}  // namespace parity::gpu

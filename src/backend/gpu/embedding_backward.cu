@@ -1,0 +1,793 @@
+// Embedding-bag backward fused with the optimizer update, for all tables of a group in one pass.
+//
+// Why it is built this way:
+// - The optimizer must see each distinct row's whole gradient once (adagrad is not linear in g),
+//   and the sum must not depend on scheduling. So the occurrences are keyed by linearised
+//   (table, row) and stably radix-sorted with their bag index as the value: equal keys become
+//   contiguous segments, in batch order. A scan marks segment starts (no host round trip: the
+//   segment count stays on the device and the update kernels run persistent grids over it).
+// - One group of lanes per distinct row (8 lanes of four 16-byte vectors for a dim-128 fp32 row:
+//   backward_group_shape, chosen so that a warp has several rows in flight; the update is bound
+//   by rows in flight, not arithmetic) sums its occurrences' output gradients in segment order,
+//   reads the row and its optimizer state once, applies the step and writes them once: the
+//   weights and state move exactly once per distinct row, the minimum.
+// - Hot rows (Zipf heads, tiny tables) can have tens of thousands of occurrences; one group would
+//   take milliseconds on them. Segments longer than kHeavyRow are cut into chunks of kChunk
+//   occurrences, summed by many groups into partial rows, and a block per hot row sums its chunks
+//   in a fixed split (each group a fixed range, then the groups in order) before the update. Every
+//   sum has a fixed order: the result is deterministic, bit for bit, whatever the scheduling.
+//   Atomics only hand out slots in the heavy-row lists, which never changes a value.
+// - fp16/bf16 weights: the step is computed in fp32 and stored with stochastic rounding, random
+//   bits from (seed, step, table, row, column) through random.h, so runs are reproducible.
+// - The indices of the segments three ahead are loaded before the current segment's rows
+//   (software pipelining): the chain segment start -> key -> row is otherwise three dependent
+//   round trips. The keys kernel and the scans read with coalesced, several-deep loads.
+#include "backend/gpu/embedding.h"
+#include "backend/gpu/embedding_common.cuh"
+#include "backend/gpu/launch.h"
+#include "backend/gpu/scan.cuh"
+
+namespace parity::gpu {
+
+namespace {
+
+using detail::InputErrorRecord;
+using detail::kBlock;
+using detail::kChunk;
+using detail::kHeavyRow;
+using detail::TableMeta;
+
+struct BackwardArgs {
+  const TableMeta* meta;
+  int num_tables;
+  int group;
+  const std::uint32_t* keys;       // [nnz] sorted linearised (table, row)
+  const std::uint32_t* bags;       // [nnz] bag of each sorted occurrence
+  const std::uint32_t* seg_start;  // [U + 1]
+  int* counters;                   // [0] U, [1] heavy rows, [2] heavy chunks
+  const std::int64_t* offsets;
+  std::int64_t batch;
+  std::uint32_t skip_key;  // key of skipped (bad) occurrences
+  const void* dout;
+  std::int64_t ld;
+  void* weights;
+  float* state;
+  int opt;  // OptimizerKind
+  float lr;
+  float eps;
+  float wd;
+  std::uint64_t sr_seed;
+  std::uint64_t sr_step;
+  int sr;
+  int* heavy_rows;
+  int* heavy_base;
+  int* chunk_seg;
+  int* chunk_idx;
+  float* partial;
+  std::int64_t partial_ld;
+  std::int64_t max_heavy;
+  std::int64_t max_chunks;
+};
+
+constexpr int kSgd = static_cast<int>(OptimizerKind::sgd);
+constexpr int kAdagrad = static_cast<int>(OptimizerKind::adagrad);
+constexpr int kRowwise = static_cast<int>(OptimizerKind::rowwise_adagrad);
+
+// Lanes of one group.
+struct Lanes {
+  int glane;
+  int gfirst;
+  LaneMask mask;
+};
+__device__ __forceinline__ Lanes group_lanes(int group) {
+  const int lane = lane_id();
+  const int glane = lane & (group - 1);
+  return Lanes{glane, lane - glane, group_mask(lane - glane, group)};
+}
+
+// ------------------------------------------------------------------- keys --
+
+// One warp per kWarpSize consecutive bags: their occurrences are one contiguous range of the CSR,
+// written with coalesced stores; each lane finds its occurrence's bag by a binary search over
+// the warp's offsets held in registers (32-bit, relative to the warp's first offset), and takes
+// the bag's table, key base and row count from the lane that owns the bag.
+__global__ __launch_bounds__(kBlock) void embedding_keys_kernel(const TableMeta* __restrict__ meta,
+                                                               const std::int64_t* __restrict__ ids,
+                                                               const std::int64_t* __restrict__ offsets,
+                                                               std::int64_t batch, std::int64_t nnz,
+                                                               std::int64_t num_bags, std::uint32_t skip_key,
+                                                               std::uint32_t* __restrict__ keys,
+                                                               std::uint32_t* __restrict__ bags,
+                                                               InputErrorRecord* errors) {
+  const int lane = lane_id();
+  const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * kBlock + threadIdx.x) / kWarpSize;
+  const std::int64_t bag0 = warp * kWarpSize;
+  if (bag0 >= num_bags) return;
+  const std::int64_t my_bag = bag0 + lane;
+  const std::int64_t last_bag = bag0 + kWarpSize < num_bags ? bag0 + kWarpSize : num_bags;
+  std::int64_t start = offsets[bag0];
+  start = start < 0 ? 0 : (start > nnz ? nnz : start);
+  std::int64_t end = offsets[last_bag];
+  end = end < start ? start : (end > nnz ? nnz : end);
+  // Per lane (its bag): offset relative to start, table, key base, rows.
+  constexpr int kNever = 0x7fffffff;
+  int rel = kNever;
+  std::uint32_t my_t = 0, my_key_base = 0, my_rows = 0;
+  if (my_bag < num_bags) {
+    const std::int64_t o = offsets[my_bag];
+    const std::int64_t o_next = offsets[my_bag + 1];
+    my_t = static_cast<std::uint32_t>(my_bag) / static_cast<std::uint32_t>(batch);
+    if (o < 0 || o_next < o || o_next > nnz) {
+      detail::record_input_error(errors, 2, static_cast<int>(my_t), my_bag - static_cast<std::int64_t>(my_t) * batch,
+                                 o_next < o ? o_next : o);
+    }
+    const std::int64_t r = o - start;
+    rel = r < 0 ? 0 : (r > end - start ? static_cast<int>(end - start) : static_cast<int>(r));
+    my_key_base = meta[my_t].key_base;
+    my_rows = static_cast<std::uint32_t>(meta[my_t].rows);
+  }
+  const int span = static_cast<int>(end - start);  // < 2^31: checked on the host (nnz < 2^31)
+  constexpr int kUnroll = 4;  // id loads in flight per lane
+  for (int j0 = 0; j0 < span; j0 += kUnroll * kWarpSize) {
+    std::int64_t id[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int j = j0 + k * kWarpSize + lane;
+      id[k] = j < span ? ids[start + j] : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int j = j0 + k * kWarpSize + lane;
+      int pos = 0;
+#pragma unroll
+      for (int step = kWarpSize / 2; step >= 1; step >>= 1) {
+        const int v = shfl(kFullMask, rel, pos + step);
+        if (v <= j) pos += step;
+      }
+      const std::uint32_t t = shfl(kFullMask, my_t, pos);
+      const std::uint32_t key_base = shfl(kFullMask, my_key_base, pos);
+      const std::uint32_t rows = shfl(kFullMask, my_rows, pos);
+      if (j < span) {
+        const std::int64_t bag = bag0 + pos;
+        std::uint32_t key = skip_key;
+        if (id[k] >= 0 && id[k] < static_cast<std::int64_t>(rows)) {
+          key = key_base + static_cast<std::uint32_t>(id[k]);
+        } else {
+          detail::record_input_error(errors, 1, static_cast<int>(t), bag - static_cast<std::int64_t>(t) * batch, id[k]);
+        }
+        keys[start + j] = key;
+        bags[start + j] = static_cast<std::uint32_t>(bag);
+      }
+    }
+  }
+}
+
+// --------------------------------------------------------------- segments --
+
+struct SegmentFlag {
+  const std::uint32_t* keys;
+  __device__ std::uint32_t operator()(std::int64_t i) const { return i == 0 || keys[i] != keys[i - 1] ? 1u : 0u; }
+};
+struct SegmentStore {
+  std::uint32_t* seg_start;
+  std::int64_t n;
+  __device__ void operator()(std::int64_t i, std::uint32_t prefix, std::uint32_t v) const {
+    if (v) seg_start[prefix] = static_cast<std::uint32_t>(i);
+    if (i == n - 1) seg_start[prefix + v] = static_cast<std::uint32_t>(n);
+  }
+};
+
+// -------------------------------------------------------- per-row helpers --
+
+// Where a segment's row lives; false when the segment is to be skipped (bad ids, stale entries).
+struct RowRef {
+  TableMeta m;
+  int t;
+  int row;
+  bool vec;
+};
+
+template <class W, class Gd>
+__device__ __forceinline__ bool resolve_row(const BackwardArgs& a, std::uint32_t key, std::uint32_t bag0, RowRef& r) {
+  constexpr int V = VecWidth<W>::value;
+  if (key == a.skip_key) return false;
+  const std::uint32_t t = bag0 / static_cast<std::uint32_t>(a.batch);  // bags < 2^31: 32-bit division
+  if (t >= static_cast<std::uint32_t>(a.num_tables)) return false;
+  r.t = static_cast<int>(t);
+  r.m = a.meta[t];
+  const std::uint32_t row = key - r.m.key_base;
+  if (row >= static_cast<std::uint64_t>(r.m.rows)) return false;
+  r.row = static_cast<int>(row);
+  constexpr unsigned kGradAlign = V * sizeof(Gd) < 16 ? V * sizeof(Gd) : 16;
+  const W* w = static_cast<const W*>(a.weights) + r.m.weight_offset;
+  const Gd* g = static_cast<const Gd*>(a.dout) + r.m.out_col;
+  r.vec = r.m.dim % V == 0 && detail::aligned_to(w, 16) && detail::aligned_to(g, kGradAlign) &&
+          (a.ld * static_cast<std::int64_t>(sizeof(Gd))) % kGradAlign == 0 &&
+          (a.opt != kAdagrad || detail::aligned_to(a.state + r.m.state_offset, 16));
+  return true;
+}
+
+template <int kVecs, int V>
+__device__ __forceinline__ void zero(float (&g)[kVecs][V]) {
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) g[v][e] = 0.0f;
+  }
+}
+
+__device__ __forceinline__ int col_of(bool vec, int glane, int v, int e, int group, int V) {
+  return vec ? detail::vec_col(glane, v, e, group, V) : detail::scalar_col(glane, v, e, group, V);
+}
+
+// g += Σ over sorted occurrences [p_begin, p_end) of dout(b, out_col + ·) (÷ bag size for mean),
+// in occurrence order. Every lane of the group calls it with the same arguments.
+// first_bag: bags[p_begin + glane] when glane < p_end - p_begin (loaded early by the caller).
+template <class Gd, int kVecs, int V>
+__device__ __forceinline__ void accumulate(const BackwardArgs& a, const RowRef& r, std::uint32_t p_begin,
+                                           std::uint32_t p_end, std::uint32_t first_bag, const Lanes& L,
+                                           float (&g)[kVecs][V]) {
+  constexpr int kWords = RawWords<V, Gd>::value;
+  constexpr int kUnroll = (16 / kWords) / kVecs > 0 ? (16 / kWords) / kVecs : 1;  // <= 16 words in flight
+  const int group = a.group;
+  const int dim = r.m.dim;
+  const Gd* __restrict__ dout = static_cast<const Gd*>(a.dout) + r.m.out_col;
+  const std::int64_t table_bag0 = static_cast<std::int64_t>(r.t) * a.batch;
+  for (std::uint32_t p0 = p_begin; p0 < p_end; p0 += group) {
+    const int count = static_cast<int>(p_end - p0 < static_cast<std::uint32_t>(group) ? p_end - p0 : group);
+    std::int64_t my_b = -1;
+    float my_scale = 1.0f;
+    if (L.glane < count) {
+      const std::int64_t bag = p0 == p_begin ? first_bag : a.bags[p0 + L.glane];
+      my_b = bag - table_bag0;
+      if (my_b < 0 || my_b >= a.batch) {
+        my_b = -1;
+      } else if (r.m.pooling == 1) {
+        const std::int64_t n = a.offsets[bag + 1] - a.offsets[bag];
+        my_scale = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
+      }
+    }
+    for (int k = 0; k < count; k += kUnroll) {
+      std::int64_t b[kUnroll];
+      float scale[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int src = L.gfirst + (k + u < count ? k + u : count - 1);
+        b[u] = shfl(L.mask, my_b, src);
+        scale[u] = shfl(L.mask, my_scale, src);
+        if (k + u >= count) b[u] = -1;
+      }
+      if (r.vec) {
+        std::uint32_t x[kUnroll][kVecs][kWords];  // raw gradient rows in flight
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int v = 0; v < kVecs; ++v) {
+            const int c = detail::vec_col(L.glane, v, 0, group, V);
+            if (b[u] >= 0 && c < dim) {
+              load_raw<V, Gd>(dout + b[u] * a.ld + c, x[u][v]);
+            } else {
+#pragma unroll
+              for (int i = 0; i < kWords; ++i) x[u][v][i] = 0u;
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int v = 0; v < kVecs; ++v) raw_fma<V, Gd>(x[u][v], scale[u], g[v]);
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (b[u] < 0) continue;
+          const Gd* __restrict__ src = dout + b[u] * a.ld;
+#pragma unroll
+          for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+              const int c = detail::scalar_col(L.glane, v, e, group, V);
+              if (c < dim) g[v][e] = fmaf(to_float(src[c]), scale[u], g[v][e]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A row's weights and optimizer state in registers, as floats.
+template <int kVecs, int V>
+struct RowValues {
+  float w[kVecs][V];
+  float s[kVecs][V];  // adagrad: per element
+  float s_row;        // rowwise_adagrad
+};
+
+// The optimizer: a compile-time kind (kOpt >= 0) or the run-time one (kOpt = kAnyOpt).
+constexpr int kAnyOpt = -1;
+template <int kOpt>
+__device__ __forceinline__ int opt_of(const BackwardArgs& a) {
+  return kOpt >= 0 ? kOpt : a.opt;
+}
+
+// Loads the row's weights and state (issued before the gradient loads, so they overlap).
+template <class W, int kVecs, int V, int kOpt>
+__device__ __forceinline__ void load_row(const BackwardArgs& a, const RowRef& r, const Lanes& L,
+                                         RowValues<kVecs, V>& rv) {
+  const int group = a.group;
+  const int dim = r.m.dim;
+  const W* __restrict__ w = static_cast<const W*>(a.weights) + r.m.weight_offset + static_cast<std::int64_t>(r.row) * dim;
+  const float* __restrict__ s = a.state + r.m.state_offset + static_cast<std::int64_t>(r.row) * dim;
+  const int opt = opt_of<kOpt>(a);
+  const bool adagrad = opt == kAdagrad;
+  if (r.vec) {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+      const int c = detail::vec_col(L.glane, v, 0, group, V);
+      if (c < dim) {
+        load_vec<V, W, true>(w + c, rv.w[v]);  // streaming: keep L2 for the gradients
+        if (adagrad) load_vec<V, float, true>(s + c, rv.s[v]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) rv.w[v][e] = rv.s[v][e] = 0.0f;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const int c = detail::scalar_col(L.glane, v, e, group, V);
+        rv.w[v][e] = c < dim ? to_float(w[c]) : 0.0f;
+        rv.s[v][e] = adagrad && c < dim ? s[c] : 0.0f;
+      }
+    }
+  }
+  rv.s_row = opt == kRowwise ? a.state[r.m.state_offset + r.row] : 0.0f;
+}
+
+// One optimizer step on the row with gradient g, then the stores (every lane of the group calls it).
+template <class W, int kVecs, int V, int kOpt>
+__device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& r, const Lanes& L,
+                                           float (&g)[kVecs][V], RowValues<kVecs, V>& rv) {
+  const int group = a.group;
+  const int dim = r.m.dim;
+  W* __restrict__ w = static_cast<W*>(a.weights) + r.m.weight_offset + static_cast<std::int64_t>(r.row) * dim;
+  auto& wv = rv.w;
+  const int opt = opt_of<kOpt>(a);
+  if (a.wd != 0.0f) {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) g[v][e] = fmaf(a.wd, wv[v][e], g[v][e]);
+    }
+  }
+
+  if (opt == kSgd) {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) wv[v][e] -= a.lr * g[v][e];
+    }
+  } else if (opt == kRowwise) {
+    float squares = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if (col_of(r.vec, L.glane, v, e, group, V) < dim) squares = fmaf(g[v][e], g[v][e], squares);
+      }
+    }
+    for (int o = group / 2; o >= 1; o >>= 1) squares += shfl_xor(L.mask, squares, o);
+    squares = shfl(L.mask, squares, L.gfirst);  // one value for the whole group
+    const float sum = rv.s_row + squares / static_cast<float>(dim);
+    if (L.glane == 0) a.state[r.m.state_offset + r.row] = sum;
+    const float step = a.lr / (sqrtf(sum) + a.eps);
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) wv[v][e] -= step * g[v][e];
+    }
+  } else {  // adagrad: state per element
+    float* __restrict__ s = a.state + r.m.state_offset + static_cast<std::int64_t>(r.row) * dim;
+    auto& sv = rv.s;
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        sv[v][e] = fmaf(g[v][e], g[v][e], sv[v][e]);
+        wv[v][e] -= a.lr * g[v][e] / (sqrtf(sv[v][e]) + a.eps);
+      }
+    }
+    if (r.vec) {
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) {
+        const int c = detail::vec_col(L.glane, v, 0, group, V);
+        if (c < dim) store_vec<V, true>(s + c, sv[v]);
+      }
+    } else {
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const int c = detail::scalar_col(L.glane, v, e, group, V);
+          if (c < dim) s[c] = sv[v][e];
+        }
+      }
+    }
+  }
+
+  // Store the row: fp32 as is; fp16/bf16 stochastically rounded (or to nearest).
+  if constexpr (std::is_same_v<W, float>) {
+    if (r.vec) {
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) {
+        const int c = detail::vec_col(L.glane, v, 0, group, V);
+        if (c < dim) store_vec<V, true>(w + c, wv[v]);
+      }
+    } else {
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const int c = detail::scalar_col(L.glane, v, e, group, V);
+          if (c < dim) w[c] = wv[v][e];
+        }
+      }
+    }
+  } else {
+    const std::uint64_t row_key =
+        rng::key(a.sr_seed, a.sr_step, static_cast<std::uint64_t>(r.t), static_cast<std::uint64_t>(r.row));
+    if (r.vec) {
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) {
+        const int c = detail::vec_col(L.glane, v, 0, group, V);
+        if (c >= dim) continue;
+        std::uint16_t h[V];
+        if (a.sr) {
+#pragma unroll
+          for (int e4 = 0; e4 < V; e4 += 4) {
+            const std::uint64_t bits = rng::bits(row_key, static_cast<std::uint64_t>(c + e4) >> 2);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              h[e4 + e] = from_float_sr<W>(wv[v][e4 + e], static_cast<std::uint32_t>(bits >> (16 * e))).bits;
+            }
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) h[e] = from_float_rn<W>(wv[v][e]).bits;
+        }
+        store_vec16<V, W, true>(w + c, h);
+      }
+    } else {
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const int c = detail::scalar_col(L.glane, v, e, group, V);
+          if (c < dim) w[c] = a.sr ? from_float_sr<W>(wv[v][e], random16(row_key, c)) : from_float_rn<W>(wv[v][e]);
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- kernels --
+
+// Blocks of 128 threads for the rows kernel: at ~100-128 registers a thread, more warps fit a
+// multiprocessor than with 256-thread blocks (register allocation is per block).
+constexpr int kRowsBlock = 128;
+template <class W, int kVecs, int kOpt>
+constexpr int rows_min_blocks() {
+  // 128 threads x this many blocks share the 64K registers of a multiprocessor; sized from the
+  // floats a lane holds per row (weights, gradient, adagrad state) so that no shape spills.
+  constexpr int floats = kVecs * VecWidth<W>::value;
+  constexpr int blocks = floats <= 4 ? 6 : floats <= 8 ? 5 : floats <= 16 ? 4 : 2;
+  return kOpt == kAdagrad && blocks > 2 ? blocks - 1 : blocks;
+}
+
+// The indices of one segment: its occurrence range, key, first bag, and this lane's first bag.
+struct SegmentIndex {
+  std::uint32_t start;
+  std::uint32_t end;  // start == end: no segment
+  std::uint32_t key;
+  std::uint32_t bag0;
+  std::uint32_t my_bag;
+};
+
+__device__ __forceinline__ SegmentIndex load_segment(const BackwardArgs& a, std::int64_t u, std::int64_t segments,
+                                                     const Lanes& L) {
+  SegmentIndex s{0, 0, 0, 0, 0};
+  if (u < segments) {
+    s.start = a.seg_start[u];
+    s.end = a.seg_start[u + 1];
+    s.key = a.keys[s.start];
+    s.bag0 = a.bags[s.start];
+    if (s.start + L.glane < s.end) s.my_bag = a.bags[s.start + L.glane];
+  }
+  return s;
+}
+
+// One group per distinct row (grid-stride over the device's segment count): rows with at most
+// kHeavyRow occurrences are summed and updated here; longer ones are queued as chunks.
+// Each row is a chain (indices, then weights and gradients, then the update), so indices are
+// loaded three segments ahead, and a group of 8 lanes (dim-128 fp32) owns a row so that a warp
+// has four rows in flight. Weight rows and state are read and written with cache-streaming hints
+// (they pass through once; the output gradients, read once per occurrence, should stay in L2);
+// measured neutral on the 10M-row case. The kernel reaches ~2.3 TB/s of row traffic where a bare
+// read-modify-write of the same rows reaches ~3.7 TB/s (bench/lab/row_probe.cu): it is limited by
+// rows in flight (registers), not by HBM. Two ways of keeping more weight rows in flight were
+// measured and dropped (docs/perf/embedding.md): an L2 prefetch of the rows two segments ahead
+// (cp.async.bulk.prefetch) and asynchronous copies of the next two rows into shared memory
+// (cp.async); both were slower than this plain version.
+template <class W, class Gd, int kVecs, int kOpt>
+__global__ PARITY_LAUNCH_BOUNDS(kRowsBlock, (rows_min_blocks<W, kVecs, kOpt>())) void embedding_backward_rows_kernel(BackwardArgs a) {
+  constexpr int V = VecWidth<W>::value;
+  const int group = a.group;
+  const Lanes L = group_lanes(group);
+  const std::int64_t groups_per_block = kRowsBlock / group;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups_per_block;
+  const std::int64_t segments = a.counters[0];
+  const std::int64_t u0 = static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / group;
+  if (u0 >= segments) return;
+  SegmentIndex cur = load_segment(a, u0, segments, L);
+  SegmentIndex ahead1 = load_segment(a, u0 + stride, segments, L);
+  SegmentIndex ahead2 = load_segment(a, u0 + 2 * stride, segments, L);
+  for (std::int64_t u = u0; u < segments; u += stride) {
+    const SegmentIndex ahead3 = load_segment(a, u + 3 * stride, segments, L);
+    RowRef r;
+    if (resolve_row<W, Gd>(a, cur.key, cur.bag0, r)) {
+      const std::uint32_t len = cur.end - cur.start;
+      if (len > static_cast<std::uint32_t>(kHeavyRow)) {
+        const int chunks = static_cast<int>((len + kChunk - 1) / kChunk);
+        int base = 0;
+        if (L.glane == 0) {
+          const int h = atomicAdd(&a.counters[1], 1);
+          base = atomicAdd(&a.counters[2], chunks);
+          if (h < a.max_heavy) {
+            a.heavy_rows[h] = static_cast<int>(u);
+            a.heavy_base[h] = base;
+          }
+        }
+        base = shfl(L.mask, base, L.gfirst);
+        for (int c = L.glane; c < chunks; c += group) {
+          if (base + c < a.max_chunks) {
+            a.chunk_seg[base + c] = static_cast<int>(u);
+            a.chunk_idx[base + c] = c;
+          }
+        }
+      } else {
+        RowValues<kVecs, V> rv;
+        load_row<W, kVecs, V, kOpt>(a, r, L, rv);
+        float g[kVecs][V];
+        zero(g);
+        accumulate<Gd, kVecs, V>(a, r, cur.start, cur.end, cur.my_bag, L, g);
+        update_row<W, kVecs, V, kOpt>(a, r, L, g, rv);
+      }
+    }
+    cur = ahead1;
+    ahead1 = ahead2;
+    ahead2 = ahead3;
+  }
+}
+
+// One group per chunk of a heavy row: partial[slot] = sum of the chunk's occurrences.
+template <class W, class Gd, int kVecs>
+__global__ PARITY_LAUNCH_BOUNDS(kBlock, 2) void embedding_backward_chunks_kernel(BackwardArgs a) {
+  constexpr int V = VecWidth<W>::value;
+  const int group = a.group;
+  const Lanes L = group_lanes(group);
+  const std::int64_t groups_per_block = kBlock / group;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups_per_block;
+  const std::int64_t chunks = a.counters[2] < a.max_chunks ? a.counters[2] : a.max_chunks;
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / group; k < chunks;
+       k += stride) {
+    const int u = a.chunk_seg[k];
+    const int c = a.chunk_idx[k];
+    const std::uint32_t start = a.seg_start[u];
+    const std::uint32_t end = a.seg_start[u + 1];
+    RowRef r;
+    if (!resolve_row<W, Gd>(a, a.keys[start], a.bags[start], r)) continue;
+    const std::uint32_t p0 = start + static_cast<std::uint32_t>(c) * kChunk;
+    const std::uint32_t p1 = end - p0 < static_cast<std::uint32_t>(kChunk) ? end : p0 + kChunk;
+    float g[kVecs][V];
+    zero(g);
+    const std::uint32_t first = p0 + L.glane < p1 ? a.bags[p0 + L.glane] : 0u;
+    accumulate<Gd, kVecs, V>(a, r, p0, p1, first, L, g);
+    float* dst = a.partial + k * a.partial_ld;
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const int col = col_of(r.vec, L.glane, v, e, group, V);
+        if (col < r.m.dim) dst[col] = g[v][e];
+      }
+    }
+  }
+}
+
+// One block per heavy row: group i sums a fixed range of the row's chunk sums in order, then
+// group 0 sums the groups' results in order and applies the update.
+template <class W, class Gd, int kVecs>
+__global__ PARITY_LAUNCH_BOUNDS(kBlock, 1) void embedding_backward_heavy_kernel(BackwardArgs a) {
+  constexpr int V = VecWidth<W>::value;
+  extern __shared__ float sums[];  // [groups per block][partial_ld]
+  const int group = a.group;
+  const Lanes L = group_lanes(group);
+  const int groups_per_block = kBlock / group;
+  const int gi = static_cast<int>(threadIdx.x) / group;
+  const std::int64_t heavy = a.counters[1] < a.max_heavy ? a.counters[1] : a.max_heavy;
+  for (std::int64_t h = blockIdx.x; h < heavy; h += gridDim.x) {
+    const int u = a.heavy_rows[h];
+    const std::int64_t base = a.heavy_base[h];
+    const std::uint32_t start = a.seg_start[u];
+    const std::uint32_t end = a.seg_start[u + 1];
+    RowRef r;
+    if (!resolve_row<W, Gd>(a, a.keys[start], a.bags[start], r)) continue;  // uniform over the block
+    const std::int64_t n = (end - start + kChunk - 1) / kChunk;
+    const std::int64_t lo = gi * n / groups_per_block;
+    const std::int64_t hi = (gi + 1) * n / groups_per_block;
+    float g[kVecs][V];
+    zero(g);
+    for (std::int64_t q = lo; q < hi; ++q) {
+      const float* src = a.partial + (base + q) * a.partial_ld;
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const int col = col_of(r.vec, L.glane, v, e, group, V);
+          if (col < r.m.dim) g[v][e] += src[col];
+        }
+      }
+    }
+    float* mine = sums + static_cast<std::int64_t>(gi) * a.partial_ld;
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const int col = col_of(r.vec, L.glane, v, e, group, V);
+        if (col < r.m.dim) mine[col] = g[v][e];
+      }
+    }
+    __syncthreads();
+    if (gi == 0) {
+      RowValues<kVecs, V> rv;
+      load_row<W, kVecs, V, kAnyOpt>(a, r, L, rv);
+      zero(g);
+      for (int i = 0; i < groups_per_block; ++i) {
+        const float* src = sums + static_cast<std::int64_t>(i) * a.partial_ld;
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            const int col = col_of(r.vec, L.glane, v, e, group, V);
+            if (col < r.m.dim) g[v][e] += src[col];
+          }
+        }
+      }
+      update_row<W, kVecs, V, kAnyOpt>(a, r, L, g, rv);
+    }
+    __syncthreads();
+  }
+}
+
+template <class W, class Gd, int kVecs, int kOpt>
+void launch_rows(Stream_t stream, const BackwardArgs& a) {
+  auto rows = embedding_backward_rows_kernel<W, Gd, kVecs, kOpt>;
+  launch("embedding_backward_rows", rows, {resident_blocks(rows, kRowsBlock, 0), kRowsBlock, 0}, stream, a);
+}
+
+template <class W, class Gd, int kVecs>
+void launch_update(Stream_t stream, const BackwardArgs& a, BackwardProfile* profile) {
+  switch (a.opt) {
+    case kSgd: launch_rows<W, Gd, kVecs, kSgd>(stream, a); break;
+    case kAdagrad: launch_rows<W, Gd, kVecs, kAdagrad>(stream, a); break;
+    default: launch_rows<W, Gd, kVecs, kRowwise>(stream, a); break;
+  }
+  if (profile != nullptr) profile->events[4].record(stream);
+  auto chunks = embedding_backward_chunks_kernel<W, Gd, kVecs>;
+  auto heavy = embedding_backward_heavy_kernel<W, Gd, kVecs>;
+  const std::size_t smem = static_cast<std::size_t>(kBlock / a.group) * a.partial_ld * sizeof(float);
+  launch("embedding_backward_chunks", chunks, {resident_blocks(chunks, kBlock, 0), kBlock, 0}, stream, a);
+  launch("embedding_backward_heavy", heavy, {resident_blocks(heavy, kBlock, smem), kBlock, smem}, stream, a);
+  if (profile != nullptr) profile->events[5].record(stream);
+}
+
+template <class W, class Gd>
+void dispatch_vecs(Stream_t stream, BackwardArgs& a, int max_dim, int vectors_per_lane, BackwardProfile* p) {
+  const detail::GroupShape shape =
+      detail::backward_group_shape(max_dim, VecWidth<W>::value, device_info().warp_size, vectors_per_lane);
+  a.group = shape.group;
+  switch (shape.vecs) {
+    case 1: return launch_update<W, Gd, 1>(stream, a, p);
+    case 2: return launch_update<W, Gd, 2>(stream, a, p);
+    default: return launch_update<W, Gd, 4>(stream, a, p);
+  }
+}
+
+template <class W>
+void dispatch_grad(Stream_t stream, BackwardArgs& a, int max_dim, DType grad, const UpdateOptions& u) {
+  if (grad == DType::bf16) return dispatch_vecs<W, Bf16>(stream, a, max_dim, u.vectors_per_lane, u.profile);
+  return dispatch_vecs<W, float>(stream, a, max_dim, u.vectors_per_lane, u.profile);
+}
+
+}  // namespace
+
+void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights, float* state,
+                               const DeviceSparseInput& in, DeviceMatrix dout, const OptimizerParams& opt,
+                               const UpdateOptions& update, EmbeddingWorkspace& ws) {
+  constexpr const char* op = "embedding_backward_update";
+  detail::check_embedding_call(op, tables, weights, in, dout, "dout");
+  if (opt.kind == OptimizerKind::adam) {
+    throw InputError(cat(op, ": adam is not an embedding optimizer (use sgd, adagrad or rowwise_adagrad)"));
+  }
+  if (opt.kind != OptimizerKind::sgd && state == nullptr && in.nnz > 0) {
+    throw InputError(cat(op, ": ", opt.kind == OptimizerKind::adagrad ? "adagrad" : "rowwise_adagrad", " needs optimizer state, and state is null"));
+  }
+  if (in.batch > ws.max_batch() || in.nnz > ws.max_nnz() || tables.max_dim() > ws.max_dim_) {
+    throw InputError(cat(op, ": batch ", in.batch, " with ", in.nnz, " ids (max dim ", tables.max_dim(), ") exceeds the workspace (batch ", ws.max_batch(), ", ", ws.max_nnz(), " ids, dim ", ws.max_dim_, ")"));
+  }
+  check(memset_async(ws.counters_.data(), 0, ws.counters_.bytes(), stream), "embedding_backward_update: counters");
+  if (in.nnz == 0 || in.batch == 0) return;
+
+  auto mark = [&](int i) {
+    if (update.profile != nullptr) update.profile->events[i].record(stream);
+  };
+  mark(0);
+  const std::int64_t bags = in.batch * in.num_tables;
+  const auto skip_key = static_cast<std::uint32_t>(tables.total_rows());
+  const std::int64_t warps = ceil_div(bags, device_info().warp_size);
+  const std::int64_t warps_per_block = detail::kBlock / device_info().warp_size;
+  launch("embedding_keys", embedding_keys_kernel, {ceil_div(warps, warps_per_block), detail::kBlock, 0}, stream,
+         tables.device_meta(), in.ids, in.offsets, in.batch, in.nnz, bags, skip_key, ws.keys_[0].data(),
+         ws.bags_[0].data(), tables.device_errors());
+
+  std::uint32_t* const keys[2] = {ws.keys_[0].data(), ws.keys_[1].data()};
+  std::uint32_t* const vals[2] = {ws.bags_[0].data(), ws.bags_[1].data()};
+  mark(1);
+  const int cur = ws.sorter_.sort_pairs(stream, keys, vals, in.nnz, tables.key_bits());
+  mark(2);
+
+  scan::exclusive_scan(stream, "embedding_segments", in.nnz, nullptr, SegmentFlag{keys[cur]},
+                       SegmentStore{ws.seg_start_.data(), in.nnz}, ws.scan_tmp_.data(),
+                       reinterpret_cast<std::uint32_t*>(ws.counters_.data()));
+  mark(3);
+
+  BackwardArgs a{};
+  a.meta = tables.device_meta();
+  a.num_tables = tables.num_tables();
+  a.keys = keys[cur];
+  a.bags = vals[cur];
+  a.seg_start = ws.seg_start_.data();
+  a.counters = ws.counters_.data();
+  a.offsets = in.offsets;
+  a.batch = in.batch;
+  a.skip_key = skip_key;
+  a.dout = dout.data;
+  a.ld = dout.ld;
+  a.weights = weights.data;
+  a.state = state;
+  a.opt = static_cast<int>(opt.kind);
+  a.lr = opt.lr;
+  a.eps = opt.eps;
+  a.wd = opt.weight_decay;
+  a.sr_seed = update.seed;
+  a.sr_step = update.step;
+  a.sr = update.stochastic_rounding ? 1 : 0;
+  a.heavy_rows = ws.heavy_rows_.data();
+  a.heavy_base = ws.heavy_base_.data();
+  a.chunk_seg = ws.chunk_seg_.data();
+  a.chunk_idx = ws.chunk_idx_.data();
+  a.partial = ws.partial_.data();
+  a.partial_ld = ws.partial_ld_;
+  a.max_heavy = ws.max_heavy_;
+  a.max_chunks = ws.max_chunks_;
+  switch (weights.dtype) {
+    case DType::f16: return dispatch_grad<F16>(stream, a, tables.max_dim(), dout.dtype, update);
+    case DType::bf16: return dispatch_grad<Bf16>(stream, a, tables.max_dim(), dout.dtype, update);
+    default: return dispatch_grad<float>(stream, a, tables.max_dim(), dout.dtype, update);
+  }
+}
+
+}  // namespace parity::gpu

@@ -1,0 +1,190 @@
+// Table-batched embedding-bag forward: every bag of every table of the step in one launch.
+//
+// Why it is built this way: the forward is a gather; its floor is reading each looked-up row once
+// (plus ids, offsets and the output), so the kernel exists to keep HBM busy:
+// - one group of G lanes per bag (G from the largest dim, see embedding_common.cuh), so a dim-128
+//   fp32 row is one 16-byte load per lane of a 32-lane group: full 512-byte rows per instruction;
+// - the group loads up to G ids at once (coalesced) and broadcasts them with shuffles, then issues
+//   kUnroll row loads before the first add, so several rows are in flight per lane;
+// - per-table dims, offsets, pooling and alignment are read per bag from a small table of
+//   metadata (L1-resident), so all tables go in one launch and the grid is T * B / (bags per
+//   block) blocks, table-major like the CSR;
+// - rows that are not 16-byte aligned (dims not a multiple of V, odd offsets) and outputs with an
+//   unaligned ld or out_col take a scalar path for that table only;
+// - accumulation in fp32 whatever the weight type; mean divides once at the end; an empty bag
+//   writes zeros; ids outside [0, rows) are skipped and recorded (EmbeddingTables reports them).
+#include "backend/gpu/embedding.h"
+#include "backend/gpu/embedding_common.cuh"
+#include "backend/gpu/launch.h"
+
+namespace parity::gpu {
+
+namespace {
+
+using detail::InputErrorRecord;
+using detail::kBlock;
+using detail::TableMeta;
+
+template <class W, class O, int kVecs>
+__global__ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_forward_kernel(
+    const TableMeta* __restrict__ meta, const W* __restrict__ weights, const std::int64_t* __restrict__ ids,
+    const std::int64_t* __restrict__ offsets, std::int64_t batch, std::int64_t nnz, std::int64_t num_bags,
+    O* __restrict__ out, std::int64_t ld, int group, InputErrorRecord* errors) {
+  constexpr int V = VecWidth<W>::value;
+  constexpr int kWords = RawWords<V, W>::value;  // 4: one 16-byte load per vector
+  constexpr int kUnroll = 8 / kVecs;              // row loads in flight per lane: kUnroll * kVecs
+  const int lane = lane_id();
+  const int glane = lane & (group - 1);
+  const int gfirst = lane - glane;
+  const LaneMask gmask = group_mask(gfirst, group);
+  const std::int64_t bag =
+      static_cast<std::int64_t>(blockIdx.x) * (kBlock / group) + static_cast<std::int64_t>(threadIdx.x) / group;
+  if (bag >= num_bags) return;  // the whole group leaves together
+
+  const int t = static_cast<int>(bag / batch);
+  const std::int64_t b = bag - static_cast<std::int64_t>(t) * batch;
+  const TableMeta m = meta[t];
+  const int dim = m.dim;
+  std::int64_t lo = offsets[bag];
+  std::int64_t hi = offsets[bag + 1];
+  if (lo < 0 || hi < lo || hi > nnz) {
+    if (glane == 0) detail::record_input_error(errors, 2, t, b, hi < lo ? hi : lo);
+    lo = hi = 0;
+  }
+  const W* __restrict__ table = weights + m.weight_offset;
+  O* __restrict__ dst = out + b * ld + m.out_col;
+  constexpr unsigned kOutAlign = V * sizeof(O) < 16 ? V * sizeof(O) : 16;
+  const bool vec = dim % V == 0 && detail::aligned_to(table, 16) && detail::aligned_to(dst, kOutAlign);
+
+  float acc[kVecs][V];
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[v][e] = 0.0f;
+  }
+
+  for (std::int64_t j0 = lo; j0 < hi; j0 += group) {
+    const int count = static_cast<int>(hi - j0 < group ? hi - j0 : group);
+    int my_row = -1;
+    if (glane < count) {
+      const std::int64_t id = ids[j0 + glane];
+      if (id >= 0 && id < m.rows) {
+        my_row = static_cast<int>(id);
+      } else {
+        detail::record_input_error(errors, 1, t, b, id);
+      }
+    }
+    for (int k = 0; k < count; k += kUnroll) {
+      int row[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int src = k + u < count ? k + u : count - 1;
+        row[u] = shfl(gmask, my_row, gfirst + src);
+        if (k + u >= count) row[u] = -1;
+      }
+      if (vec) {
+        std::uint32_t x[kUnroll][kVecs][kWords];  // raw rows in flight
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int v = 0; v < kVecs; ++v) {
+            const int c = (glane + v * group) * V;
+            if (row[u] >= 0 && c < dim) {
+              load_raw<V, W>(table + static_cast<std::int64_t>(row[u]) * dim + c, x[u][v]);
+            } else {
+#pragma unroll
+              for (int i = 0; i < kWords; ++i) x[u][v][i] = 0u;  // +0.0 in every type
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int v = 0; v < kVecs; ++v) raw_add<V, W>(x[u][v], acc[v]);
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (row[u] < 0) continue;
+          const W* __restrict__ src = table + static_cast<std::int64_t>(row[u]) * dim;
+#pragma unroll
+          for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+              const int c = detail::scalar_col(glane, v, e, group, V);
+              if (c < dim) acc[v][e] += to_float(src[c]);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  if (m.pooling == 1 && hi > lo) {
+    const float count = static_cast<float>(hi - lo);
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) acc[v][e] = acc[v][e] / count;
+    }
+  }
+  if (vec) {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+      const int c = (glane + v * group) * V;
+      if (c < dim) store_vec_rn<V>(dst + c, acc[v]);
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const int c = detail::scalar_col(glane, v, e, group, V);
+        if (c < dim) dst[c] = from_float_rn<O>(acc[v][e]);
+      }
+    }
+  }
+}
+
+template <class W, class O, int kVecs>
+void launch_forward(Stream_t stream, const EmbeddingTables& tables, const void* weights, const DeviceSparseInput& in,
+                    const DeviceMatrix& out, int group) {
+  const std::int64_t bags = in.batch * in.num_tables;
+  const std::int64_t bags_per_block = detail::kBlock / group;
+  launch("embedding_forward", embedding_forward_kernel<W, O, kVecs>, {ceil_div(bags, bags_per_block), detail::kBlock, 0},
+         stream, tables.device_meta(), static_cast<const W*>(weights), in.ids, in.offsets, in.batch, in.nnz, bags,
+         static_cast<O*>(out.data), out.ld, group, tables.device_errors());
+}
+
+template <class W, class O>
+void dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, const void* weights, const DeviceSparseInput& in,
+                   const DeviceMatrix& out) {
+  const detail::GroupShape shape = detail::group_shape(tables.max_dim(), VecWidth<W>::value, device_info().warp_size);
+  switch (shape.vecs) {
+    case 1: return launch_forward<W, O, 1>(stream, tables, weights, in, out, shape.group);
+    case 2: return launch_forward<W, O, 2>(stream, tables, weights, in, out, shape.group);
+    default: return launch_forward<W, O, 4>(stream, tables, weights, in, out, shape.group);
+  }
+}
+
+template <class W>
+void dispatch_out(Stream_t stream, const EmbeddingTables& tables, const void* weights, const DeviceSparseInput& in,
+                  const DeviceMatrix& out) {
+  if (out.dtype == DType::bf16) return dispatch_vecs<W, Bf16>(stream, tables, weights, in, out);
+  return dispatch_vecs<W, float>(stream, tables, weights, in, out);
+}
+
+}  // namespace
+
+void embedding_forward(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights,
+                       const DeviceSparseInput& in, DeviceMatrix out) {
+  detail::check_embedding_call("embedding_forward", tables, weights, in, out, "out");
+  if (in.batch == 0) return;
+  switch (weights.dtype) {
+    case DType::f16: return dispatch_out<F16>(stream, tables, weights.data, in, out);
+    case DType::bf16: return dispatch_out<Bf16>(stream, tables, weights.data, in, out);
+    default: return dispatch_out<float>(stream, tables, weights.data, in, out);
+  }
+}
+
+}  // namespace parity::gpu

@@ -1,0 +1,500 @@
+// GpuBackend (see gpu_backend.h): shape checks, scratch, the mapping of each op onto cuBLASLt
+// products and dense.cu kernels, and the adapter to the embedding module.
+//
+// Products, in parity's row-major terms (blas.h maps them onto the column-major library):
+//   linear forward   y [B, out]  = x [B, in] · wᵀ            (+ bias, relu in the epilogue)
+//   linear backward  dw [out, in] = dzᵀ · x;  dx [B, in] = dz · w;  dbias = Σ_rows dz (dense.cu)
+//   cross forward    u [B, r] = xl · vᵀ;  z [B, N] = u · wᵀ + bias;  x_next = x0 ⊙ z + xl
+//   cross backward   dw [N, r] = dzᵀ · u;  du [B, r] = dz · w;  dv [r, N] = duᵀ · xl;
+//                    dxl = g + du · v  (g copied into dxl, then the product accumulates, beta 1)
+// Under DenseMath::bf16 each product's two operands are first converted into bf16 scratch
+// (packed, ld = cols); the fp32 originals stay untouched.
+#include "backend/gpu/gpu_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+#include <vector>
+
+#include "backend/gpu/blas.h"
+#include "backend/gpu/dense.h"
+#include "backend/gpu/embedding.h"
+#include "backend/gpu/fill.h"
+#include "backend/gpu/port.h"
+#include "backend/gpu/runtime.h"
+#include "parity/error.h"
+
+namespace parity {
+
+namespace {
+
+// Shape checks with the CPU reference's messages (backend/cpu/cpu_common.h; not included here
+// because it carries OpenMP pragmas this library is not compiled for).
+template <class... Args>
+[[noreturn]] void fail(const char* op, fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(std::string(op) + ": " + fmt::format(format, std::forward<Args>(args)...));
+}
+
+template <class T>
+void check_view(const char* op, const char* name, MatView<T> m) {
+  if (m.rows < 0 || m.cols < 0) fail(op, "{} has a negative shape [{}, {}]", name, m.rows, m.cols);
+  if (m.ld < m.cols) fail(op, "{} has ld {} smaller than its {} columns", name, m.ld, m.cols);
+  if (m.data == nullptr && m.rows > 0 && m.cols > 0) fail(op, "{} is null", name);
+}
+
+template <class T>
+void check_shape(const char* op, const char* name, MatView<T> m, std::int64_t rows, std::int64_t cols) {
+  check_view(op, name, m);
+  if (m.rows != rows || m.cols != cols) fail(op, "{} is [{}, {}], expected [{}, {}]", name, m.rows, m.cols, rows, cols);
+}
+
+// Scratch purposes. An op may hold several slots at once, never the same slot twice.
+enum class Slot : int { a16, b16, dz, dz16, du, reduce, count };
+constexpr std::array<const char*, static_cast<int>(Slot::count)> kSlotNames = {
+    "bf16 operand A", "bf16 operand B", "masked gradient", "masked gradient (bf16)", "cross du", "column-sum partials"};
+
+// Per-purpose device scratch that only grows (by a quarter more than asked, so that a slowly
+// growing shape does not reallocate every call).
+class Scratch {
+ public:
+  void* get(Slot slot, std::size_t bytes, gpu::Stream_t stream) {
+    auto& b = bufs_[static_cast<int>(slot)];
+    if (b.bytes() < bytes) {
+      // Kernels already enqueued may still read the old buffer.
+      gpu::check(gpu::stream_synchronize(stream), "GpuBackend scratch growth");
+      const std::size_t want = (bytes + bytes / 4 + 255) / 256 * 256;
+      b = gpu::DeviceBuffer<std::byte>();
+      b = gpu::DeviceBuffer<std::byte>(want, kSlotNames[static_cast<int>(slot)]);
+      ++growths_;
+    }
+    return b.data();
+  }
+  template <class T>
+  T* get_as(Slot slot, std::int64_t elements, gpu::Stream_t stream) {
+    return static_cast<T*>(get(slot, static_cast<std::size_t>(std::max<std::int64_t>(elements, 1)) * sizeof(T), stream));
+  }
+  std::int64_t growths() const { return growths_; }
+  void count_growth() { ++growths_; }
+
+ private:
+  std::array<gpu::DeviceBuffer<std::byte>, static_cast<int>(Slot::count)> bufs_;
+  std::int64_t growths_ = 0;
+};
+
+gpu::GemmMath gemm_math(DenseMath m) {
+  switch (m) {
+    case DenseMath::fp32: return gpu::GemmMath::fp32;
+    case DenseMath::tf32: return gpu::GemmMath::tf32;
+    case DenseMath::bf16: return gpu::GemmMath::bf16;
+    case DenseMath::fp16: break;
+  }
+  throw Error(fmt::format("GpuBackend: dense math {} is not implemented (use fp32, tf32 or bf16)", dense_math_name(m)));
+}
+
+gpu::Epilogue epilogue_of(bool bias, Activation act) {
+  const bool relu = act == Activation::relu;
+  if (bias) return relu ? gpu::Epilogue::relu_bias : gpu::Epilogue::bias;
+  return relu ? gpu::Epilogue::relu : gpu::Epilogue::none;
+}
+
+bool same_layouts(std::span<const TableLayout> a, const std::vector<TableLayout>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const TableLayout& x = a[i];
+    const TableLayout& y = b[i];
+    if (x.rows != y.rows || x.dim != y.dim || x.pooling != y.pooling || x.weight_offset != y.weight_offset ||
+        x.state_offset != y.state_offset || x.out_col != y.out_col || x.dtype != y.dtype)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+struct GpuBackend::Impl {
+  DenseMath math;
+  gpu::Stream stream;
+  gpu::Blas blas;
+  Scratch scratch;
+  gpu::DeviceBuffer<std::byte> loss_scratch;
+  Counters counters;
+  // Embedding module state, built on the first call with a given set of layouts.
+  std::vector<TableLayout> emb_layouts;  // as the engine passed them
+  std::unique_ptr<gpu::EmbeddingTables> emb_tables;  // the same with fp32 storage
+  std::unique_ptr<gpu::EmbeddingWorkspace> emb_workspace;
+  std::uint64_t emb_updates = 0;
+
+  explicit Impl(DenseMath m)
+      : math(m),
+        loss_scratch(static_cast<std::size_t>(gpu::dense::bce_scratch_bytes()), "GpuBackend loss partials") {}
+
+  gpu::Stream_t s() const { return stream.get(); }
+
+  // A product of fp32 views, or of their bf16 copies under DenseMath::bf16. a and b are the stored
+  // operands ([m, k] / [k, m] and [k, n] / [n, k] by their transpose flags).
+  void product(CMat a, bool ta, CMat b, bool tb, Mat d, float beta = 0.0f, gpu::Epilogue ep = gpu::Epilogue::none,
+               const float* bias = nullptr, const std::uint16_t* a16 = nullptr) {
+    gpu::GemmArgs g;
+    g.m = d.rows;
+    g.n = d.cols;
+    g.k = ta ? a.rows : a.cols;
+    g.beta = beta;
+    g.d = d.data;
+    g.ldd = d.ld;
+    g.epilogue = ep;
+    g.bias = bias;
+    if (math == DenseMath::bf16) {
+      if (a16 == nullptr) {
+        auto* p = scratch.get_as<std::uint16_t>(Slot::a16, a.rows * a.cols, s());
+        gpu::dense::to_bf16(s(), a, p);
+        a16 = p;
+      }
+      auto* b16 = scratch.get_as<std::uint16_t>(Slot::b16, b.rows * b.cols, s());
+      gpu::dense::to_bf16(s(), b, b16);
+      g.a = {a16, a.cols, ta};
+      g.b = {b16, b.cols, tb};
+    } else {
+      g.a = {a.data, a.ld, ta};
+      g.b = {b.data, b.ld, tb};
+    }
+    blas.gemm(s(), gemm_math(math), g);
+  }
+
+  std::int64_t nnz_of(const SparseInput& in) {
+    if (in.nnz >= 0) return in.nnz;  // the engine always says; other callers may not
+    std::int64_t v = 0;
+    const std::int64_t* last = in.offsets + static_cast<std::int64_t>(in.num_tables) * in.batch;
+    gpu::check(gpu::memcpy_async(&v, last, sizeof v, s()), "embedding: reading the id count");
+    gpu::check(gpu::stream_synchronize(s()), "embedding: reading the id count");
+    ++counters.host_syncs;
+    return v;
+  }
+
+  void ensure_tables(std::span<const TableLayout> tables) {
+    if (emb_tables != nullptr && same_layouts(tables, emb_layouts)) return;
+    gpu::check(gpu::stream_synchronize(s()), "embedding layout change");  // enqueued work may use the old ones
+    emb_layouts.assign(tables.begin(), tables.end());
+    std::vector<TableLayout> f32(tables.begin(), tables.end());
+    for (auto& t : f32) t.dtype = DType::f32;  // storage is fp32; narrow types are emulated
+    emb_workspace.reset();
+    emb_tables = std::make_unique<gpu::EmbeddingTables>(f32);
+    scratch.count_growth();
+  }
+};
+
+GpuBackend::GpuBackend(DenseMath math) {
+  (void)gemm_math(math);  // throws for a math this backend does not implement
+  if (gpu::device_count() == 0) throw Error("GpuBackend: " + gpu::no_device_reason());
+  impl_ = std::make_unique<Impl>(math);
+}
+
+GpuBackend::~GpuBackend() {
+  if (impl_ != nullptr) (void)gpu::stream_synchronize(impl_->s());
+}
+
+std::string GpuBackend::name() const {
+#if defined(PARITY_GPU_HIP)
+  return "hip";
+#else
+  return "cuda";
+#endif
+}
+
+DenseMath GpuBackend::dense_math() const { return impl_->math; }
+
+GpuBackend::Counters GpuBackend::counters() const {
+  Counters c = impl_->counters;
+  c.scratch_growths = impl_->scratch.growths();
+  c.blas_plans = impl_->blas.plans();
+  c.epilogue_fallbacks = impl_->blas.epilogue_fallbacks();
+  return c;
+}
+
+// ------------------------------------------------------------------ memory --
+
+void* GpuBackend::allocate(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  ++impl_->counters.allocations;
+  return gpu::detail::device_alloc(bytes, "GpuBackend::allocate");
+}
+
+void GpuBackend::deallocate(void* p) noexcept {
+  if (p == nullptr) return;
+  // Work already enqueued may still use p (cudaFree waits for the device as well; this makes the
+  // order explicit for runtimes that do not).
+  (void)gpu::stream_synchronize(impl_->s());
+  gpu::detail::device_free(p);
+}
+
+void GpuBackend::copy_to_device(void* dst, const void* host_src, std::size_t bytes) {
+  if (bytes == 0) return;
+  gpu::check(gpu::memcpy_async(dst, host_src, bytes, impl_->s()), "copy_to_device");
+}
+
+void GpuBackend::copy_to_host(void* host_dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  gpu::check(gpu::memcpy_async(host_dst, src, bytes, impl_->s()), "copy_to_host");
+  gpu::check(gpu::stream_synchronize(impl_->s()), "copy_to_host");
+}
+
+void GpuBackend::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  gpu::check(gpu::memcpy_async(dst, src, bytes, impl_->s()), "copy");
+}
+
+void GpuBackend::fill(float* p, std::int64_t n, float value) {
+  if (n < 0 || (n > 0 && p == nullptr)) fail("fill", "bad buffer (n {}, p {})", n, static_cast<void*>(p));
+  gpu::dense::fill(impl_->s(), p, n, value);
+}
+
+void GpuBackend::fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
+                              std::uint64_t stream) {
+  if (n < 0 || (n > 0 && p == nullptr)) fail("fill_uniform", "bad buffer (n {})", n);
+  gpu::fill_uniform(impl_->s(), p, DType::f32, n, lo, hi, seed, stream);
+}
+
+void GpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
+  if (n < 0 || (n > 0 && p == nullptr)) fail("round_to_dtype", "bad buffer (n {})", n);
+  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
+    fail("round_to_dtype", "{} is not a floating-point storage type (fp32, fp16, bf16)", dtype_name(dtype));
+  gpu::dense::round_to_dtype(impl_->s(), p, n, dtype);
+}
+
+void GpuBackend::synchronize() { impl_->stream.synchronize(); }
+
+// ------------------------------------------------------------ dense layers --
+
+void GpuBackend::linear_forward(CMat x, CMat w, const float* bias, Activation act, Mat y) {
+  constexpr const char* op = "linear_forward";
+  check_view(op, "x", x);
+  check_view(op, "w", w);
+  if (x.cols != w.cols) fail(op, "x has {} columns, w has {}", x.cols, w.cols);
+  check_shape(op, "y", y, x.rows, w.rows);
+  // y [B, out] = x [B, in] · wᵀ (+ bias) (relu)
+  impl_->product(x, false, w, true, y, 0.0f, epilogue_of(bias != nullptr, act), bias);
+}
+
+void GpuBackend::linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act, Mat dx, Mat dw,
+                                 float* dbias) {
+  constexpr const char* op = "linear_backward";
+  check_view(op, "x", x);
+  check_view(op, "w", w);
+  if (x.cols != w.cols) fail(op, "x has {} columns, w has {}", x.cols, w.cols);
+  const std::int64_t batch = x.rows, out = w.rows;
+  check_shape(op, "y", y, batch, out);
+  check_shape(op, "dy", dy, batch, out);
+  check_shape(op, "dw", dw, out, x.cols);
+  const bool want_dx = dx.data != nullptr;
+  if (want_dx) check_shape(op, "dx", dx, batch, x.cols);
+  Impl& im = *impl_;
+  const gpu::Stream_t s = im.s();
+  const bool bf = im.math == DenseMath::bf16;
+
+  // dz = dy ⊙ act'(y) [B, out]; under bf16 also its bf16 copy, shared by both products.
+  CMat dz = dy;
+  std::uint16_t* dz16 = bf ? im.scratch.get_as<std::uint16_t>(Slot::dz16, batch * out, s) : nullptr;
+  if (act == Activation::relu) {
+    float* buf = im.scratch.get_as<float>(Slot::dz, batch * out, s);
+    gpu::dense::relu_backward(s, y, dy, buf, dz16);
+    dz = CMat(buf, batch, out);
+  } else if (bf) {
+    gpu::dense::to_bf16(s, dy, dz16);
+  }
+  im.product(dz, true, x, false, dw, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dw [out, in] = dzᵀ · x
+  if (dbias != nullptr) {
+    void* partial = im.scratch.get(Slot::reduce, gpu::dense::column_sum_scratch_bytes(batch, out), s);
+    gpu::dense::column_sum(s, dz, dbias, partial);
+  }
+  if (want_dx) im.product(dz, false, w, false, dx, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dx = dz · w
+}
+
+// ------------------------------------------------------------- embeddings --
+
+void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const float* weights,
+                                   const SparseInput& in, Mat out) {
+  constexpr const char* op = "embedding_forward";
+  check_view(op, "out", out);
+  if (out.rows != in.batch) fail(op, "out has {} rows, the batch is {}", out.rows, in.batch);
+  if (in.num_tables != static_cast<int>(tables.size()))
+    fail(op, "the input has {} tables, the layout {}", in.num_tables, tables.size());
+  if (tables.empty() || in.batch == 0) return;
+  Impl& im = *impl_;
+  im.ensure_tables(tables);
+  gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, im.nnz_of(in)};
+  gpu::embedding_forward(im.s(), *im.emb_tables, {const_cast<float*>(weights), DType::f32}, din,
+                         {out.data, DType::f32, out.rows, out.cols, out.ld});
+}
+
+void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
+                                           const SparseInput& in, CMat dout, const OptimizerParams& opt) {
+  constexpr const char* op = "embedding_backward_update";
+  check_view(op, "dout", dout);
+  if (dout.rows != in.batch) fail(op, "dout has {} rows, the batch is {}", dout.rows, in.batch);
+  if (in.num_tables != static_cast<int>(tables.size()))
+    fail(op, "the input has {} tables, the layout {}", in.num_tables, tables.size());
+  if (tables.empty() || in.batch == 0) return;
+  Impl& im = *impl_;
+  im.ensure_tables(tables);
+  const std::int64_t nnz = im.nnz_of(in);
+  if (nnz == 0) return;  // no row occurs: nothing is updated
+  if (im.emb_workspace == nullptr || in.batch > im.emb_workspace->max_batch() ||
+      nnz > im.emb_workspace->max_nnz()) {
+    const std::int64_t max_batch =
+        std::max(in.batch, im.emb_workspace != nullptr ? im.emb_workspace->max_batch() : std::int64_t{0});
+    const std::int64_t max_nnz = std::max(
+        nnz + nnz / 4, im.emb_workspace != nullptr ? im.emb_workspace->max_nnz() : std::int64_t{0});
+    gpu::check(gpu::stream_synchronize(im.s()), "embedding workspace growth");  // the old one may be in use
+    im.emb_workspace.reset();
+    im.emb_workspace = std::make_unique<gpu::EmbeddingWorkspace>(*im.emb_tables, max_batch, max_nnz);
+    im.scratch.count_growth();
+  }
+  gpu::UpdateOptions upd;
+  upd.step = im.emb_updates++;
+  upd.deterministic = true;
+  gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, nnz};
+  gpu::embedding_backward_update(im.s(), *im.emb_tables, {weights, DType::f32}, state, din,
+                                 {const_cast<float*>(dout.data), DType::f32, dout.rows, dout.cols, dout.ld}, opt, upd,
+                                 *im.emb_workspace);
+  // Emulated fp16/bf16 storage: rounding a whole table is the same as rounding its updated rows,
+  // since the others already hold representable values (the engine rounds them at initialisation).
+  for (const TableLayout& t : tables) {
+    if (t.dtype != DType::f32) gpu::dense::round_to_dtype(im.s(), weights + t.weight_offset, t.rows * t.dim, t.dtype);
+  }
+}
+
+void GpuBackend::raise_input_errors() {
+  if (impl_->emb_tables != nullptr) impl_->emb_tables->raise_input_errors(impl_->s());
+}
+
+// ----------------------------------------------------------- interactions --
+
+namespace {
+
+void check_dot(const char* op, CMat dense, CMat emb, int num_tables) {
+  check_view(op, "dense", dense);
+  if (num_tables < 0) fail(op, "num_tables is {}, expected >= 0", num_tables);
+  check_view(op, "emb", emb);
+  if (emb.rows != dense.rows) fail(op, "emb has {} rows, dense has {}", emb.rows, dense.rows);
+  if (emb.cols != num_tables * dense.cols)
+    fail(op, "emb has {} columns, expected num_tables * D = {} * {}", emb.cols, num_tables, dense.cols);
+}
+
+}  // namespace
+
+void GpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) {
+  constexpr const char* op = "dot_interaction_forward";
+  check_dot(op, dense, emb, num_tables);
+  const std::int64_t f = num_tables + 1;
+  check_shape(op, "out", out, dense.rows, dense.cols + f * (f - 1) / 2);
+  gpu::dense::dot_forward(impl_->s(), dense, emb, num_tables, out);
+}
+
+void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
+                                          Mat demb) {
+  constexpr const char* op = "dot_interaction_backward";
+  check_dot(op, dense, emb, num_tables);
+  const std::int64_t f = num_tables + 1;
+  check_shape(op, "dout", dout, dense.rows, dense.cols + f * (f - 1) / 2);
+  check_shape(op, "ddense", ddense, dense.rows, dense.cols);
+  check_shape(op, "demb", demb, dense.rows, emb.cols);
+  gpu::dense::dot_backward(impl_->s(), dense, emb, num_tables, dout, ddense, demb);
+}
+
+void GpuBackend::cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bias, Mat u, Mat z, Mat x_next) {
+  constexpr const char* op = "cross_forward";
+  check_view(op, "x0", x0);
+  check_view(op, "v", v);
+  const std::int64_t batch = x0.rows, n = x0.cols, rank = v.rows;
+  check_shape(op, "xl", xl, batch, n);
+  check_shape(op, "v", v, rank, n);
+  check_shape(op, "w", w, n, rank);
+  check_shape(op, "u", u, batch, rank);
+  check_shape(op, "z", z, batch, n);
+  check_shape(op, "x_next", x_next, batch, n);
+  Impl& im = *impl_;
+  im.product(xl, false, v, true, u);  // u [B, r] = xl · vᵀ
+  im.product(u, false, w, true, z, 0.0f, bias != nullptr ? gpu::Epilogue::bias : gpu::Epilogue::none,
+             bias);  // z [B, N] = u · wᵀ + bias
+  gpu::dense::cross_combine(im.s(), x0, z, xl, x_next);
+}
+
+void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next, Mat dx0, Mat dxl,
+                                Mat dv, Mat dw, float* dbias, Mat du_scratch) {
+  constexpr const char* op = "cross_backward";
+  check_view(op, "x0", x0);
+  check_view(op, "v", v);
+  const std::int64_t batch = x0.rows, n = x0.cols, rank = v.rows;
+  check_shape(op, "xl", xl, batch, n);
+  check_shape(op, "v", v, rank, n);
+  check_shape(op, "w", w, n, rank);
+  check_shape(op, "u", u, batch, rank);
+  check_shape(op, "z", z, batch, n);
+  check_shape(op, "dx_next", dx_next, batch, n);
+  check_shape(op, "dx0", dx0, batch, n);
+  check_shape(op, "dxl", dxl, batch, n);
+  check_shape(op, "dv", dv, rank, n);
+  check_shape(op, "dw", dw, n, rank);
+  const bool want_du = du_scratch.data != nullptr;
+  if (want_du) check_shape(op, "du_scratch", du_scratch, batch, rank);
+  Impl& im = *impl_;
+  const gpu::Stream_t s = im.s();
+  const bool bf = im.math == DenseMath::bf16;
+
+  // dz = g ⊙ x0 [B, N] (and its bf16 copy); dx0 += g ⊙ z.
+  float* dz_buf = im.scratch.get_as<float>(Slot::dz, batch * n, s);
+  std::uint16_t* dz16 = bf ? im.scratch.get_as<std::uint16_t>(Slot::dz16, batch * n, s) : nullptr;
+  gpu::dense::cross_gradients(s, dx_next, x0, z, dz_buf, dz16, dx0);
+  const CMat dz(dz_buf, batch, n);
+
+  im.product(dz, true, u, false, dw, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dw [N, r] = dzᵀ · u
+  if (dbias != nullptr) {
+    void* partial = im.scratch.get(Slot::reduce, gpu::dense::column_sum_scratch_bytes(batch, n), s);
+    gpu::dense::column_sum(s, dz, dbias, partial);
+  }
+  const Mat du = want_du ? du_scratch : Mat(im.scratch.get_as<float>(Slot::du, batch * rank, s), batch, rank);
+  im.product(dz, false, w, false, du, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // du [B, r] = dz · w
+  im.product(du, true, xl, false, dv);                                            // dv [r, N] = duᵀ · xl
+  // dxl = g + du · v: g copied into dxl, then the product accumulates onto it (beta 1).
+  if (dxl.data != dx_next.data || dxl.ld != dx_next.ld) gpu::dense::copy_matrix(s, dx_next, dxl);
+  im.product(du, false, v, false, dxl, 1.0f);
+}
+
+// ------------------------------------------------------------------- heads --
+
+void GpuBackend::bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
+                                 float* loss_out) {
+  constexpr const char* op = "bce_with_logits";
+  if (n <= 0) fail(op, "n is {}, expected > 0", n);
+  if (logits == nullptr || labels == nullptr || dlogits == nullptr) fail(op, "a buffer is null");
+  if (loss_out == nullptr) fail(op, "loss_out is null");
+  gpu::dense::bce_with_logits(impl_->s(), logits, labels, n, dlogits, loss_out, impl_->loss_scratch.data());
+}
+
+void GpuBackend::sigmoid(const float* logits, float* probs, std::int64_t n) {
+  if (n < 0 || (n > 0 && (logits == nullptr || probs == nullptr))) fail("sigmoid", "bad buffers (n {})", n);
+  gpu::dense::sigmoid(impl_->s(), logits, probs, n);
+}
+
+void GpuBackend::add_inplace(Mat y, CMat x) {
+  constexpr const char* op = "add_inplace";
+  check_view(op, "y", y);
+  check_shape(op, "x", x, y.rows, y.cols);
+  gpu::dense::add_inplace(impl_->s(), y, x);
+}
+
+void GpuBackend::dense_optimizer_step(float* params, const float* grads, float* state, std::int64_t n,
+                                      const OptimizerParams& opt, std::int64_t step) {
+  constexpr const char* op = "dense_optimizer_step";
+  if (n < 0) fail(op, "n is {}, expected >= 0", n);
+  if (n > 0 && (params == nullptr || grads == nullptr)) fail(op, "params or grads is null");
+  if ((opt.kind == OptimizerKind::adagrad || opt.kind == OptimizerKind::adam) && n > 0 && state == nullptr)
+    fail(op, "state is null");
+  if (opt.kind == OptimizerKind::adam && step < 1) fail(op, "adam step is {}, expected >= 1 (1-based)", step);
+  gpu::dense::optimizer_step(impl_->s(), params, grads, state, n, opt, step);
+}
+
+std::unique_ptr<Backend> make_gpu_backend(DenseMath math) { return std::make_unique<GpuBackend>(math); }
+
+}  // namespace parity

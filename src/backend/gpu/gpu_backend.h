@@ -1,0 +1,108 @@
+// GpuBackend: the Backend interface (include/parity/backend.h) on one GPU and one stream.
+//
+// Why it is built this way:
+// - Every op enqueues on the backend's one stream and returns: a training step (forward,
+//   backward, update) is one stream-ordered sequence with no host synchronisation inside it. The
+//   exceptions are the copy_to_host family and synchronize(), as the interface says, and (until
+//   SparseInput carries the id count, see embedding_forward below) one 8-byte read per embedding
+//   op.
+// - Matrix products go through cuBLASLt (blas.h) with the bias and ReLU fused into the product's
+//   epilogue; everything else is a kernel of dense.cu or of the embedding module (embedding.h).
+// - DenseMath picks how products are computed: fp32 (exact fp32, the default: it tracks the CPU
+//   reference to rounding), tf32 (tensor cores read fp32 operands as tf32), bf16 (operands
+//   converted to bf16 per call, fp32 accumulation and output; master weights, gradients and the
+//   optimizer stay fp32). Everything that is not a product is fp32 (or double) in every mode.
+// - Memory: parameters and activations come from allocate() (the engine allocates them once).
+//   The backend's own scratch (bf16 operand copies, masked gradients, reduction partials, the
+//   embedding backward's sort workspace) is kept per purpose and grows only when a larger shape
+//   arrives, so after the first step of a run nothing is allocated; counters() lets tests check
+//   that. The BLAS workspace is allocated at construction.
+// - This header names no vendor symbol (pimpl), so engine code can include it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "parity/backend.h"
+#include "parity/spec.h"
+
+namespace parity {
+
+class GpuBackend final : public Backend {
+ public:
+  // Uses the current device (throws Error with the reason where no GPU is usable). math is
+  // fp32, tf32 or bf16 (DenseMath of spec.h; fp16 products are not implemented here yet).
+  explicit GpuBackend(DenseMath math = DenseMath::fp32);
+  ~GpuBackend() override;
+  GpuBackend(const GpuBackend&) = delete;
+  GpuBackend& operator=(const GpuBackend&) = delete;
+
+  std::string name() const override;
+  DenseMath dense_math() const;
+
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* p) noexcept override;
+  // Asynchronous on the backend's stream (from pageable memory the runtime stages the data
+  // before returning, so host_src may be reused at once).
+  void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override;
+  void copy(void* dst, const void* src, std::size_t bytes) override;
+  void fill(float* p, std::int64_t n, float value) override;
+  void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
+                    std::uint64_t stream) override;
+  void round_to_dtype(float* p, std::int64_t n, DType dtype) override;
+  void synchronize() override;
+
+  void linear_forward(CMat x, CMat w, const float* bias, Activation act, Mat y) override;
+  void linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act, Mat dx, Mat dw,
+                       float* dbias) override;
+
+  // Through the embedding module (embedding.h) on fp32 weight storage; tables whose layout says
+  // fp16/bf16 are emulated as the interface allows (every row of the table rounded to nearest
+  // even after the update). Ids out of range are skipped and recorded, not thrown: call
+  // raise_input_errors() where a check is wanted. The module needs the id count on the host;
+  // SparseInput does not carry it yet, so each call reads offsets[T*B] back (a small host sync).
+  void embedding_forward(std::span<const TableLayout> tables, const float* weights,
+                         const SparseInput& in, Mat out) override;
+  void embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
+                                 const SparseInput& in, CMat dout,
+                                 const OptimizerParams& opt) override;
+
+  void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) override;
+  void dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
+                                Mat demb) override;
+  void cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bias, Mat u, Mat z,
+                     Mat x_next) override;
+  void cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next, Mat dx0,
+                      Mat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch) override;
+
+  void bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
+                       float* loss_out) override;
+  void sigmoid(const float* logits, float* probs, std::int64_t n) override;
+  void add_inplace(Mat y, CMat x) override;
+
+  void dense_optimizer_step(float* params, const float* grads, float* state, std::int64_t n,
+                            const OptimizerParams& opt, std::int64_t step) override;
+
+  // Synchronises; throws InputError if an embedding op met a bad id or offset since the last check.
+  void raise_input_errors();
+
+  // What the backend has done behind the interface, for tests and benchmarks.
+  struct Counters {
+    std::int64_t allocations = 0;      // allocate() calls
+    std::int64_t scratch_growths = 0;  // internal scratch (re)allocations, embedding workspace included
+    std::int64_t blas_plans = 0;       // cuBLASLt descriptors + algorithms built
+    std::int64_t epilogue_fallbacks = 0;  // plans whose bias/ReLU could not be fused (blas.h)
+    std::int64_t host_syncs = 0;       // id-count reads by the embedding ops
+  };
+  Counters counters() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+std::unique_ptr<Backend> make_gpu_backend(DenseMath math = DenseMath::fp32);
+
+}  // namespace parity

@@ -1,0 +1,620 @@
+// GPU embedding kernels against the CPU reference (backend/cpu), on random inputs: dims that are
+// and are not multiples of the vector width, misaligned table offsets, pooling sizes 0 and 1,
+// sum and mean, fp32/fp16/bf16 weights, fp32/bf16 outputs and gradients, uniform and
+// duplicate-heavy Zipf ids, every embedding optimizer, stochastic rounding, determinism, and
+// both radix sorts. Skips (with the reason) where no GPU is present.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gpu_test_util.h"
+
+namespace parity::gpu::test {
+namespace {
+
+constexpr std::uint32_t kPoisonWord = 0xffffffffu;  // NaN as fp32; two NaNs as bf16
+
+// Runs the GPU forward for problem p and returns the output as floats [batch, ld] (poisoned
+// columns stay NaN).
+std::vector<float> gpu_forward(const Problem& p, const std::vector<float>& weights, DType wdtype, DType odtype) {
+  EmbeddingTables tables(p.tables);
+  DeviceInput din(p);
+  auto wbytes = encode(weights, wdtype);
+  DeviceBuffer<std::uint8_t> w = to_device(wbytes);
+  const std::size_t out_bytes = static_cast<std::size_t>(p.batch * p.ld) * dtype_size(odtype);
+  std::vector<std::uint8_t> poison(out_bytes, 0xff);
+  DeviceBuffer<std::uint8_t> out = to_device(poison);
+  Stream s;
+  embedding_forward(s.get(), tables, {w.data(), wdtype}, din.in, {out.data(), odtype, p.batch, p.out_cols, p.ld});
+  s.synchronize();
+  tables.raise_input_errors(s.get());
+  return decode(to_host(out, out_bytes), odtype);
+}
+
+bool is_table_col(const Problem& p, std::int64_t c) {
+  for (const auto& t : p.tables) {
+    if (c >= t.out_col && c < t.out_col + t.dim) return true;
+  }
+  return false;
+}
+
+// Compares a GPU forward with the CPU reference: |gpu - ref| <= tol_sum * Σ|terms| + tol_out * |ref|
+// (Σ|terms| is the same pooling over |weights|: the scale of fp32 summation error), every table
+// column written, every other column untouched.
+void check_forward(const Problem& p, const std::vector<float>& weights, DType wdtype, DType odtype,
+                   const std::string& what, double tol_sum = 1e-5, double tol_out = 0.0) {
+  const std::vector<float> got = gpu_forward(p, weights, wdtype, odtype);
+  const auto ref_tables = as_f32(p.tables);
+  std::vector<float> ref(static_cast<std::size_t>(p.batch * p.ld), 0.0f), mag(ref.size(), 0.0f);
+  std::vector<float> absw(weights.size());
+  for (std::size_t i = 0; i < weights.size(); ++i) absw[i] = std::fabs(weights[i]);
+  cpu::embedding_forward<float>(ref_tables, weights.data(), p.input(), {ref.data(), p.batch, p.out_cols, p.ld});
+  cpu::embedding_forward<float>(ref_tables, absw.data(), p.input(), {mag.data(), p.batch, p.out_cols, p.ld});
+  int bad = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    for (std::int64_t c = 0; c < p.ld; ++c) {
+      const std::size_t i = static_cast<std::size_t>(b * p.ld + c);
+      if (!is_table_col(p, c)) {
+        std::uint32_t bits;
+        if (odtype == DType::f32) {
+          std::memcpy(&bits, &got[i], 4);
+        } else {
+          bits = std::isnan(got[i]) ? kPoisonWord : 0u;
+        }
+        if (bits != kPoisonWord && ++bad <= 5) ADD_FAILURE() << what << ": column " << c << " of row " << b << " was written";
+        continue;
+      }
+      const double tol = tol_sum * mag[i] + tol_out * std::fabs(ref[i]) + 1e-30;
+      if (!(std::fabs(static_cast<double>(got[i]) - ref[i]) <= tol) && ++bad <= 5) {
+        ADD_FAILURE() << what << ": out(" << b << ", " << c << ") = " << got[i] << ", expected " << ref[i]
+                      << " (tolerance " << tol << ")";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+ProblemSpec mixed_dims_spec() {
+  ProblemSpec s;
+  s.dims = {1, 3, 4, 7, 8, 16, 33, 64, 128, 130};
+  s.rows = {50, 7, 300, 1, 1000, 64};
+  s.pooling = {Pooling::sum, Pooling::mean, Pooling::sum};
+  s.batch = 97;
+  s.max_pool = 9;
+  return s;
+}
+
+// ------------------------------------------------------------------ runtime --
+
+TEST(GpuRuntime, DeviceInfo) {
+  PARITY_REQUIRE_GPU();
+  const DeviceInfo& d = device_info();
+  EXPECT_TRUE(d.warp_size == 32 || d.warp_size == 64) << d.warp_size;
+  EXPECT_GT(d.multiprocessor_count, 0);
+  EXPECT_GT(d.l2_cache_bytes, 0);
+  EXPECT_GE(d.shared_memory_per_block_optin, d.shared_memory_per_block);
+  std::printf("device: %s, %d SMs, warp %d, L2 %lld MB, %.1f GB\n", d.name.c_str(), d.multiprocessor_count,
+              d.warp_size, static_cast<long long>(d.l2_cache_bytes >> 20), d.total_memory_bytes / 1e9);
+}
+
+TEST(GpuRuntime, AllocationFailureNamesTheBuffer) {
+  PARITY_REQUIRE_GPU();
+  try {
+    DeviceBuffer<float> huge(std::size_t{1} << 50, "a buffer far too large");
+    FAIL() << "allocating 4 PB succeeded";
+  } catch (const GpuError& e) {
+    EXPECT_NE(std::string(e.what()).find("a buffer far too large"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GpuRuntime, DimTooLargeIsRejectedWithAMessage) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s;
+  s.dims = {8192};
+  s.rows = {4};
+  s.pooling = {Pooling::sum};
+  s.batch = 2;
+  const Problem p = make_problem(s, 1);
+  try {
+    (void)gpu_forward(p, std::vector<float>(p.weight_elems, 1.0f), DType::f32, DType::f32);
+    FAIL() << "dim 8192 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dim 8192"), std::string::npos) << e.what();
+  }
+}
+
+// ------------------------------------------------------------- radix sort --
+
+TEST(GpuRadixSort, MatchesStableSortForBothMethods) {
+  PARITY_REQUIRE_GPU();
+#if defined(PARITY_GPU_HIP)
+  const SortMethod methods[] = {SortMethod::portable};  // no vendor sort on HIP
+#else
+  const SortMethod methods[] = {SortMethod::vendor, SortMethod::portable};
+#endif
+  for (SortMethod method : methods) {
+    for (std::int64_t n : {0, 1, 2, 33, 4095, 4096, 4097, 100000, 1000003}) {
+      for (int bits : {1, 8, 13, 24, 32}) {
+        Rand rand(static_cast<std::uint64_t>(n * 97 + bits));
+        std::vector<std::uint32_t> keys(static_cast<std::size_t>(n)), vals(keys.size());
+        const std::uint64_t range = bits == 32 ? (std::uint64_t{1} << 32) : (std::uint64_t{1} << bits);
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          // Few distinct values for small bit counts: many ties, so stability is tested.
+          keys[i] = static_cast<std::uint32_t>(rand.integer(0, static_cast<std::int64_t>(range - 1)));
+          vals[i] = static_cast<std::uint32_t>(i);
+        }
+        RadixSorter sorter(std::max<std::int64_t>(n, 1), method);
+        DeviceBuffer<std::uint32_t> k0 = to_device(keys), k1(std::max<std::size_t>(keys.size(), 1));
+        DeviceBuffer<std::uint32_t> v0 = to_device(vals), v1(std::max<std::size_t>(keys.size(), 1));
+        std::uint32_t* const kb[2] = {k0.data(), k1.data()};
+        std::uint32_t* const vb[2] = {v0.data(), v1.data()};
+        Stream s;
+        const int cur = sorter.sort_pairs(s.get(), kb, vb, n, bits);
+        s.synchronize();
+        const auto got_k = to_host(cur == 0 ? k0 : k1, keys.size());
+        const auto got_v = to_host(cur == 0 ? v0 : v1, keys.size());
+        std::vector<std::size_t> order(keys.size());
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
+        int bad = 0;
+        for (std::size_t i = 0; i < order.size(); ++i) {
+          if ((got_k[i] != keys[order[i]] || got_v[i] != vals[order[i]]) && ++bad <= 3) {
+            ADD_FAILURE() << sort_method_name(sorter.method()) << " n=" << n << " bits=" << bits << ": position " << i
+                          << " holds (" << got_k[i] << ", " << got_v[i] << "), expected (" << keys[order[i]] << ", "
+                          << vals[order[i]] << ")";
+          }
+        }
+        ASSERT_EQ(bad, 0);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- forward --
+
+TEST(GpuEmbeddingForward, IntegerWeightsPoolExactly) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s = mixed_dims_spec();
+  s.pooling = {Pooling::sum};
+  const Problem p = make_problem(s, 11);
+  const auto w = random_values(p.weight_elems, 11, /*integers=*/true, DType::f32);
+  check_forward(p, w, DType::f32, DType::f32, "fp32 integer sums", 0.0, 0.0);
+}
+
+class GpuForwardTypes : public ::testing::TestWithParam<std::tuple<DType, DType, double>> {};
+
+TEST_P(GpuForwardTypes, MatchesCpuAcrossDimsAndPooling) {
+  PARITY_REQUIRE_GPU();
+  const auto [wdtype, odtype, zipf] = GetParam();
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    ProblemSpec s = mixed_dims_spec();
+    s.dtype = wdtype;
+    s.zipf_alpha = zipf;
+    s.offset_pad = seed == 3 ? 1 : 0;  // misaligned table offsets: scalar path for every table
+    const Problem p = make_problem(s, seed);
+    const auto w = random_values(p.weight_elems, seed, false, wdtype);
+    // bf16 outputs are rounded once: half an ulp of bf16 is 2^-9 relative.
+    const double tol_out = odtype == DType::bf16 ? 1.0 / 256.0 : 0.0;
+    check_forward(p, w, wdtype, odtype,
+                  std::string("weights ") + std::string(dtype_name(wdtype)) + " out " + std::string(dtype_name(odtype)) +
+                      " seed " + std::to_string(seed),
+                  1e-5, tol_out);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, GpuForwardTypes,
+                         ::testing::Values(std::make_tuple(DType::f32, DType::f32, 0.0),
+                                           std::make_tuple(DType::f32, DType::f32, 1.1),
+                                           std::make_tuple(DType::f32, DType::bf16, 0.0),
+                                           std::make_tuple(DType::f16, DType::f32, 0.0),
+                                           std::make_tuple(DType::f16, DType::bf16, 1.1),
+                                           std::make_tuple(DType::bf16, DType::f32, 0.0),
+                                           std::make_tuple(DType::bf16, DType::bf16, 0.0)));
+
+TEST(GpuEmbeddingForward, LongBagsAndWideRows) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s;
+  s.dims = {128, 256, 512, 40};
+  s.rows = {100000, 5000};
+  s.pooling = {Pooling::sum, Pooling::mean};
+  s.batch = 300;
+  s.max_pool = 130;
+  s.gap = 0;
+  s.ld_extra = 0;
+  const Problem p = make_problem(s, 5);
+  const auto w = random_values(p.weight_elems, 5, false, DType::f32);
+  check_forward(p, w, DType::f32, DType::f32, "long bags");
+}
+
+TEST(GpuEmbeddingForward, BadIdsAreSkippedAndReported) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s;
+  s.dims = {16, 8};
+  s.rows = {10, 20};
+  s.pooling = {Pooling::sum};
+  s.batch = 4;
+  Problem p = make_problem(s, 9);
+  ASSERT_GT(p.ids.size(), 3u);
+  p.ids[p.ids.size() - 1] = 20;  // table 1 has rows [0, 20)
+  const auto w = random_values(p.weight_elems, 9, false, DType::f32);
+  try {
+    (void)gpu_forward(p, w, DType::f32, DType::f32);
+    FAIL() << "a bad id went unreported";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("table 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("id 20"), std::string::npos) << m;
+  }
+}
+
+// ---------------------------------------------------------------- backward --
+
+struct BackwardCase {
+  OptimizerKind kind = OptimizerKind::sgd;
+  DType wdtype = DType::f32;
+  DType gdtype = DType::f32;
+  double zipf = 0.0;
+  float weight_decay = 0.0f;
+  bool integers = false;
+  SortMethod sort = SortMethod::automatic;
+  std::uint64_t seed = 1;
+  int vectors_per_lane = 0;
+};
+
+struct BackwardResult {
+  std::vector<float> weights;  // after the update, as floats
+  std::vector<float> state;
+  std::vector<std::uint8_t> raw_weights;
+  EmbeddingWorkspace::Stats stats;
+};
+
+BackwardResult gpu_backward(const Problem& p, const std::vector<float>& w0, const std::vector<float>& s0,
+                            const std::vector<float>& dout, const BackwardCase& c, const OptimizerParams& opt,
+                            const UpdateOptions& upd) {
+  EmbeddingTables tables(p.tables);
+  DeviceInput din(p);
+  DeviceBuffer<std::uint8_t> w = to_device(encode(w0, c.wdtype));
+  DeviceBuffer<float> st = to_device(s0);
+  DeviceBuffer<std::uint8_t> g = to_device(encode(dout, c.gdtype));
+  EmbeddingWorkspace ws(tables, p.batch, static_cast<std::int64_t>(p.ids.size()), c.sort);
+  Stream s;
+  embedding_backward_update(s.get(), tables, {w.data(), c.wdtype}, s0.empty() ? nullptr : st.data(), din.in,
+                            {g.data(), c.gdtype, p.batch, p.out_cols, p.ld}, opt, upd, ws);
+  s.synchronize();
+  tables.raise_input_errors(s.get());
+  BackwardResult r;
+  r.raw_weights = to_host(w, w0.size() * dtype_size(c.wdtype));
+  r.weights = decode(r.raw_weights, c.wdtype);
+  r.state = s0.empty() ? std::vector<float>{} : to_host(st, s0.size());
+  r.stats = ws.last_stats(s.get());
+  return r;
+}
+
+// One ulp of x in the storage type (the spacing of its neighbours at |x|).
+double ulp(double x, DType t) {
+  const int mant = t == DType::f16 ? 10 : 7;
+  const int min_exp = t == DType::f16 ? -14 : -126;
+  int e = 0;
+  (void)std::frexp(std::fabs(x), &e);  // |x| in [2^(e-1), 2^e)
+  const int ex = std::max(e - 1, min_exp);
+  return std::ldexp(1.0, ex - mant);
+}
+
+// The CPU reference update, then the comparison. fp32 results are within 1e-5 relative of the
+// scale of what was summed: the gradient of an element is a sum of many terms, so its fp32 error
+// is bounded by ~n eps Σ|terms| (G below), not by |g| (terms can cancel). So
+//   weights: |gpu - ref| <= 1e-5 (|ref| + |step| + |step| G / |g|) + 1e-7,  step = ref - w0
+//   state:   |gpu - ref| <= 1e-5 (|ref| + 2 |g| G) (adagrad; rowwise: the row's mean of 2 |g| G).
+// fp16/bf16 with stochastic rounding: every element is one of the two storage values around the
+// exact result (within that same slack), and the roundings are unbiased on average.
+void run_backward_case(const ProblemSpec& spec, const BackwardCase& c, const std::string& what) {
+  ProblemSpec s = spec;
+  s.kind = c.kind;
+  s.dtype = c.wdtype;
+  s.zipf_alpha = c.zipf;
+  const Problem p = make_problem(s, c.seed);
+  const auto w0 = random_values(p.weight_elems, c.seed, c.integers, c.wdtype);
+  std::vector<float> s0;
+  if (c.kind != OptimizerKind::sgd) s0 = random_values(p.state_elems, c.seed + 7, false, DType::f32, 0.0f, 2.0f);
+  auto dout = random_values(p.batch * p.ld, c.seed + 3, c.integers, c.gdtype);
+  OptimizerParams opt;
+  opt.kind = c.kind;
+  opt.lr = c.integers ? 1.0f : 0.05f;
+  opt.eps = 1e-8f;
+  opt.weight_decay = c.weight_decay;
+  UpdateOptions upd;
+  upd.seed = 1234;
+  upd.step = 7;
+  upd.vectors_per_lane = c.vectors_per_lane;
+
+  const BackwardResult r = gpu_backward(p, w0, s0, dout, c, opt, upd);
+
+  const auto ref_tables = as_f32(p.tables);
+  std::vector<float> ref_w = w0, ref_s = s0;
+  cpu::embedding_backward_update<float>(ref_tables, ref_w.data(), ref_s.empty() ? nullptr : ref_s.data(), p.input(),
+                                        {dout.data(), p.batch, p.out_cols, p.ld}, opt);
+  // Per weight element: the gradient g (with weight decay) and the scale G of its terms.
+  std::vector<double> g(w0.size(), 0.0), big_g(w0.size(), 0.0), state_tol(s0.size(), 0.0);
+  {
+    std::vector<float> absd(dout.size());
+    for (std::size_t i = 0; i < dout.size(); ++i) absd[i] = std::fabs(dout[i]);
+    const auto gv = cpu::embedding_gradient<float>(ref_tables, p.input(), {dout.data(), p.batch, p.out_cols, p.ld});
+    const auto ga = cpu::embedding_gradient<float>(ref_tables, p.input(), {absd.data(), p.batch, p.out_cols, p.ld});
+    for (std::size_t u = 0; u < gv.table.size(); ++u) {
+      const TableLayout& tl = p.tables[gv.table[u]];
+      double row_term = 0.0;
+      for (int d = 0; d < tl.dim; ++d) {
+        const std::size_t wi = static_cast<std::size_t>(tl.weight_offset + gv.row[u] * tl.dim + d);
+        g[wi] = gv.grad[gv.offset[u] + d] + c.weight_decay * w0[wi];
+        big_g[wi] = ga.grad[ga.offset[u] + d] + std::fabs(c.weight_decay * w0[wi]);
+        const double term = 2.0 * std::fabs(g[wi]) * big_g[wi];
+        if (c.kind == OptimizerKind::adagrad) state_tol[tl.state_offset + gv.row[u] * tl.dim + d] = term;
+        row_term += term;
+      }
+      if (c.kind == OptimizerKind::rowwise_adagrad) state_tol[tl.state_offset + gv.row[u]] = row_term / tl.dim;
+    }
+  }
+  int bad = 0;
+  double sum_err_ulps = 0.0;
+  std::int64_t n_rounded = 0;
+  for (std::size_t i = 0; i < w0.size(); ++i) {
+    const double got = r.weights[i];
+    const double ref = ref_w[i];
+    const double step = std::fabs(ref - w0[i]);
+    const double slack = 1e-5 * (step + (std::fabs(g[i]) > 0 ? step * big_g[i] / std::fabs(g[i]) : 0.0));
+    bool ok;
+    if (std::memcmp(&ref_w[i], &w0[i], 4) == 0) {
+      ok = std::memcmp(&r.weights[i], &w0[i], 4) == 0;  // untouched (or a zero step): bit-identical
+      if (!ok) ok = std::fabs(got - ref) <= 1e-5 * std::fabs(ref) + 1e-7 + (c.wdtype == DType::f32 ? 0.0 : ulp(ref, c.wdtype));
+    } else if (c.wdtype == DType::f32) {
+      ok = std::fabs(got - ref) <= 1e-5 * std::fabs(ref) + slack + 1e-7;
+    } else {
+      const double u = ulp(ref, c.wdtype);
+      ok = std::fabs(got - ref) <= u * (1.0 + 1e-3) + slack;
+      sum_err_ulps += (got - ref) / u;
+      ++n_rounded;
+    }
+    if (!ok && ++bad <= 5) {
+      ADD_FAILURE() << what << ": weight " << i << " = " << got << ", expected " << ref << " (was " << w0[i]
+                    << ", g " << g[i] << ", G " << big_g[i] << ")";
+    }
+  }
+  for (std::size_t i = 0; i < s0.size(); ++i) {
+    const double got = r.state[i];
+    const double ref = ref_s[i];
+    if (!(std::fabs(got - ref) <= 1e-5 * (std::fabs(ref) + state_tol[i]) + 1e-7) && ++bad <= 5) {
+      ADD_FAILURE() << what << ": state " << i << " = " << got << ", expected " << ref << " (was " << s0[i] << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+  if (n_rounded > 20000) {
+    // Stochastic rounding is unbiased: the mean error is near 0 ulp (it would be near ±0.25 for a
+    // truncation and is ~0.5/sqrt(n) for a fair one).
+    EXPECT_LT(std::fabs(sum_err_ulps / n_rounded), 0.03) << what << ": mean rounding error over " << n_rounded;
+  }
+}
+
+ProblemSpec backward_spec() {
+  ProblemSpec s;
+  s.dims = {1, 4, 7, 16, 33, 128, 130, 64};
+  s.rows = {40, 3, 1000, 200, 7};
+  s.pooling = {Pooling::sum, Pooling::mean};
+  s.batch = 200;
+  s.max_pool = 12;
+  return s;
+}
+
+TEST(GpuEmbeddingBackward, IntegerSgdIsExact) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s = backward_spec();
+  s.pooling = {Pooling::sum};
+  BackwardCase c;
+  c.integers = true;
+  c.zipf = 1.2;
+  run_backward_case(s, c, "sgd integers");
+}
+
+class GpuBackwardOptimizers : public ::testing::TestWithParam<std::tuple<OptimizerKind, double, DType>> {};
+
+TEST_P(GpuBackwardOptimizers, MatchesCpu) {
+  PARITY_REQUIRE_GPU();
+  const auto [kind, zipf, gdtype] = GetParam();
+  for (std::uint64_t seed : {1u, 2u}) {
+    for (float wd : {0.0f, 0.01f}) {
+      BackwardCase c;
+      c.kind = kind;
+      c.zipf = zipf;
+      c.gdtype = gdtype;
+      c.weight_decay = wd;
+      c.seed = seed;
+      ProblemSpec s = backward_spec();
+      s.offset_pad = seed == 2 ? 1 : 0;
+      run_backward_case(s, c,
+                        std::string(optimizer_name(kind)) + " zipf " + std::to_string(zipf) + " grad " +
+                            std::string(dtype_name(gdtype)) + " wd " + std::to_string(wd) + " seed " +
+                            std::to_string(seed));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, GpuBackwardOptimizers,
+                         ::testing::Values(std::make_tuple(OptimizerKind::sgd, 0.0, DType::f32),
+                                           std::make_tuple(OptimizerKind::sgd, 1.2, DType::f32),
+                                           std::make_tuple(OptimizerKind::adagrad, 0.0, DType::f32),
+                                           std::make_tuple(OptimizerKind::adagrad, 1.2, DType::bf16),
+                                           std::make_tuple(OptimizerKind::rowwise_adagrad, 0.0, DType::f32),
+                                           std::make_tuple(OptimizerKind::rowwise_adagrad, 1.2, DType::f32),
+                                           std::make_tuple(OptimizerKind::rowwise_adagrad, 1.2, DType::bf16)));
+
+TEST(GpuEmbeddingBackward, EveryLaneShapeMatches) {
+  PARITY_REQUIRE_GPU();
+  for (int vpl : {1, 2, 4}) {
+    for (DType wdtype : {DType::f32, DType::bf16}) {
+      for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
+        BackwardCase c;
+        c.kind = kind;
+        c.wdtype = wdtype;
+        c.zipf = 1.2;
+        c.vectors_per_lane = vpl;
+        run_backward_case(backward_spec(), c,
+                          std::string("vectors per lane ") + std::to_string(vpl) + " " + std::string(dtype_name(wdtype)) +
+                              " " + std::string(optimizer_name(kind)));
+      }
+    }
+  }
+}
+
+TEST(GpuEmbeddingBackward, HeavyRowsTakeTheChunkedPathAndMatch) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s;
+  s.dims = {128, 8, 33};
+  s.rows = {5, 2, 3};  // tiny tables: every row has hundreds of occurrences
+  s.pooling = {Pooling::sum, Pooling::mean};
+  s.batch = 3000;
+  s.max_pool = 20;
+  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
+    BackwardCase c;
+    c.kind = kind;
+    run_backward_case(s, c, std::string("heavy rows ") + std::string(optimizer_name(kind)));
+  }
+  // And the stats show the heavy path was taken.
+  const Problem p = make_problem(s, 1);
+  BackwardCase c;
+  const auto r = gpu_backward(p, random_values(p.weight_elems, 1, false, DType::f32), {},
+                              random_values(p.batch * p.ld, 2, false, DType::f32), c, OptimizerParams{}, UpdateOptions{});
+  EXPECT_EQ(r.stats.unique_rows, 10);
+  EXPECT_EQ(r.stats.heavy_rows, 10);
+  EXPECT_GT(r.stats.heavy_chunks, 100);
+}
+
+TEST(GpuEmbeddingBackward, ZipfLargeBatchMatchesCpu) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s;
+  s.dims = {128, 64};
+  s.rows = {200000, 1000};
+  s.pooling = {Pooling::sum};
+  s.batch = 4096;
+  s.max_pool = 20;
+  BackwardCase c;
+  c.kind = OptimizerKind::rowwise_adagrad;
+  c.zipf = 1.05;
+  run_backward_case(s, c, "zipf 1.05 rowwise, batch 4096");
+}
+
+class GpuBackwardNarrowWeights : public ::testing::TestWithParam<std::tuple<DType, OptimizerKind>> {};
+
+TEST_P(GpuBackwardNarrowWeights, StochasticRoundingBracketsAndIsUnbiased) {
+  PARITY_REQUIRE_GPU();
+  const auto [wdtype, kind] = GetParam();
+  ProblemSpec s;
+  s.dims = {128, 7, 64};
+  s.rows = {3000, 50};
+  s.pooling = {Pooling::sum, Pooling::mean};
+  s.batch = 2048;
+  s.max_pool = 10;
+  BackwardCase c;
+  c.kind = kind;
+  c.wdtype = wdtype;
+  c.zipf = 1.1;
+  run_backward_case(s, c, std::string(dtype_name(wdtype)) + " " + std::string(optimizer_name(kind)));
+}
+
+INSTANTIATE_TEST_SUITE_P(, GpuBackwardNarrowWeights,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16),
+                                            ::testing::Values(OptimizerKind::sgd, OptimizerKind::adagrad,
+                                                              OptimizerKind::rowwise_adagrad)));
+
+TEST(GpuEmbeddingBackward, DeterministicAcrossRunsAndSortMethods) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s;
+  s.dims = {128, 16, 130};
+  s.rows = {5000, 4, 300};
+  s.pooling = {Pooling::sum, Pooling::mean};
+  s.batch = 4096;
+  s.max_pool = 16;
+  for (DType wdtype : {DType::f32, DType::bf16}) {
+    BackwardCase c;
+    c.kind = OptimizerKind::rowwise_adagrad;
+    c.wdtype = wdtype;
+    c.zipf = 1.2;
+    s.kind = c.kind;
+    s.dtype = wdtype;
+    s.zipf_alpha = c.zipf;
+    const Problem p = make_problem(s, 3);
+    const auto w0 = random_values(p.weight_elems, 3, false, wdtype);
+    const auto s0 = random_values(p.state_elems, 4, false, DType::f32, 0.0f, 1.0f);
+    const auto dout = random_values(p.batch * p.ld, 5, false, DType::f32);
+    OptimizerParams opt;
+    opt.kind = c.kind;
+    opt.lr = 0.05f;
+    UpdateOptions upd;
+    upd.seed = 99;
+    upd.step = 3;
+    const auto a = gpu_backward(p, w0, s0, dout, c, opt, upd);
+    const auto b = gpu_backward(p, w0, s0, dout, c, opt, upd);
+    c.sort = SortMethod::portable;
+    const auto d = gpu_backward(p, w0, s0, dout, c, opt, upd);
+    EXPECT_GT(a.stats.heavy_rows, 0);
+    EXPECT_TRUE(a.raw_weights == b.raw_weights) << "two runs differ (" << dtype_name(wdtype) << ")";
+    EXPECT_TRUE(a.raw_weights == d.raw_weights) << "vendor and portable sorts differ (" << dtype_name(wdtype) << ")";
+    EXPECT_TRUE(a.state == b.state && a.state == d.state);
+    if (wdtype != DType::f32) {
+      upd.step = 4;  // another step draws other random bits
+      const auto e = gpu_backward(p, w0, s0, dout, c, opt, upd);
+      EXPECT_FALSE(a.raw_weights == e.raw_weights) << "stochastic rounding ignores the step";
+    }
+  }
+}
+
+TEST(GpuEmbeddingBackward, NearestRoundingWhenAsked) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s;
+  s.dims = {64};
+  s.rows = {500};
+  s.pooling = {Pooling::sum};
+  s.batch = 256;
+  s.dtype = DType::bf16;
+  const Problem p = make_problem(s, 8);
+  const auto w0 = random_values(p.weight_elems, 8, false, DType::bf16);
+  const auto dout = random_values(p.batch * p.ld, 9, false, DType::f32);
+  OptimizerParams opt;
+  opt.lr = 0.01f;
+  UpdateOptions upd;
+  upd.stochastic_rounding = false;
+  BackwardCase c;
+  c.wdtype = DType::bf16;
+  const auto r = gpu_backward(p, w0, {}, dout, c, opt, upd);
+  std::vector<float> ref = w0;
+  cpu::embedding_backward_update<float>(as_f32(p.tables), ref.data(), nullptr, p.input(),
+                                        {dout.data(), p.batch, p.out_cols, p.ld}, opt);
+  int bad = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const float nearest = bf16_to_float_host(float_to_bf16_host(ref[i]));
+    // fp32 (GPU) and double (CPU) steps may straddle a rounding midpoint: allow one ulp there.
+    if (r.weights[i] != nearest && std::fabs(r.weights[i] - ref[i]) > ulp(ref[i], DType::bf16) * 0.5001 && ++bad <= 5) {
+      ADD_FAILURE() << "weight " << i << " = " << r.weights[i] << ", nearest bf16 of " << ref[i] << " is " << nearest;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(GpuEmbeddingBackward, EmptyBatchAndEmptyBags) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s;
+  s.dims = {16};
+  s.rows = {10};
+  s.pooling = {Pooling::mean};
+  s.batch = 8;
+  s.max_pool = 0;  // 10% empty, 10% single, else empty: mostly empty bags
+  BackwardCase c;
+  c.kind = OptimizerKind::rowwise_adagrad;
+  run_backward_case(s, c, "mostly empty bags");
+}
+
+}  // namespace
+}  // namespace parity::gpu::test
