@@ -161,8 +161,10 @@ class Backend {
                                     std::int64_t step) = 0;
 };
 
-// Creates a backend by name ("cpu"; "cuda"/"hip" where built). Throws InputError otherwise.
-std::unique_ptr<Backend> make_backend(const std::string& name);
+// Creates a backend by name ("cpu"; "cuda" where built). `math` is the precision of the
+// dense matrix products (a plan's dense_math); the cpu backend always computes in fp32 with
+// double accumulation. Throws InputError for an unknown or unbuilt backend.
+std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math = DenseMath::fp32);
 
 // RAII buffer in a backend's memory.
 class Buffer {

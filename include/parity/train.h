@@ -19,6 +19,7 @@ struct TrainConfig {
   std::int64_t batch = 0;          // examples per step; 0: the model's batch_size
   std::uint64_t seed = 1;          // initialisation and synthetic data
   std::string backend = "cpu";
+  DenseMath dense_math = DenseMath::fp32;  // dense matrix products on GPU backends (a plan's)
   // Data: synthetic when train_files is empty, else Criteo TSV files.
   std::vector<std::filesystem::path> train_files;
   std::vector<std::filesystem::path> eval_files;

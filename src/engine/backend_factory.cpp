@@ -10,13 +10,13 @@
 
 namespace parity {
 
-std::unique_ptr<Backend> make_backend(const std::string& name) {
-  if (name == "cpu") return make_cpu_backend();
+std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math) {
+  if (name == "cpu") return make_cpu_backend();  // fp32 with double accumulation, whatever math
 #if defined(PARITY_WITH_CUDA_BACKEND)
-  // Dense products in exact fp32 (GpuBackend's default); make_gpu_backend picks tf32 or bf16.
-  if (name == "cuda") return make_gpu_backend(DenseMath::fp32);
+  if (name == "cuda") return make_gpu_backend(math);
   throw InputError("backend '" + name + "' is not available in this build (built: cpu, cuda)");
 #else
+  (void)math;
   throw InputError("backend '" + name + "' is not available in this build (built: cpu)");
 #endif
 }

@@ -83,7 +83,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
   if (cfg.resume && cfg.checkpoint_dir.empty())
     throw InputError("--resume needs a checkpoint directory (--checkpoint DIR)");
 
-  auto backend = make_backend(cfg.backend);
+  auto backend = make_backend(cfg.backend, cfg.dense_math);
   Model model(spec, *backend, batch, cfg.seed);
   std::optional<SyntheticData> synth;
   if (synthetic) synth.emplace(spec, cfg.seed);
@@ -170,7 +170,9 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
     e.message = "model " + spec.name + " (" + std::to_string(model.dense_parameter_count()) +
                 " dense + " + std::to_string(model.embedding_parameter_count()) +
                 " embedding parameters), batch " + std::to_string(batch) + ", backend " +
-                backend->name() + ", " + (synthetic ? "synthetic data" : "Criteo data") +
+                backend->name() +
+                (backend->name() == "cpu" ? "" : " (dense math " + std::string(dense_math_name(cfg.dense_math)) + ")") +
+                ", " + (synthetic ? "synthetic data" : "Criteo data") +
                 (start > 0 ? ", resumed at step " + std::to_string(start) : "");
     emit(e);
   }

@@ -165,10 +165,12 @@ void add_train_command(CLI::App& app) {
                                                                                    : plan.model_file;
       cfg.model = apply_plan(load_model_spec(resolve_model(model)), plan);
       cfg.batch = plan.global_batch;
-      fmt::print("parity train: plan {} ({} x {}): global batch {}, embedding optimizer {}; "
-                 "placement, sharding and dense math precision apply to GPU backends\n",
+      cfg.dense_math = plan.dense_math;
+      fmt::print("parity train: plan {} ({} x {}): global batch {}, embedding optimizer {}, dense "
+                 "math {} (GPU backends; the cpu backend computes in fp32); placement and "
+                 "sharding are for multi-GPU runs\n",
                  args->plan, plan.gpus, plan.device, plan.global_batch,
-                 optimizer_name(plan.embedding_optimizer));
+                 optimizer_name(plan.embedding_optimizer), dense_math_name(plan.dense_math));
     } else {
       cfg.model = load_model_spec(resolve_model(args->model));
     }
