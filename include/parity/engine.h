@@ -113,7 +113,6 @@ class Model {
   Buffer dcross_;                                    // dcnv2: second gradient buffer [B, N]
   Buffer dscratch_a_, dscratch_b_, du_scratch_;      // MLP backward ping-pong, cross du
   Buffer loss_, probs_;
-  std::vector<float> host_probs_;
 };
 
 }  // namespace parity

@@ -152,7 +152,6 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
   dscratch_b_ = floats(B * widest);
   loss_ = floats(1);
   probs_ = floats(B);
-  host_probs_.resize(static_cast<std::size_t>(B));
 
   // ---- initialisation (deterministic in seed, done by the backend) ----
   for (std::size_t i = 0; i < bottom_.size() + top_.size(); ++i) {

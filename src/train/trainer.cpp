@@ -172,7 +172,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
                 " embedding parameters), batch " + std::to_string(batch) + ", backend " +
                 backend->name() +
                 (backend->name() == "cpu" ? "" : " (dense math " + std::string(dense_math_name(cfg.dense_math)) + ")") +
-                ", " + (synthetic ? "synthetic data" : "Criteo data") +
+                ", " + std::to_string(model.allocated_bytes() / 1000000) + " MB of model buffers, " + (synthetic ? "synthetic data" : "Criteo data") +
                 (start > 0 ? ", resumed at step " + std::to_string(start) : "");
     emit(e);
   }

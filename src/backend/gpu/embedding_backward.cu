@@ -311,6 +311,29 @@ __device__ __forceinline__ int opt_of(const BackwardArgs& a) {
   return kOpt >= 0 ? kOpt : a.opt;
 }
 
+// Stores a lane's fp32 values of one row (weights or adagrad state): 16-byte vectors when the row
+// is aligned for them, else element by element; columns past dim are skipped.
+template <int kVecs, int V>
+__device__ __forceinline__ void store_row_f32(float* __restrict__ dst, const float (&vals)[kVecs][V],
+                                              bool vec, int glane, int group, int dim) {
+  if (vec) {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+      const int c = detail::vec_col(glane, v, 0, group, V);
+      if (c < dim) store_vec<V, true>(dst + c, vals[v]);
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const int c = detail::scalar_col(glane, v, e, group, V);
+        if (c < dim) dst[c] = vals[v][e];
+      }
+    }
+  }
+}
+
 // Loads the row's weights and state (issued before the gradient loads, so they overlap).
 template <class W, int kVecs, int V, int kOpt>
 __device__ __forceinline__ void load_row(const BackwardArgs& a, const RowRef& r, const Lanes& L,
@@ -400,42 +423,12 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
         wv[v][e] -= a.lr * g[v][e] / (sqrtf(sv[v][e]) + a.eps);
       }
     }
-    if (r.vec) {
-#pragma unroll
-      for (int v = 0; v < kVecs; ++v) {
-        const int c = detail::vec_col(L.glane, v, 0, group, V);
-        if (c < dim) store_vec<V, true>(s + c, sv[v]);
-      }
-    } else {
-#pragma unroll
-      for (int v = 0; v < kVecs; ++v) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const int c = detail::scalar_col(L.glane, v, e, group, V);
-          if (c < dim) s[c] = sv[v][e];
-        }
-      }
-    }
+    store_row_f32<kVecs, V>(s, sv, r.vec, L.glane, group, dim);
   }
 
   // Store the row: fp32 as is; fp16/bf16 stochastically rounded (or to nearest).
   if constexpr (std::is_same_v<W, float>) {
-    if (r.vec) {
-#pragma unroll
-      for (int v = 0; v < kVecs; ++v) {
-        const int c = detail::vec_col(L.glane, v, 0, group, V);
-        if (c < dim) store_vec<V, true>(w + c, wv[v]);
-      }
-    } else {
-#pragma unroll
-      for (int v = 0; v < kVecs; ++v) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const int c = detail::scalar_col(L.glane, v, e, group, V);
-          if (c < dim) w[c] = wv[v][e];
-        }
-      }
-    }
+    store_row_f32<kVecs, V>(w, wv, r.vec, L.glane, group, dim);
   } else {
     const std::uint64_t row_key =
         rng::key(a.sr_seed, a.sr_step, static_cast<std::uint64_t>(r.t), static_cast<std::uint64_t>(r.row));
