@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "parity/dtype.h"
 #include "parity/spec.h"
@@ -159,9 +160,42 @@ class Backend {
   virtual void dense_optimizer_step(float* params, const float* grads, float* state,
                                     std::int64_t n, const OptimizerParams& opt,
                                     std::int64_t step) = 0;
+
+  // ---- input pipeline: the next batch's copy overlaps the current step ----
+  // The engine keeps a few input slots (device buffers it owns). For each batch:
+  //   begin_input(slot)            the host waits until the slot's previous copies have read
+  //                                their host sources (so pinned staging memory may be refilled);
+  //                                later copies into the slot wait until the step that last
+  //                                used it is finished (release_input);
+  //   input_copy(dst, src, bytes)  enqueued on a copy queue beside the compute queue; src should
+  //                                come from allocate_pinned for a truly asynchronous copy;
+  //   end_input(slot)              marks the slot's copies complete;
+  //   use_input(slot)              compute work enqueued next waits for those copies;
+  //   release_input(slot)          marks the compute work that reads the slot enqueued so far.
+  // Backends without a second queue (cpu) copy at once; the defaults below are that.
+  virtual void* allocate_pinned(std::size_t bytes);
+  virtual void deallocate_pinned(void* p) noexcept;
+  virtual void begin_input(int slot) { (void)slot; }
+  virtual void input_copy(void* dst, const void* host_src, std::size_t bytes) {
+    copy_to_device(dst, host_src, bytes);
+  }
+  virtual void end_input(int slot) { (void)slot; }
+  virtual void use_input(int slot) { (void)slot; }
+  virtual void release_input(int slot) { (void)slot; }
+
+  // ---- profiling: timing marks on the compute queue ----
+  // timing_mark(i) records mark i (device events on GPUs: the time the queue reaches it; the
+  // wall clock on the cpu, whose ops complete before they return). timing_elapsed_ms(i, j)
+  // waits for mark j and returns the milliseconds from mark i to mark j.
+  virtual void timing_mark(int i);
+  virtual double timing_elapsed_ms(int i, int j);
+
+ private:
+  std::vector<double> marks_;  // the default timing marks: wall-clock milliseconds
 };
 
-// Creates a backend by name ("cpu"; "cuda" where built). `math` is the precision of the
+// Creates a backend by name: "cpu"; "gpu" (= "cuda" where built); "auto" (the GPU where one is
+// built and usable, else cpu). `math` is the precision of the
 // dense matrix products (a plan's dense_math); the cpu backend always computes in fp32 with
 // double accumulation. Throws InputError for an unknown or unbuilt backend.
 std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math = DenseMath::fp32);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parity/backend.h"
@@ -115,6 +116,68 @@ class CriteoReader {
   std::int64_t bad_lines_ = 0;
   std::vector<std::string> warnings_;
   bool open_next();
+};
+
+// Binary shards (src/data/shards.cpp has the file format): a dataset prepared once, from the
+// synthetic generator or from Criteo TSV, and read back at memory speed. A dataset is a
+// directory with meta.json (model shape, splits, files) and part files train-NNNNN.bin and
+// eval-NNNNN.bin.
+bool is_shard_dataset(const std::filesystem::path& path);
+
+class ShardWriter {
+ public:
+  // Creates dir (which must not hold a dataset yet). source describes where the data came from.
+  ShardWriter(std::filesystem::path dir, const ModelSpec& model, std::string source,
+              std::int64_t examples_per_file = 262144);
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+  // Appends a batch's examples to a split; full part files are written as they fill.
+  void write(Split split, const Batch& batch);
+  // Writes the last part files and meta.json (the dataset exists only after this).
+  void finish();
+
+ private:
+  struct Pending;
+  void flush(Split split);
+  std::filesystem::path dir_;
+  ModelSpec model_;
+  std::string source_;
+  std::int64_t per_file_;
+  int id_bytes_ = 4;
+  std::unique_ptr<Pending> pending_[2];
+  std::vector<std::pair<std::string, std::int64_t>> files_[2];
+};
+
+class ShardReader {
+ public:
+  // Opens a split of a dataset and checks it against the model (InputError naming the file and
+  // field otherwise).
+  ShardReader(const std::filesystem::path& dir, const ModelSpec& model, Split split);
+  ~ShardReader();
+  ShardReader(const ShardReader&) = delete;
+  ShardReader& operator=(const ShardReader&) = delete;
+  // Reads the next batch_size examples (fewer at the end of the data). With wrap, reading goes
+  // on from the start (a new epoch) instead; without it, false once nothing is left.
+  bool next(std::int64_t batch_size, Batch& out, bool wrap = false);
+  // Continues from example `example` (modulo the split's size): resuming a run.
+  void seek(std::int64_t example);
+  std::int64_t examples() const { return examples_; }
+  std::int64_t epoch() const { return epoch_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  struct File;
+  void open_file(File& f, std::int64_t expected_examples, const ModelSpec& model);
+  std::filesystem::path dir_;
+  Split split_;
+  std::vector<std::int64_t> rows_;
+  std::vector<std::unique_ptr<File>> files_;
+  std::int64_t examples_ = 0;
+  std::size_t file_ = 0;
+  std::int64_t pos_ = 0;
+  std::int64_t epoch_ = 0;
+  std::string source_;
 };
 
 }  // namespace parity

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parity/backend.h"
@@ -41,8 +43,18 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  // Forward, backward and update on one batch. Does not synchronise the host.
+  // Forward, backward and update on one batch (stage, then train_staged). Does not synchronise
+  // the host beyond waiting for the copy of an earlier batch from the same staging slot.
   void train_step(const Batch& batch);
+
+  // The input pipeline: stage(batch) copies a batch into pinned host memory and starts its copy
+  // to the device on the backend's copy queue; train_staged() enqueues forward, backward and
+  // update on the oldest staged batch. Staging batch k+1 right after enqueuing step k hides both
+  // copies behind step k. At most kInputSlots batches may be staged at once.
+  static constexpr int kInputSlots = 2;
+  void stage(const Batch& batch);
+  void train_staged();
+  int staged() const { return static_cast<int>(staged_count_); }
   // Mean loss of the last train_step (synchronises).
   float last_loss();
   // Forward only; probs gets sigmoid(logit) per example (host memory, batch.size floats).
@@ -60,6 +72,18 @@ class Model {
   //   [rows, dim], optimizer.dense.state [k, n_dense] (k = 1 adagrad, 2 adam: m then v).
   std::vector<TensorRef> tensors();
 
+  // Profiling: with it on, every step records a device timing mark between op categories
+  // (input_wait, mlp, embedding_forward, interaction, loss, embedding_backward,
+  // dense_optimizer); profile_ms() gives the milliseconds per category summed over the
+  // profiled steps. The marks of step k are read after step k+1 is enqueued, so the host does
+  // not drain the device; the last step is read by finish_profile() (synchronises).
+  void set_profiling(bool on);
+  void finish_profile();
+  const std::map<std::string, double>& profile_ms() const { return profile_ms_; }
+  // The same per op ("category: op", e.g. "interaction: cross.0 backward").
+  const std::map<std::string, double>& profile_ops_ms() const { return profile_ops_ms_; }
+  std::int64_t profiled_steps() const { return profiled_steps_; }
+
   std::int64_t dense_parameter_count() const { return dense_count_; }
   std::int64_t embedding_parameter_count() const { return emb_count_; }
   // Bytes of backend memory held by the model (parameters, state, activations).
@@ -75,7 +99,17 @@ class Model {
     std::int64_t v = 0, w = 0, b = 0;
   };
 
-  void upload(const Batch& batch);
+  // One input slot: device buffers of a batch and the pinned host memory it is staged in.
+  struct InputSlot {
+    Buffer dense, labels, ids, offsets;  // device: [B, F], [B], [ids_capacity], [T*B + 1]
+    void* pinned = nullptr;              // host staging: dense | labels | offsets | ids
+    std::size_t pinned_bytes = 0;
+    std::int64_t ids_capacity = 0;
+    std::int64_t n = 0;                  // examples of the staged batch
+    SparseInput sparse;                  // device pointers into this slot
+  };
+  void check_batch(const Batch& batch) const;
+  void use_slot(InputSlot& slot);
   void forward(std::int64_t n);
   void backward(std::int64_t n);
   Buffer floats(std::int64_t n) { return Buffer(backend_, static_cast<std::size_t>(n) * 4); }
@@ -100,10 +134,23 @@ class Model {
 
   Buffer params_, grads_, dense_state_;
   Buffer emb_weights_, emb_state_;
-  // Inputs of the current batch.
-  Buffer in_dense_, in_labels_, in_ids_, in_offsets_;
-  std::int64_t ids_capacity_ = 0;
+  // Inputs: kInputSlots staging slots used round robin; the step reads the current one.
+  InputSlot slots_[kInputSlots];
+  std::int64_t staged_total_ = 0;   // batches ever staged (slot = staged_total_ % kInputSlots)
+  std::int64_t staged_count_ = 0;   // staged, not yet trained
+  const float* in_dense_ = nullptr;
+  const float* in_labels_ = nullptr;
   SparseInput sparse_;
+  // Profiling (see set_profiling).
+  void section(const char* category, const std::string& op = {});
+  void end_profiled_step();
+  void read_profile(int parity);
+  bool profiling_ = false;
+  int mark_parity_ = 0;               // marks of alternate steps use separate event sets
+  std::vector<std::pair<std::string, std::string>> marks_[2];  // (category, op) at each mark
+  bool pending_[2] = {false, false};
+  std::map<std::string, double> profile_ms_, profile_ops_ms_;
+  std::int64_t profiled_steps_ = 0;
   // Activations and their gradients.
   std::vector<Buffer> bottom_act_, top_act_;  // outputs of each layer (bottom last: in x0)
   Buffer x0_, dx0_;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,9 @@ struct TrainConfig {
   std::uint64_t seed = 1;          // initialisation and synthetic data
   std::string backend = "cpu";
   DenseMath dense_math = DenseMath::fp32;  // dense matrix products on GPU backends (a plan's)
-  // Data: synthetic when train_files is empty, else Criteo TSV files.
+  // Data: a shard dataset when shard_dir is set (parity data synth / convert), else Criteo TSV
+  // files when train_files is set, else synthetic batches made on the fly.
+  std::filesystem::path shard_dir;
   std::vector<std::filesystem::path> train_files;
   std::vector<std::filesystem::path> eval_files;
   OnBadLine on_bad_line = OnBadLine::stop;
@@ -33,6 +36,8 @@ struct TrainConfig {
   int keep_checkpoints = 2;
   bool resume = false;                   // continue from the newest checkpoint in checkpoint_dir
   double report_interval_s = 0.25;       // how often progress events are sent
+  // Profile the step by op category with device timing marks (from the third step on).
+  bool profile = false;
 };
 
 struct TrainEvent {
@@ -63,6 +68,11 @@ struct TrainResult {
   double teacher_auc = 0;
   double examples_per_s = 0;       // training steps only (evaluation and checkpoints excluded)
   std::filesystem::path last_checkpoint;
+  // With TrainConfig::profile: milliseconds per step by op category (device timing marks),
+  // averaged over profiled_steps.
+  std::map<std::string, double> profile_ms_per_step;
+  std::map<std::string, double> profile_ops_ms_per_step;  // "category: op"
+  std::int64_t profiled_steps = 0;
 };
 
 // Trains. Throws InputError on bad input (data, checkpoint), Error on other failures.

@@ -13,11 +13,19 @@ namespace parity {
 std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math) {
   if (name == "cpu") return make_cpu_backend();  // fp32 with double accumulation, whatever math
 #if defined(PARITY_WITH_CUDA_BACKEND)
-  if (name == "cuda") return make_gpu_backend(math);
-  throw InputError("backend '" + name + "' is not available in this build (built: cpu, cuda)");
+  if (name == "cuda" || name == "gpu") return make_gpu_backend(math);
+  if (name == "auto") {
+    try {
+      return make_gpu_backend(math);
+    } catch (const Error&) {  // no usable GPU here: the reference backend
+      return make_cpu_backend();
+    }
+  }
+  throw InputError("backend '" + name + "' is not available in this build (built: auto, cpu, gpu = cuda)");
 #else
   (void)math;
-  throw InputError("backend '" + name + "' is not available in this build (built: cpu)");
+  if (name == "auto") return make_cpu_backend();
+  throw InputError("backend '" + name + "' is not available in this build (built: auto, cpu)");
 #endif
 }
 

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "parity/error.h"
 
@@ -119,11 +121,13 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
     backend_.fill(emb_state_.as<float>(), soff, 0.0f);
   }
 
-  in_dense_ = floats(B * spec.dense_features);
-  in_labels_ = floats(B);
-  ids_capacity_ = std::max<std::int64_t>(1, B * spec.lookups_per_example());
-  in_ids_ = Buffer(backend_, static_cast<std::size_t>(ids_capacity_) * 8);
-  in_offsets_ = Buffer(backend_, static_cast<std::size_t>(B * spec.num_tables() + 1) * 8);
+  for (InputSlot& slot : slots_) {
+    slot.dense = floats(B * spec.dense_features);
+    slot.labels = floats(B);
+    slot.ids_capacity = std::max<std::int64_t>(1, B * spec.lookups_per_example());
+    slot.ids = Buffer(backend_, static_cast<std::size_t>(slot.ids_capacity) * 8);
+    slot.offsets = Buffer(backend_, static_cast<std::size_t>(B * spec.num_tables() + 1) * 8);
+  }
 
   int widest = std::max(spec.dense_features, inter_out_);
   for (const auto& l : bottom_) {
@@ -178,12 +182,15 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
   }
 }
 
-Model::~Model() = default;
+Model::~Model() {
+  for (InputSlot& slot : slots_) backend_.deallocate_pinned(slot.pinned);
+}
 
 std::size_t Model::allocated_bytes() const {
   std::size_t total = 0;
-  for (const Buffer* b : {&params_, &grads_, &dense_state_, &emb_weights_, &emb_state_, &in_dense_,
-                          &in_labels_, &in_ids_, &in_offsets_, &x0_, &dx0_, &inter_out_buf_,
+  for (const InputSlot& slot : slots_)
+    for (const Buffer* b : {&slot.dense, &slot.labels, &slot.ids, &slot.offsets}) total += b->bytes();
+  for (const Buffer* b : {&params_, &grads_, &dense_state_, &emb_weights_, &emb_state_, &x0_, &dx0_, &inter_out_buf_,
                           &d_inter_, &dcross_, &dscratch_a_, &dscratch_b_, &du_scratch_, &loss_,
                           &probs_})
     total += b->bytes();
@@ -192,7 +199,7 @@ std::size_t Model::allocated_bytes() const {
   return total;
 }
 
-void Model::upload(const Batch& batch) {
+void Model::check_batch(const Batch& batch) const {
   const std::int64_t n = batch.size;
   if (n <= 0 || n > max_batch_)
     throw Error("Model: batch of " + std::to_string(n) + " examples; this model was built for 1.." +
@@ -204,36 +211,105 @@ void Model::upload(const Batch& batch) {
   const std::size_t T = static_cast<std::size_t>(batch.num_tables);
   if (batch.offsets.size() != T * static_cast<std::size_t>(n) + 1 ||
       batch.dense.size() != static_cast<std::size_t>(n * batch.num_dense) ||
-      batch.ids.size() != static_cast<std::size_t>(batch.offsets.back()))
-    throw Error("Model: malformed batch (dense, offsets or ids have the wrong length)");
-  const auto nids = static_cast<std::int64_t>(batch.ids.size());
-  if (nids > ids_capacity_) {  // variable pooling above the spec's sizes: grow once
-    ids_capacity_ = nids + nids / 4;
-    in_ids_ = Buffer(backend_, static_cast<std::size_t>(ids_capacity_) * 8);
+      batch.ids.size() != static_cast<std::size_t>(batch.offsets.back()) ||
+      (!batch.labels.empty() && batch.labels.size() != static_cast<std::size_t>(n)))
+    throw Error("Model: malformed batch (dense, labels, offsets or ids have the wrong length)");
+}
+
+namespace {
+
+// memcpy in parallel chunks: staging a large batch (the MLPerf model's ids are 112 MB) must take
+// a small part of a step.
+void parallel_copy(void* dst, const void* src, std::size_t bytes) {
+  constexpr std::size_t kChunk = std::size_t{4} << 20;
+  if (bytes <= kChunk) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return;
   }
-  backend_.copy_to_device(in_dense_.get(), batch.dense.data(), batch.dense.size() * 4);
-  if (!batch.labels.empty()) backend_.copy_to_device(in_labels_.get(), batch.labels.data(), n * 4);
-  if (nids > 0) backend_.copy_to_device(in_ids_.get(), batch.ids.data(), nids * 8);
-  backend_.copy_to_device(in_offsets_.get(), batch.offsets.data(), batch.offsets.size() * 8);
-  sparse_ = SparseInput{n, batch.num_tables, in_ids_.as<std::int64_t>(),
-                        in_offsets_.as<std::int64_t>(), nids};
+  const auto chunks = static_cast<std::int64_t>((bytes + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::size_t first = static_cast<std::size_t>(c) * kChunk;
+    std::memcpy(static_cast<char*>(dst) + first, static_cast<const char*>(src) + first,
+                std::min(kChunk, bytes - first));
+  }
+}
+
+std::size_t align8(std::size_t x) { return (x + 7) / 8 * 8; }
+
+}  // namespace
+
+void Model::stage(const Batch& batch) {
+  check_batch(batch);
+  if (staged_count_ >= kInputSlots)
+    throw Error("Model::stage: " + std::to_string(kInputSlots) +
+                " batches are staged already; train one (train_staged) first");
+  const int index = static_cast<int>(staged_total_ % kInputSlots);
+  InputSlot& slot = slots_[index];
+  const std::int64_t n = batch.size;
+  const auto nids = static_cast<std::int64_t>(batch.ids.size());
+  const std::size_t dense_bytes = batch.dense.size() * 4, label_bytes = batch.labels.size() * 4;
+  const std::size_t offset_bytes = batch.offsets.size() * 8, id_bytes = static_cast<std::size_t>(nids) * 8;
+  const std::size_t at_labels = align8(dense_bytes), at_offsets = at_labels + align8(label_bytes);
+  const std::size_t at_ids = at_offsets + offset_bytes, total = at_ids + id_bytes;
+
+  backend_.begin_input(index);  // the slot's last copies have read its pinned memory
+  if (total > slot.pinned_bytes) {
+    backend_.deallocate_pinned(slot.pinned);
+    slot.pinned = nullptr;
+    slot.pinned_bytes = 0;
+    const std::size_t want = std::max(total, align8(static_cast<std::size_t>(max_batch_) *
+                                                     (static_cast<std::size_t>(spec_.dense_features) + 1) * 4) +
+                                                  static_cast<std::size_t>(max_batch_ * spec_.num_tables() + 1) * 8 +
+                                                  static_cast<std::size_t>(slot.ids_capacity) * 8);
+    slot.pinned = backend_.allocate_pinned(want);
+    slot.pinned_bytes = want;
+  }
+  if (nids > slot.ids_capacity) {  // variable pooling above the spec's sizes: grow once
+    slot.ids_capacity = nids + nids / 4;
+    slot.ids = Buffer(backend_, static_cast<std::size_t>(slot.ids_capacity) * 8);
+  }
+  auto* host = static_cast<char*>(slot.pinned);
+  parallel_copy(host, batch.dense.data(), dense_bytes);
+  parallel_copy(host + at_labels, batch.labels.data(), label_bytes);
+  parallel_copy(host + at_offsets, batch.offsets.data(), offset_bytes);
+  parallel_copy(host + at_ids, batch.ids.data(), id_bytes);
+  backend_.input_copy(slot.dense.get(), host, dense_bytes);
+  if (label_bytes > 0) backend_.input_copy(slot.labels.get(), host + at_labels, label_bytes);
+  backend_.input_copy(slot.offsets.get(), host + at_offsets, offset_bytes);
+  if (id_bytes > 0) backend_.input_copy(slot.ids.get(), host + at_ids, id_bytes);
+  backend_.end_input(index);
+  slot.n = n;
+  slot.sparse = SparseInput{n, batch.num_tables, slot.ids.as<std::int64_t>(),
+                            slot.offsets.as<std::int64_t>(), nids};
+  ++staged_total_;
+  ++staged_count_;
+}
+
+void Model::use_slot(InputSlot& slot) {
+  in_dense_ = slot.dense.as<float>();
+  in_labels_ = slot.labels.as<float>();
+  sparse_ = slot.sparse;
 }
 
 void Model::forward(std::int64_t n) {
   const Mat x0(x0_.as<float>(), n, x0_cols_);
   // Bottom MLP; its last layer writes straight into x0[:, :D].
-  CMat x(in_dense_.as<float>(), n, spec_.dense_features);
+  CMat x(in_dense_, n, spec_.dense_features);
   for (std::size_t i = 0; i < bottom_.size(); ++i) {
     const Linear& l = bottom_[i];
+    section("mlp", "bottom." + std::to_string(i) + " forward");
     const Mat y = i + 1 == bottom_.size() ? x0.cols_slice(0, bottom_out_)
                                           : Mat(bottom_act_[i].as<float>(), n, l.out);
     backend_.linear_forward(x, CMat(param(l.w), l.out, l.in), param(l.b), l.act, y);
     x = y;
   }
   // Embedding bags into x0[:, D:].
+  section("embedding_forward");
   backend_.embedding_forward(tables_, emb_weights_.as<float>(), sparse_,
                              x0.cols_slice(bottom_out_, x0_cols_ - bottom_out_));
   // Interaction.
+  if (cross_.empty()) section("interaction", "dot forward");
   CMat top_in;
   if (cross_.empty()) {
     const Mat out(inter_out_buf_.as<float>(), n, inter_out_);
@@ -245,6 +321,7 @@ void Model::forward(std::int64_t n) {
     const std::int64_t N = x0_cols_;
     CMat xl = x0;
     for (std::size_t l = 0; l < cross_.size(); ++l) {
+      section("interaction", "cross." + std::to_string(l) + " forward");
       const Mat next(cross_x_[l].as<float>(), n, N);
       backend_.cross_forward(x0, xl, CMat(param(cross_[l].v), rank_, N),
                              CMat(param(cross_[l].w), N, rank_), param(cross_[l].b),
@@ -258,6 +335,7 @@ void Model::forward(std::int64_t n) {
   x = top_in;
   for (std::size_t i = 0; i < top_.size(); ++i) {
     const Linear& l = top_[i];
+    section("mlp", "top." + std::to_string(i) + " forward");
     const Mat y(top_act_[i].as<float>(), n, l.out);
     backend_.linear_forward(x, CMat(param(l.w), l.out, l.in), param(l.b), l.act, y);
     x = y;
@@ -268,13 +346,15 @@ void Model::backward(std::int64_t n) {
   float* a = dscratch_a_.as<float>();
   float* b = dscratch_b_.as<float>();
   // Loss gradient into scratch a: dlogits [n, 1].
-  backend_.bce_with_logits(top_act_.back().as<float>(), in_labels_.as<float>(), n, a,
+  section("loss");
+  backend_.bce_with_logits(top_act_.back().as<float>(), in_labels_, n, a,
                            loss_.as<float>());
   // Top MLP backward; the first layer's dx is the gradient of the interaction output.
   const CMat top_in = cross_.empty() ? CMat(inter_out_buf_.as<float>(), n, inter_out_)
                                      : CMat(cross_x_.back().as<float>(), n, x0_cols_);
   for (std::size_t k = top_.size(); k-- > 0;) {
     const Linear& l = top_[k];
+    section("mlp", "top." + std::to_string(k) + " backward");
     const CMat x = k == 0 ? top_in : CMat(top_act_[k - 1].as<float>(), n, l.in);
     const Mat dx = k == 0 ? Mat(d_inter_.as<float>(), n, l.in) : Mat(b, n, l.in);
     backend_.linear_backward(x, CMat(param(l.w), l.out, l.in), CMat(top_act_[k].as<float>(), n, l.out),
@@ -282,6 +362,7 @@ void Model::backward(std::int64_t n) {
     std::swap(a, b);
   }
   // Interaction backward into dx0 [n, D + Σ dims].
+  section("interaction", cross_.empty() ? "dot backward" : "cross: zero dx0");
   const Mat x0(x0_.as<float>(), n, x0_cols_);
   const Mat dx0(dx0_.as<float>(), n, x0_cols_);
   const int D = bottom_out_;
@@ -296,6 +377,7 @@ void Model::backward(std::int64_t n) {
     float* g = d_inter_.as<float>();
     float* h = dcross_.as<float>();
     for (std::size_t l = cross_.size(); l-- > 0;) {
+      section("interaction", "cross." + std::to_string(l) + " backward");
       const CMat xl = l == 0 ? CMat(x0) : CMat(cross_x_[l - 1].as<float>(), n, N);
       backend_.cross_backward(x0, xl, CMat(param(cross_[l].v), rank_, N),
                               CMat(param(cross_[l].w), N, rank_),
@@ -306,16 +388,19 @@ void Model::backward(std::int64_t n) {
                               Mat(du_scratch_.as<float>(), n, rank_));
       std::swap(g, h);
     }
+    section("interaction", "cross: sum of dx0");
     backend_.add_inplace(dx0, CMat(g, n, N));  // layer 0's xl is x0 itself
   }
   // Embedding backward fused with the table optimizer.
+  section("embedding_backward");
   backend_.embedding_backward_update(tables_, emb_weights_.as<float>(), emb_state_.as<float>(),
                                      sparse_, dx0.cols_slice(D, E), emb_opt_);
   // Bottom MLP backward from dx0[:, :D].
   CMat dy = dx0.cols_slice(0, D);
   for (std::size_t k = bottom_.size(); k-- > 0;) {
     const Linear& l = bottom_[k];
-    const CMat x = k == 0 ? CMat(in_dense_.as<float>(), n, l.in)
+    section("mlp", "bottom." + std::to_string(k) + " backward");
+    const CMat x = k == 0 ? CMat(in_dense_, n, l.in)
                           : CMat(bottom_act_[k - 1].as<float>(), n, l.in);
     const CMat y = k + 1 == bottom_.size() ? CMat(x0.cols_slice(0, D))
                                            : CMat(bottom_act_[k].as<float>(), n, l.out);
@@ -326,6 +411,7 @@ void Model::backward(std::int64_t n) {
     dy = dx;
   }
   // One optimizer step over every dense parameter.
+  section("dense_optimizer");
   backend_.dense_optimizer_step(params_.as<float>(), grads_.as<float>(), dense_state_.as<float>(),
                                 dense_count_, dense_opt_, step_ + 1);
 }
@@ -333,10 +419,68 @@ void Model::backward(std::int64_t n) {
 void Model::train_step(const Batch& batch) {
   if (batch.labels.size() != static_cast<std::size_t>(batch.size))
     throw Error("Model::train_step: batch has no labels");
-  upload(batch);
-  forward(batch.size);
-  backward(batch.size);
+  stage(batch);
+  train_staged();
+}
+
+void Model::train_staged() {
+  if (staged_count_ == 0) throw Error("Model::train_staged: no batch is staged");
+  const int index = static_cast<int>((staged_total_ - staged_count_) % kInputSlots);
+  InputSlot& slot = slots_[index];
+  --staged_count_;
+  section("input_wait");
+  backend_.use_input(index);
+  use_slot(slot);
+  forward(slot.n);
+  backward(slot.n);
+  backend_.release_input(index);
   ++step_;
+  end_profiled_step();
+}
+
+// ---- profiling ----
+
+void Model::set_profiling(bool on) {
+  if (!on) finish_profile();
+  profiling_ = on;
+}
+
+void Model::section(const char* category, const std::string& op) {
+  if (!profiling_) return;
+  auto& marks = marks_[mark_parity_];
+  backend_.timing_mark(mark_parity_ * 64 + static_cast<int>(marks.size()));
+  marks.push_back({category, op});
+  if (marks.size() >= 64) throw Error("Model profiling: more than 63 sections in a step");
+}
+
+void Model::end_profiled_step() {
+  if (!profiling_) return;
+  section("");  // the end mark
+  pending_[mark_parity_] = true;
+  mark_parity_ ^= 1;
+  // Read the previous step's marks now that this step is enqueued (the device stays busy).
+  if (pending_[mark_parity_]) read_profile(mark_parity_);
+  marks_[mark_parity_].clear();
+}
+
+void Model::read_profile(int parity) {
+  auto& marks = marks_[parity];
+  for (std::size_t i = 0; i + 1 < marks.size(); ++i) {
+    const double ms = backend_.timing_elapsed_ms(parity * 64 + static_cast<int>(i),
+                                                 parity * 64 + static_cast<int>(i) + 1);
+    profile_ms_[marks[i].first] += ms;
+    profile_ops_ms_[marks[i].first + ": " + (marks[i].second.empty() ? marks[i].first : marks[i].second)] += ms;
+  }
+  pending_[parity] = false;
+  ++profiled_steps_;
+}
+
+void Model::finish_profile() {
+  for (int k = 0; k < 2; ++k) {
+    const int parity = mark_parity_ ^ 1 ^ k;  // the older pending step first
+    if (pending_[parity]) read_profile(parity);
+    marks_[parity].clear();
+  }
 }
 
 float Model::last_loss() {
@@ -346,9 +490,21 @@ float Model::last_loss() {
 }
 
 void Model::predict(const Batch& batch, float* probs) {
-  upload(batch);
+  if (staged_count_ > 0)
+    throw Error("Model::predict: a training batch is staged; train it (train_staged) first");
+  stage(batch);
+  struct NoProfile {  // evaluation is not part of the step profile
+    bool& flag;
+    bool was;
+    ~NoProfile() { flag = was; }
+  } guard{profiling_, std::exchange(profiling_, false)};
+  const int index = static_cast<int>((staged_total_ - 1) % kInputSlots);
+  --staged_count_;
+  backend_.use_input(index);
+  use_slot(slots_[index]);
   forward(batch.size);
   backend_.sigmoid(top_act_.back().as<float>(), probs_.as<float>(), batch.size);
+  backend_.release_input(index);
   backend_.copy_to_host(probs, probs_.get(), static_cast<std::size_t>(batch.size) * 4);
 }
 

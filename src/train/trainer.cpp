@@ -29,7 +29,7 @@ struct EvalResult {
 };
 
 EvalResult evaluate(Model& model, const TrainConfig& cfg, std::int64_t batch,
-                    const SyntheticData* synth) {
+                    const SyntheticData* synth, ShardReader* shards) {
   std::vector<float> probs, labels, teacher;
   Batch b;
   std::vector<float> p(static_cast<std::size_t>(batch));
@@ -39,7 +39,14 @@ EvalResult evaluate(Model& model, const TrainConfig& cfg, std::int64_t batch,
     labels.insert(labels.end(), bb.labels.begin(), bb.labels.end());
     teacher.insert(teacher.end(), bb.teacher_prob.begin(), bb.teacher_prob.end());
   };
-  if (synth != nullptr) {
+  if (shards != nullptr) {
+    shards->seek(0);
+    std::int64_t seen = 0;
+    while (seen < cfg.eval_examples && shards->next(std::min(batch, cfg.eval_examples - seen), b)) {
+      consume(b);
+      seen += b.size;
+    }
+  } else if (synth != nullptr) {
     for (std::int64_t first = 0; first < cfg.eval_examples; first += batch) {
       synth->make(Split::eval, first, std::min(batch, cfg.eval_examples - first), b);
       consume(b);
@@ -67,13 +74,14 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
     if (observer != nullptr) observer->on_event(e);
   };
   const ModelSpec& spec = cfg.model;
-  const bool synthetic = cfg.train_files.empty();
+  const bool sharded = !cfg.shard_dir.empty();
+  const bool synthetic = !sharded && cfg.train_files.empty();
   const std::int64_t batch = cfg.batch > 0 ? cfg.batch : spec.batch_size;
   if (batch <= 0) throw InputError("batch size must be positive, got " + std::to_string(batch));
   if (cfg.steps < 0) throw InputError("--steps must be >= 0, got " + std::to_string(cfg.steps));
   if (cfg.eval_examples <= 0) throw InputError("eval examples must be positive");
   if (synthetic && cfg.steps == 0) cfg.steps = 1000;
-  if (!synthetic && cfg.eval_files.empty()) {
+  if (!synthetic && !sharded && cfg.eval_files.empty()) {
     if (cfg.train_files.size() < 2)
       throw InputError("training on files needs held-out data: give eval files (--eval-data) or "
                        "at least two data files (the last one is held out)");
@@ -87,6 +95,16 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
   Model model(spec, *backend, batch, cfg.seed);
   std::optional<SyntheticData> synth;
   if (synthetic) synth.emplace(spec, cfg.seed);
+  std::unique_ptr<ShardReader> shard_train, shard_eval;
+  if (sharded) {
+    shard_train = std::make_unique<ShardReader>(cfg.shard_dir, spec, Split::train);
+    shard_eval = std::make_unique<ShardReader>(cfg.shard_dir, spec, Split::eval);
+    if (shard_train->examples() == 0)
+      throw InputError("'" + cfg.shard_dir.string() + "' holds no training examples");
+    if (shard_eval->examples() == 0)
+      throw InputError("'" + cfg.shard_dir.string() + "' holds no held-out (eval) examples; write some with "
+                       "parity data synth --eval-examples N");
+  }
 
   TrainResult result;
   auto metadata = [&](std::int64_t step) {
@@ -99,7 +117,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
         {"examples_seen", std::to_string(step * batch)},
         {"embedding_optimizer", std::string(optimizer_name(spec.embedding_optimizer.kind))},
         {"dense_optimizer", std::string(optimizer_name(spec.dense_optimizer.kind))},
-        {"data", synthetic ? "synthetic" : "criteo"}};
+        {"data", sharded ? "shards" : synthetic ? "synthetic" : "criteo"}};
   };
 
   // ---- resume ----
@@ -144,7 +162,8 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
 
   // ---- data ----
   std::unique_ptr<CriteoReader> reader;
-  if (!synthetic) {
+  if (sharded) shard_train->seek(start * batch);
+  if (!synthetic && !sharded) {
     reader = std::make_unique<CriteoReader>(cfg.train_files, spec,
                                             CriteoOptions{cfg.on_bad_line, 10});
     Batch skip;  // resume: skip what earlier steps consumed
@@ -157,6 +176,10 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
     if (synthetic) {
       synth->batch(Split::train, next_index++, batch, b);
       return true;
+    }
+    if (sharded) {  // with a step count, epochs follow each other; without, one pass
+      ++next_index;
+      return shard_train->next(batch, b, /*wrap=*/total >= 0);
     }
     ++next_index;
     return reader->next(batch, b);
@@ -172,7 +195,9 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
                 " embedding parameters), batch " + std::to_string(batch) + ", backend " +
                 backend->name() +
                 (backend->name() == "cpu" ? "" : " (dense math " + std::string(dense_math_name(cfg.dense_math)) + ")") +
-                ", " + std::to_string(model.allocated_bytes() / 1000000) + " MB of model buffers, " + (synthetic ? "synthetic data" : "Criteo data") +
+                ", " + std::to_string(model.allocated_bytes() / 1000000) + " MB of model buffers, " +
+                (sharded ? "shards " + cfg.shard_dir.string() + " (" + std::to_string(shard_train->examples()) + " examples)"
+                         : synthetic ? "synthetic data" : "Criteo data") +
                 (start > 0 ? ", resumed at step " + std::to_string(start) : "");
     emit(e);
   }
@@ -190,7 +215,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
     emit(e);
   };
   auto run_eval = [&](std::int64_t step) {
-    const EvalResult r = evaluate(model, cfg, batch, synth ? &*synth : nullptr);
+    const EvalResult r = evaluate(model, cfg, batch, synth ? &*synth : nullptr, shard_eval.get());
     result.auc = r.auc;
     result.eval_log_loss = r.log_loss;
     result.teacher_auc = r.teacher_auc;
@@ -205,18 +230,43 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
   };
 
   // ---- steps ----
+  // The pipeline: batch k+1 is staged (copied to pinned memory, its device copy started on the
+  // copy queue) right after step k is enqueued, while the device runs step k; evaluation and
+  // checkpoints happen between the two, when no batch is staged.
   Batch b;
   double paused_seconds = 0, smoothed = NAN;  // paused: evaluation and checkpoints
   std::int64_t examples = 0, window_steps = 0, window_examples = 0;
   const auto loop_start = Clock::now();
   auto window_start = loop_start, last_report = loop_start;
-  while (loader.next(b)) {
-    model.train_step(b);
-    examples += b.size;
-    window_examples += b.size;
+  bool have = loader.next(b);
+  if (have) model.stage(b);
+  while (have) {
+    const std::int64_t n = b.size;
+    if (cfg.profile && model.step() == start + 2) model.set_profiling(true);  // after warm-up
+    model.train_staged();
+    examples += n;
+    window_examples += n;
     ++window_steps;
     const std::int64_t step = model.step();
     const bool last = total >= 0 && step >= total;
+    const bool eval_now = cfg.eval_every > 0 && step % cfg.eval_every == 0 && !last;
+    const bool ckpt_now = !cfg.checkpoint_dir.empty() && cfg.checkpoint_every > 0 &&
+                          step % cfg.checkpoint_every == 0 && !last;
+    if (eval_now || ckpt_now) {
+      const auto p0 = Clock::now();
+      backend->synchronize();
+      const bool profiling = cfg.profile && model.step() >= start + 2;
+      if (profiling) model.set_profiling(false);
+      if (eval_now) run_eval(step);
+      if (ckpt_now) save(step);
+      if (profiling) model.set_profiling(true);
+      const auto pause = Clock::now() - p0;
+      paused_seconds += std::chrono::duration<double>(pause).count();
+      window_start += pause;  // the progress rate counts training time only
+      last_report += pause;
+    }
+    have = loader.next(b);
+    if (have) model.stage(b);
     if (last || seconds_since(last_report) >= cfg.report_interval_s) {
       const double loss = model.last_loss();  // synchronises: only when reporting
       smoothed = std::isnan(smoothed) ? loss : 0.8 * smoothed + 0.2 * loss;
@@ -232,20 +282,13 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
       window_steps = window_examples = 0;
       window_start = last_report = Clock::now();
     }
-    const bool eval_now = cfg.eval_every > 0 && step % cfg.eval_every == 0 && !last;
-    const bool ckpt_now = !cfg.checkpoint_dir.empty() && cfg.checkpoint_every > 0 &&
-                          step % cfg.checkpoint_every == 0 && !last;
-    if (eval_now || ckpt_now) {
-      const auto p0 = Clock::now();
-      backend->synchronize();
-      if (eval_now) run_eval(step);
-      if (ckpt_now) save(step);
-      const auto pause = Clock::now() - p0;
-      paused_seconds += std::chrono::duration<double>(pause).count();
-      window_start += pause;  // the progress rate counts training time only
-      last_report += pause;
-    }
   }
+  model.set_profiling(false);
+  result.profiled_steps = model.profiled_steps();
+  for (const auto& [category, ms] : model.profile_ms())
+    if (result.profiled_steps > 0) result.profile_ms_per_step[category] = ms / static_cast<double>(result.profiled_steps);
+  for (const auto& [op, ms] : model.profile_ops_ms())
+    if (result.profiled_steps > 0) result.profile_ops_ms_per_step[op] = ms / static_cast<double>(result.profiled_steps);
   backend->synchronize();
   const double train_seconds = seconds_since(loop_start) - paused_seconds;
   result.steps = model.step();

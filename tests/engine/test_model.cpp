@@ -163,5 +163,70 @@ TEST(Model, RejectsBatchThatDoesNotFit) {
   EXPECT_THROW(model.train_step(b), Error);
 }
 
+// The input pipeline: staging batch k+1 before training batch k (as the trainer does) gives the
+// same parameters, bit for bit, as training each batch as it comes.
+TEST(Model, StagedPipelineMatchesStepByStep) {
+  const ModelSpec spec = testing::micro_model(InteractionKind::dcnv2, OptimizerKind::rowwise_adagrad,
+                                              OptimizerKind::adam, 0.01);
+  auto backend = make_backend("cpu");
+  SyntheticData data(spec, 4);
+  std::vector<Batch> batches(6);
+  for (std::size_t k = 0; k < batches.size(); ++k) data.batch(Split::train, static_cast<std::int64_t>(k), 8, batches[k]);
+  Model a(spec, *backend, 8, 9), b(spec, *backend, 8, 9);
+  for (const Batch& x : batches) a.train_step(x);
+  b.stage(batches[0]);
+  for (std::size_t k = 0; k < batches.size(); ++k) {
+    EXPECT_EQ(b.staged(), 1);
+    b.train_staged();
+    if (k + 1 < batches.size()) b.stage(batches[k + 1]);
+  }
+  EXPECT_EQ(b.staged(), 0);
+  EXPECT_EQ(a.step(), b.step());
+  auto ta = a.tensors(), tb = b.tensors();
+  for (std::size_t i = 0; i < ta.size(); ++i)
+    ASSERT_EQ(std::memcmp(ta[i].data, tb[i].data, ta[i].bytes()), 0) << ta[i].name;
+  EXPECT_EQ(a.last_loss(), b.last_loss());
+}
+
+TEST(Model, StagingMisuseIsAnError) {
+  const ModelSpec spec = testing::micro_model(InteractionKind::dot);
+  auto backend = make_backend("cpu");
+  Model model(spec, *backend, 8, 1);
+  SyntheticData data(spec, 1);
+  Batch b;
+  data.batch(Split::train, 0, 8, b);
+  EXPECT_THROW(model.train_staged(), Error);  // nothing staged
+  model.stage(b);
+  model.stage(b);
+  EXPECT_THROW(model.stage(b), Error);  // both slots full
+  std::vector<float> p(8);
+  EXPECT_THROW(model.predict(b, p.data()), Error);  // a training batch is waiting
+  model.train_staged();
+  model.train_staged();
+  model.predict(b, p.data());
+  for (float v : p) EXPECT_TRUE(v > 0.0f && v < 1.0f);
+}
+
+TEST(Model, ProfileCoversEveryCategory) {
+  const ModelSpec spec = testing::micro_model(InteractionKind::dcnv2);
+  auto backend = make_backend("cpu");
+  Model model(spec, *backend, 8, 1);
+  SyntheticData data(spec, 1);
+  Batch b;
+  data.batch(Split::train, 0, 8, b);
+  model.set_profiling(true);
+  for (int k = 0; k < 3; ++k) model.train_step(b);
+  std::vector<float> p(8);
+  model.predict(b, p.data());  // not part of the profile
+  model.set_profiling(false);
+  EXPECT_EQ(model.profiled_steps(), 3);
+  for (const char* c : {"input_wait", "mlp", "embedding_forward", "interaction", "loss", "embedding_backward",
+                        "dense_optimizer"}) {
+    ASSERT_TRUE(model.profile_ms().count(c)) << c;
+    EXPECT_GE(model.profile_ms().at(c), 0.0) << c;
+  }
+  EXPECT_EQ(model.profile_ms().size(), 7u);
+}
+
 }  // namespace
 }  // namespace parity

@@ -5,7 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <memory>
+#include <set>
 
 #include "common.h"
 #include "parity/error.h"
@@ -99,6 +102,39 @@ class ConsoleObserver : public TrainObserver {
   std::chrono::steady_clock::time_point last_line_ = std::chrono::steady_clock::now();
 };
 
+// The step by op category (device timing marks) beside the plan's prediction for it.
+void print_profile(const TrainResult& r, const Plan* plan, std::int64_t batch) {
+  if (r.profiled_steps == 0) {
+    fmt::print("profile: no step was profiled (the first two steps are warm-up; train more steps)\n");
+    return;
+  }
+  fmt::print("\nstep profile: device timing marks, mean of {} steps (ms per step){}\n", r.profiled_steps,
+             plan != nullptr ? ", beside the plan's prediction" : "");
+  std::map<std::string, double> predicted;
+  if (plan != nullptr) predicted = plan->prediction.time_s;
+  std::set<std::string> names;
+  for (const auto& [k, v] : r.profile_ms_per_step) names.insert(k);
+  for (const auto& [k, v] : predicted) names.insert(k);
+  double measured_total = 0, predicted_total = 0;
+  fmt::print("  {:<26} {:>10} {:>10}\n", "category", "measured", plan != nullptr ? "plan" : "");
+  for (const auto& name : names) {
+    const auto m = r.profile_ms_per_step.find(name);
+    const auto p = predicted.find(name);
+    const std::string ms = m != r.profile_ms_per_step.end() ? fmt::format("{:.3f}", m->second) : "-";
+    const std::string ps = p != predicted.end() ? fmt::format("{:.3f}", p->second * 1e3) : (plan ? "-" : "");
+    if (m != r.profile_ms_per_step.end()) measured_total += m->second;
+    if (p != predicted.end()) predicted_total += p->second * 1e3;
+    fmt::print("  {:<26} {:>10} {:>10}\n", name, ms, ps);
+  }
+  fmt::print("  {:<26} {:>10.3f} {:>10}\n", "sum of categories", measured_total,
+             plan != nullptr ? fmt::format("{:.3f}", predicted_total) : "");
+  fmt::print("  by op:\n");
+  for (const auto& [op, ms] : r.profile_ops_ms_per_step) fmt::print("    {:<40} {:>10.3f}\n", op, ms);
+  if (r.examples_per_s > 0)
+    fmt::print("  {:<26} {:>10.3f} {:>10}\n", "wall time per step", 1e3 * static_cast<double>(batch) / r.examples_per_s,
+               plan != nullptr ? fmt::format("{:.3f}", plan->prediction.step_s * 1e3) : "");
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -107,8 +143,8 @@ void add_train_command(CLI::App& app) {
     std::int64_t steps = 0, batch = 0, eval_examples = 32768, eval_every = 250;
     std::int64_t checkpoint_every = 0;
     std::uint64_t seed = 1;
-    std::string checkpoint, backend = "cpu", on_bad_line = "stop", plan;
-    bool resume = false;
+    std::string checkpoint, backend = "auto", on_bad_line = "stop", plan;
+    bool resume = false, profile = false;
     std::vector<std::string> data, eval_data;
   };
   auto args = std::make_shared<Args>();
@@ -142,9 +178,15 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", args->resume, "Continue from the newest checkpoint in --checkpoint");
   cmd->add_option("--backend", args->backend,
-                  "Backend: cpu, or cuda where built (fp32 dense math; the GPU backend is in progress)")
+                  "Backend: auto (the GPU where one is usable, else cpu), cpu, gpu (cuda)")
+      ->check(CLI::IsMember({"auto", "cpu", "gpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--data", args->data, "Criteo TSV files to train on (default: synthetic data)");
+  cmd->add_option("--data", args->data,
+                  "A shard dataset directory (parity data synth) or Criteo TSV files to train on "
+                  "(default: synthetic batches made on the fly)");
+  cmd->add_flag("--profile", args->profile,
+                "Time the step by op category with device events and print it beside the plan's "
+                "prediction");
   cmd->add_option("--eval-data", args->eval_data,
                   "Criteo TSV files to evaluate on (default: the last --data file)");
   cmd->add_option("--on-bad-line", args->on_bad_line,
@@ -159,18 +201,19 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->callback([args, model_opt] {
     TrainConfig cfg;
+    std::shared_ptr<Plan> plan;
     if (!args->plan.empty()) {
-      const Plan plan = load_plan(args->plan);
-      const std::string model = model_opt->count() > 0 || plan.model_file.empty() ? args->model
-                                                                                   : plan.model_file;
-      cfg.model = apply_plan(load_model_spec(resolve_model(model)), plan);
-      cfg.batch = plan.global_batch;
-      cfg.dense_math = plan.dense_math;
+      plan = std::make_shared<Plan>(load_plan(args->plan));
+      const std::string model = model_opt->count() > 0 || plan->model_file.empty() ? args->model
+                                                                                   : plan->model_file;
+      cfg.model = apply_plan(load_model_spec(resolve_model(model)), *plan);
+      cfg.batch = plan->global_batch;
+      cfg.dense_math = plan->dense_math;
       fmt::print("parity train: plan {} ({} x {}): global batch {}, embedding optimizer {}, dense "
                  "math {} (GPU backends; the cpu backend computes in fp32); placement and "
                  "sharding are for multi-GPU runs\n",
-                 args->plan, plan.gpus, plan.device, plan.global_batch,
-                 optimizer_name(plan.embedding_optimizer), dense_math_name(plan.dense_math));
+                 args->plan, plan->gpus, plan->device, plan->global_batch,
+                 optimizer_name(plan->embedding_optimizer), dense_math_name(plan->dense_math));
     } else {
       cfg.model = load_model_spec(resolve_model(args->model));
     }
@@ -181,15 +224,28 @@ void add_train_command(CLI::App& app) {
     cfg.checkpoint_dir = args->checkpoint;
     cfg.checkpoint_every = args->checkpoint_every;
     cfg.resume = args->resume;
-    for (const auto& f : args->data) cfg.train_files.emplace_back(f);
+    if (args->data.size() == 1 && is_shard_dataset(args->data.front())) {
+      cfg.shard_dir = args->data.front();
+      if (!args->eval_data.empty())
+        throw InputError("--eval-data is for Criteo TSV files; a shard dataset holds its own eval split");
+    } else {
+      for (const auto& f : args->data) {
+        if (std::filesystem::is_directory(f))
+          throw InputError("--data '" + f + "' is a directory without meta.json: not a parity shard dataset "
+                           "(make one with parity data synth)");
+        cfg.train_files.emplace_back(f);
+      }
+    }
     for (const auto& f : args->eval_data) cfg.eval_files.emplace_back(f);
     if (!cfg.eval_files.empty() && cfg.train_files.empty())
       throw InputError("--eval-data needs --data (synthetic runs evaluate on their own held-out split)");
     cfg.on_bad_line = args->on_bad_line == "skip" ? OnBadLine::skip : OnBadLine::stop;
     cfg.eval_examples = args->eval_examples;
     cfg.eval_every = args->eval_every;
+    cfg.profile = args->profile;
     ConsoleObserver console;
-    train(cfg, &console);
+    const TrainResult r = train(cfg, &console);
+    if (cfg.profile) print_profile(r, plan.get(), cfg.batch > 0 ? cfg.batch : cfg.model.batch_size);
   });
 }
 

@@ -15,5 +15,6 @@ std::filesystem::path resolve_model(const std::string& name_or_path);
 void add_train_command(CLI::App& app);
 void add_check_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_data_command(CLI::App& app);
 
 }  // namespace parity::cli

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   parity::cli::add_train_command(app);
   parity::cli::add_plan_command(app);
   parity::cli::add_check_command(app);
+  parity::cli::add_data_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

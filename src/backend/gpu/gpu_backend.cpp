@@ -125,6 +125,22 @@ struct GpuBackend::Impl {
   std::unique_ptr<gpu::EmbeddingTables> emb_tables;  // the same with fp32 storage
   std::unique_ptr<gpu::EmbeddingWorkspace> emb_workspace;
   std::uint64_t emb_updates = 0;
+  // Input pipeline: the copy stream and, per input slot, "copies done" and "compute done with
+  // it" events (recorded flags: an event never recorded must not be waited on).
+  gpu::Stream copy_stream;
+  struct InputSlot {
+    gpu::Event copied, consumed;
+    bool copied_recorded = false, consumed_recorded = false;
+  };
+  std::vector<std::unique_ptr<InputSlot>> input_slots;
+  std::vector<std::unique_ptr<gpu::Event>> marks;
+  std::vector<bool> mark_recorded;
+
+  InputSlot& input_slot(int slot) {
+    if (slot < 0 || slot > 64) fail("input pipeline", "slot {} out of range [0, 64]", slot);
+    while (input_slots.size() <= static_cast<std::size_t>(slot)) input_slots.push_back(std::make_unique<InputSlot>());
+    return *input_slots[static_cast<std::size_t>(slot)];
+  }
 
   explicit Impl(DenseMath m)
       : math(m),
@@ -191,7 +207,10 @@ GpuBackend::GpuBackend(DenseMath math) {
 }
 
 GpuBackend::~GpuBackend() {
-  if (impl_ != nullptr) (void)gpu::stream_synchronize(impl_->s());
+  if (impl_ != nullptr) {
+    (void)gpu::stream_synchronize(impl_->copy_stream.get());
+    (void)gpu::stream_synchronize(impl_->s());
+  }
 }
 
 std::string GpuBackend::name() const {
@@ -224,6 +243,7 @@ void GpuBackend::deallocate(void* p) noexcept {
   if (p == nullptr) return;
   // Work already enqueued may still use p (cudaFree waits for the device as well; this makes the
   // order explicit for runtimes that do not).
+  (void)gpu::stream_synchronize(impl_->copy_stream.get());
   (void)gpu::stream_synchronize(impl_->s());
   gpu::detail::device_free(p);
 }
@@ -262,7 +282,72 @@ void GpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
   gpu::dense::round_to_dtype(impl_->s(), p, n, dtype);
 }
 
-void GpuBackend::synchronize() { impl_->stream.synchronize(); }
+void GpuBackend::synchronize() {
+  impl_->copy_stream.synchronize();
+  impl_->stream.synchronize();
+}
+
+// ---------------------------------------------------------- input pipeline --
+
+void* GpuBackend::allocate_pinned(std::size_t bytes) {
+  return bytes == 0 ? nullptr : gpu::detail::host_alloc(bytes, "GpuBackend::allocate_pinned");
+}
+
+void GpuBackend::deallocate_pinned(void* p) noexcept {
+  if (p == nullptr) return;
+  (void)gpu::stream_synchronize(impl_->copy_stream.get());  // a copy may still read it
+  gpu::detail::host_free(p);
+}
+
+void GpuBackend::begin_input(int slot) {
+  Impl::InputSlot& in = impl_->input_slot(slot);
+  if (in.copied_recorded) in.copied.synchronize();  // the pinned sources are free again
+  if (in.consumed_recorded) in.consumed.wait_on(impl_->copy_stream.get());
+}
+
+void GpuBackend::input_copy(void* dst, const void* host_src, std::size_t bytes) {
+  if (bytes == 0) return;
+  gpu::check(gpu::memcpy_async(dst, host_src, bytes, impl_->copy_stream.get()), "input_copy");
+}
+
+void GpuBackend::end_input(int slot) {
+  Impl::InputSlot& in = impl_->input_slot(slot);
+  in.copied.record(impl_->copy_stream.get());
+  in.copied_recorded = true;
+}
+
+void GpuBackend::use_input(int slot) {
+  Impl::InputSlot& in = impl_->input_slot(slot);
+  if (in.copied_recorded) in.copied.wait_on(impl_->s());
+}
+
+void GpuBackend::release_input(int slot) {
+  Impl::InputSlot& in = impl_->input_slot(slot);
+  in.consumed.record(impl_->s());
+  in.consumed_recorded = true;
+}
+
+void GpuBackend::timing_mark(int i) {
+  if (i < 0 || i > 4096) fail("timing_mark", "mark index {} out of range [0, 4096]", i);
+  auto& m = impl_->marks;
+  while (m.size() <= static_cast<std::size_t>(i)) {
+    m.push_back(std::make_unique<gpu::Event>());
+    impl_->mark_recorded.push_back(false);
+  }
+  m[static_cast<std::size_t>(i)]->record(impl_->s());
+  impl_->mark_recorded[static_cast<std::size_t>(i)] = true;
+}
+
+double GpuBackend::timing_elapsed_ms(int i, int j) {
+  auto recorded = [&](int k) {
+    return k >= 0 && static_cast<std::size_t>(k) < impl_->marks.size() &&
+           impl_->mark_recorded[static_cast<std::size_t>(k)];
+  };
+  if (!recorded(i) || !recorded(j))
+    fail("timing_elapsed_ms", "mark {} was never recorded", recorded(i) ? j : i);
+  return gpu::Event::elapsed_ms(*impl_->marks[static_cast<std::size_t>(i)],
+                                *impl_->marks[static_cast<std::size_t>(j)]);
+}
 
 // ------------------------------------------------------------ dense layers --
 

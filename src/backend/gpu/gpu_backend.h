@@ -54,6 +54,19 @@ class GpuBackend final : public Backend {
   void round_to_dtype(float* p, std::int64_t n, DType dtype) override;
   void synchronize() override;
 
+  // Input pipeline: copies run on a second stream, ordered against the compute stream by
+  // per-slot events (backend.h describes the protocol).
+  void* allocate_pinned(std::size_t bytes) override;
+  void deallocate_pinned(void* p) noexcept override;
+  void begin_input(int slot) override;
+  void input_copy(void* dst, const void* host_src, std::size_t bytes) override;
+  void end_input(int slot) override;
+  void use_input(int slot) override;
+  void release_input(int slot) override;
+  // Timing marks are device events recorded on the compute stream.
+  void timing_mark(int i) override;
+  double timing_elapsed_ms(int i, int j) override;
+
   void linear_forward(CMat x, CMat w, const float* bias, Activation act, Mat y) override;
   void linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act, Mat dx, Mat dw,
                        float* dbias) override;

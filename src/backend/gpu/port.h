@@ -181,6 +181,9 @@ inline Error_t stream_synchronize(Stream_t s) {
 inline Error_t event_create(Event_t* e) { return PARITY_GPU_VENDOR(cudaEventCreate, hipEventCreate)(e); }
 inline Error_t event_destroy(Event_t e) { return PARITY_GPU_VENDOR(cudaEventDestroy, hipEventDestroy)(e); }
 inline Error_t event_record(Event_t e, Stream_t s) { return PARITY_GPU_VENDOR(cudaEventRecord, hipEventRecord)(e, s); }
+inline Error_t stream_wait_event(Stream_t s, Event_t e) {
+  return PARITY_GPU_VENDOR(cudaStreamWaitEvent, hipStreamWaitEvent)(s, e, 0);
+}
 inline Error_t event_synchronize(Event_t e) {
   return PARITY_GPU_VENDOR(cudaEventSynchronize, hipEventSynchronize)(e);
 }

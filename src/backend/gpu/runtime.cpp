@@ -132,6 +132,7 @@ Event& Event::operator=(Event&& o) noexcept {
 }
 void Event::record(Stream_t s) const { check(event_record(e_, s), "event_record"); }
 void Event::synchronize() const { check(event_synchronize(e_), "event_synchronize"); }
+void Event::wait_on(Stream_t s) const { check(stream_wait_event(s, e_), "stream_wait_event"); }
 float Event::elapsed_ms(const Event& start, const Event& stop) {
   stop.synchronize();
   float ms = 0.0f;

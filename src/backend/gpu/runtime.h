@@ -96,6 +96,8 @@ class Event {
   Event_t get() const { return e_; }
   void record(Stream_t s) const;
   void synchronize() const;
+  // Work enqueued on s after this call waits until the event's recorded work is done.
+  void wait_on(Stream_t s) const;
   // Milliseconds between two recorded events (synchronises on stop).
   static float elapsed_ms(const Event& start, const Event& stop);
 

@@ -1,0 +1,214 @@
+// Binary shards: what is written reads back bit for bit (across part-file boundaries, in batches
+// that do not divide the files, over epochs, after a seek), and every kind of bad dataset is an
+// InputError naming the file and what is wrong, never a crash.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "parity/data.h"
+#include "parity/error.h"
+
+namespace parity {
+namespace {
+
+namespace fs = std::filesystem;
+
+TableSpec table(const std::string& name, std::int64_t rows, int pooling) {
+  TableSpec t;
+  t.name = name;
+  t.rows = rows;
+  t.dim = 8;
+  t.pooling_size = pooling;
+  return t;
+}
+
+ModelSpec model() {
+  ModelSpec m;
+  m.name = "shards";
+  m.dense_features = 5;
+  m.batch_size = 64;
+  m.tables = {table("a", 1000, 1), table("b", 37, 3), table("c", 123457, 2)};
+  return m;
+}
+
+class Shards : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("parity-shards-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // 1000 training and 300 held-out examples in files of 333.
+  void write(const ModelSpec& m, std::int64_t per_file = 333) {
+    SyntheticData synth(m, 11);
+    ShardWriter w(dir_, m, "test", per_file);
+    Batch b;
+    for (std::int64_t first = 0; first < 1000; first += 250) {
+      synth.make(Split::train, first, 250, b);
+      w.write(Split::train, b);
+    }
+    synth.make(Split::eval, 0, 300, b);
+    w.write(Split::eval, b);
+    w.finish();
+  }
+  fs::path dir_;
+};
+
+void expect_same(const Batch& a, const Batch& b) {
+  ASSERT_EQ(a.size, b.size);
+  EXPECT_EQ(a.dense, b.dense);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_EQ(a.offsets, b.offsets);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.teacher_prob, b.teacher_prob);
+}
+
+TEST_F(Shards, RoundTripAcrossFilesAndBatchSizes) {
+  const ModelSpec m = model();
+  write(m);
+  EXPECT_TRUE(is_shard_dataset(dir_));
+  SyntheticData synth(m, 11);
+  for (std::int64_t batch : {1, 64, 100, 333, 1000}) {
+    ShardReader r(dir_, m, Split::train);
+    EXPECT_EQ(r.examples(), 1000);
+    Batch got, want;
+    std::int64_t first = 0;
+    while (r.next(batch, got)) {
+      synth.make(Split::train, first, std::min<std::int64_t>(batch, 1000 - first), want);
+      expect_same(got, want);
+      first += got.size;
+    }
+    EXPECT_EQ(first, 1000) << "batch " << batch;
+  }
+  ShardReader eval(dir_, m, Split::eval);
+  Batch got, want;
+  ASSERT_TRUE(eval.next(300, got));
+  synth.make(Split::eval, 0, 300, want);
+  expect_same(got, want);
+  EXPECT_FALSE(eval.next(1, got));
+}
+
+TEST_F(Shards, WrapsIntoTheNextEpochAndSeeks) {
+  const ModelSpec m = model();
+  write(m);
+  SyntheticData synth(m, 11);
+  ShardReader r(dir_, m, Split::train);
+  r.seek(900);
+  Batch got, head, tail;
+  ASSERT_TRUE(r.next(150, got, /*wrap=*/true));
+  EXPECT_EQ(r.epoch(), 1);
+  ASSERT_EQ(got.size, 150);
+  // Examples 900..999 then 0..49.
+  ShardReader r2(dir_, m, Split::train);
+  r2.seek(900);
+  ASSERT_TRUE(r2.next(100, tail));
+  r2.seek(0);
+  ASSERT_TRUE(r2.next(50, head));
+  EXPECT_EQ(std::vector<float>(got.labels.begin(), got.labels.begin() + 100), tail.labels);
+  EXPECT_EQ(std::vector<float>(got.labels.begin() + 100, got.labels.end()), head.labels);
+  // Table 1's ids: the first 100 bags from the tail, the next 50 from the head.
+  const auto t1 = [](const Batch& b) {
+    return std::vector<std::int64_t>(b.ids.begin() + b.offsets[static_cast<std::size_t>(b.size)],
+                                     b.ids.begin() + b.offsets[static_cast<std::size_t>(2 * b.size)]);
+  };
+  auto want = t1(tail);
+  const auto h = t1(head);
+  want.insert(want.end(), h.begin(), h.end());
+  EXPECT_EQ(t1(got), want);
+}
+
+TEST_F(Shards, RefusesToOverwriteADataset) {
+  const ModelSpec m = model();
+  write(m);
+  EXPECT_THROW(ShardWriter(dir_, m, "again"), InputError);
+}
+
+std::string error_of(const fs::path& dir, const ModelSpec& m) {
+  try {
+    ShardReader r(dir, m, Split::train);
+    Batch b;
+    while (r.next(128, b)) {
+    }
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST_F(Shards, ModelMismatchNamesTheField) {
+  const ModelSpec m = model();
+  write(m);
+  ModelSpec other = m;
+  other.dense_features = 6;
+  EXPECT_NE(error_of(dir_, other).find("field 'dense_features'"), std::string::npos) << error_of(dir_, other);
+  other = m;
+  other.tables.pop_back();
+  EXPECT_NE(error_of(dir_, other).find("field 'tables'"), std::string::npos);
+  other = m;
+  other.tables[2].rows = 1000;  // the data's ids go up to 123457
+  EXPECT_NE(error_of(dir_, other).find("tables[2].rows"), std::string::npos) << error_of(dir_, other);
+}
+
+TEST_F(Shards, CorruptFilesAreInputErrors) {
+  const ModelSpec m = model();
+  write(m);
+  const fs::path part = dir_ / "train-00001.bin";
+  const auto size = fs::file_size(part);
+  std::vector<char> bytes(size);
+  {
+    std::ifstream in(part, std::ios::binary);
+    in.read(bytes.data(), static_cast<std::streamsize>(size));
+  }
+  auto put = [&](const std::vector<char>& b) {
+    std::ofstream out(part, std::ios::binary | std::ios::trunc);
+    out.write(b.data(), static_cast<std::streamsize>(b.size()));
+  };
+  // Truncated.
+  put(std::vector<char>(bytes.begin(), bytes.end() - 7));
+  EXPECT_NE(error_of(dir_, m).find("train-00001.bin"), std::string::npos);
+  EXPECT_NE(error_of(dir_, m).find("truncated"), std::string::npos) << error_of(dir_, m);
+  // Bad magic.
+  auto bad = bytes;
+  bad[0] = 'X';
+  put(bad);
+  EXPECT_NE(error_of(dir_, m).find("bad magic"), std::string::npos);
+  // An id out of its table's range (the last id of the file belongs to table c: rows 123457).
+  bad = bytes;
+  const std::uint32_t huge = 4000000000u;
+  std::memcpy(bad.data() + bad.size() - 4, &huge, 4);
+  put(bad);
+  EXPECT_NE(error_of(dir_, m).find("is >= its 123457 rows"), std::string::npos) << error_of(dir_, m);
+  // Missing part file.
+  fs::remove(part);
+  EXPECT_NE(error_of(dir_, m).find("cannot read"), std::string::npos);
+  // Not a dataset.
+  fs::remove(dir_ / "meta.json");
+  EXPECT_FALSE(is_shard_dataset(dir_));
+  EXPECT_NE(error_of(dir_, m).find("no meta.json"), std::string::npos);
+}
+
+TEST_F(Shards, BadMetaJsonIsAnInputError) {
+  const ModelSpec m = model();
+  write(m);
+  {
+    std::ofstream out(dir_ / "meta.json", std::ios::trunc);
+    out << "{\"format\": \"parity-shards-1\", \"dense";
+  }
+  EXPECT_NE(error_of(dir_, m).find("not valid JSON"), std::string::npos) << error_of(dir_, m);
+  {
+    std::ofstream out(dir_ / "meta.json", std::ios::trunc);
+    out << "{\"format\": \"something-else\"}";
+  }
+  EXPECT_NE(error_of(dir_, m).find("field 'format'"), std::string::npos) << error_of(dir_, m);
+}
+
+}  // namespace
+}  // namespace parity

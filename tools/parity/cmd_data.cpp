@@ -1,0 +1,137 @@
+// parity data: prepare a binary shard dataset once, so training reads it at memory speed.
+//   parity data synth    the planted-teacher synthetic data (train and eval splits)
+//   parity data convert  Criteo TSV files
+//   parity data info     what a dataset holds
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "common.h"
+#include "parity/data.h"
+#include "parity/error.h"
+#include "parity/spec.h"
+
+namespace parity::cli {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void add_synth(CLI::App& data) {
+  struct Args {
+    std::string model = "tiny", out;
+    std::int64_t examples = 0, eval_examples = 65536, per_file = 262144;
+    std::uint64_t seed = 1;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = data.add_subcommand(
+      "synth",
+      "Write the model's synthetic planted-teacher data (the batches parity train makes on the fly\n"
+      "for the same --seed) as a shard dataset.\n\n"
+      "Example:\n  parity data synth --model mlperf-dlrmv2 --examples 8388608 --out data/mlperf-synth");
+  cmd->add_option("--model", args->model, "Model YAML file or zoo name")->capture_default_str();
+  cmd->add_option("--examples", args->examples, "Training examples to write")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--eval-examples", args->eval_examples, "Held-out examples to write")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the synthetic data (as parity train --seed)")->capture_default_str();
+  cmd->add_option("--examples-per-file", args->per_file, "Examples per part file")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--out", args->out, "Directory to create")->required();
+  cmd->callback([args] {
+    const ModelSpec model = load_model_spec(resolve_model(args->model));
+    const SyntheticData synth(model, args->seed);
+    ShardWriter writer(args->out, model,
+                       fmt::format("synthetic, model {}, seed {}", model.name, args->seed), args->per_file);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::int64_t chunk = std::max<std::int64_t>(1, std::min<std::int64_t>(65536, args->per_file));
+    Batch b;
+    for (Split split : {Split::train, Split::eval}) {
+      const std::int64_t total = split == Split::train ? args->examples : args->eval_examples;
+      for (std::int64_t first = 0; first < total; first += chunk) {
+        synth.make(split, first, std::min(chunk, total - first), b);
+        writer.write(split, b);
+      }
+    }
+    writer.finish();
+    fmt::print("parity data synth: {} training + {} held-out examples of {} in {} ({:.1f} s)\n", args->examples,
+               args->eval_examples, model.name, args->out, seconds_since(t0));
+  });
+}
+
+void add_convert(CLI::App& data) {
+  struct Args {
+    std::string model = "criteo-small", out, on_bad_line = "stop";
+    std::vector<std::string> train, eval;
+    std::int64_t per_file = 262144;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = data.add_subcommand(
+      "convert",
+      "Convert Criteo TSV files into a shard dataset (ids hashed into the model's tables).\n\n"
+      "Example:\n  parity data convert --model criteo-small --data day_0.tsv --eval-data day_23.tsv --out data/criteo");
+  cmd->add_option("--model", args->model, "Model YAML file or zoo name")->capture_default_str();
+  cmd->add_option("--data", args->train, "Criteo TSV files of the training split")->required();
+  cmd->add_option("--eval-data", args->eval, "Criteo TSV files of the held-out split")->required();
+  cmd->add_option("--on-bad-line", args->on_bad_line, "What to do with a malformed line: stop or skip")
+      ->check(CLI::IsMember({"stop", "skip"}))
+      ->capture_default_str();
+  cmd->add_option("--examples-per-file", args->per_file, "Examples per part file")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--out", args->out, "Directory to create")->required();
+  cmd->callback([args] {
+    const ModelSpec model = load_model_spec(resolve_model(args->model));
+    ShardWriter writer(args->out, model, fmt::format("criteo tsv, model {}", model.name), args->per_file);
+    const CriteoOptions options{args->on_bad_line == "skip" ? OnBadLine::skip : OnBadLine::stop, 10};
+    std::int64_t counts[2] = {0, 0}, bad = 0;
+    for (Split split : {Split::train, Split::eval}) {
+      const auto& names = split == Split::train ? args->train : args->eval;
+      CriteoReader reader({names.begin(), names.end()}, model, options);
+      Batch b;
+      while (reader.next(65536, b)) {
+        writer.write(split, b);
+        counts[static_cast<int>(split)] += b.size;
+      }
+      bad += reader.bad_lines();
+      for (const auto& w : reader.warnings()) fmt::print(stderr, "warning: {}\n", w);
+    }
+    writer.finish();
+    fmt::print("parity data convert: {} training + {} held-out examples in {}{}\n", counts[0], counts[1], args->out,
+               bad > 0 ? fmt::format(" ({} malformed lines skipped)", bad) : "");
+  });
+}
+
+void add_info(CLI::App& data) {
+  struct Args {
+    std::string model, dir;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = data.add_subcommand("info", "Check a shard dataset against a model and say what it holds");
+  cmd->add_option("dir", args->dir, "Dataset directory")->required();
+  cmd->add_option("--model", args->model, "Model YAML file or zoo name")->required();
+  cmd->callback([args] {
+    const ModelSpec model = load_model_spec(resolve_model(args->model));
+    const ShardReader train(args->dir, model, Split::train);
+    const ShardReader eval(args->dir, model, Split::eval);
+    fmt::print("{}: {} training and {} held-out examples for model {} ({})\n", args->dir, train.examples(),
+               eval.examples(), model.name, train.source());
+  });
+}
+
+}  // namespace
+
+void add_data_command(CLI::App& app) {
+  CLI::App* data = app.add_subcommand("data", "Prepare datasets: binary shards that training reads at memory speed");
+  data->require_subcommand(1);
+  add_synth(*data);
+  add_convert(*data);
+  add_info(*data);
+}
+
+}  // namespace parity::cli
