@@ -40,13 +40,13 @@ struct PlanKey {
   GemmMath math;
   Epilogue epilogue;
   bool ta, tb;
-  std::int64_t m, n, k, lda, ldb, ldd;
-  std::uint32_t align_a, align_b, align_d;
+  std::int64_t m, n, k, lda, ldb, ldd, ldc;
+  std::uint32_t align_a, align_b, align_d, align_c;
 
   bool operator==(const PlanKey& o) const {
     return math == o.math && epilogue == o.epilogue && ta == o.ta && tb == o.tb && m == o.m && n == o.n &&
-           k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd && align_a == o.align_a &&
-           align_b == o.align_b && align_d == o.align_d;
+           k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd && ldc == o.ldc && align_a == o.align_a &&
+           align_b == o.align_b && align_d == o.align_d && align_c == o.align_c;
   }
 };
 
@@ -58,9 +58,9 @@ struct PlanKeyHash {
     };
     mix(static_cast<std::uint64_t>(k.math) | static_cast<std::uint64_t>(k.epilogue) << 8 |
         static_cast<std::uint64_t>(k.ta) << 16 | static_cast<std::uint64_t>(k.tb) << 17);
-    for (std::int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd}) mix(static_cast<std::uint64_t>(v));
+    for (std::int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd, k.ldc}) mix(static_cast<std::uint64_t>(v));
     mix(static_cast<std::uint64_t>(k.align_a) | static_cast<std::uint64_t>(k.align_b) << 16 |
-        static_cast<std::uint64_t>(k.align_d) << 32);
+        static_cast<std::uint64_t>(k.align_d) << 32 | static_cast<std::uint64_t>(k.align_c) << 48);
     return static_cast<std::size_t>(h);
   }
 };
@@ -80,7 +80,7 @@ void check_blas(blas::Status st, const char* what, const PlanKey* key = nullptr)
 // One cached product: descriptor, layouts (the library's A is our B and vice versa) and algorithm.
 struct Plan {
   blas::MatmulDesc desc = nullptr;
-  blas::Layout la = nullptr, lb = nullptr, ld = nullptr;
+  blas::Layout la = nullptr, lb = nullptr, ld = nullptr, lc = nullptr;
   blas::Heuristic algo{};
   bool fused = true;  // the epilogue runs in the product (else in a kernel after it)
 
@@ -91,6 +91,7 @@ struct Plan {
     if (la != nullptr) (void)blas::layout_destroy(la);
     if (lb != nullptr) (void)blas::layout_destroy(lb);
     if (ld != nullptr) (void)blas::layout_destroy(ld);
+    if (lc != nullptr) (void)blas::layout_destroy(lc);
     if (desc != nullptr) (void)blas::desc_destroy(desc);
   }
 };
@@ -156,6 +157,7 @@ struct Blas::Impl {
                       : blas::layout_create(&p->lb, operand, u(key.k), u(key.m), key.lda),
                "layout of A", &key);
     check_blas(blas::layout_create(&p->ld, blas::kF32, u(key.n), u(key.m), key.ldd), "layout of D", &key);
+    check_blas(blas::layout_create(&p->lc, blas::kF32, u(key.n), u(key.m), key.ldc), "layout of C", &key);
 
     blas::Preference pref = nullptr;
     check_blas(blas::pref_create(&pref), "preference", &key);
@@ -167,14 +169,14 @@ struct Blas::Impl {
     if constexpr (blas::kHasAlignmentPreferences) {
       check_blas(blas::pref_set_alignment(pref, 0, key.align_b), "alignment preference", &key);
       check_blas(blas::pref_set_alignment(pref, 1, key.align_a), "alignment preference", &key);
-      check_blas(blas::pref_set_alignment(pref, 2, key.align_d), "alignment preference", &key);
+      check_blas(blas::pref_set_alignment(pref, 2, key.align_c), "alignment preference", &key);
       check_blas(blas::pref_set_alignment(pref, 3, key.align_d), "alignment preference", &key);
     }
     if constexpr (blas::kHasReductionSchemeMask) {
       check_blas(blas::pref_set_reduction_mask(pref, blas::kDeterministicReductions), "reduction preference", &key);
     }
     int found = 0;
-    check_blas(blas::heuristic(handle, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &p->algo, &found),
+    check_blas(blas::heuristic(handle, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &p->algo, &found),
                "algorithm heuristic", &key);
     if (found < 1) {
       throw GpuError(fmt::format("{} has no algorithm for the product {} (epilogue {}); this shape/alignment is not "
@@ -200,7 +202,9 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
   const bool relu = g.epilogue == Epilogue::relu || g.epilogue == Epilogue::relu_bias;
   if (has_bias(g.epilogue) && g.bias == nullptr) throw Error("gemm: a bias epilogue without a bias pointer");
+  const bool own_c = g.c != nullptr && g.c != g.d && g.beta != 0.0f;
   if (g.k == 0) {
+    if (own_c) dense::copy_matrix(s, CMat(g.c, g.m, g.n, g.ldc), Mat(g.d, g.m, g.n, g.ldd));
     dense::gemm_empty_k(s, g.m, g.n, g.beta, g.d, g.ldd, has_bias(g.epilogue) ? g.bias : nullptr, relu);
     return;
   }
@@ -217,15 +221,18 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
                     g.a.ld,
                     g.b.ld,
                     g.ldd,
+                    own_c ? g.ldc : g.ldd,
                     alignment_of(g.a.data),
                     alignment_of(g.b.data),
-                    alignment_of(g.d)};
+                    alignment_of(g.d),
+                    alignment_of(own_c ? g.c : g.d)};
   Plan& p = impl_->plan_for(key);
   const bool fused = p.fused && key.epilogue == g.epilogue;
   if (fused && has_bias(g.epilogue)) check_blas(blas::desc_set_bias(p.desc, g.bias), "bias pointer", &key);
   const float alpha = 1.0f;
   const float beta = g.beta;
-  check_blas(blas::matmul(impl_->handle, p.desc, &alpha, g.b.data, p.la, g.a.data, p.lb, &beta, g.d, p.ld, g.d, p.ld,
+  check_blas(blas::matmul(impl_->handle, p.desc, &alpha, g.b.data, p.la, g.a.data, p.lb, &beta, own_c ? g.c : g.d, p.lc,
+                          g.d, p.ld,
                           p.algo, impl_->workspace.data(), impl_->workspace.bytes(), s),
              "matmul", &key);
   if (!fused && g.epilogue != Epilogue::none) {

@@ -46,7 +46,7 @@ struct GemmOperand {
   bool transposed = false;
 };
 
-// D [m, n] (row-major, ldd) = op(A) [m, k] · op(B) [k, n] (+ beta · D) (+ bias [n]) (relu).
+// D [m, n] (row-major, ldd) = op(A) [m, k] · op(B) [k, n] (+ beta · C, C = D unless set) (+ bias [n]) (relu).
 // beta is 0 (D overwritten) or any value with D read first (accumulate in place).
 struct GemmArgs {
   std::int64_t m = 0, n = 0, k = 0;
@@ -54,6 +54,10 @@ struct GemmArgs {
   float beta = 0.0f;
   float* d = nullptr;
   std::int64_t ldd = 0;
+  // The addend of beta: C [m, n] (row-major, ldc) instead of D itself when c is set, so that
+  // D = A · B + C needs no copy of C into D first.
+  const float* c = nullptr;
+  std::int64_t ldc = 0;
   Epilogue epilogue = Epilogue::none;
   const float* bias = nullptr;  // [n], fp32; required by the bias epilogues
 };

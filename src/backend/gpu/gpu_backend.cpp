@@ -151,8 +151,10 @@ struct GpuBackend::Impl {
   // A product of fp32 views, or of their bf16 copies under DenseMath::bf16. a and b are the stored
   // operands ([m, k] / [k, m] and [k, n] / [n, k] by their transpose flags).
   void product(CMat a, bool ta, CMat b, bool tb, Mat d, float beta = 0.0f, gpu::Epilogue ep = gpu::Epilogue::none,
-               const float* bias = nullptr, const std::uint16_t* a16 = nullptr) {
+               const float* bias = nullptr, const std::uint16_t* a16 = nullptr, CMat c = CMat()) {
     gpu::GemmArgs g;
+    g.c = c.data;
+    g.ldc = c.ld;
     g.m = d.rows;
     g.n = d.cols;
     g.k = ta ? a.rows : a.cols;
@@ -541,9 +543,8 @@ void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z
   const Mat du = want_du ? du_scratch : Mat(im.scratch.get_as<float>(Slot::du, batch * rank, s), batch, rank);
   im.product(dz, false, w, false, du, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // du [B, r] = dz · w
   im.product(du, true, xl, false, dv);                                            // dv [r, N] = duᵀ · xl
-  // dxl = g + du · v: g copied into dxl, then the product accumulates onto it (beta 1).
-  if (dxl.data != dx_next.data || dxl.ld != dx_next.ld) gpu::dense::copy_matrix(s, dx_next, dxl);
-  im.product(du, false, v, false, dxl, 1.0f);
+  // dxl = g + du · v: the product reads g as its addend (C) and writes dxl (D).
+  im.product(du, false, v, false, dxl, 1.0f, gpu::Epilogue::none, nullptr, nullptr, dx_next);
 }
 
 // ------------------------------------------------------------------- heads --
