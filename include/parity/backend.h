@@ -183,6 +183,18 @@ class Backend {
   virtual void use_input(int slot) { (void)slot; }
   virtual void release_input(int slot) { (void)slot; }
 
+  // ---- constant operands ----
+  // hold_constant(p, bytes) promises that [p, p + bytes) will not be written until the next
+  // release_constants(): a backend may then keep what it derives from that memory (in bf16
+  // dense math, the GPU backend keeps the bf16 copy a matrix product makes of an operand, and
+  // converts each held activation once per step instead of once per product). The engine holds
+  // each forward activation once it is written and releases everything when a step begins.
+  virtual void hold_constant(const void* p, std::size_t bytes) {
+    (void)p;
+    (void)bytes;
+  }
+  virtual void release_constants() {}
+
   // ---- profiling: timing marks on the compute queue ----
   // timing_mark(i) records mark i (device events on GPUs: the time the queue reaches it; the
   // wall clock on the cpu, whose ops complete before they return). timing_elapsed_ms(i, j)

@@ -293,6 +293,12 @@ void Model::use_slot(InputSlot& slot) {
 }
 
 void Model::forward(std::int64_t n) {
+  // Activations are written once per step, here, then only read until the next step: each is
+  // held constant once written (the GPU backend then converts it to bf16 once per step).
+  backend_.release_constants();
+  auto hold = [&](const Buffer& b, std::int64_t floats_used) {
+    backend_.hold_constant(b.get(), static_cast<std::size_t>(floats_used) * sizeof(float));
+  };
   const Mat x0(x0_.as<float>(), n, x0_cols_);
   // Bottom MLP; its last layer writes straight into x0[:, :D].
   CMat x(in_dense_, n, spec_.dense_features);
@@ -302,12 +308,14 @@ void Model::forward(std::int64_t n) {
     const Mat y = i + 1 == bottom_.size() ? x0.cols_slice(0, bottom_out_)
                                           : Mat(bottom_act_[i].as<float>(), n, l.out);
     backend_.linear_forward(x, CMat(param(l.w), l.out, l.in), param(l.b), l.act, y);
+    if (i + 1 < bottom_.size()) hold(bottom_act_[i], n * l.out);
     x = y;
   }
   // Embedding bags into x0[:, D:].
   section("embedding_forward");
   backend_.embedding_forward(tables_, emb_weights_.as<float>(), sparse_,
                              x0.cols_slice(bottom_out_, x0_cols_ - bottom_out_));
+  hold(x0_, n * x0_cols_);
   // Interaction.
   if (cross_.empty()) section("interaction", "dot forward");
   CMat top_in;
@@ -316,6 +324,7 @@ void Model::forward(std::int64_t n) {
     backend_.dot_interaction_forward(x0.cols_slice(0, bottom_out_),
                                      x0.cols_slice(bottom_out_, x0_cols_ - bottom_out_),
                                      spec_.num_tables(), out);
+    hold(inter_out_buf_, n * inter_out_);
     top_in = out;
   } else {
     const std::int64_t N = x0_cols_;
@@ -327,6 +336,9 @@ void Model::forward(std::int64_t n) {
                              CMat(param(cross_[l].w), N, rank_), param(cross_[l].b),
                              Mat(cross_u_[l].as<float>(), n, rank_),
                              Mat(cross_z_[l].as<float>(), n, N), next);
+      hold(cross_x_[l], n * N);
+      hold(cross_u_[l], n * rank_);
+      hold(cross_z_[l], n * N);
       xl = next;
     }
     top_in = xl;
@@ -338,6 +350,7 @@ void Model::forward(std::int64_t n) {
     section("mlp", "top." + std::to_string(i) + " forward");
     const Mat y(top_act_[i].as<float>(), n, l.out);
     backend_.linear_forward(x, CMat(param(l.w), l.out, l.in), param(l.b), l.act, y);
+    hold(top_act_[i], n * l.out);
     x = y;
   }
 }

@@ -135,6 +135,59 @@ struct GpuBackend::Impl {
   std::vector<std::unique_ptr<InputSlot>> input_slots;
   std::vector<std::unique_ptr<gpu::Event>> marks;
   std::vector<bool> mark_recorded;
+  // Constant operands (hold_constant): the held ranges, and bf16 copies of views inside them,
+  // keyed by the view. Copies keep their buffers across steps (the shapes repeat), only their
+  // validity is reset by release_constants().
+  struct Held {
+    std::uintptr_t begin, end;
+  };
+  std::vector<Held> held;
+  struct OperandKey {
+    const float* data;
+    std::int64_t rows, cols, ld;
+    bool operator==(const OperandKey&) const = default;
+  };
+  struct OperandCopy {
+    OperandKey key;
+    gpu::DeviceBuffer<std::uint16_t> bf16;
+    bool valid = false;
+  };
+  std::vector<OperandCopy> copies;
+
+  bool is_held(CMat m) const {
+    if (m.rows <= 0 || m.cols <= 0) return false;
+    const auto b = reinterpret_cast<std::uintptr_t>(m.data);
+    const auto e = reinterpret_cast<std::uintptr_t>(m.data + (m.rows - 1) * m.ld + m.cols);
+    for (const Held& h : held)
+      if (b >= h.begin && e <= h.end) return true;
+    return false;
+  }
+
+  // The bf16 copy of m: from the held-operand copies when m lies in held memory (converted on
+  // first use this step), else converted into the slot's scratch now.
+  const std::uint16_t* bf16_of(CMat m, Slot slot) {
+    if (is_held(m)) {
+      const OperandKey key{m.data, m.rows, m.cols, m.ld};
+      OperandCopy* c = nullptr;
+      for (auto& x : copies)
+        if (x.key == key) c = &x;
+      if (c == nullptr) {
+        copies.push_back({key, gpu::DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(m.rows * m.cols),
+                                                                "bf16 copy of a held operand"),
+                          false});
+        c = &copies.back();
+        ++counters.allocations;
+      }
+      if (!c->valid) {
+        gpu::dense::to_bf16(s(), m, c->bf16.data());
+        c->valid = true;
+      }
+      return c->bf16.data();
+    }
+    auto* p = scratch.get_as<std::uint16_t>(slot, m.rows * m.cols, s());
+    gpu::dense::to_bf16(s(), m, p);
+    return p;
+  }
 
   InputSlot& input_slot(int slot) {
     if (slot < 0 || slot > 64) fail("input pipeline", "slot {} out of range [0, 64]", slot);
@@ -164,13 +217,8 @@ struct GpuBackend::Impl {
     g.epilogue = ep;
     g.bias = bias;
     if (math == DenseMath::bf16) {
-      if (a16 == nullptr) {
-        auto* p = scratch.get_as<std::uint16_t>(Slot::a16, a.rows * a.cols, s());
-        gpu::dense::to_bf16(s(), a, p);
-        a16 = p;
-      }
-      auto* b16 = scratch.get_as<std::uint16_t>(Slot::b16, b.rows * b.cols, s());
-      gpu::dense::to_bf16(s(), b, b16);
+      if (a16 == nullptr) a16 = bf16_of(a, Slot::a16);
+      const std::uint16_t* b16 = bf16_of(b, Slot::b16);
       g.a = {a16, a.cols, ta};
       g.b = {b16, b.cols, tb};
     } else {
@@ -327,6 +375,17 @@ void GpuBackend::release_input(int slot) {
   Impl::InputSlot& in = impl_->input_slot(slot);
   in.consumed.record(impl_->s());
   in.consumed_recorded = true;
+}
+
+void GpuBackend::hold_constant(const void* p, std::size_t bytes) {
+  if (p == nullptr || bytes == 0) return;
+  const auto b = reinterpret_cast<std::uintptr_t>(p);
+  impl_->held.push_back({b, b + bytes});
+}
+
+void GpuBackend::release_constants() {
+  impl_->held.clear();
+  for (auto& c : impl_->copies) c.valid = false;
 }
 
 void GpuBackend::timing_mark(int i) {

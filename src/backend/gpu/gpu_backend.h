@@ -63,6 +63,9 @@ class GpuBackend final : public Backend {
   void end_input(int slot) override;
   void use_input(int slot) override;
   void release_input(int slot) override;
+  // Held memory's bf16 product operands are converted once and reused until release.
+  void hold_constant(const void* p, std::size_t bytes) override;
+  void release_constants() override;
   // Timing marks are device events recorded on the compute stream.
   void timing_mark(int i) override;
   double timing_elapsed_ms(int i, int j) override;
