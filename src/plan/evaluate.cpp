@@ -36,15 +36,25 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
     w.kernels.push_back({op, mm, nn, kk, e.tile.m, e.tile.n, e.seconds});
     return e.seconds;
   };
+  // What the implementation moves besides the products (GpuBackend, measured with the step profile,
+  // docs/perf/training.md): activations are stored in fp32 in every dense math; in bf16 math each
+  // activation a product reads is converted once per step (read 4 bytes, write 2) and the products
+  // read the bf16 copy. `s` is the bytes per element a product operand has.
   const double s = math_bytes(math);
+  const bool narrow = s < 4.0;
+  const double convert = narrow ? 6.0 : 0.0;  // bytes per element of one fp32 -> bf16 conversion
   double widest = std::max(m.dense_features, m.interaction_output_dim());
   auto mlp = [&](const std::string& name, const std::vector<int>& sizes, int in, bool first_needs_dx) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       const std::string op = name + "." + std::to_string(i);
       const int out = sizes[i];
       w.mlp_s += gemm(op + " forward", b, out, in);
+      w.mlp_s += memory_pass_time(static_cast<double>(b) * in * convert, dev, cal);  // the input's bf16 copy
       if (i > 0 || first_needs_dx) w.mlp_backward_s += gemm(op + " backward dx", b, in, out);
       w.mlp_backward_s += gemm(op + " backward dw", out, in, b);
+      // ReLU mask of the gradient (read y and dy, write dz and its bf16 copy), then dbias.
+      const bool relu = name == "bottom_mlp" || i + 1 < sizes.size();
+      if (relu) w.mlp_backward_s += memory_pass_time(static_cast<double>(b) * out * (12.0 + (narrow ? 2.0 : 0.0)), dev, cal);
       w.mlp_backward_s += memory_pass_time(static_cast<double>(b) * out * 4, dev, cal);  // dbias
       w.saved_floats_per_example += out;
       widest = std::max<double>(widest, out);
@@ -59,13 +69,20 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
     for (int l = 0; l < m.interaction.cross_layers; ++l) {
       const std::string op = "cross." + std::to_string(l);
       w.interaction_s += gemm(op + " forward u", b, r, n) + gemm(op + " forward z", b, n, r);
-      w.interaction_s += memory_pass_time(4.0 * b * n * s, dev, cal);  // x0*z + xl
-      w.interaction_backward_s += memory_pass_time(6.0 * b * n * s, dev, cal);  // dz, dx0 +=
+      // x_next = x0 * z + xl in fp32 (read 3, write 1), the bf16 copies of xl and u.
+      w.interaction_s += memory_pass_time(static_cast<double>(b) * (16.0 * n + convert * (n + r)), dev, cal);
+      // dz = g * x0 and dx0 += g * z (read g, x0, z, dx0; write dz, its bf16 copy, dx0), dbias
+      // (read dz), the bf16 copy of du; dxl = g + du * v reads g as the product's addend and
+      // writes dxl in fp32.
+      w.interaction_backward_s += memory_pass_time(
+          static_cast<double>(b) * (n * (24.0 + (narrow ? 2.0 : 0.0) + 4.0 + 8.0) + r * convert), dev, cal);
       w.interaction_backward_s += gemm(op + " backward dw", n, r, b) + gemm(op + " backward du", b, r, n) +
                                   gemm(op + " backward dv", r, n, b) + gemm(op + " backward dxl", b, n, r);
       w.saved_floats_per_example += 2.0 * n + r;
     }
     w.grad_floats_per_example += 2.0 * n;
+    // Once per step: dx0 zeroed, the last layer's dxl added into it (read 2, write 1).
+    w.interaction_backward_s += memory_pass_time(static_cast<double>(b) * n * 16.0, dev, cal);
   } else {
     const double f = m.num_tables() + 1;
     const double d = m.bottom_mlp.back();
