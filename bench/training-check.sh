@@ -80,17 +80,18 @@ run_train() {  # name, args...
   local name=$1
   shift
   say "train: $name"
-  ( nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader -lms 500 >"$OUT/$name.smi" 2>&1 & echo $! >"$OUT/$name.smipid" )
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader -lms 500 >"$OUT/$name.smi" 2>&1 &
+  local smi=$!
   /usr/bin/time -v "$P" train "$@" >"$OUT/$name.log" 2>&1
   echo "rc=$?" >>"$OUT/$name.log"
-  kill "$(cat "$OUT/$name.smipid")" 2>/dev/null
+  kill "$smi" 2>/dev/null
   grep -E "^parity train: model|^eval|^done|^rc=|error|failed" "$OUT/$name.log" | head -8
   awk -F', ' '{gsub(/ %| MiB/,""); if ($1+0 > u) u = $1+0; if ($2+0 > m) m = $2+0} END {print "  peak GPU util " u "%, peak memory " m " MiB"}' "$OUT/$name.smi"
 }
 run_train full --plan "$OUT/plan.json" --data "$SHARDS/full" --steps "$STEPS" --eval-examples 262144 --eval-every 0
 run_train full-profile --plan "$OUT/plan.json" --data "$SHARDS/full" --steps "$PROFILE_STEPS" --eval-examples 65536 \
   --eval-every 0 --profile
-sed -n '/step profile/,$p' "$OUT/full-profile.log" | head -16
+sed -n '/step profile/,/wall time/p' "$OUT/full-profile.log"
 run_train full-onthefly --plan "$OUT/plan.json" --steps 40 --eval-examples 65536 --eval-every 0
 
 # ---- 5. the capped model ----
@@ -121,7 +122,8 @@ fi
 # ---- summary ----
 say "summary"
 ex() { grep -E "^done" "$OUT/$1.log" 2>/dev/null | sed -E 's/.* ([0-9.]+[kM]?) examples\/s.*/\1/'; }
-tex() { grep -E "^RESULT" "$OUT/torch-$1.log" 2>/dev/null | python3 -c 'import json,sys; r=json.loads(sys.stdin.read().split(" ",1)[1]); print(f"{r[\"examples_per_s\"]/1e6:.3f}M")' 2>/dev/null; }
+tex() { grep -E "^RESULT" "$OUT/torch-$1.log" 2>/dev/null | sed -E 's/.*"examples_per_s": ([0-9.]+).*/\1/' |
+  awk '{printf "%.2fM", $1 / 1e6}'; }
 printf "%-46s %s\n" "run" "examples/s"
 printf "%-46s %s\n" "parity, full model, shards" "$(ex full)"
 printf "%-46s %s\n" "parity, full model, synthetic on the fly" "$(ex full-onthefly)"

@@ -2,6 +2,7 @@
 // host reads the loss only when it reports progress, so on a GPU backend the
 // steps between reports run without a host synchronisation.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -171,6 +172,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
       if (!reader->next(batch, skip)) break;
   }
   std::int64_t next_index = start;
+  std::atomic<std::int64_t> epoch_started{0};  // set by the loader thread: epoch number (1-based) begun
   Prefetcher loader([&](Batch& b) {
     if (total >= 0 && next_index >= total) return false;
     if (synthetic) {
@@ -179,7 +181,10 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
     }
     if (sharded) {  // with a step count, epochs follow each other; without, one pass
       ++next_index;
-      return shard_train->next(batch, b, /*wrap=*/total >= 0);
+      const std::int64_t epoch = shard_train->epoch();
+      const bool more = shard_train->next(batch, b, /*wrap=*/total >= 0);
+      if (shard_train->epoch() != epoch && epoch == 0) epoch_started.store(2);  // said once, at the first repeat
+      return more;
     }
     ++next_index;
     return reader->next(batch, b);
@@ -267,6 +272,14 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
     }
     have = loader.next(b);
     if (have) model.stage(b);
+    if (const std::int64_t e = epoch_started.exchange(0); e > 0) {
+      TrainEvent w;
+      w.kind = TrainEvent::Kind::warning;
+      w.step = step;
+      w.message = "the training data ran out at step " + std::to_string(step) + "; epoch " + std::to_string(e) +
+                  " and later ones repeat it (recommendation models often overfit on a second pass: watch the held-out AUC)";
+      emit(w);
+    }
     if (last || seconds_since(last_report) >= cfg.report_interval_s) {
       const double loss = model.last_loss();  // synchronises: only when reporting
       smoothed = std::isnan(smoothed) ? loss : 0.8 * smoothed + 0.2 * loss;
