@@ -266,7 +266,8 @@ __global__ __launch_bounds__(kBlock) void column_final_kernel(const double* __re
 // ------------------------------------------------------------ cross layer --
 
 template <int V>
-__global__ __launch_bounds__(kBlock) void cross_combine_kernel(CMat x0, CMat z, CMat xl, Mat x_next, RowSpan span) {
+__global__ __launch_bounds__(kBlock) void cross_combine_kernel(CMat x0, CMat z, CMat xl, Mat x_next,
+                                                               std::uint16_t* __restrict__ next16, RowSpan span) {
   for_each_element<V>(x0.rows, x0.cols, span, [&](std::int64_t r, std::int64_t c) {
     const Floats<V> a = load<V>(x0.data + r * x0.ld + c);
     const Floats<V> b = load<V>(z.data + r * z.ld + c);
@@ -274,6 +275,7 @@ __global__ __launch_bounds__(kBlock) void cross_combine_kernel(CMat x0, CMat z, 
     for (int i = 0; i < V; ++i)
       o.v[i] = static_cast<float>(static_cast<double>(a.v[i]) * static_cast<double>(b.v[i]) + static_cast<double>(o.v[i]));
     store<V>(x_next.data + r * x_next.ld + c, o);
+    if (next16 != nullptr) store_bf16<V>(next16 + r * x0.cols + c, o);
   });
 }
 
@@ -298,6 +300,57 @@ __global__ __launch_bounds__(kBlock) void cross_gradients_kernel(CMat g, CMat x0
     if (dz16 != nullptr) store_bf16<V>(dz16 + at, d);
     store<V>(o, acc);
   });
+}
+
+// The same with dz's column sums (the bias gradient) folded in, so dz is not read again: block b
+// takes rows b, b + grid, b + 2 grid, ... (all its threads on one row, each up to
+// kGradGroups groups of V columns) and writes one double partial per column; column_final
+// adds the blocks' partials in a fixed order.
+constexpr int kGradGroups = 4;
+constexpr std::int64_t kGradBlocks = 1024;
+
+template <int V>
+__global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(CMat g, CMat x0, CMat z, float* __restrict__ dz,
+                                                                     std::uint16_t* __restrict__ dz16, Mat dx0,
+                                                                     double* __restrict__ partial) {
+  const std::int64_t groups = g.cols / V;
+  double acc[kGradGroups][V];
+#pragma unroll
+  for (int j = 0; j < kGradGroups; ++j)
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[j][i] = 0.0;
+  for (std::int64_t r = blockIdx.x; r < g.rows; r += gridDim.x) {
+#pragma unroll
+    for (int j = 0; j < kGradGroups; ++j) {
+      const std::int64_t grp = static_cast<std::int64_t>(threadIdx.x) + static_cast<std::int64_t>(j) * kBlock;
+      if (grp >= groups) continue;
+      const std::int64_t c = grp * V;
+      const Floats<V> gv = load<V>(g.data + r * g.ld + c);
+      const Floats<V> xv = load<V>(x0.data + r * x0.ld + c);
+      const Floats<V> zv = load<V>(z.data + r * z.ld + c);
+      float* o = dx0.data + r * dx0.ld + c;
+      Floats<V> a = load<V>(o);
+      Floats<V> d;
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const double gi = gv.v[i];
+        d.v[i] = static_cast<float>(gi * static_cast<double>(xv.v[i]));
+        a.v[i] = static_cast<float>(static_cast<double>(a.v[i]) + gi * static_cast<double>(zv.v[i]));
+        acc[j][i] += static_cast<double>(d.v[i]);
+      }
+      const std::int64_t at = r * g.cols + c;
+      store<V>(dz + at, d);
+      if (dz16 != nullptr) store_bf16<V>(dz16 + at, d);
+      store<V>(o, a);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kGradGroups; ++j) {
+    const std::int64_t grp = static_cast<std::int64_t>(threadIdx.x) + static_cast<std::int64_t>(j) * kBlock;
+    if (grp >= groups) continue;
+#pragma unroll
+    for (int i = 0; i < V; ++i) partial[static_cast<std::int64_t>(blockIdx.x) * g.cols + grp * V + i] = acc[j][i];
+  }
 }
 
 // -------------------------------------------------------- dot interaction --
@@ -567,21 +620,59 @@ void column_sum(Stream_t s, CMat m, float* out, void* scratch) {
          static_cast<const double*>(partial), sp.chunks, m.cols, cpb, out);
 }
 
-void cross_combine(Stream_t s, CMat x0, CMat z, CMat xl, Mat x_next) {
+void cross_combine(Stream_t s, CMat x0, CMat z, CMat xl, Mat x_next, std::uint16_t* next16) {
   const std::int64_t n = x0.rows * x0.cols;
   if (n <= 0) return;
-  if (vec4_ok(x0.cols, {{x0.data, x0.ld}, {z.data, z.ld}, {xl.data, xl.ld}, {x_next.data, x_next.ld}})) {
+  if (vec4_ok(x0.cols, {{x0.data, x0.ld}, {z.data, z.ld}, {xl.data, xl.ld}, {x_next.data, x_next.ld}}) &&
+      reinterpret_cast<std::uintptr_t>(next16) % 8 == 0) {
     const RowSpan span = row_span(x0.cols / 4);
-    launch("cross_combine", cross_combine_kernel<4>, {row_grid(x0.rows, span), kBlock, 0}, s, x0, z, xl, x_next, span);
+    launch("cross_combine", cross_combine_kernel<4>, {row_grid(x0.rows, span), kBlock, 0}, s, x0, z, xl, x_next,
+           next16, span);
   } else {
     const RowSpan span = row_span(x0.cols);
-    launch("cross_combine", cross_combine_kernel<1>, {row_grid(x0.rows, span), kBlock, 0}, s, x0, z, xl, x_next, span);
+    launch("cross_combine", cross_combine_kernel<1>, {row_grid(x0.rows, span), kBlock, 0}, s, x0, z, xl, x_next,
+           next16, span);
   }
 }
 
-void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16_t* dz16, Mat dx0) {
+namespace {
+bool fused_sum_fits(std::int64_t cols, int v) { return cols / v <= static_cast<std::int64_t>(kGradGroups) * kBlock; }
+std::int64_t grad_blocks(std::int64_t rows) { return std::max<std::int64_t>(1, std::min(rows, kGradBlocks)); }
+}  // namespace
+
+std::int64_t cross_gradients_scratch_bytes(std::int64_t rows, std::int64_t cols) {
+  return std::max(column_sum_scratch_bytes(rows, cols),
+                  grad_blocks(rows) * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double)));
+}
+
+void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16_t* dz16, Mat dx0, float* dbias,
+                     void* scratch) {
   const std::int64_t n = g.rows * g.cols;
+  if (dbias != nullptr && g.rows <= 0) {
+    fill(s, dbias, g.cols, 0.0f);
+    return;
+  }
   if (n <= 0) return;
+  if (dbias != nullptr) {
+    const bool vec = vec4_ok(g.cols, {{g.data, g.ld}, {x0.data, x0.ld}, {z.data, z.ld}, {dz, g.cols}, {dx0.data, dx0.ld}}) &&
+                     reinterpret_cast<std::uintptr_t>(dz16) % 8 == 0;
+    const int v = vec ? 4 : 1;
+    if (fused_sum_fits(g.cols, v)) {
+      auto* partial = static_cast<double*>(scratch);
+      const std::int64_t blocks = grad_blocks(g.rows);
+      if (vec)
+        launch("cross_gradients_sum", cross_gradients_sum_kernel<4>, {blocks, kBlock, 0}, s, g, x0, z, dz, dz16, dx0,
+               partial);
+      else
+        launch("cross_gradients_sum", cross_gradients_sum_kernel<1>, {blocks, kBlock, 0}, s, g, x0, z, dz, dz16, dx0,
+               partial);
+      int cpb = 1;
+      while (cpb < kColTile && cpb < g.cols) cpb *= 2;
+      launch("cross_gradients_bias", column_final_kernel, {ceil_div(g.cols, cpb), kBlock, 0}, s,
+             static_cast<const double*>(partial), blocks, g.cols, cpb, dbias);
+      return;
+    }
+  }
   if (vec4_ok(g.cols, {{g.data, g.ld}, {x0.data, x0.ld}, {z.data, z.ld}, {dz, g.cols}, {dx0.data, dx0.ld}}) &&
       reinterpret_cast<std::uintptr_t>(dz16) % 8 == 0) {
     const RowSpan span = row_span(g.cols / 4);
@@ -592,6 +683,7 @@ void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16
     launch("cross_gradients", cross_gradients_kernel<1>, {row_grid(g.rows, span), kBlock, 0}, s, g, x0, z, dz, dz16,
            dx0, span);
   }
+  if (dbias != nullptr) column_sum(s, CMat(dz, g.rows, g.cols), dbias, scratch);
 }
 
 void dot_forward(Stream_t s, CMat dense, CMat emb, int num_tables, Mat out) {

@@ -41,11 +41,16 @@ std::int64_t column_sum_scratch_bytes(std::int64_t rows, std::int64_t cols);
 // column_sum_scratch_bytes(rows, cols) bytes (8-byte aligned).
 void column_sum(Stream_t s, CMat m, float* out, void* scratch);
 
-// Cross layer, forward: x_next = x0 ⊙ z + xl.
-void cross_combine(Stream_t s, CMat x0, CMat z, CMat xl, Mat x_next);
+// Cross layer, forward: x_next = x0 ⊙ z + xl (and as bf16 bits, packed [rows, cols], into
+// next16 when not null).
+void cross_combine(Stream_t s, CMat x0, CMat z, CMat xl, Mat x_next, std::uint16_t* next16 = nullptr);
 // Cross layer, backward: dz [rows, cols] packed = g ⊙ x0 (and as bf16 bits into dz16 when not
-// null); dx0 += g ⊙ z.
-void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16_t* dz16, Mat dx0);
+// null); dx0 += g ⊙ z; when dbias is not null, dbias[c] = Σ_r dz(r, c) (in double, a fixed
+// order, folded into the same pass where the width allows), with scratch holding
+// cross_gradients_scratch_bytes(rows, cols) bytes.
+std::int64_t cross_gradients_scratch_bytes(std::int64_t rows, std::int64_t cols);
+void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16_t* dz16, Mat dx0,
+                     float* dbias = nullptr, void* scratch = nullptr);
 
 // Dot interaction (Backend::dot_interaction_forward / _backward); num_tables + 1 features of
 // dense.cols each. Throws Error when one example's features do not fit in shared memory.

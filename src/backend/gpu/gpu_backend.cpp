@@ -153,6 +153,27 @@ struct GpuBackend::Impl {
     bool valid = false;
   };
   std::vector<OperandCopy> copies;
+  // Ops that write device memory, counted: a copy an op makes of its own output (pending) is
+  // valid only if that memory is held before any other op runs.
+  std::uint64_t op_seq = 0;
+  struct Pending {
+    OperandKey key;
+    std::uint64_t made_at = 0;
+    bool live = false;
+  };
+  Pending pending;
+
+  // The bf16 copy slot for view m (made on first use; its contents not yet valid).
+  OperandCopy& copy_slot(CMat m) {
+    const OperandKey key{m.data, m.rows, m.cols, m.ld};
+    for (auto& x : copies)
+      if (x.key == key) return x;
+    copies.push_back({key, gpu::DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(m.rows * m.cols),
+                                                            "bf16 copy of a held operand"),
+                      false});
+    ++counters.allocations;
+    return copies.back();
+  }
 
   bool is_held(CMat m) const {
     if (m.rows <= 0 || m.cols <= 0) return false;
@@ -167,17 +188,7 @@ struct GpuBackend::Impl {
   // first use this step), else converted into the slot's scratch now.
   const std::uint16_t* bf16_of(CMat m, Slot slot) {
     if (is_held(m)) {
-      const OperandKey key{m.data, m.rows, m.cols, m.ld};
-      OperandCopy* c = nullptr;
-      for (auto& x : copies)
-        if (x.key == key) c = &x;
-      if (c == nullptr) {
-        copies.push_back({key, gpu::DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(m.rows * m.cols),
-                                                                "bf16 copy of a held operand"),
-                          false});
-        c = &copies.back();
-        ++counters.allocations;
-      }
+      OperandCopy* c = &copy_slot(m);
       if (!c->valid) {
         gpu::dense::to_bf16(s(), m, c->bf16.data());
         c->valid = true;
@@ -299,6 +310,7 @@ void GpuBackend::deallocate(void* p) noexcept {
 }
 
 void GpuBackend::copy_to_device(void* dst, const void* host_src, std::size_t bytes) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   if (bytes == 0) return;
   gpu::check(gpu::memcpy_async(dst, host_src, bytes, impl_->s()), "copy_to_device");
 }
@@ -310,22 +322,26 @@ void GpuBackend::copy_to_host(void* host_dst, const void* src, std::size_t bytes
 }
 
 void GpuBackend::copy(void* dst, const void* src, std::size_t bytes) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   if (bytes == 0) return;
   gpu::check(gpu::memcpy_async(dst, src, bytes, impl_->s()), "copy");
 }
 
 void GpuBackend::fill(float* p, std::int64_t n, float value) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   if (n < 0 || (n > 0 && p == nullptr)) fail("fill", "bad buffer (n {}, p {})", n, static_cast<void*>(p));
   gpu::dense::fill(impl_->s(), p, n, value);
 }
 
 void GpuBackend::fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
                               std::uint64_t stream) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   if (n < 0 || (n > 0 && p == nullptr)) fail("fill_uniform", "bad buffer (n {})", n);
   gpu::fill_uniform(impl_->s(), p, DType::f32, n, lo, hi, seed, stream);
 }
 
 void GpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   if (n < 0 || (n > 0 && p == nullptr)) fail("round_to_dtype", "bad buffer (n {})", n);
   if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
     fail("round_to_dtype", "{} is not a floating-point storage type (fp32, fp16, bf16)", dtype_name(dtype));
@@ -356,6 +372,7 @@ void GpuBackend::begin_input(int slot) {
 }
 
 void GpuBackend::input_copy(void* dst, const void* host_src, std::size_t bytes) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   if (bytes == 0) return;
   gpu::check(gpu::memcpy_async(dst, host_src, bytes, impl_->copy_stream.get()), "input_copy");
 }
@@ -381,10 +398,21 @@ void GpuBackend::hold_constant(const void* p, std::size_t bytes) {
   if (p == nullptr || bytes == 0) return;
   const auto b = reinterpret_cast<std::uintptr_t>(p);
   impl_->held.push_back({b, b + bytes});
+  // A copy the last op made of its output becomes valid if that output is now held and
+  // nothing has written since.
+  Impl::Pending& pend = impl_->pending;
+  if (pend.live && pend.made_at == impl_->op_seq) {
+    const CMat m(pend.key.data, pend.key.rows, pend.key.cols, pend.key.ld);
+    if (impl_->is_held(m)) {
+      impl_->copy_slot(m).valid = true;
+      pend.live = false;
+    }
+  }
 }
 
 void GpuBackend::release_constants() {
   impl_->held.clear();
+  impl_->pending.live = false;
   for (auto& c : impl_->copies) c.valid = false;
 }
 
@@ -413,6 +441,7 @@ double GpuBackend::timing_elapsed_ms(int i, int j) {
 // ------------------------------------------------------------ dense layers --
 
 void GpuBackend::linear_forward(CMat x, CMat w, const float* bias, Activation act, Mat y) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "linear_forward";
   check_view(op, "x", x);
   check_view(op, "w", w);
@@ -424,6 +453,7 @@ void GpuBackend::linear_forward(CMat x, CMat w, const float* bias, Activation ac
 
 void GpuBackend::linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act, Mat dx, Mat dw,
                                  float* dbias) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "linear_backward";
   check_view(op, "x", x);
   check_view(op, "w", w);
@@ -460,6 +490,7 @@ void GpuBackend::linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act
 
 void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const float* weights,
                                    const SparseInput& in, Mat out) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "embedding_forward";
   check_view(op, "out", out);
   if (out.rows != in.batch) fail(op, "out has {} rows, the batch is {}", out.rows, in.batch);
@@ -475,6 +506,7 @@ void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const fl
 
 void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
                                            const SparseInput& in, CMat dout, const OptimizerParams& opt) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "embedding_backward_update";
   check_view(op, "dout", dout);
   if (dout.rows != in.batch) fail(op, "dout has {} rows, the batch is {}", dout.rows, in.batch);
@@ -530,6 +562,7 @@ void check_dot(const char* op, CMat dense, CMat emb, int num_tables) {
 }  // namespace
 
 void GpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "dot_interaction_forward";
   check_dot(op, dense, emb, num_tables);
   const std::int64_t f = num_tables + 1;
@@ -539,6 +572,7 @@ void GpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, M
 
 void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
                                           Mat demb) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "dot_interaction_backward";
   check_dot(op, dense, emb, num_tables);
   const std::int64_t f = num_tables + 1;
@@ -549,6 +583,7 @@ void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, 
 }
 
 void GpuBackend::cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bias, Mat u, Mat z, Mat x_next) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "cross_forward";
   check_view(op, "x0", x0);
   check_view(op, "v", v);
@@ -563,11 +598,21 @@ void GpuBackend::cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bi
   im.product(xl, false, v, true, u);  // u [B, r] = xl · vᵀ
   im.product(u, false, w, true, z, 0.0f, bias != nullptr ? gpu::Epilogue::bias : gpu::Epilogue::none,
              bias);  // z [B, N] = u · wᵀ + bias
-  gpu::dense::cross_combine(im.s(), x0, z, xl, x_next);
+  // In bf16 math the combine also writes x_next's bf16 copy (the next product's operand), kept
+  // as pending: it becomes the held copy if the caller holds x_next next (the engine does).
+  std::uint16_t* next16 = nullptr;
+  if (im.math == DenseMath::bf16 && x_next.rows > 0 && x_next.cols > 0) {
+    Impl::OperandCopy& c = im.copy_slot(x_next);
+    c.valid = false;
+    next16 = c.bf16.data();
+    im.pending = {{x_next.data, x_next.rows, x_next.cols, x_next.ld}, im.op_seq, true};
+  }
+  gpu::dense::cross_combine(im.s(), x0, z, xl, x_next, next16);
 }
 
 void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next, Mat dx0, Mat dxl,
                                 Mat dv, Mat dw, float* dbias, Mat du_scratch) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "cross_backward";
   check_view(op, "x0", x0);
   check_view(op, "v", v);
@@ -591,14 +636,13 @@ void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z
   // dz = g ⊙ x0 [B, N] (and its bf16 copy); dx0 += g ⊙ z.
   float* dz_buf = im.scratch.get_as<float>(Slot::dz, batch * n, s);
   std::uint16_t* dz16 = bf ? im.scratch.get_as<std::uint16_t>(Slot::dz16, batch * n, s) : nullptr;
-  gpu::dense::cross_gradients(s, dx_next, x0, z, dz_buf, dz16, dx0);
+  // dbias = Σ_rows dz, summed in the same pass.
+  void* partial = dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::dense::cross_gradients_scratch_bytes(batch, n), s)
+                                   : nullptr;
+  gpu::dense::cross_gradients(s, dx_next, x0, z, dz_buf, dz16, dx0, dbias, partial);
   const CMat dz(dz_buf, batch, n);
 
   im.product(dz, true, u, false, dw, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dw [N, r] = dzᵀ · u
-  if (dbias != nullptr) {
-    void* partial = im.scratch.get(Slot::reduce, gpu::dense::column_sum_scratch_bytes(batch, n), s);
-    gpu::dense::column_sum(s, dz, dbias, partial);
-  }
   const Mat du = want_du ? du_scratch : Mat(im.scratch.get_as<float>(Slot::du, batch * rank, s), batch, rank);
   im.product(dz, false, w, false, du, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // du [B, r] = dz · w
   im.product(du, true, xl, false, dv);                                            // dv [r, N] = duᵀ · xl
@@ -610,6 +654,7 @@ void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z
 
 void GpuBackend::bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
                                  float* loss_out) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "bce_with_logits";
   if (n <= 0) fail(op, "n is {}, expected > 0", n);
   if (logits == nullptr || labels == nullptr || dlogits == nullptr) fail(op, "a buffer is null");
@@ -618,11 +663,13 @@ void GpuBackend::bce_with_logits(const float* logits, const float* labels, std::
 }
 
 void GpuBackend::sigmoid(const float* logits, float* probs, std::int64_t n) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   if (n < 0 || (n > 0 && (logits == nullptr || probs == nullptr))) fail("sigmoid", "bad buffers (n {})", n);
   gpu::dense::sigmoid(impl_->s(), logits, probs, n);
 }
 
 void GpuBackend::add_inplace(Mat y, CMat x) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "add_inplace";
   check_view(op, "y", y);
   check_shape(op, "x", x, y.rows, y.cols);
@@ -631,6 +678,7 @@ void GpuBackend::add_inplace(Mat y, CMat x) {
 
 void GpuBackend::dense_optimizer_step(float* params, const float* grads, float* state, std::int64_t n,
                                       const OptimizerParams& opt, std::int64_t step) {
+  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "dense_optimizer_step";
   if (n < 0) fail(op, "n is {}, expected >= 0", n);
   if (n > 0 && (params == nullptr || grads == nullptr)) fail(op, "params or grads is null");
