@@ -211,6 +211,9 @@ class Backend {
 // dense matrix products (a plan's dense_math); the cpu backend always computes in fp32 with
 // double accumulation. Throws InputError for an unknown or unbuilt backend.
 std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math = DenseMath::fp32);
+// The product name of the GPU a GPU backend would use ("NVIDIA H200"); empty where this build
+// has no GPU backend or no GPU is usable.
+std::string detect_gpu();
 
 // RAII buffer in a backend's memory.
 class Buffer {

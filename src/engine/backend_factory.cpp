@@ -29,4 +29,16 @@ std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math) {
 #endif
 }
 
+std::string detect_gpu() {
+#if defined(PARITY_WITH_CUDA_BACKEND)
+  try {
+    return gpu_device_name();
+  } catch (const Error&) {
+    return {};
+  }
+#else
+  return {};
+#endif
+}
+
 }  // namespace parity

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <system_error>
 
@@ -306,6 +307,23 @@ DeviceSpec find_device(std::string_view key_or_path, const std::filesystem::path
   throw InputError("unknown device '" + std::string(key_or_path) + "'" +
                    spec_yaml::did_you_mean(key, names) + "; available in " + catalog_dir.string() +
                    ": " + spec_yaml::join_or(names) + " (or give the path to a device .yaml)");
+}
+
+std::optional<DeviceSpec> match_device(std::string_view runtime_name, const std::filesystem::path& catalog_dir) {
+  std::set<std::string> words;
+  std::string w;
+  for (char c : std::string(runtime_name) + " ") {
+    if (std::isalnum(static_cast<unsigned char>(c)) != 0) {
+      w += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else if (!w.empty()) {
+      words.insert(w);
+      w.clear();
+    }
+  }
+  std::optional<DeviceSpec> best;
+  for (auto& dev : load_device_catalog(catalog_dir))
+    if (words.count(dev.name) != 0 && (!best || dev.name.size() > best->name.size())) best = std::move(dev);
+  return best;
 }
 
 }  // namespace parity

@@ -272,3 +272,26 @@ TEST(DeviceLoad, MissingFile) {
 
 }  // namespace
 }  // namespace parity
+
+namespace parity {
+namespace {
+
+// What the runtimes report, mapped to the catalog (parity train plans for the detected device).
+TEST(MatchDevice, RuntimeNamesFindTheirCatalogEntry) {
+  const auto dir = std::filesystem::path(PARITY_SOURCE_DIR) / "configs" / "devices";
+  const std::pair<const char*, const char*> cases[] = {
+      {"NVIDIA H200", "h200"},           {"NVIDIA H100 80GB HBM3", "h100"}, {"NVIDIA B200", "b200"},
+      {"NVIDIA GB200", "gb200"},         {"AMD Instinct MI300X", "mi300x"}, {"AMD Instinct MI355X", "mi355x"},
+      {"nvidia h200 nvl", "h200"},
+  };
+  for (const auto& [name, key] : cases) {
+    const auto dev = match_device(name, dir);
+    ASSERT_TRUE(dev.has_value()) << name;
+    EXPECT_EQ(dev->name, key) << name;
+  }
+  EXPECT_FALSE(match_device("NVIDIA GeForce RTX 4090", dir).has_value());
+  EXPECT_FALSE(match_device("", dir).has_value());
+}
+
+}  // namespace
+}  // namespace parity

@@ -2,12 +2,14 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "common.h"
@@ -144,7 +146,7 @@ void add_train_command(CLI::App& app) {
     std::int64_t checkpoint_every = 0;
     std::uint64_t seed = 1;
     std::string checkpoint, backend = "auto", on_bad_line = "stop", plan;
-    bool resume = false, profile = false;
+    bool resume = false, profile = false, no_plan = false;
     std::vector<std::string> data, eval_data;
   };
   auto args = std::make_shared<Args>();
@@ -184,6 +186,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--data", args->data,
                   "A shard dataset directory (parity data synth) or Criteo TSV files to train on "
                   "(default: synthetic batches made on the fly)");
+  cmd->add_flag("--no-plan", args->no_plan,
+                "On a GPU without --plan: train the model's own recipe instead of the plan made for the "
+                "detected device");
   cmd->add_flag("--profile", args->profile,
                 "Time the step by op category with device events and print it beside the plan's "
                 "prediction");
@@ -216,6 +221,27 @@ void add_train_command(CLI::App& app) {
                  optimizer_name(plan->embedding_optimizer), dense_math_name(plan->dense_math));
     } else {
       cfg.model = load_model_spec(resolve_model(args->model));
+      // On a GPU, train the recipe the planner makes for it (co-design), unless told not to.
+      const std::string gpu = args->backend == "cpu" || args->no_plan ? std::string() : detect_gpu();
+      if (!gpu.empty()) {
+        const auto devices_dir = configs_dir() / "devices";
+        if (const auto dev = match_device(gpu, devices_dir)) {
+          PlannerOptions opt;
+          opt.configs_dir = configs_dir();
+          plan = std::make_shared<Plan>(make_plan(cfg.model, *dev, 1, opt));
+          cfg.model = apply_plan(cfg.model, *plan);
+          cfg.batch = plan->global_batch;
+          cfg.dense_math = plan->dense_math;
+          fmt::print("parity train: planned for the detected {} ({}): batch {}, embedding optimizer {}, dense math {}, "
+                     "predicted {:.2f} ms/step (--no-plan trains the model's own recipe)\n",
+                     gpu, dev->source_file, plan->global_batch, optimizer_name(plan->embedding_optimizer),
+                     dense_math_name(plan->dense_math), plan->prediction.step_s * 1e3);
+        } else {
+          fmt::print("parity train: the detected GPU '{}' is not in the device catalog ({}): training the model's "
+                     "own recipe; add a device file there to get a co-designed plan\n",
+                     gpu, devices_dir.string());
+        }
+      }
     }
     cfg.steps = args->steps;
     if (args->batch > 0) cfg.batch = args->batch;

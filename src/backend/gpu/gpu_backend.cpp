@@ -690,4 +690,6 @@ void GpuBackend::dense_optimizer_step(float* params, const float* grads, float* 
 
 std::unique_ptr<Backend> make_gpu_backend(DenseMath math) { return std::make_unique<GpuBackend>(math); }
 
+std::string gpu_device_name() { return gpu::device_count() == 0 ? std::string() : gpu::device_info().name; }
+
 }  // namespace parity

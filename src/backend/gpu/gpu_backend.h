@@ -120,5 +120,8 @@ class GpuBackend final : public Backend {
 };
 
 std::unique_ptr<Backend> make_gpu_backend(DenseMath math = DenseMath::fp32);
+// The current GPU's product name as the runtime reports it ("NVIDIA H200"); empty where no GPU
+// is usable.
+std::string gpu_device_name();
 
 }  // namespace parity
