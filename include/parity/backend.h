@@ -135,10 +135,21 @@ class Backend {
                              Mat x_next) = 0;
   // With g = dx_next:  dz = g ⊙ x0;  dx0 += g ⊙ z  (accumulates);  dw = dzᵀ · u;  dbias = Σ dz;
   //   du = dz · w;  dv = duᵀ · xl;  dxl = g + du · v (overwritten).
-  // du_scratch [B, r] is working space.
+  // du_scratch [B, r] is working space. The mode saves passes over dx0 in a stack of layers run
+  // last to first: first_into_dx0 makes the last layer start dx0 (dx0 = g ⊙ z, no zeroing
+  // before); xl_is_x0 (layer 0, whose xl is x0) adds dxl into dx0 instead of writing it (dxl is
+  // then not used and may be empty): dx0 += g ⊙ z + g + du · v.
+  struct CrossBackwardMode {
+    bool first_into_dx0 = false;
+    bool xl_is_x0 = false;
+  };
   virtual void cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next,
                               Mat dx0, Mat dxl, Mat dv, Mat dw, float* dbias,
-                              Mat du_scratch) = 0;
+                              Mat du_scratch, CrossBackwardMode mode) = 0;
+  void cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next, Mat dx0, Mat dxl,
+                      Mat dv, Mat dw, float* dbias, Mat du_scratch) {
+    cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, dbias, du_scratch, CrossBackwardMode{});
+  }
 
   // ---- loss and heads ----
   // Mean sigmoid binary cross-entropy over n examples: loss = mean(softplus(z) - y*z).

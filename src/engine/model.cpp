@@ -375,7 +375,7 @@ void Model::backward(std::int64_t n) {
     std::swap(a, b);
   }
   // Interaction backward into dx0 [n, D + Σ dims].
-  section("interaction", cross_.empty() ? "dot backward" : "cross: zero dx0");
+  if (cross_.empty()) section("interaction", "dot backward");
   const Mat x0(x0_.as<float>(), n, x0_cols_);
   const Mat dx0(dx0_.as<float>(), n, x0_cols_);
   const int D = bottom_out_;
@@ -385,24 +385,26 @@ void Model::backward(std::int64_t n) {
                                       CMat(d_inter_.as<float>(), n, inter_out_),
                                       dx0.cols_slice(0, D), dx0.cols_slice(D, E));
   } else {
+    // The last layer starts dx0 and layer 0 (whose xl is x0) adds its dxl into it: no zeroing
+    // and no final sum (Backend::CrossBackwardMode).
     const std::int64_t N = x0_cols_;
-    backend_.fill(dx0.data, n * N, 0.0f);
     float* g = d_inter_.as<float>();
     float* h = dcross_.as<float>();
     for (std::size_t l = cross_.size(); l-- > 0;) {
       section("interaction", "cross." + std::to_string(l) + " backward");
+      Backend::CrossBackwardMode mode;
+      mode.first_into_dx0 = l + 1 == cross_.size();
+      mode.xl_is_x0 = l == 0;
       const CMat xl = l == 0 ? CMat(x0) : CMat(cross_x_[l - 1].as<float>(), n, N);
       backend_.cross_backward(x0, xl, CMat(param(cross_[l].v), rank_, N),
                               CMat(param(cross_[l].w), N, rank_),
                               CMat(cross_u_[l].as<float>(), n, rank_),
                               CMat(cross_z_[l].as<float>(), n, N), CMat(g, n, N), dx0,
-                              Mat(h, n, N), Mat(grad(cross_[l].v), rank_, N),
+                              mode.xl_is_x0 ? Mat() : Mat(h, n, N), Mat(grad(cross_[l].v), rank_, N),
                               Mat(grad(cross_[l].w), N, rank_), grad(cross_[l].b),
-                              Mat(du_scratch_.as<float>(), n, rank_));
+                              Mat(du_scratch_.as<float>(), n, rank_), mode);
       std::swap(g, h);
     }
-    section("interaction", "cross: sum of dx0");
-    backend_.add_inplace(dx0, CMat(g, n, N));  // layer 0's xl is x0 itself
   }
   // Embedding backward fused with the table optimizer.
   section("embedding_backward");

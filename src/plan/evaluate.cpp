@@ -71,18 +71,18 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
       w.interaction_s += gemm(op + " forward u", b, r, n) + gemm(op + " forward z", b, n, r);
       // x_next = x0 * z + xl in fp32 (read 3, write 1), the bf16 copies of xl and u.
       w.interaction_s += memory_pass_time(static_cast<double>(b) * (16.0 * n + convert * (n + r)), dev, cal);
-      // dz = g * x0 and dx0 += g * z (read g, x0, z, dx0; write dz, its bf16 copy, dx0), dbias
-      // (read dz), the bf16 copy of du; dxl = g + du * v reads g as the product's addend and
-      // writes dxl in fp32.
+      // dz = g * x0 and dx0 += g * z (read g, x0, z and dx0, except in the last layer, which
+      // starts dx0; write dz, its bf16 copy, dx0) with dbias summed in the same pass, the bf16
+      // copy of du; dxl = g + du * v reads g (layer 0: dx0) as the product's addend and writes
+      // dxl (layer 0: into dx0) in fp32.
+      const double dx0_read = l + 1 == m.interaction.cross_layers ? 0.0 : 4.0;
       w.interaction_backward_s += memory_pass_time(
-          static_cast<double>(b) * (n * (24.0 + (narrow ? 2.0 : 0.0) + 4.0 + 8.0) + r * convert), dev, cal);
+          static_cast<double>(b) * (n * (20.0 + dx0_read + (narrow ? 2.0 : 0.0) + 8.0) + r * convert), dev, cal);
       w.interaction_backward_s += gemm(op + " backward dw", n, r, b) + gemm(op + " backward du", b, r, n) +
                                   gemm(op + " backward dv", r, n, b) + gemm(op + " backward dxl", b, n, r);
       w.saved_floats_per_example += 2.0 * n + r;
     }
     w.grad_floats_per_example += 2.0 * n;
-    // Once per step: dx0 zeroed, the last layer's dxl added into it (read 2, write 1).
-    w.interaction_backward_s += memory_pass_time(static_cast<double>(b) * n * 16.0, dev, cal);
   } else {
     const double f = m.num_tables() + 1;
     const double d = m.bottom_mlp.back();

@@ -749,5 +749,44 @@ TEST(CpuViews, CrossBackwardDxlMayAliasDxNext) {
   EXPECT_EQ(dx0b.data, dx0.data);
 }
 
+// The modes a stack of cross layers uses (the last starts dx0, layer 0 adds its dxl into it) give
+// what the plain op followed by a zeroing or a sum gives.
+TEST(CpuViews, CrossBackwardModesMatchTheComposition) {
+  CpuBackend be;
+  Rand rand(7, 404);
+  const std::int64_t batch = 9, n = 12, rank = 4;
+  const Matrix<float> x0 = random_matrix<float>(rand, batch, n), xl = x0;
+  const Matrix<float> v = random_matrix<float>(rand, rank, n), w = random_matrix<float>(rand, n, rank);
+  Matrix<float> u(batch, rank), z(batch, n), xn(batch, n);
+  be.cross_forward(x0.cview(), xl.cview(), v.cview(), w.cview(), nullptr, u.view(), z.view(), xn.view());
+  const Matrix<float> g = random_matrix<float>(rand, batch, n);
+  const Matrix<float> start = random_matrix<float>(rand, batch, n);  // what dx0 holds before
+  // Plain: dx0 += g ⊙ z, dxl written.
+  Matrix<float> plain_dx0 = start, dxl(batch, n), dv(rank, n), dw(n, rank);
+  std::vector<float> db(static_cast<std::size_t>(n));
+  be.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(), g.cview(), plain_dx0.view(),
+                    dxl.view(), dv.view(), dw.view(), db.data(), Mat());
+  for (const bool first : {false, true}) {
+    for (const bool into : {false, true}) {
+      Matrix<float> dx0 = start, dxl2(batch, n), dv2(rank, n), dw2(n, rank);
+      std::vector<float> db2(static_cast<std::size_t>(n));
+      be.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(), g.cview(), dx0.view(),
+                        into ? Mat() : dxl2.view(), dv2.view(), dw2.view(), db2.data(), Mat(),
+                        Backend::CrossBackwardMode{first, into});
+      EXPECT_EQ(dv2.data, dv.data);
+      EXPECT_EQ(dw2.data, dw.data);
+      EXPECT_EQ(db2, db);
+      if (!into) {
+        EXPECT_EQ(dxl2.data, dxl.data);
+      }
+      for (std::int64_t i = 0; i < batch * n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        const double want = (first ? plain_dx0.data[k] - start.data[k] : plain_dx0.data[k]) + (into ? dxl.data[k] : 0.0);
+        EXPECT_NEAR(dx0.data[k], want, 1e-5 * (1.0 + std::fabs(want))) << "first " << first << " into " << into << " at " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace parity

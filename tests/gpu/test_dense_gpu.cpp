@@ -383,7 +383,10 @@ TEST_P(DenseGpuCross, BackwardMatchesCpu) {
   CpuBackend cpu;
   int seed = 0;
   for (const CrossShape& s : kCrossShapes) {
-    for (bool give_du : {true, false}) {
+    // Modes: plain, the last layer of a stack (starts dx0), layer 0 (adds dxl into dx0), both.
+    for (int m = 0; m < 4; ++m) {
+      const bool give_du = m == 0 || m == 3;
+      const Backend::CrossBackwardMode mode{m == 1 || m == 3, m >= 2};
       Rand rand(400 + seed++);
       const HostMat x0 = HostMat::random(s.batch, s.n, s.pad, rand);
       const HostMat xl = HostMat::random(s.batch, s.n, s.pad, rand);
@@ -398,23 +401,26 @@ TEST_P(DenseGpuCross, BackwardMatchesCpu) {
       HostMat dx0m = dx0_init.abs(), dxlm = dxl.poisoned(), dvm = dv.poisoned(), dwm = dw.poisoned(),
               dbm = db.poisoned(), dum = du.poisoned();
       cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(), g.cview(), dx0.view(),
-                         dxl.view(), dv.view(), dw.view(), db.v.data(), du.view());
+                         dxl.view(), dv.view(), dw.view(), db.v.data(), du.view(), mode);
       cpu.cross_backward(x0.abs().cview(), xl.abs().cview(), v.abs().cview(), w.abs().cview(), u.abs().cview(),
                          z.abs().cview(), g.abs().cview(), dx0m.view(), dxlm.view(), dvm.view(), dwm.view(),
-                         dbm.v.data(), dum.view());
+                         dbm.v.data(), dum.view(), mode);
       const DevMat gx0(gpu, x0), gxl(gpu, xl), gv(gpu, v), gw(gpu, w), gu(gpu, u), gz(gpu, z), gg(gpu, g);
       const DevMat gdx0(gpu, dx0_init), gdxl(gpu, dxl.poisoned()), gdv(gpu, dv.poisoned()), gdw(gpu, dw.poisoned()),
           gdb(gpu, db.poisoned()), gdu(gpu, du.poisoned());
       gpu.cross_backward(gx0.view(), gxl.view(), gv.view(), gw.view(), gu.view(), gz.view(), gg.view(), gdx0.view(),
-                         gdxl.view(), gdv.view(), gdw.view(), gdb.data(), give_du ? gdu.view() : Mat());
+                         mode.xl_is_x0 ? Mat() : gdxl.view(), gdv.view(), gdw.view(), gdb.data(),
+                         give_du ? gdu.view() : Mat(), mode);
       const std::string what = std::string(" ") + std::string(dense_math_name(math)) + " B" +
-                               std::to_string(s.batch) + " N" + std::to_string(s.n) + " r" + std::to_string(s.rank);
-      // dx0 += g ⊙ z is elementwise in double on both sides: an ulp of its magnitude.
-      expect_close("cross_backward dx0" + what, gdx0.download(), dx0, dx0m, 1e-6);
+                               std::to_string(s.batch) + " N" + std::to_string(s.n) + " r" + std::to_string(s.rank) +
+                               " mode " + std::to_string(m);
+      // dx0 += g ⊙ z is elementwise in double on both sides: an ulp of its magnitude; with
+      // xl_is_x0 it also holds the product du · v.
+      expect_close("cross_backward dx0" + what, gdx0.download(), dx0, dx0m, mode.xl_is_x0 ? 3 * tol : 1e-6);
       expect_close("cross_backward dw" + what, gdw.download(), dw, dwm, tol);
       expect_close("cross_backward dbias" + what, gdb.download(), db, dbm, 1e-6);
       expect_close("cross_backward dv" + what, gdv.download(), dv, dvm, 3 * tol);
-      expect_close("cross_backward dxl" + what, gdxl.download(), dxl, dxlm, 3 * tol);
+      if (!mode.xl_is_x0) expect_close("cross_backward dxl" + what, gdxl.download(), dxl, dxlm, 3 * tol);
       if (give_du) expect_close("cross_backward du" + what, gdu.download(), du, dum, tol);
     }
   }

@@ -92,8 +92,10 @@ void CpuBackend::cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bi
 }
 
 void CpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next,
-                                Mat dx0, Mat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch) {
-  cpu::cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, dbias, du_scratch);
+                                Mat dx0, Mat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
+                                CrossBackwardMode mode) {
+  cpu::cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, dbias, du_scratch, mode.first_into_dx0,
+                      mode.xl_is_x0);
 }
 
 void CpuBackend::bce_with_logits(const float* logits, const float* labels, std::int64_t n,

@@ -178,7 +178,7 @@ template <class T>
 void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v,
                     MatView<const T> w, MatView<const T> u, MatView<const T> z,
                     MatView<const T> dx_next, MatView<T> dx0, MatView<T> dxl, MatView<T> dv,
-                    MatView<T> dw, T* dbias, MatView<T> du_scratch) {
+                    MatView<T> dw, T* dbias, MatView<T> du_scratch, bool first_into_dx0, bool xl_is_x0) {
   constexpr const char* op = "cross_backward";
   check_view(op, "x0", x0);
   const std::int64_t batch = x0.rows;
@@ -192,13 +192,13 @@ void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v
   check_shape(op, "z", z, batch, n);
   check_shape(op, "dx_next", dx_next, batch, n);
   check_shape(op, "dx0", dx0, batch, n);
-  check_shape(op, "dxl", dxl, batch, n);
+  if (!xl_is_x0) check_shape(op, "dxl", dxl, batch, n);
   check_shape(op, "dv", dv, rank, n);
   check_shape(op, "dw", dw, n, rank);
   const bool want_du = du_scratch.data != nullptr;
   if (want_du) check_shape(op, "du_scratch", du_scratch, batch, rank);
 
-  // dz = g ⊙ x0 (exact in double for float inputs); dx0 += g ⊙ z.
+  // dz = g ⊙ x0 (exact in double for float inputs); dx0 += g ⊙ z (+ g when xl is x0).
   double* dz = scratch(Slot::gradient, batch * n);  // [batch, n]
 #pragma omp parallel for schedule(static) if (batch * n >= kParallelElements)
   for (std::int64_t b = 0; b < batch; ++b) {
@@ -210,7 +210,8 @@ void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v
     for (std::int64_t i = 0; i < n; ++i) {
       const double g = static_cast<double>(gb[i]);
       dzb[i] = g * static_cast<double>(x0b[i]);
-      dx0b[i] = static_cast<T>(static_cast<double>(dx0b[i]) + g * static_cast<double>(zb[i]));
+      const double before = first_into_dx0 ? 0.0 : static_cast<double>(dx0b[i]);
+      dx0b[i] = static_cast<T>(before + g * static_cast<double>(zb[i]) + (xl_is_x0 ? g : 0.0));
     }
   }
   const MatView<const double> dz_view(dz, batch, n);  // [batch, n]
@@ -241,6 +242,11 @@ void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v
 #pragma omp parallel for schedule(static) if (batch * n >= kParallelElements)
   for (std::int64_t b = 0; b < batch; ++b) {
     const double* a = acc + b * n;
+    if (xl_is_x0) {  // dx0 already holds g ⊙ z + g: add du · v
+      T* dx0b = dx0.row(b);
+      for (std::int64_t i = 0; i < n; ++i) dx0b[i] = static_cast<T>(static_cast<double>(dx0b[i]) + a[i]);
+      continue;
+    }
     const T* gb = dx_next.row(b);
     T* dxlb = dxl.row(b);
     for (std::int64_t i = 0; i < n; ++i) {
@@ -258,7 +264,7 @@ void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v
   template void cross_backward<T>(MatView<const T>, MatView<const T>, MatView<const T>,           \
                                   MatView<const T>, MatView<const T>, MatView<const T>,           \
                                   MatView<const T>, MatView<T>, MatView<T>, MatView<T>,           \
-                                  MatView<T>, T*, MatView<T>);
+                                  MatView<T>, T*, MatView<T>, bool, bool);
 PARITY_INSTANTIATE(float)
 PARITY_INSTANTIATE(double)
 #undef PARITY_INSTANTIATE

@@ -107,11 +107,14 @@ void cross_forward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v,
 // With g = dx_next: dz = g ⊙ x0; dx0 += g ⊙ z (accumulates); dw = dzᵀ · u; dbias = Σ dz;
 // du = dz · w; dv = duᵀ · xl; dxl = g + du · v (overwritten). du_scratch [B, r] receives du.
 // dxl may be the same view as dx_next (g is read element by element before dxl is written).
+// first_into_dx0: dx0 = g ⊙ z (not accumulated); xl_is_x0: dx0 += g ⊙ z + g + du · v and dxl is
+// not written (Backend::CrossBackwardMode).
 template <class T>
 void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v,
                     MatView<const T> w, MatView<const T> u, MatView<const T> z,
                     MatView<const T> dx_next, MatView<T> dx0, MatView<T> dxl, MatView<T> dv,
-                    MatView<T> dw, T* dbias, MatView<T> du_scratch);
+                    MatView<T> dw, T* dbias, MatView<T> du_scratch, bool first_into_dx0 = false,
+                    bool xl_is_x0 = false);
 
 // ------------------------------------------------------------ loss, heads --
 

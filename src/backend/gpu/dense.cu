@@ -282,18 +282,24 @@ __global__ __launch_bounds__(kBlock) void cross_combine_kernel(CMat x0, CMat z, 
 template <int V>
 __global__ __launch_bounds__(kBlock) void cross_gradients_kernel(CMat g, CMat x0, CMat z, float* __restrict__ dz,
                                                                  std::uint16_t* __restrict__ dz16, Mat dx0,
-                                                                 RowSpan span) {
+                                                                 Dx0Flags flags, RowSpan span) {
   for_each_element<V>(g.rows, g.cols, span, [&](std::int64_t r, std::int64_t c) {
     const Floats<V> gv = load<V>(g.data + r * g.ld + c);
     const Floats<V> xv = load<V>(x0.data + r * x0.ld + c);
     const Floats<V> zv = load<V>(z.data + r * z.ld + c);
     float* o = dx0.data + r * dx0.ld + c;
-    Floats<V> acc = load<V>(o);
+    Floats<V> acc;
+    if (flags.overwrite) {
+      for (int i = 0; i < V; ++i) acc.v[i] = 0.0f;
+    } else {
+      acc = load<V>(o);
+    }
     Floats<V> d;
     for (int i = 0; i < V; ++i) {
       const double gi = gv.v[i];
       d.v[i] = static_cast<float>(gi * static_cast<double>(xv.v[i]));
-      acc.v[i] = static_cast<float>(static_cast<double>(acc.v[i]) + gi * static_cast<double>(zv.v[i]));
+      acc.v[i] = static_cast<float>(static_cast<double>(acc.v[i]) + gi * static_cast<double>(zv.v[i]) +
+                                    (flags.add_g ? gi : 0.0));
     }
     const std::int64_t at = r * g.cols + c;
     store<V>(dz + at, d);
@@ -312,7 +318,7 @@ constexpr std::int64_t kGradBlocks = 1024;
 template <int V>
 __global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(CMat g, CMat x0, CMat z, float* __restrict__ dz,
                                                                      std::uint16_t* __restrict__ dz16, Mat dx0,
-                                                                     double* __restrict__ partial) {
+                                                                     Dx0Flags flags, double* __restrict__ partial) {
   const std::int64_t groups = g.cols / V;
   double acc[kGradGroups][V];
 #pragma unroll
@@ -329,13 +335,20 @@ __global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(CMat g, CMa
       const Floats<V> xv = load<V>(x0.data + r * x0.ld + c);
       const Floats<V> zv = load<V>(z.data + r * z.ld + c);
       float* o = dx0.data + r * dx0.ld + c;
-      Floats<V> a = load<V>(o);
+      Floats<V> a;
+      if (flags.overwrite) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) a.v[i] = 0.0f;
+      } else {
+        a = load<V>(o);
+      }
       Floats<V> d;
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const double gi = gv.v[i];
         d.v[i] = static_cast<float>(gi * static_cast<double>(xv.v[i]));
-        a.v[i] = static_cast<float>(static_cast<double>(a.v[i]) + gi * static_cast<double>(zv.v[i]));
+        a.v[i] = static_cast<float>(static_cast<double>(a.v[i]) + gi * static_cast<double>(zv.v[i]) +
+                                    (flags.add_g ? gi : 0.0));
         acc[j][i] += static_cast<double>(d.v[i]);
       }
       const std::int64_t at = r * g.cols + c;
@@ -646,7 +659,7 @@ std::int64_t cross_gradients_scratch_bytes(std::int64_t rows, std::int64_t cols)
 }
 
 void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16_t* dz16, Mat dx0, float* dbias,
-                     void* scratch) {
+                     void* scratch, Dx0Flags flags) {
   const std::int64_t n = g.rows * g.cols;
   if (dbias != nullptr && g.rows <= 0) {
     fill(s, dbias, g.cols, 0.0f);
@@ -662,10 +675,10 @@ void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16
       const std::int64_t blocks = grad_blocks(g.rows);
       if (vec)
         launch("cross_gradients_sum", cross_gradients_sum_kernel<4>, {blocks, kBlock, 0}, s, g, x0, z, dz, dz16, dx0,
-               partial);
+               flags, partial);
       else
         launch("cross_gradients_sum", cross_gradients_sum_kernel<1>, {blocks, kBlock, 0}, s, g, x0, z, dz, dz16, dx0,
-               partial);
+               flags, partial);
       int cpb = 1;
       while (cpb < kColTile && cpb < g.cols) cpb *= 2;
       launch("cross_gradients_bias", column_final_kernel, {ceil_div(g.cols, cpb), kBlock, 0}, s,
@@ -677,11 +690,11 @@ void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16
       reinterpret_cast<std::uintptr_t>(dz16) % 8 == 0) {
     const RowSpan span = row_span(g.cols / 4);
     launch("cross_gradients", cross_gradients_kernel<4>, {row_grid(g.rows, span), kBlock, 0}, s, g, x0, z, dz, dz16,
-           dx0, span);
+           dx0, flags, span);
   } else {
     const RowSpan span = row_span(g.cols);
     launch("cross_gradients", cross_gradients_kernel<1>, {row_grid(g.rows, span), kBlock, 0}, s, g, x0, z, dz, dz16,
-           dx0, span);
+           dx0, flags, span);
   }
   if (dbias != nullptr) column_sum(s, CMat(dz, g.rows, g.cols), dbias, scratch);
 }

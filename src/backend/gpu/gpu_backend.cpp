@@ -611,7 +611,7 @@ void GpuBackend::cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bi
 }
 
 void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next, Mat dx0, Mat dxl,
-                                Mat dv, Mat dw, float* dbias, Mat du_scratch) {
+                                Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) {
   ++impl_->op_seq;  // a write: pending operand copies made before it are stale
   constexpr const char* op = "cross_backward";
   check_view(op, "x0", x0);
@@ -624,7 +624,7 @@ void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z
   check_shape(op, "z", z, batch, n);
   check_shape(op, "dx_next", dx_next, batch, n);
   check_shape(op, "dx0", dx0, batch, n);
-  check_shape(op, "dxl", dxl, batch, n);
+  if (!mode.xl_is_x0) check_shape(op, "dxl", dxl, batch, n);
   check_shape(op, "dv", dv, rank, n);
   check_shape(op, "dw", dw, n, rank);
   const bool want_du = du_scratch.data != nullptr;
@@ -639,13 +639,18 @@ void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z
   // dbias = Σ_rows dz, summed in the same pass.
   void* partial = dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::dense::cross_gradients_scratch_bytes(batch, n), s)
                                    : nullptr;
-  gpu::dense::cross_gradients(s, dx_next, x0, z, dz_buf, dz16, dx0, dbias, partial);
+  gpu::dense::cross_gradients(s, dx_next, x0, z, dz_buf, dz16, dx0, dbias, partial,
+                              {mode.first_into_dx0, mode.xl_is_x0});
   const CMat dz(dz_buf, batch, n);
 
   im.product(dz, true, u, false, dw, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dw [N, r] = dzᵀ · u
   const Mat du = want_du ? du_scratch : Mat(im.scratch.get_as<float>(Slot::du, batch * rank, s), batch, rank);
   im.product(dz, false, w, false, du, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // du [B, r] = dz · w
   im.product(du, true, xl, false, dv);                                            // dv [r, N] = duᵀ · xl
+  if (mode.xl_is_x0) {  // dx0 (holding g ⊙ z + g already) += du · v, in place
+    im.product(du, false, v, false, dx0, 1.0f);
+    return;
+  }
   // dxl = g + du · v: the product reads g as its addend (C) and writes dxl (D).
   im.product(du, false, v, false, dxl, 1.0f, gpu::Epilogue::none, nullptr, nullptr, dx_next);
 }

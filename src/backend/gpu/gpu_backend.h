@@ -90,8 +90,9 @@ class GpuBackend final : public Backend {
                                 Mat demb) override;
   void cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bias, Mat u, Mat z,
                      Mat x_next) override;
+  using Backend::cross_backward;
   void cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next, Mat dx0,
-                      Mat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch) override;
+                      Mat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) override;
 
   void bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
                        float* loss_out) override;
