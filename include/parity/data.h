@@ -160,8 +160,10 @@ class ShardReader {
   // Reads the next batch_size examples (fewer at the end of the data). With wrap, reading goes
   // on from the start (a new epoch) instead; without it, false once nothing is left.
   bool next(std::int64_t batch_size, Batch& out, bool wrap = false);
-  // Continues from example `example` (modulo the split's size): resuming a run.
-  void seek(std::int64_t example);
+  // Continues from example `example`: resuming a run. With wrap, epochs repeat the split (the
+  // position is taken modulo its size, the epoch counted); without, a position at or past the
+  // end leaves nothing to read.
+  void seek(std::int64_t example, bool wrap = true);
   std::int64_t examples() const { return examples_; }
   std::int64_t epoch() const { return epoch_; }
   const std::string& source() const { return source_; }

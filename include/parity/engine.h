@@ -106,6 +106,7 @@ class Model {
     std::size_t pinned_bytes = 0;
     std::int64_t ids_capacity = 0;
     std::int64_t n = 0;                  // examples of the staged batch
+    bool has_labels = false;
     SparseInput sparse;                  // device pointers into this slot
   };
   void check_batch(const Batch& batch) const;

@@ -144,7 +144,7 @@ std::vector<DeviceSpec> load_device_catalog(const std::filesystem::path& dir);
 DeviceSpec find_device(std::string_view key_or_path, const std::filesystem::path& catalog_dir);
 // The catalog device a runtime's device name stands for: the one whose key is a word of the name
 // ("NVIDIA H200" -> h200, "AMD Instinct MI300X" -> mi300x, case-insensitive; the longest key
-// wins). nullopt when no key matches.
+// wins; a PCIe or NVL part matches only an entry of that form factor). nullopt when none matches.
 std::optional<DeviceSpec> match_device(std::string_view runtime_name, const std::filesystem::path& catalog_dir);
 
 }  // namespace parity

@@ -15,7 +15,7 @@
 // - Written atomically: each part file and meta.json are written to a temporary name, synced
 //   and renamed; meta.json comes last, so a directory without it is not a dataset.
 //
-// Part file (little-endian):
+// Part file (little-endian; every section starts at a multiple of 8 bytes, zero padding between):
 //   header (64 bytes): magic "PRTYSHD1", u32 version (1), u32 id_bytes (4 or 8), i64 examples n,
 //                      i32 dense features F, i32 tables T, i64 ids in the file, u32 has_teacher,
 //                      u32 reserved, 16 bytes reserved (zero)
@@ -63,10 +63,28 @@ struct Header {
 };
 static_assert(sizeof(Header) == 64, "the shard header is 64 bytes");
 
-std::uint64_t payload_bytes(const Header& h) {
+// Where each section starts (bytes from the file's start): every section at a multiple of 8, so
+// the offsets and 8-byte ids are aligned in the mapped file. The header fields must have been
+// bounded first (open_file does), so that nothing here overflows.
+struct Sections {
+  std::uint64_t labels, teacher, dense, offsets, ids, end;
+};
+constexpr std::uint64_t align8(std::uint64_t x) { return (x + 7) / 8 * 8; }
+Sections sections_of(const Header& h) {
   const auto n = static_cast<std::uint64_t>(h.examples);
-  return n * 4 * (1 + (h.has_teacher ? 1 : 0) + static_cast<std::uint64_t>(h.dense_features)) +
-         static_cast<std::uint64_t>(h.tables) * (n + 1) * 8 + static_cast<std::uint64_t>(h.ids) * h.id_bytes;
+  Sections s{};
+  std::uint64_t at = sizeof(Header);
+  s.labels = at;
+  at = align8(at + 4 * n);
+  s.teacher = at;
+  if (h.has_teacher) at = align8(at + 4 * n);
+  s.dense = at;
+  at = align8(at + 4 * n * static_cast<std::uint64_t>(h.dense_features));
+  s.offsets = at;
+  at += 8 * (n + 1) * static_cast<std::uint64_t>(h.tables);
+  s.ids = at;
+  s.end = at + static_cast<std::uint64_t>(h.ids) * h.id_bytes;
+  return s;
 }
 
 std::string split_name(Split s) { return s == Split::train ? "train" : "eval"; }
@@ -144,8 +162,11 @@ ShardWriter::ShardWriter(std::filesystem::path dir, const ModelSpec& model, std:
 ShardWriter::~ShardWriter() = default;
 
 void ShardWriter::write(Split split, const Batch& b) {
-  if (b.num_dense != model_.dense_features || b.num_tables != model_.num_tables())
-    throw Error("ShardWriter: the batch does not have the model's shape");
+  if (b.num_dense != model_.dense_features || b.num_tables != model_.num_tables() ||
+      b.labels.size() != static_cast<std::size_t>(b.size) ||
+      b.offsets.size() != static_cast<std::size_t>(b.num_tables) * static_cast<std::size_t>(b.size) + 1 ||
+      b.dense.size() != static_cast<std::size_t>(b.size) * static_cast<std::size_t>(b.num_dense))
+    throw Error("ShardWriter: the batch does not have the model's shape (or lacks labels)");
   auto& pending = pending_[static_cast<int>(split)];
   const int T = b.num_tables;
   std::int64_t e = 0;
@@ -197,10 +218,20 @@ void ShardWriter::flush(Split split) {
   char name[64];
   std::snprintf(name, sizeof name, "%s-%05zu.bin", split_name(split).c_str(), files.size());
   AtomicFile f(dir_ / name);
-  f.write(&h, sizeof h);
-  f.write(p.labels.data(), p.labels.size() * 4);
-  if (teacher) f.write(p.teacher.data(), p.teacher.size() * 4);
-  f.write(p.dense.data(), p.dense.size() * 4);
+  const Sections sec = sections_of(h);
+  std::uint64_t written = 0;
+  auto put = [&](std::uint64_t at, const void* data, std::size_t bytes) {  // zero padding up to `at`
+    static const char zeros[8] = {};
+    if (at < written || at - written > 8) throw Error("ShardWriter: section layout out of order");
+    f.write(zeros, static_cast<std::size_t>(at - written));
+    f.write(data, bytes);
+    written = at + bytes;
+  };
+  put(0, &h, sizeof h);
+  put(sec.labels, p.labels.data(), p.labels.size() * 4);
+  if (teacher) put(sec.teacher, p.teacher.data(), p.teacher.size() * 4);
+  put(sec.dense, p.dense.data(), p.dense.size() * 4);
+  bool first_table = true;
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(p.n + 1));
   std::int64_t at = 0;
   for (int t = 0; t < T; ++t) {
@@ -208,8 +239,15 @@ void ShardWriter::flush(Split split) {
     offsets[0] = at;
     for (std::int64_t k = 0; k < p.n; ++k) offsets[static_cast<std::size_t>(k + 1)] = offsets[static_cast<std::size_t>(k)] + lens[static_cast<std::size_t>(k)];
     at = offsets.back();
-    f.write(offsets.data(), offsets.size() * 8);
+    if (first_table) {
+      put(sec.offsets, offsets.data(), offsets.size() * 8);
+      first_table = false;
+    } else {
+      f.write(offsets.data(), offsets.size() * 8);
+      written += offsets.size() * 8;
+    }
   }
+  put(sec.ids, nullptr, 0);
   for (int t = 0; t < T; ++t) {
     const auto& ids = p.ids[static_cast<std::size_t>(t)];
     if (id_bytes_ == 8) {
@@ -354,38 +392,48 @@ void ShardReader::open_file(File& f, std::int64_t expected_examples, const Model
     throw InputError(name + ": header says " + std::to_string(h.dense_features) + " dense features and " +
                      std::to_string(h.tables) + " tables, expected " + std::to_string(model.dense_features) +
                      " and " + std::to_string(model.num_tables()));
-  if (h.ids < 0 || sizeof(Header) + payload_bytes(h) != f.bytes)
-    throw InputError(name + ": " + std::to_string(f.bytes) + " bytes, the header implies " +
-                     std::to_string(sizeof(Header) + payload_bytes(h)) + " (truncated or corrupt)");
-  const auto* p = static_cast<const char*>(f.map) + sizeof(Header);
+  // Bound every count by the file's size before any product of them (no overflow below).
+  const auto bytes = static_cast<std::int64_t>(f.bytes);
+  if (h.ids < 0 || h.ids > bytes / static_cast<std::int64_t>(h.id_bytes) || h.examples > bytes / 4 ||
+      h.has_teacher > 1)
+    throw InputError(name + ": header fields 'ids', 'examples' or 'has_teacher' are out of range (corrupt file)");
+  const Sections sec = sections_of(h);
+  if (sec.end != f.bytes)
+    throw InputError(name + ": " + std::to_string(f.bytes) + " bytes, the header implies " + std::to_string(sec.end) +
+                     " (truncated or corrupt)");
+  const auto* base = static_cast<const char*>(f.map);
   const auto n = static_cast<std::size_t>(h.examples);
-  f.labels = reinterpret_cast<const float*>(p);
-  p += n * 4;
-  if (h.has_teacher) {
-    f.teacher = reinterpret_cast<const float*>(p);
-    p += n * 4;
-  }
-  f.dense = reinterpret_cast<const float*>(p);
-  p += n * static_cast<std::size_t>(h.dense_features) * 4;
-  f.offsets = reinterpret_cast<const std::int64_t*>(p);
-  p += static_cast<std::size_t>(h.tables) * (n + 1) * 8;
-  f.ids = p;
-  // Offsets: each table's run starts where the previous ended, ends within the ids block and
-  // never decreases (checked per table at its ends here, per bag when read).
+  f.labels = reinterpret_cast<const float*>(base + sec.labels);
+  if (h.has_teacher) f.teacher = reinterpret_cast<const float*>(base + sec.teacher);
+  f.dense = reinterpret_cast<const float*>(base + sec.dense);
+  f.offsets = reinterpret_cast<const std::int64_t*>(base + sec.offsets);
+  f.ids = base + sec.ids;
+  // Offsets: each table's run starts where the previous ended, never decreases and ends within
+  // the ids block, checked for every example once here, so reading a batch needs no checks.
   std::int64_t at = 0;
   for (int t = 0; t < h.tables; ++t) {
     const std::int64_t* o = f.offsets + static_cast<std::size_t>(t) * (n + 1);
-    if (o[0] != at || o[n] < o[0] || o[n] > h.ids)
+    bool ok = o[0] == at;
+    for (std::size_t e = 0; e < n && ok; ++e) ok = o[e + 1] >= o[e];
+    if (!ok || o[n] > h.ids)
       throw InputError(name + ": offsets of table " + std::to_string(t) + " are inconsistent (corrupt file)");
     at = o[n];
   }
   if (at != h.ids) throw InputError(name + ": the offsets cover " + std::to_string(at) + " ids, the header says " + std::to_string(h.ids));
 }
 
-void ShardReader::seek(std::int64_t example) {
-  if (examples_ == 0) return;
-  example %= examples_;
+void ShardReader::seek(std::int64_t example, bool wrap) {
+  if (example < 0) throw InputError("ShardReader::seek: negative example " + std::to_string(example));
   file_ = 0;
+  pos_ = 0;
+  epoch_ = 0;
+  if (examples_ == 0) return;
+  if (!wrap && example >= examples_) {  // one pass, already consumed: nothing left
+    file_ = files_.size();
+    return;
+  }
+  epoch_ = example / examples_;
+  example %= examples_;
   while (example >= files_[file_]->h.examples) example -= files_[file_++]->h.examples;
   pos_ = example;
 }
@@ -442,12 +490,7 @@ bool ShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
       const std::int64_t* o = p.f->offsets + static_cast<std::size_t>(t) * static_cast<std::size_t>(p.f->h.examples + 1);
       const std::int64_t base = table_start[static_cast<std::size_t>(t)] + ids - o[p.first];
       std::int64_t* dst = out.offsets.data() + static_cast<std::size_t>(t) * static_cast<std::size_t>(n) + e;
-      for (std::int64_t k = 0; k < p.count; ++k) {
-        if (o[p.first + k + 1] < o[p.first + k])
-          throw InputError("'" + p.f->path.string() + "': offsets of table " + std::to_string(t) + " decrease at example " +
-                           std::to_string(p.first + k) + " (corrupt file)");
-        dst[k] = base + o[p.first + k];
-      }
+      for (std::int64_t k = 0; k < p.count; ++k) dst[k] = base + o[p.first + k];  // checked monotone at open
       ids += o[p.first + p.count] - o[p.first];
       e += p.count;
     }

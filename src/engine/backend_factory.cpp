@@ -14,12 +14,9 @@ std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math) {
   if (name == "cpu") return make_cpu_backend();  // fp32 with double accumulation, whatever math
 #if defined(PARITY_WITH_CUDA_BACKEND)
   if (name == "cuda" || name == "gpu") return make_gpu_backend(math);
-  if (name == "auto") {
-    try {
-      return make_gpu_backend(math);
-    } catch (const Error&) {  // no usable GPU here: the reference backend
-      return make_cpu_backend();
-    }
+  if (name == "auto") {  // the GPU where one is present (its errors are reported), else the reference
+    if (gpu_device_name().empty()) return make_cpu_backend();
+    return make_gpu_backend(math);
   }
   throw InputError("backend '" + name + "' is not available in this build (built: auto, cpu, gpu = cuda)");
 #else
@@ -31,11 +28,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math) {
 
 std::string detect_gpu() {
 #if defined(PARITY_WITH_CUDA_BACKEND)
-  try {
-    return gpu_device_name();
-  } catch (const Error&) {
-    return {};
-  }
+  return gpu_device_name();
 #else
   return {};
 #endif

@@ -183,6 +183,7 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
 }
 
 Model::~Model() {
+  backend_.release_constants();  // the activations are about to be freed
   for (InputSlot& slot : slots_) backend_.deallocate_pinned(slot.pinned);
 }
 
@@ -266,20 +267,28 @@ void Model::stage(const Batch& batch) {
     slot.pinned_bytes = want;
   }
   if (nids > slot.ids_capacity) {  // variable pooling above the spec's sizes: grow once
-    slot.ids_capacity = nids + nids / 4;
-    slot.ids = Buffer(backend_, static_cast<std::size_t>(slot.ids_capacity) * 8);
+    const std::int64_t capacity = nids + nids / 4;
+    Buffer grown(backend_, static_cast<std::size_t>(capacity) * 8);  // may throw: the slot stays as it was
+    slot.ids = std::move(grown);
+    slot.ids_capacity = capacity;
   }
   auto* host = static_cast<char*>(slot.pinned);
   parallel_copy(host, batch.dense.data(), dense_bytes);
   parallel_copy(host + at_labels, batch.labels.data(), label_bytes);
   parallel_copy(host + at_offsets, batch.offsets.data(), offset_bytes);
   parallel_copy(host + at_ids, batch.ids.data(), id_bytes);
-  backend_.input_copy(slot.dense.get(), host, dense_bytes);
-  if (label_bytes > 0) backend_.input_copy(slot.labels.get(), host + at_labels, label_bytes);
-  backend_.input_copy(slot.offsets.get(), host + at_offsets, offset_bytes);
-  if (id_bytes > 0) backend_.input_copy(slot.ids.get(), host + at_ids, id_bytes);
+  try {
+    backend_.input_copy(slot.dense.get(), host, dense_bytes);
+    if (label_bytes > 0) backend_.input_copy(slot.labels.get(), host + at_labels, label_bytes);
+    backend_.input_copy(slot.offsets.get(), host + at_offsets, offset_bytes);
+    if (id_bytes > 0) backend_.input_copy(slot.ids.get(), host + at_ids, id_bytes);
+  } catch (...) {
+    backend_.end_input(index);  // copies already enqueued are still waited for before the slot is reused
+    throw;
+  }
   backend_.end_input(index);
   slot.n = n;
+  slot.has_labels = label_bytes > 0;
   slot.sparse = SparseInput{n, batch.num_tables, slot.ids.as<std::int64_t>(),
                             slot.offsets.as<std::int64_t>(), nids};
   ++staged_total_;
@@ -434,6 +443,8 @@ void Model::backward(std::int64_t n) {
 void Model::train_step(const Batch& batch) {
   if (batch.labels.size() != static_cast<std::size_t>(batch.size))
     throw Error("Model::train_step: batch has no labels");
+  if (staged_count_ > 0)
+    throw Error("Model::train_step: a batch is staged; train it (train_staged) first, or stage this one too");
   stage(batch);
   train_staged();
 }
@@ -443,11 +454,17 @@ void Model::train_staged() {
   const int index = static_cast<int>((staged_total_ - staged_count_) % kInputSlots);
   InputSlot& slot = slots_[index];
   --staged_count_;
+  if (!slot.has_labels) throw Error("Model::train_staged: the staged batch has no labels");
   section("input_wait");
   backend_.use_input(index);
   use_slot(slot);
-  forward(slot.n);
-  backward(slot.n);
+  try {
+    forward(slot.n);
+    backward(slot.n);
+  } catch (...) {
+    backend_.release_input(index);  // later copies into the slot wait for what was enqueued
+    throw;
+  }
   backend_.release_input(index);
   ++step_;
   end_profiled_step();
@@ -463,9 +480,11 @@ void Model::set_profiling(bool on) {
 void Model::section(const char* category, const std::string& op) {
   if (!profiling_) return;
   auto& marks = marks_[mark_parity_];
+  // A step has a mark set of 64; a deeper model's extra sections fold into the one before (the
+  // last mark is kept for the end of the step).
+  if (marks.size() >= 63 && category[0] != '\0') return;
   backend_.timing_mark(mark_parity_ * 64 + static_cast<int>(marks.size()));
   marks.push_back({category, op});
-  if (marks.size() >= 64) throw Error("Model profiling: more than 63 sections in a step");
 }
 
 void Model::end_profiled_step() {
@@ -517,8 +536,13 @@ void Model::predict(const Batch& batch, float* probs) {
   --staged_count_;
   backend_.use_input(index);
   use_slot(slots_[index]);
-  forward(batch.size);
-  backend_.sigmoid(top_act_.back().as<float>(), probs_.as<float>(), batch.size);
+  try {
+    forward(batch.size);
+    backend_.sigmoid(top_act_.back().as<float>(), probs_.as<float>(), batch.size);
+  } catch (...) {
+    backend_.release_input(index);
+    throw;
+  }
   backend_.release_input(index);
   backend_.copy_to_host(probs, probs_.get(), static_cast<std::size_t>(batch.size) * 4);
 }

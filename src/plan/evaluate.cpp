@@ -283,7 +283,9 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   p.examples_per_s_per_gpu = p.examples_per_s / W;
 
   // ---- memory: the fullest device ----
-  const double s_act = math_bytes(plan.dense_math);
+  // Saved activations are fp32 in every dense math; in a narrow math each also has its bf16
+  // copy for the products for the whole step (the GPU backend's held operands).
+  const double s_act = 4.0 + (math_bytes(plan.dense_math) < 4.0 ? 2.0 : 0.0);
   const double dense_mem = P * 4 * (2 + k) + (low ? P * 2 : 0);
   const double act_mem = b * (dw.saved_floats_per_example * s_act + dw.grad_floats_per_example * 4);
   const double pooled_mem = 2 * b * m.embedding_output_dim() * 4;  // received outputs, their grads

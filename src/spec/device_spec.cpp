@@ -320,9 +320,21 @@ std::optional<DeviceSpec> match_device(std::string_view runtime_name, const std:
       w.clear();
     }
   }
+  // A form factor the runtime names (PCIe, NVL) must be the catalog entry's too: their clocks,
+  // power and bandwidth differ from the SXM/OAM parts the catalog describes.
+  auto lower = [](std::string x) {
+    for (char& c : x) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return x;
+  };
   std::optional<DeviceSpec> best;
-  for (auto& dev : load_device_catalog(catalog_dir))
-    if (words.count(dev.name) != 0 && (!best || dev.name.size() > best->name.size())) best = std::move(dev);
+  for (auto& dev : load_device_catalog(catalog_dir)) {
+    if (words.count(dev.name) == 0 || (best && dev.name.size() <= best->name.size())) continue;
+    const std::string display = lower(dev.display_name);
+    bool same_form = true;
+    for (const char* form : {"pcie", "nvl"})
+      if (words.count(form) != 0 && display.find(form) == std::string::npos) same_form = false;
+    if (same_form) best = std::move(dev);
+  }
   return best;
 }
 

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "parity/checkpoint.h"
 #include "parity/engine.h"
@@ -117,6 +119,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
         {"seed", std::to_string(cfg.seed)},
         {"examples_seen", std::to_string(step * batch)},
         {"embedding_optimizer", std::string(optimizer_name(spec.embedding_optimizer.kind))},
+        {"dense_math", std::string(dense_math_name(cfg.dense_math))},
         {"dense_optimizer", std::string(optimizer_name(spec.dense_optimizer.kind))},
         {"data", sharded ? "shards" : synthetic ? "synthetic" : "criteo"}};
   };
@@ -146,6 +149,15 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
         throw InputError("checkpoint '" + path.string() + "' was trained with batch " +
                          meta("batch") + " and seed " + meta("seed") +
                          "; resume with the same --batch and --seed (the data order depends on both)");
+      // The recipe must be the one the checkpoint was trained with (a plan made again may differ).
+      for (const auto& [key, now] : {std::pair<std::string, std::string>{"embedding_optimizer",
+                                                                         optimizer_name(spec.embedding_optimizer.kind)},
+                                     {"dense_math", std::string(dense_math_name(cfg.dense_math))}}) {
+        const auto it = h.metadata.find(key);
+        if (it != h.metadata.end() && it->second != now)
+          throw InputError("checkpoint '" + path.string() + "' was trained with " + key + " " + it->second +
+                           ", this run has " + now + "; resume with the same plan (--plan) or recipe");
+      }
       load_safetensors(path, model.tensors(), *backend);
       std::int64_t step = 0;
       try {
@@ -163,7 +175,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
 
   // ---- data ----
   std::unique_ptr<CriteoReader> reader;
-  if (sharded) shard_train->seek(start * batch);
+  if (sharded) shard_train->seek(start * batch, /*wrap=*/total >= 0);
   if (!synthetic && !sharded) {
     reader = std::make_unique<CriteoReader>(cfg.train_files, spec,
                                             CriteoOptions{cfg.on_bad_line, 10});
@@ -183,7 +195,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
       ++next_index;
       const std::int64_t epoch = shard_train->epoch();
       const bool more = shard_train->next(batch, b, /*wrap=*/total >= 0);
-      if (shard_train->epoch() != epoch && epoch == 0) epoch_started.store(2);  // said once, at the first repeat
+      if (shard_train->epoch() == 1 && epoch == 0) epoch_started.store(2);  // said once, at the first repeat
       return more;
     }
     ++next_index;

@@ -125,6 +125,23 @@ TEST_F(Shards, WrapsIntoTheNextEpochAndSeeks) {
   EXPECT_EQ(t1(got), want);
 }
 
+TEST_F(Shards, SeekPastTheEndOfOnePassLeavesNothing) {
+  const ModelSpec m = model();
+  write(m);
+  ShardReader r(dir_, m, Split::train);
+  Batch b;
+  r.seek(1000, /*wrap=*/false);
+  EXPECT_FALSE(r.next(10, b));
+  r.seek(2500, /*wrap=*/true);  // epoch 2, example 500
+  EXPECT_EQ(r.epoch(), 2);
+  ASSERT_TRUE(r.next(10, b, true));
+  SyntheticData synth(m, 11);
+  Batch want;
+  synth.make(Split::train, 500, 10, want);
+  EXPECT_EQ(b.labels, want.labels);
+  EXPECT_EQ(b.ids, want.ids);
+}
+
 TEST_F(Shards, RefusesToOverwriteADataset) {
   const ModelSpec m = model();
   write(m);
@@ -186,6 +203,18 @@ TEST_F(Shards, CorruptFilesAreInputErrors) {
   std::memcpy(bad.data() + bad.size() - 4, &huge, 4);
   put(bad);
   EXPECT_NE(error_of(dir_, m).find("is >= its 123457 rows"), std::string::npos) << error_of(dir_, m);
+  // An offset in the middle of a table pointing far outside the ids (the ends are intact).
+  bad = bytes;
+  {
+    // Offsets start after the header, labels, teacher and dense sections (each padded to 8 bytes).
+    auto align8 = [](std::size_t x) { return (x + 7) / 8 * 8; };
+    const std::size_t n = 333;
+    const std::size_t at = align8(align8(align8(64 + 4 * n) + 4 * n) + 4 * n * 5);
+    const std::int64_t far = std::int64_t{1} << 40;
+    std::memcpy(bad.data() + at + 8 * 100, &far, 8);
+  }
+  put(bad);
+  EXPECT_NE(error_of(dir_, m).find("offsets of table 0 are inconsistent"), std::string::npos) << error_of(dir_, m);
   // Missing part file.
   fs::remove(part);
   EXPECT_NE(error_of(dir_, m).find("cannot read"), std::string::npos);

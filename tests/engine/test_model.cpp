@@ -201,10 +201,15 @@ TEST(Model, StagingMisuseIsAnError) {
   EXPECT_THROW(model.stage(b), Error);  // both slots full
   std::vector<float> p(8);
   EXPECT_THROW(model.predict(b, p.data()), Error);  // a training batch is waiting
+  EXPECT_THROW(model.train_step(b), Error);  // would train the staged batch, not this one
   model.train_staged();
   model.train_staged();
   model.predict(b, p.data());
   for (float v : p) EXPECT_TRUE(v > 0.0f && v < 1.0f);
+  Batch unlabelled = b;
+  unlabelled.labels.clear();
+  model.stage(unlabelled);
+  EXPECT_THROW(model.train_staged(), Error);  // no labels to train on
 }
 
 TEST(Model, ProfileCoversEveryCategory) {

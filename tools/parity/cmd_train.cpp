@@ -228,14 +228,23 @@ void add_train_command(CLI::App& app) {
         if (const auto dev = match_device(gpu, devices_dir)) {
           PlannerOptions opt;
           opt.configs_dir = configs_dir();
-          plan = std::make_shared<Plan>(make_plan(cfg.model, *dev, 1, opt));
-          cfg.model = apply_plan(cfg.model, *plan);
-          cfg.batch = plan->global_batch;
-          cfg.dense_math = plan->dense_math;
-          fmt::print("parity train: planned for the detected {} ({}): batch {}, embedding optimizer {}, dense math {}, "
-                     "predicted {:.2f} ms/step (--no-plan trains the model's own recipe)\n",
-                     gpu, dev->source_file, plan->global_batch, optimizer_name(plan->embedding_optimizer),
-                     dense_math_name(plan->dense_math), plan->prediction.step_s * 1e3);
+          try {
+            plan = std::make_shared<Plan>(make_plan(cfg.model, *dev, 1, opt));
+          } catch (const InfeasibleError& e) {
+            fmt::print("parity train: the planner finds no recipe for {} on one {}: training the model's own recipe "
+                       "(it may not fit either). The planner says: {}\n",
+                       cfg.model.name, dev->display_name, e.what());
+          }
+          if (plan) {
+            cfg.model = apply_plan(cfg.model, *plan);
+            cfg.batch = plan->global_batch;
+            cfg.dense_math = plan->dense_math;
+            fmt::print("parity train: planned for the detected {} as {} ({}): batch {}, embedding optimizer {}, dense "
+                       "math {}, predicted {:.2f} ms/step (--no-plan trains the model's own recipe)\n",
+                       gpu, dev->display_name, dev->source_file, plan->global_batch,
+                       optimizer_name(plan->embedding_optimizer), dense_math_name(plan->dense_math),
+                       plan->prediction.step_s * 1e3);
+          }
         } else {
           fmt::print("parity train: the detected GPU '{}' is not in the device catalog ({}): training the model's "
                      "own recipe; add a device file there to get a co-designed plan\n",

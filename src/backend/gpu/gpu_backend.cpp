@@ -6,15 +6,18 @@
 //   linear backward  dw [out, in] = dzᵀ · x;  dx [B, in] = dz · w;  dbias = Σ_rows dz (dense.cu)
 //   cross forward    u [B, r] = xl · vᵀ;  z [B, N] = u · wᵀ + bias;  x_next = x0 ⊙ z + xl
 //   cross backward   dw [N, r] = dzᵀ · u;  du [B, r] = dz · w;  dv [r, N] = duᵀ · xl;
-//                    dxl = g + du · v  (g copied into dxl, then the product accumulates, beta 1)
-// Under DenseMath::bf16 each product's two operands are first converted into bf16 scratch
-// (packed, ld = cols); the fp32 originals stay untouched.
+//                    dxl = g + du · v  (the product reads g as its addend C, beta 1)
+// Under DenseMath::bf16 each product's two operands are converted to bf16 (packed, ld = cols);
+// the fp32 originals stay untouched. An operand in memory the engine holds constant
+// (hold_constant) is converted once per step and the copy reused; the cross combine writes the
+// next layer's copy as it writes x_next.
 #include "backend/gpu/gpu_backend.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -153,6 +156,7 @@ struct GpuBackend::Impl {
     bool valid = false;
   };
   std::vector<OperandCopy> copies;
+  std::unordered_map<const void*, std::size_t> sizes;  // bytes of each allocate()d block
   // Ops that write device memory, counted: a copy an op makes of its own output (pending) is
   // valid only if that memory is held before any other op runs.
   std::uint64_t op_seq = 0;
@@ -163,11 +167,14 @@ struct GpuBackend::Impl {
   };
   Pending pending;
 
-  // The bf16 copy slot for view m (made on first use; its contents not yet valid).
+  // The bf16 copy slot for view m (made on first use; its contents not yet valid). Copies of
+  // another batch size that are not in use this step are freed first (an evaluation's short
+  // last batch would otherwise keep a second set of copies for the rest of the run).
   OperandCopy& copy_slot(CMat m) {
     const OperandKey key{m.data, m.rows, m.cols, m.ld};
     for (auto& x : copies)
       if (x.key == key) return x;
+    std::erase_if(copies, [&](const OperandCopy& x) { return !x.valid && x.key.rows != m.rows; });
     copies.push_back({key, gpu::DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(m.rows * m.cols),
                                                             "bf16 copy of a held operand"),
                       false});
@@ -201,7 +208,7 @@ struct GpuBackend::Impl {
   }
 
   InputSlot& input_slot(int slot) {
-    if (slot < 0 || slot > 64) fail("input pipeline", "slot {} out of range [0, 64]", slot);
+    if (slot < 0 || slot >= 64) fail("input pipeline", "slot {} out of range [0, 64)", slot);
     while (input_slots.size() <= static_cast<std::size_t>(slot)) input_slots.push_back(std::make_unique<InputSlot>());
     return *input_slots[static_cast<std::size_t>(slot)];
   }
@@ -297,11 +304,28 @@ GpuBackend::Counters GpuBackend::counters() const {
 void* GpuBackend::allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   ++impl_->counters.allocations;
-  return gpu::detail::device_alloc(bytes, "GpuBackend::allocate");
+  void* p = gpu::detail::device_alloc(bytes, "GpuBackend::allocate");
+  impl_->sizes[p] = bytes;
+  return p;
 }
 
 void GpuBackend::deallocate(void* p) noexcept {
   if (p == nullptr) return;
+  // Nothing derived from this memory may outlive it (the address may be handed out again): held
+  // ranges and bf16 copies of views inside the block are dropped.
+  const auto b = reinterpret_cast<std::uintptr_t>(p);
+  std::uintptr_t e = b + 1;
+  if (const auto it = impl_->sizes.find(p); it != impl_->sizes.end()) {
+    e = b + it->second;
+    impl_->sizes.erase(it);
+  }
+  auto inside = [&](const void* q) {
+    const auto a = reinterpret_cast<std::uintptr_t>(q);
+    return a >= b && a < e;
+  };
+  std::erase_if(impl_->held, [&](const Impl::Held& h) { return h.begin < e && b < h.end; });
+  std::erase_if(impl_->copies, [&](const Impl::OperandCopy& c) { return inside(c.key.data); });
+  if (impl_->pending.live && inside(impl_->pending.key.data)) impl_->pending.live = false;
   // Work already enqueued may still use p (cudaFree waits for the device as well; this makes the
   // order explicit for runtimes that do not).
   (void)gpu::stream_synchronize(impl_->copy_stream.get());
