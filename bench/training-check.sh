@@ -121,7 +121,7 @@ fi
 
 # ---- summary ----
 say "summary"
-ex() { grep -E "^done" "$OUT/$1.log" 2>/dev/null | sed -E 's/.* ([0-9.]+[kM]?) examples\/s.*/\1/'; }
+ex() { grep -E "^done" "$OUT/$1.log" 2>/dev/null | sed -E 's/^done +[0-9]+ steps +//; s/ examples\/s//; s/  final.*//'; }
 tex() { grep -E "^RESULT" "$OUT/torch-$1.log" 2>/dev/null | sed -E 's/.*"examples_per_s": ([0-9.]+).*/\1/' |
   awk '{printf "%.2fM", $1 / 1e6}'; }
 printf "%-46s %s\n" "run" "examples/s"

@@ -47,6 +47,7 @@ struct TrainEvent {
   double loss = 0;                // smoothed training loss
   double steps_per_s = 0;
   double examples_per_s = 0;
+  double steady_examples_per_s = 0;  // done: after the first two steps (0 when there were none)
   double auc = 0;                 // eval
   double eval_log_loss = 0;       // eval
   double teacher_auc = 0;         // eval on synthetic data: the ceiling; 0 otherwise
@@ -67,6 +68,7 @@ struct TrainResult {
   double eval_log_loss = 0;
   double teacher_auc = 0;
   double examples_per_s = 0;       // training steps only (evaluation and checkpoints excluded)
+  double steady_examples_per_s = 0;  // the same after the first two steps (one-time set-up excluded)
   std::filesystem::path last_checkpoint;
   // With TrainConfig::profile: milliseconds per step by op category (device timing marks),
   // averaged over profiled_steps.

@@ -128,8 +128,10 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
   if (cfg.resume) {
     const auto steps = list_checkpoints(cfg.checkpoint_dir);
     if (steps.empty()) {
-      emit({TrainEvent::Kind::warning, 0, 0, 0, 0, 0, 0, 0, 0,
-            "no checkpoint in '" + cfg.checkpoint_dir.string() + "': starting from step 0"});
+      TrainEvent w;
+      w.kind = TrainEvent::Kind::warning;
+      w.message = "no checkpoint in '" + cfg.checkpoint_dir.string() + "': starting from step 0";
+      emit(w);
     } else {
       const auto path = checkpoint_path(cfg.checkpoint_dir, steps.back());
       const SafetensorsHeader h = read_safetensors_header(path);
@@ -255,16 +257,27 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
   std::int64_t examples = 0, window_steps = 0, window_examples = 0;
   const auto loop_start = Clock::now();
   auto window_start = loop_start, last_report = loop_start;
+  // After-warm-up rate: from the end of the second step (the device drained once there, so the
+  // clock starts with it) to the end, evaluation and checkpoints excluded.
+  constexpr std::int64_t kWarmupSteps = 2;
+  std::optional<Clock::time_point> steady_start;
+  double steady_paused = 0;
+  std::int64_t steady_examples = 0;
   bool have = loader.next(b);
   if (have) model.stage(b);
   while (have) {
     const std::int64_t n = b.size;
+    if (steady_start) steady_examples += n;
     if (cfg.profile && model.step() == start + 2) model.set_profiling(true);  // after warm-up
     model.train_staged();
     examples += n;
     window_examples += n;
     ++window_steps;
     const std::int64_t step = model.step();
+    if (step == start + kWarmupSteps && !steady_start) {
+      backend->synchronize();
+      steady_start = Clock::now();
+    }
     const bool last = total >= 0 && step >= total;
     const bool eval_now = cfg.eval_every > 0 && step % cfg.eval_every == 0 && !last;
     const bool ckpt_now = !cfg.checkpoint_dir.empty() && cfg.checkpoint_every > 0 &&
@@ -279,6 +292,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
       if (profiling) model.set_profiling(true);
       const auto pause = Clock::now() - p0;
       paused_seconds += std::chrono::duration<double>(pause).count();
+      if (steady_start) steady_paused += std::chrono::duration<double>(pause).count();
       window_start += pause;  // the progress rate counts training time only
       last_report += pause;
     }
@@ -319,6 +333,10 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
   result.steps = model.step();
   result.final_loss = model.step() > start ? model.last_loss() : NAN;
   result.examples_per_s = train_seconds > 0 ? examples / train_seconds : 0;
+  if (steady_start && steady_examples > 0) {
+    const double t = std::chrono::duration<double>(Clock::now() - *steady_start).count() - steady_paused;
+    result.steady_examples_per_s = t > 0 ? steady_examples / t : 0;
+  }
   if (!cfg.checkpoint_dir.empty() && model.step() > start) save(model.step());
   run_eval(model.step());
   if (reader && reader->bad_lines() > 0) {
@@ -334,6 +352,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
   done.total_steps = total;
   done.loss = result.final_loss;
   done.examples_per_s = result.examples_per_s;
+  done.steady_examples_per_s = result.steady_examples_per_s;
   done.auc = result.auc;
   done.teacher_auc = result.teacher_auc;
   emit(done);

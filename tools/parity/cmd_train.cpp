@@ -57,8 +57,11 @@ class ConsoleObserver : public TrainObserver {
         break;
       case K::done:
         end_bar();
-        fmt::print("done  {} steps  {} examples/s  final loss {:.4f}  AUC {:.4f}\n", e.step,
-                   si(e.examples_per_s), e.loss, e.auc);
+        fmt::print("done  {} steps  {} examples/s{}  final loss {:.4f}  AUC {:.4f}\n", e.step,
+                   si(e.examples_per_s),
+                   e.steady_examples_per_s > 0 ? fmt::format(" ({} after the first 2 steps)", si(e.steady_examples_per_s))
+                                               : std::string(),
+                   e.loss, e.auc);
         break;
     }
     std::fflush(stdout);
