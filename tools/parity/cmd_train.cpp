@@ -256,7 +256,18 @@ void add_train_command(CLI::App& app) {
       }
     }
     cfg.steps = args->steps;
-    if (args->batch > 0) cfg.batch = args->batch;
+    if (args->batch > 0) {
+      cfg.batch = args->batch;
+      if (plan && args->batch != plan->global_batch) {  // the plan scaled the lr to its batch: follow --batch
+        const double scale = static_cast<double>(args->batch) / static_cast<double>(plan->global_batch);
+        cfg.model.embedding_optimizer.lr *= scale;
+        cfg.model.dense_optimizer.lr *= scale;
+        cfg.model.batch_size = args->batch;
+        fmt::print("parity train: --batch {} instead of the plan's {}: learning rates scaled by {:.4g} (linear "
+                   "scaling, as the plan does)\n",
+                   args->batch, plan->global_batch, scale);
+      }
+    }
     cfg.seed = args->seed;
     cfg.backend = args->backend;
     cfg.checkpoint_dir = args->checkpoint;
