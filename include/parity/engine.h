@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -94,9 +95,11 @@ class Model {
     int in = 0, out = 0;
     std::int64_t w = 0, b = 0;  // offsets into the dense parameter buffer
     Activation act = Activation::relu;
+    std::string forward_name, backward_name;  // in the step profile ("top.0 forward")
   };
   struct Cross {
     std::int64_t v = 0, w = 0, b = 0;
+    std::string forward_name, backward_name;
   };
 
   // One input slot: device buffers of a batch and the pinned host memory it is staged in.
@@ -143,7 +146,7 @@ class Model {
   const float* in_labels_ = nullptr;
   SparseInput sparse_;
   // Profiling (see set_profiling).
-  void section(const char* category, const std::string& op = {});
+  void section(const char* category, std::string_view op = {});  // free unless profiling
   void end_profiled_step();
   void read_profile(int parity);
   bool profiling_ = false;

@@ -47,8 +47,10 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
   dense_opt_ = to_params(spec.dense_optimizer);
   // ---- dense parameter layout ----
   std::int64_t off = 0;
-  auto add_linear = [&](std::vector<Linear>& v, int in, int out, Activation act) {
+  auto add_linear = [&](std::vector<Linear>& v, const char* name, int in, int out, Activation act) {
     Linear l;
+    l.forward_name = std::string(name) + "." + std::to_string(v.size()) + " forward";
+    l.backward_name = std::string(name) + "." + std::to_string(v.size()) + " backward";
     l.in = in;
     l.out = out;
     l.act = act;
@@ -60,7 +62,7 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
   };
   int width = spec.dense_features;
   for (int out : spec.bottom_mlp) {
-    add_linear(bottom_, width, out, Activation::relu);
+    add_linear(bottom_, "bottom", width, out, Activation::relu);
     width = out;
   }
   bottom_out_ = width;
@@ -71,6 +73,8 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
     const std::int64_t N = x0_cols_;
     for (int l = 0; l < spec.interaction.cross_layers; ++l) {
       Cross c;
+      c.forward_name = "cross." + std::to_string(l) + " forward";
+      c.backward_name = "cross." + std::to_string(l) + " backward";
       c.v = off;
       off += rank_ * N;
       c.w = off;
@@ -83,7 +87,7 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
   width = inter_out_;
   for (std::size_t i = 0; i < spec.top_mlp.size(); ++i) {
     const bool last = i + 1 == spec.top_mlp.size();
-    add_linear(top_, width, spec.top_mlp[i], last ? Activation::none : Activation::relu);
+    add_linear(top_, "top", width, spec.top_mlp[i], last ? Activation::none : Activation::relu);
     width = spec.top_mlp[i];
   }
   dense_count_ = off;
@@ -249,20 +253,33 @@ void Model::stage(const Batch& batch) {
   InputSlot& slot = slots_[index];
   const std::int64_t n = batch.size;
   const auto nids = static_cast<std::int64_t>(batch.ids.size());
+  // Pinned staging layout: dense | labels | offsets | ids, 8-byte aligned.
+  struct Layout {
+    std::size_t labels, offsets, ids, total;
+  };
+  auto layout = [](std::size_t dense_floats, std::size_t labels, std::size_t offsets, std::size_t ids) {
+    Layout l{};
+    l.labels = align8(dense_floats * 4);
+    l.offsets = l.labels + align8(labels * 4);
+    l.ids = l.offsets + offsets * 8;
+    l.total = l.ids + ids * 8;
+    return l;
+  };
   const std::size_t dense_bytes = batch.dense.size() * 4, label_bytes = batch.labels.size() * 4;
   const std::size_t offset_bytes = batch.offsets.size() * 8, id_bytes = static_cast<std::size_t>(nids) * 8;
-  const std::size_t at_labels = align8(dense_bytes), at_offsets = at_labels + align8(label_bytes);
-  const std::size_t at_ids = at_offsets + offset_bytes, total = at_ids + id_bytes;
+  const Layout at = layout(batch.dense.size(), batch.labels.size(), batch.offsets.size(), static_cast<std::size_t>(nids));
 
   backend_.begin_input(index);  // the slot's last copies have read its pinned memory
-  if (total > slot.pinned_bytes) {
+  if (at.total > slot.pinned_bytes) {  // first use, or ids beyond the capacity: room for a full batch
     backend_.deallocate_pinned(slot.pinned);
     slot.pinned = nullptr;
     slot.pinned_bytes = 0;
-    const std::size_t want = std::max(total, align8(static_cast<std::size_t>(max_batch_) *
-                                                     (static_cast<std::size_t>(spec_.dense_features) + 1) * 4) +
-                                                  static_cast<std::size_t>(max_batch_ * spec_.num_tables() + 1) * 8 +
-                                                  static_cast<std::size_t>(slot.ids_capacity) * 8);
+    const auto B = static_cast<std::size_t>(max_batch_);
+    const std::size_t want =
+        std::max(at.total, layout(B * static_cast<std::size_t>(spec_.dense_features), B,
+                                  B * static_cast<std::size_t>(spec_.num_tables()) + 1,
+                                  std::max(static_cast<std::size_t>(slot.ids_capacity), static_cast<std::size_t>(nids)))
+                               .total);
     slot.pinned = backend_.allocate_pinned(want);
     slot.pinned_bytes = want;
   }
@@ -274,14 +291,14 @@ void Model::stage(const Batch& batch) {
   }
   auto* host = static_cast<char*>(slot.pinned);
   parallel_copy(host, batch.dense.data(), dense_bytes);
-  parallel_copy(host + at_labels, batch.labels.data(), label_bytes);
-  parallel_copy(host + at_offsets, batch.offsets.data(), offset_bytes);
-  parallel_copy(host + at_ids, batch.ids.data(), id_bytes);
+  parallel_copy(host + at.labels, batch.labels.data(), label_bytes);
+  parallel_copy(host + at.offsets, batch.offsets.data(), offset_bytes);
+  parallel_copy(host + at.ids, batch.ids.data(), id_bytes);
   try {
     backend_.input_copy(slot.dense.get(), host, dense_bytes);
-    if (label_bytes > 0) backend_.input_copy(slot.labels.get(), host + at_labels, label_bytes);
-    backend_.input_copy(slot.offsets.get(), host + at_offsets, offset_bytes);
-    if (id_bytes > 0) backend_.input_copy(slot.ids.get(), host + at_ids, id_bytes);
+    if (label_bytes > 0) backend_.input_copy(slot.labels.get(), host + at.labels, label_bytes);
+    backend_.input_copy(slot.offsets.get(), host + at.offsets, offset_bytes);
+    if (id_bytes > 0) backend_.input_copy(slot.ids.get(), host + at.ids, id_bytes);
   } catch (...) {
     backend_.end_input(index);  // copies already enqueued are still waited for before the slot is reused
     throw;
@@ -313,7 +330,7 @@ void Model::forward(std::int64_t n) {
   CMat x(in_dense_, n, spec_.dense_features);
   for (std::size_t i = 0; i < bottom_.size(); ++i) {
     const Linear& l = bottom_[i];
-    section("mlp", "bottom." + std::to_string(i) + " forward");
+    section("mlp", l.forward_name);
     const Mat y = i + 1 == bottom_.size() ? x0.cols_slice(0, bottom_out_)
                                           : Mat(bottom_act_[i].as<float>(), n, l.out);
     backend_.linear_forward(x, CMat(param(l.w), l.out, l.in), param(l.b), l.act, y);
@@ -339,15 +356,14 @@ void Model::forward(std::int64_t n) {
     const std::int64_t N = x0_cols_;
     CMat xl = x0;
     for (std::size_t l = 0; l < cross_.size(); ++l) {
-      section("interaction", "cross." + std::to_string(l) + " forward");
+      section("interaction", cross_[l].forward_name);
       const Mat next(cross_x_[l].as<float>(), n, N);
       backend_.cross_forward(x0, xl, CMat(param(cross_[l].v), rank_, N),
                              CMat(param(cross_[l].w), N, rank_), param(cross_[l].b),
                              Mat(cross_u_[l].as<float>(), n, rank_),
                              Mat(cross_z_[l].as<float>(), n, N), next);
       hold(cross_x_[l], n * N);
-      hold(cross_u_[l], n * rank_);
-      hold(cross_z_[l], n * N);
+      hold(cross_u_[l], n * rank_);  // z is read by elementwise kernels only: nothing to hold
       xl = next;
     }
     top_in = xl;
@@ -356,7 +372,7 @@ void Model::forward(std::int64_t n) {
   x = top_in;
   for (std::size_t i = 0; i < top_.size(); ++i) {
     const Linear& l = top_[i];
-    section("mlp", "top." + std::to_string(i) + " forward");
+    section("mlp", l.forward_name);
     const Mat y(top_act_[i].as<float>(), n, l.out);
     backend_.linear_forward(x, CMat(param(l.w), l.out, l.in), param(l.b), l.act, y);
     hold(top_act_[i], n * l.out);
@@ -376,7 +392,7 @@ void Model::backward(std::int64_t n) {
                                      : CMat(cross_x_.back().as<float>(), n, x0_cols_);
   for (std::size_t k = top_.size(); k-- > 0;) {
     const Linear& l = top_[k];
-    section("mlp", "top." + std::to_string(k) + " backward");
+    section("mlp", l.backward_name);
     const CMat x = k == 0 ? top_in : CMat(top_act_[k - 1].as<float>(), n, l.in);
     const Mat dx = k == 0 ? Mat(d_inter_.as<float>(), n, l.in) : Mat(b, n, l.in);
     backend_.linear_backward(x, CMat(param(l.w), l.out, l.in), CMat(top_act_[k].as<float>(), n, l.out),
@@ -400,7 +416,7 @@ void Model::backward(std::int64_t n) {
     float* g = d_inter_.as<float>();
     float* h = dcross_.as<float>();
     for (std::size_t l = cross_.size(); l-- > 0;) {
-      section("interaction", "cross." + std::to_string(l) + " backward");
+      section("interaction", cross_[l].backward_name);
       Backend::CrossBackwardMode mode;
       mode.first_into_dx0 = l + 1 == cross_.size();
       mode.xl_is_x0 = l == 0;
@@ -423,7 +439,7 @@ void Model::backward(std::int64_t n) {
   CMat dy = dx0.cols_slice(0, D);
   for (std::size_t k = bottom_.size(); k-- > 0;) {
     const Linear& l = bottom_[k];
-    section("mlp", "bottom." + std::to_string(k) + " backward");
+    section("mlp", l.backward_name);
     const CMat x = k == 0 ? CMat(in_dense_, n, l.in)
                           : CMat(bottom_act_[k - 1].as<float>(), n, l.in);
     const CMat y = k + 1 == bottom_.size() ? CMat(x0.cols_slice(0, D))
@@ -477,14 +493,14 @@ void Model::set_profiling(bool on) {
   profiling_ = on;
 }
 
-void Model::section(const char* category, const std::string& op) {
+void Model::section(const char* category, std::string_view op) {
   if (!profiling_) return;
   auto& marks = marks_[mark_parity_];
   // A step has a mark set of 64; a deeper model's extra sections fold into the one before (the
   // last mark is kept for the end of the step).
   if (marks.size() >= 63 && category[0] != '\0') return;
   backend_.timing_mark(mark_parity_ * 64 + static_cast<int>(marks.size()));
-  marks.push_back({category, op});
+  marks.emplace_back(category, std::string(op));
 }
 
 void Model::end_profiled_step() {

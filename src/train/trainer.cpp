@@ -257,8 +257,9 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
   std::int64_t examples = 0, window_steps = 0, window_examples = 0;
   const auto loop_start = Clock::now();
   auto window_start = loop_start, last_report = loop_start;
-  // After-warm-up rate: from the end of the second step (the device drained once there, so the
-  // clock starts with it) to the end, evaluation and checkpoints excluded.
+  // The first steps plan the BLAS calls and grow scratch: the profile and the after-warm-up rate
+  // start after them (the rate's clock at the end of step start + kWarmupSteps, the device drained
+  // once there) and exclude evaluation and checkpoints.
   constexpr std::int64_t kWarmupSteps = 2;
   std::optional<Clock::time_point> steady_start;
   double steady_paused = 0;
@@ -268,7 +269,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
   while (have) {
     const std::int64_t n = b.size;
     if (steady_start) steady_examples += n;
-    if (cfg.profile && model.step() == start + 2) model.set_profiling(true);  // after warm-up
+    if (cfg.profile && model.step() == start + kWarmupSteps) model.set_profiling(true);  // after warm-up
     model.train_staged();
     examples += n;
     window_examples += n;
@@ -285,7 +286,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
     if (eval_now || ckpt_now) {
       const auto p0 = Clock::now();
       backend->synchronize();
-      const bool profiling = cfg.profile && model.step() >= start + 2;
+      const bool profiling = cfg.profile && model.step() >= start + kWarmupSteps;
       if (profiling) model.set_profiling(false);
       if (eval_now) run_eval(step);
       if (ckpt_now) save(step);
