@@ -115,8 +115,13 @@ std::string plan_to_json(const Plan& plan);
 Plan plan_from_json(const std::string& text, const std::string& origin);
 Plan load_plan(const std::filesystem::path& file);
 
-// The model as the plan trains it: table dtypes, embedding optimizer. Throws InputError
-// if the plan is not for this model.
-ModelSpec apply_plan(const ModelSpec& model, const Plan& plan);
+// The model as the plan trains it: table dtypes, embedding optimizer, and the batch (the plan's
+// global batch, or `batch` when positive) with the learning rates scaled linearly from the
+// model's batch to it. Throws InputError if the plan is not for this model.
+ModelSpec apply_plan(const ModelSpec& model, const Plan& plan, std::int64_t batch = 0);
+
+// Whether a predicted step fits: every device within its HBM budget and the host-placed tables
+// within the host's memory per GPU.
+bool fits(const Prediction& prediction, const DeviceSpec& device);
 
 }  // namespace parity

@@ -25,16 +25,13 @@ struct DenseWork {
   double loss_s = 0;
   double saved_floats_per_example = 0;  // activations kept for the backward
   double grad_floats_per_example = 0;   // gradient scratch
-  std::vector<KernelChoice> kernels;
 };
 
 DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const DeviceSpec& dev,
                      const Calibration& cal) {
   DenseWork w;
-  auto gemm = [&](const std::string& op, std::int64_t mm, std::int64_t nn, std::int64_t kk) {
-    const GemmEstimate e = gemm_best({mm, nn, kk, math}, dev, cal);
-    w.kernels.push_back({op, mm, nn, kk, e.tile.m, e.tile.n, e.seconds});
-    return e.seconds;
+  auto gemm = [&](std::int64_t mm, std::int64_t nn, std::int64_t kk) {
+    return gemm_best({mm, nn, kk, math}, dev, cal).seconds;
   };
   // What the implementation moves besides the products (GpuBackend, measured with the step profile,
   // docs/perf/training.md): activations are stored in fp32 in every dense math; in bf16 math each
@@ -46,12 +43,11 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
   double widest = std::max(m.dense_features, m.interaction_output_dim());
   auto mlp = [&](const std::string& name, const std::vector<int>& sizes, int in, bool first_needs_dx) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      const std::string op = name + "." + std::to_string(i);
       const int out = sizes[i];
-      w.mlp_s += gemm(op + " forward", b, out, in);
+      w.mlp_s += gemm(b, out, in);
       w.mlp_s += memory_pass_time(static_cast<double>(b) * in * convert, dev, cal);  // the input's bf16 copy
-      if (i > 0 || first_needs_dx) w.mlp_backward_s += gemm(op + " backward dx", b, in, out);
-      w.mlp_backward_s += gemm(op + " backward dw", out, in, b);
+      if (i > 0 || first_needs_dx) w.mlp_backward_s += gemm(b, in, out);
+      w.mlp_backward_s += gemm(out, in, b);
       // ReLU mask of the gradient (read y and dy, write dz and its bf16 copy), then dbias.
       const bool relu = name == "bottom_mlp" || i + 1 < sizes.size();
       if (relu) w.mlp_backward_s += memory_pass_time(static_cast<double>(b) * out * (12.0 + (narrow ? 2.0 : 0.0)), dev, cal);
@@ -67,8 +63,7 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
   if (m.interaction.kind == InteractionKind::dcnv2) {
     const std::int64_t r = m.interaction.low_rank;
     for (int l = 0; l < m.interaction.cross_layers; ++l) {
-      const std::string op = "cross." + std::to_string(l);
-      w.interaction_s += gemm(op + " forward u", b, r, n) + gemm(op + " forward z", b, n, r);
+      w.interaction_s += gemm(b, r, n) + gemm(b, n, r);
       // x_next = x0 * z + xl in fp32 (read 3, write 1), the bf16 copies of xl and u.
       w.interaction_s += memory_pass_time(static_cast<double>(b) * (16.0 * n + convert * (n + r)), dev, cal);
       // dz = g * x0 and dx0 += g * z (read g, x0, z and dx0, except in the last layer, which
@@ -78,8 +73,8 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
       const double dx0_read = l + 1 == m.interaction.cross_layers ? 0.0 : 4.0;
       w.interaction_backward_s += memory_pass_time(
           static_cast<double>(b) * (n * (20.0 + dx0_read + (narrow ? 2.0 : 0.0) + 8.0) + r * convert), dev, cal);
-      w.interaction_backward_s += gemm(op + " backward dw", n, r, b) + gemm(op + " backward du", b, r, n) +
-                                  gemm(op + " backward dv", r, n, b) + gemm(op + " backward dxl", b, n, r);
+      w.interaction_backward_s += gemm(n, r, b) + gemm(b, r, n) +
+                                  gemm(r, n, b) + gemm(b, n, r);
       w.saved_floats_per_example += 2.0 * n + r;
     }
     w.grad_floats_per_example += 2.0 * n;

@@ -626,7 +626,7 @@ Plan port_plan(const Plan& source, const ModelSpec& m, const DeviceSpec& dev,
   return p;
 }
 
-ModelSpec apply_plan(const ModelSpec& model, const Plan& plan) {
+ModelSpec apply_plan(const ModelSpec& model, const Plan& plan, std::int64_t batch) {
   if (plan.model != model.name)
     throw InputError("plan is for model '" + plan.model + "', not '" + model.name + "'");
   if (plan.tables.size() != model.tables.size())
@@ -640,11 +640,15 @@ ModelSpec apply_plan(const ModelSpec& model, const Plan& plan) {
     m.tables[t].dtype = plan.tables[t].dtype;
   }
   m.embedding_optimizer.kind = plan.embedding_optimizer;
-  const double scale = static_cast<double>(plan.global_batch) / model.batch_size;
+  m.batch_size = batch > 0 ? batch : plan.global_batch;
+  const double scale = static_cast<double>(m.batch_size) / static_cast<double>(model.batch_size);
   m.embedding_optimizer.lr *= scale;
   m.dense_optimizer.lr *= scale;
-  m.batch_size = plan.global_batch;
   return m;
+}
+
+bool fits(const Prediction& p, const DeviceSpec& device) {
+  return p.peak_memory_bytes <= p.memory_budget_bytes && p.host_memory_bytes <= device.host_memory_bytes.value;
 }
 
 }  // namespace parity

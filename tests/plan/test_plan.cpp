@@ -195,6 +195,14 @@ TEST(PlanFile, RoundTripsAndReEvaluatesTheSame) {
   const ModelSpec applied = apply_plan(m, q);
   EXPECT_EQ(applied.embedding_optimizer.kind, OptimizerKind::rowwise_adagrad);
   EXPECT_EQ(applied.batch_size, q.global_batch);
+  const double to_plan = static_cast<double>(q.global_batch) / static_cast<double>(m.batch_size);
+  EXPECT_DOUBLE_EQ(applied.embedding_optimizer.lr, m.embedding_optimizer.lr * to_plan);
+  EXPECT_DOUBLE_EQ(applied.dense_optimizer.lr, m.dense_optimizer.lr * to_plan);
+  // Another batch: the learning rates scale from the model's batch to it, once.
+  const ModelSpec half = apply_plan(m, q, m.batch_size / 2);
+  EXPECT_EQ(half.batch_size, m.batch_size / 2);
+  EXPECT_DOUBLE_EQ(half.embedding_optimizer.lr, m.embedding_optimizer.lr * 0.5);
+  EXPECT_DOUBLE_EQ(half.dense_optimizer.lr, m.dense_optimizer.lr * 0.5);
   ModelSpec other = model("tiny");
   EXPECT_THROW(apply_plan(other, q), InputError);
 }

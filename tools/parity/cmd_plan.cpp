@@ -40,11 +40,6 @@ std::string join_counts(const std::map<std::string, int>& m) {
   return out;
 }
 
-bool fits(const Plan& p) {
-  return p.prediction.peak_memory_bytes <= p.prediction.memory_budget_bytes &&
-         p.prediction.host_memory_bytes >= 0;
-}
-
 void print_plan(const Plan& p, const DeviceSpec& dev, bool verbose) {
   const auto& pr = p.prediction;
   const Summary s = summarize(p);
@@ -99,7 +94,7 @@ void print_plan(const Plan& p, const DeviceSpec& dev, bool verbose) {
 void print_port(const Plan& source, const Plan& port, const Plan& co, const DeviceSpec& src,
                 const DeviceSpec& dst) {
   const Summary a = summarize(port), b = summarize(co);
-  const bool port_fits = fits(port);
+  const bool port_fits = fits(port.prediction, dst);
   fmt::print("{} on {} x {}: direct port of the {} recipe vs co-designed\n\n", co.model, co.gpus,
              dst.display_name, src.display_name);
   fmt::print("  {:<26}{:<42}{}\n", "", fmt::format("port from {}", src.name), "co-designed");

@@ -214,7 +214,7 @@ void add_train_command(CLI::App& app) {
       plan = std::make_shared<Plan>(load_plan(args->plan));
       const std::string model = model_opt->count() > 0 || plan->model_file.empty() ? args->model
                                                                                    : plan->model_file;
-      cfg.model = apply_plan(load_model_spec(resolve_model(model)), *plan);
+      cfg.model = apply_plan(load_model_spec(resolve_model(model)), *plan, args->batch);
       cfg.batch = plan->global_batch;
       cfg.dense_math = plan->dense_math;
       fmt::print("parity train: plan {} ({} x {}): global batch {}, embedding optimizer {}, dense "
@@ -239,7 +239,7 @@ void add_train_command(CLI::App& app) {
                        cfg.model.name, dev->display_name, e.what());
           }
           if (plan) {
-            cfg.model = apply_plan(cfg.model, *plan);
+            cfg.model = apply_plan(cfg.model, *plan, args->batch);
             cfg.batch = plan->global_batch;
             cfg.dense_math = plan->dense_math;
             fmt::print("parity train: planned for the detected {} as {} ({}): batch {}, embedding optimizer {}, dense "
@@ -258,15 +258,10 @@ void add_train_command(CLI::App& app) {
     cfg.steps = args->steps;
     if (args->batch > 0) {
       cfg.batch = args->batch;
-      if (plan && args->batch != plan->global_batch) {  // the plan scaled the lr to its batch: follow --batch
-        const double scale = static_cast<double>(args->batch) / static_cast<double>(plan->global_batch);
-        cfg.model.embedding_optimizer.lr *= scale;
-        cfg.model.dense_optimizer.lr *= scale;
-        cfg.model.batch_size = args->batch;
-        fmt::print("parity train: --batch {} instead of the plan's {}: learning rates scaled by {:.4g} (linear "
-                   "scaling, as the plan does)\n",
-                   args->batch, plan->global_batch, scale);
-      }
+      if (plan && args->batch != plan->global_batch)  // apply_plan scaled the learning rates to --batch
+        fmt::print("parity train: --batch {} instead of the plan's {}: learning rates {:.4g} (embedding) and {:.4g} "
+                   "(dense), scaled linearly from the model's batch as the plan does\n",
+                   args->batch, plan->global_batch, cfg.model.embedding_optimizer.lr, cfg.model.dense_optimizer.lr);
     }
     cfg.seed = args->seed;
     cfg.backend = args->backend;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "common.h"
 #include "parity/error.h"
@@ -38,8 +39,9 @@ namespace {
 // scheduler slice. Measured on 2 cores, two concurrent `parity train` runs: 14.9 s with the
 // default, 3.1 s with OMP_WAIT_POLICY=PASSIVE (one run alone: the same 3.0 s either way). The
 // runtime reads the policy when the program loads, so parity sets it and starts itself again,
-// once, unless the user chose a policy.
-void prefer_passive_openmp(char** argv) {
+// once, unless the user chose a policy; only for the subcommands that run OpenMP (train, data).
+void prefer_passive_openmp(int argc, char** argv) {
+  if (argc < 2 || (std::strcmp(argv[1], "train") != 0 && std::strcmp(argv[1], "data") != 0)) return;
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("PARITY_NO_REEXEC") != nullptr) return;
   if (::setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
   ::execv("/proc/self/exe", argv);  // returns only on failure: go on with the default policy
@@ -48,7 +50,7 @@ void prefer_passive_openmp(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  prefer_passive_openmp(argv);
+  prefer_passive_openmp(argc, argv);
   CLI::App app{
       "parity trains recommendation models (DLRM with DCNv2 or dot interaction) with a recipe\n"
       "co-designed for each device.\n\n"
