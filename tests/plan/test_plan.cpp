@@ -143,7 +143,7 @@ ModelSpec random_model(std::mt19937_64& rng) {
 TEST(Planner, PropertiesOverRandomModelsAndDevices) {
   std::mt19937_64 rng(20261129);
   const auto catalog = load_device_catalog(kConfigs / "devices");
-  int planned = 0, infeasible = 0;
+  int planned = 0;
   for (int i = 0; i < 60; ++i) {
     const ModelSpec m = random_model(rng);
     const DeviceSpec& d = catalog[static_cast<std::size_t>(i) % catalog.size()];
@@ -152,8 +152,7 @@ TEST(Planner, PropertiesOverRandomModelsAndDevices) {
     try {
       p = make_plan(m, d, gpus, options());
     } catch (const InfeasibleError&) {
-      ++infeasible;
-      continue;
+      continue;  // some random models fit nowhere: what matters is the plans that are made
     }
     ++planned;
     // Peak memory within the budget, on every device, and host memory within the host's.
@@ -175,10 +174,9 @@ TEST(Planner, PropertiesOverRandomModelsAndDevices) {
     bigger.hbm_bytes.value *= 2;
     const Plan q = make_plan(m, bigger, gpus, options());
     EXPECT_GE(q.prediction.examples_per_s, p.prediction.examples_per_s * (1 - 1e-9))
-        << "model " << i << " on " << gpus << " x " << d.name << "\nDBG1 " << plan_to_json(p) << "\nDBG2 " << plan_to_json(q);
+        << "model " << i << " on " << gpus << " x " << d.name;
   }
   EXPECT_GT(planned, 30);
-  EXPECT_GT(infeasible + planned, 0);
 }
 
 TEST(PlanFile, RoundTripsAndReEvaluatesTheSame) {
@@ -242,19 +240,34 @@ TEST(PlanFile, BadFilesNameTheField) {
                InputError);
 }
 
+// Every table's shards tile it exactly: each (row, column) cell belongs to one shard, counted here
+// from the shard bounds themselves (not by the evaluator that the planner also calls).
 TEST(Planner, ShardsCoverEveryTableOnManyGpus) {
   const ModelSpec m = model("prod-many-features");
   const Plan p = make_plan(m, device("mi355x"), 128, options());
+  ASSERT_EQ(p.tables.size(), m.tables.size());
+  std::set<int> used;
   for (std::size_t t = 0; t < p.tables.size(); ++t) {
     const auto& tp = p.tables[t];
-    ASSERT_FALSE(tp.shards.empty());
+    const TableSpec& ts = m.tables[t];
+    ASSERT_FALSE(tp.shards.empty()) << ts.name;
+    double cells = 0;
     for (const auto& s : tp.shards) {
       EXPECT_GE(s.device, 0);
       EXPECT_LT(s.device, 128);
+      used.insert(s.device);
+      EXPECT_TRUE(0 <= s.row_begin && s.row_begin < s.row_end && s.row_end <= ts.rows) << ts.name;
+      EXPECT_TRUE(0 <= s.col_begin && s.col_begin < s.col_end && s.col_end <= ts.dim) << ts.name;
+      cells += static_cast<double>(s.row_end - s.row_begin) * (s.col_end - s.col_begin);
     }
+    // Replicated tables hold a full copy per shard; the others split the table exactly once.
+    const double table_cells = static_cast<double>(ts.rows) * ts.dim;
+    if (tp.sharding == Sharding::replicated)
+      EXPECT_DOUBLE_EQ(cells, table_cells * static_cast<double>(tp.shards.size())) << ts.name;
+    else
+      EXPECT_DOUBLE_EQ(cells, table_cells) << ts.name;
   }
-  // evaluate_plan validates coverage (rows or columns) and throws otherwise.
-  EXPECT_NO_THROW(evaluate_plan(p, m, device("mi355x"), calibration_for(device("mi355x"), kConfigs)));
+  EXPECT_GT(used.size(), 64u);  // 1000 tables spread over most of the 128 GPUs
 }
 
 }  // namespace
