@@ -7,10 +7,13 @@
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <string>
+#include <vector>
 #include <string_view>
 
 #include "parity/error.h"
 #include "parity/perf.h"
+#include "spec/yaml_util.h"
 
 namespace parity {
 namespace {
@@ -107,53 +110,26 @@ Calibration default_calibration(const DeviceSpec& device) {
 }
 
 Calibration load_calibration(const std::filesystem::path& file, const DeviceSpec& device) {
-  const std::string where = file.string();
+  // The same reader as the model and device specs: unknown and repeated keys rejected (with the
+  // closest known one suggested), every error naming file:line:col and the field.
+  const std::string origin = file.string();
+  const YAML::Node root =
+      spec_yaml::parse_document(spec_yaml::read_text_file(file, "calibration"), origin, "calibration");
+  std::vector<std::string_view> known{"device", "source", "measured", "command"};
+  for (const auto& k : kFields) known.push_back(k.key);
+  const spec_yaml::MapView map = spec_yaml::Field(root, "", &origin).as_map(known, "a map of calibration values");
   Calibration c = default_calibration(device);
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(where);
-  } catch (const YAML::BadFile&) {
-    throw InputError("cannot read calibration '" + where + "'");
-  } catch (const YAML::Exception& e) {
-    throw InputError(where + ":" + std::to_string(e.mark.line + 1) + ":" +
-                     std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
-  }
-  if (!root.IsMap()) throw InputError(where + ": expected a map of calibration values");
-  c.source = where;
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string key = it->first.as<std::string>();
-    const auto mark = it->first.Mark();
-    const std::string at = where + ":" + std::to_string(mark.line + 1) + ":" +
-                           std::to_string(mark.column + 1) + ": field '" + key + "'";
-    if (key == "device") {
-      const std::string d = it->second.IsScalar() ? it->second.as<std::string>() : "";
-      if (d != device.name)
-        throw InputError(at + ": calibration is for device '" + d + "', not '" + device.name + "'");
-      continue;
-    }
-    if (key == "source" || key == "measured" || key == "command") {
-      if (key == "source" && it->second.IsScalar()) c.source = where + " (" + it->second.as<std::string>() + ")";
-      continue;
-    }
-    const Field* f = nullptr;
-    for (const auto& k : kFields)
-      if (k.key == key) f = &k;
-    if (f == nullptr) {
-      std::string known;
-      for (std::size_t i = 0; i < kFields.size(); ++i) known += (i ? ", " : "") + std::string(kFields[i].key);
-      throw InputError(at + ": unknown field; expected one of " + known +
-                       ", device, source, measured, command");
-    }
-    double v = 0;
-    try {
-      v = it->second.as<double>();
-    } catch (const YAML::Exception&) {
-      throw InputError(at + ": expected a number");
-    }
-    if (!std::isfinite(v) || v < f->lo || v > f->hi)
-      throw InputError(at + ": expected a number in [" + std::to_string(f->lo) + ", " +
-                       std::to_string(f->hi) + "], got " + it->second.as<std::string>());
-    c.*(f->member) = v;
+  c.source = origin;
+  if (const auto d = map.get("device"); d && d->as_string() != device.name)
+    d->fail("calibration is for device '" + d->as_string() + "', not '" + device.name + "'");
+  if (const auto src = map.get("source")) c.source = origin + " (" + src->as_string() + ")";
+  for (const auto& f : kFields) {
+    const auto v = map.get(f.key);
+    if (!v) continue;
+    const std::string range = "a number in [" + std::to_string(f.lo) + ", " + std::to_string(f.hi) + "]";
+    const double x = v->as_number(range);
+    if (x < f.lo || x > f.hi) v->fail_expected(range);
+    c.*(f.member) = x;
   }
   return c;
 }

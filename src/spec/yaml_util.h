@@ -9,7 +9,8 @@
 // goes through a MapView, which rejects unknown and duplicate keys up front
 // (suggesting the closest known key) so a typo never passes as a default.
 //
-// Internal to src/spec; not part of the public interface.
+// Internal to the thinking half (src/spec, and src/perf for calibration files); not part of the
+// public interface.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

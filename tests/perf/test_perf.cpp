@@ -180,7 +180,12 @@ TEST(Calibration, FileOverridesAndBadFilesAreClear) {
     return std::string("(no error)");
   };
   std::string m = message("device: h200\nhbm_eficiency: 0.9\n");
-  EXPECT_NE(m.find(":2:1: field 'hbm_eficiency': unknown field"), std::string::npos) << m;
+  EXPECT_NE(m.find(":2:1: unknown field 'hbm_eficiency' (did you mean 'hbm_efficiency'?)"), std::string::npos) << m;
+  m = message("device: h200\nhbm_efficiency: 0.5\nhbm_efficiency: 0.9\n");  // a repeated key is not silently taken
+  EXPECT_NE(m.find(":3:1:"), std::string::npos) << m;
+  EXPECT_NE(m.find("hbm_efficiency"), std::string::npos) << m;
+  m = message("device: h200\n[1]: 2\n");  // a key that is not a name: an InputError, not a crash
+  EXPECT_NE(m.find(":2:"), std::string::npos) << m;
   m = message("device: h200\nhbm_efficiency: 1.5\n");
   EXPECT_NE(m.find("field 'hbm_efficiency': expected a number in [0.01"), std::string::npos) << m;
   m = message("device: b200\n");
