@@ -6,7 +6,7 @@
 #   PARITY_PREBUILT=.devcarry bench/training-check.sh   # binaries built elsewhere (+ .devcarry/lib)
 #
 # Steps (full logs under $OUT, or ./out/training-check; a short table is printed last):
-#   1. GPU tests (test_backend_gpu, the engine tests) unless SKIP_TESTS=1
+#   1. GPU tests (test_backend_gpu, engine runs on the GPU included) unless SKIP_TESTS=1
 #   2. the plan for the full model on one GPU (parity plan --out plan.json)
 #   3. a shard dataset of the full model's synthetic data (parity data synth), TRAIN_BATCHES
 #      batches of 65,536 plus 4 held-out batches, in $SHARDS (page cache holds it)
@@ -44,7 +44,7 @@ fi
 if [ -z "$BIN" ]; then
   say "build (cmake, Release, cpu;cuda)"
   { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "-DPARITY_BACKENDS=cpu;cuda" &&
-    cmake --build build-gpu --target parity test_backend_gpu test_engine; } >>"$OUT/build.log" 2>&1 ||
+    cmake --build build-gpu --target parity test_backend_gpu; } >>"$OUT/build.log" 2>&1 ||
     { tail -30 "$OUT/build.log"; exit 1; }
   BIN=build-gpu
   export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${CUBLAS_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -56,10 +56,6 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   say "GPU tests"
   timeout 200 "$BIN/test_backend_gpu" >"$OUT/tests-gpu.log" 2>&1; echo "test_backend_gpu rc=$?"
   grep -E "^\[  (PASSED|FAILED) |FAILED TEST" "$OUT/tests-gpu.log" | head -20
-  if [ -x "$BIN/test_engine" ]; then
-    timeout 200 "$BIN/test_engine" >"$OUT/tests-engine.log" 2>&1; echo "test_engine rc=$?"
-    grep -E "^\[  (PASSED|FAILED) |FAILED TEST" "$OUT/tests-engine.log" | head -20
-  fi
 fi
 
 # ---- 2-4. the full model ----

@@ -27,11 +27,6 @@ struct Batch {
   std::vector<std::int64_t> ids;      // CSR ids, table-major (see SparseInput)
   std::vector<std::int64_t> offsets;  // [num_tables*size + 1]
   std::vector<float> teacher_prob;    // [size] the planted teacher's P(label=1); empty for real data
-
-  SparseInput sparse() const {
-    return SparseInput{size, num_tables, ids.data(), offsets.data(),
-                       static_cast<std::int64_t>(ids.size())};
-  }
 };
 
 enum class Split : std::uint8_t { train, eval };

@@ -231,7 +231,6 @@ void ShardWriter::flush(Split split) {
   put(sec.labels, p.labels.data(), p.labels.size() * 4);
   if (teacher) put(sec.teacher, p.teacher.data(), p.teacher.size() * 4);
   put(sec.dense, p.dense.data(), p.dense.size() * 4);
-  bool first_table = true;
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(p.n + 1));
   std::int64_t at = 0;
   for (int t = 0; t < T; ++t) {
@@ -239,13 +238,9 @@ void ShardWriter::flush(Split split) {
     offsets[0] = at;
     for (std::int64_t k = 0; k < p.n; ++k) offsets[static_cast<std::size_t>(k + 1)] = offsets[static_cast<std::size_t>(k)] + lens[static_cast<std::size_t>(k)];
     at = offsets.back();
-    if (first_table) {
-      put(sec.offsets, offsets.data(), offsets.size() * 8);
-      first_table = false;
-    } else {
-      f.write(offsets.data(), offsets.size() * 8);
-      written += offsets.size() * 8;
-    }
+    if (t == 0) put(sec.offsets, nullptr, 0);  // the section's padding
+    f.write(offsets.data(), offsets.size() * 8);
+    written += offsets.size() * 8;
   }
   put(sec.ids, nullptr, 0);
   for (int t = 0; t < T; ++t) {

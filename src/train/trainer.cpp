@@ -186,7 +186,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
       if (!reader->next(batch, skip)) break;
   }
   std::int64_t next_index = start;
-  std::atomic<std::int64_t> epoch_started{0};  // set by the loader thread: epoch number (1-based) begun
+  std::atomic<bool> data_repeats{false};  // set by the loader thread when the shards start their second pass
   Prefetcher loader([&](Batch& b) {
     if (total >= 0 && next_index >= total) return false;
     if (synthetic) {
@@ -197,7 +197,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
       ++next_index;
       const std::int64_t epoch = shard_train->epoch();
       const bool more = shard_train->next(batch, b, /*wrap=*/total >= 0);
-      if (shard_train->epoch() == 1 && epoch == 0) epoch_started.store(2);  // said once, at the first repeat
+      if (shard_train->epoch() == 1 && epoch == 0) data_repeats.store(true);  // said once, at the first repeat
       return more;
     }
     ++next_index;
@@ -286,11 +286,8 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
     if (eval_now || ckpt_now) {
       const auto p0 = Clock::now();
       backend->synchronize();
-      const bool profiling = cfg.profile && model.step() >= start + kWarmupSteps;
-      if (profiling) model.set_profiling(false);
-      if (eval_now) run_eval(step);
+      if (eval_now) run_eval(step);  // predict() keeps evaluation out of the step profile
       if (ckpt_now) save(step);
-      if (profiling) model.set_profiling(true);
       const auto pause = Clock::now() - p0;
       paused_seconds += std::chrono::duration<double>(pause).count();
       if (steady_start) steady_paused += std::chrono::duration<double>(pause).count();
@@ -299,12 +296,13 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
     }
     have = loader.next(b);
     if (have) model.stage(b);
-    if (const std::int64_t e = epoch_started.exchange(0); e > 0) {
+    if (data_repeats.exchange(false)) {
       TrainEvent w;
       w.kind = TrainEvent::Kind::warning;
       w.step = step;
-      w.message = "the training data ran out at step " + std::to_string(step) + "; epoch " + std::to_string(e) +
-                  " and later ones repeat it (recommendation models often overfit on a second pass: watch the held-out AUC)";
+      w.message = "the training data ran out (at about step " + std::to_string(step) +
+                  "); epoch 2 and later ones repeat it (recommendation models often overfit on a second pass: "
+                  "watch the held-out AUC)";
       emit(w);
     }
     if (last || seconds_since(last_report) >= cfg.report_interval_s) {

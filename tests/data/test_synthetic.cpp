@@ -131,11 +131,6 @@ TEST(Synthetic, CsrIsWellFormed) {
   }
   for (float l : x.labels) ASSERT_TRUE(l == 0.0f || l == 1.0f);
   for (float p : x.teacher_prob) ASSERT_TRUE(p > 0.0f && p < 1.0f);
-  const SparseInput s = x.sparse();
-  EXPECT_EQ(s.batch, 500);
-  EXPECT_EQ(s.num_tables, T);
-  EXPECT_EQ(s.ids, x.ids.data());
-  EXPECT_EQ(s.offsets, x.offsets.data());
 }
 
 TEST(Synthetic, EmptyBatch) {

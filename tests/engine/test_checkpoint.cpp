@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -40,6 +42,17 @@ TEST_F(Checkpoint, RoundTripIsExactAndReadableAsSafetensors) {
   const ModelSpec spec = testing::micro_model(InteractionKind::dcnv2, OptimizerKind::adagrad,
                                               OptimizerKind::adam, 0.1);
   Model a(spec, *backend, 8, 1), b(spec, *backend, 8, 2);
+  // Train a step first: optimizer state starts at zero in both models, so without it a loader
+  // that skipped the state would pass.
+  SyntheticData data(spec, 1);
+  Batch batch;
+  data.batch(Split::train, 0, 8, batch);
+  a.train_step(batch);
+  for (const auto& t : a.tensors()) {
+    if (t.name.rfind("optimizer.", 0) != 0) continue;
+    const auto* v = static_cast<const float*>(t.data);
+    EXPECT_TRUE(std::any_of(v, v + t.elements(), [](float x) { return x != 0.0f; })) << t.name;
+  }
   const fs::path file = checkpoint_path(dir_, 3);
   save_safetensors(file, a.tensors(), {{"step", "3"}}, *backend);
   EXPECT_FALSE(fs::exists(file.string() + ".tmp"));
