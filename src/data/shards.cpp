@@ -39,6 +39,7 @@
 #include <system_error>
 #include <utility>
 
+#include "core/atomic_file.h"
 #include "parity/data.h"
 #include "parity/error.h"
 
@@ -88,53 +89,6 @@ Sections sections_of(const Header& h) {
 }
 
 std::string split_name(Split s) { return s == Split::train ? "train" : "eval"; }
-
-// Writes bytes to path via a temporary file, fsync and rename.
-class AtomicFile {
- public:
-  explicit AtomicFile(std::filesystem::path path) : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd_ < 0) throw InputError("cannot write '" + tmp_.string() + "': " + std::strerror(errno));
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      std::error_code ec;
-      std::filesystem::remove(tmp_, ec);
-    }
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-  void write(const void* p, std::size_t bytes) {
-    const char* c = static_cast<const char*>(p);
-    while (bytes > 0) {
-      const ssize_t w = ::write(fd_, c, std::min<std::size_t>(bytes, std::size_t{1} << 30));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        throw InputError("cannot write '" + tmp_.string() + "': " + std::strerror(errno));
-      }
-      c += w;
-      bytes -= static_cast<std::size_t>(w);
-    }
-  }
-  void commit() {
-    if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
-      fd_ = -1;
-      throw InputError("cannot write '" + tmp_.string() + "': " + std::strerror(errno));
-    }
-    fd_ = -1;
-    std::filesystem::rename(tmp_, path_);
-    const int dir = ::open(path_.parent_path().empty() ? "." : path_.parent_path().c_str(), O_RDONLY);
-    if (dir >= 0) {
-      (void)::fsync(dir);
-      ::close(dir);
-    }
-  }
-
- private:
-  std::filesystem::path path_, tmp_;
-  int fd_ = -1;
-};
 
 }  // namespace
 
@@ -217,7 +171,7 @@ void ShardWriter::flush(Split split) {
   auto& files = files_[static_cast<int>(split)];
   char name[64];
   std::snprintf(name, sizeof name, "%s-%05zu.bin", split_name(split).c_str(), files.size());
-  AtomicFile f(dir_ / name);
+  AtomicFile f(dir_ / name, "shard file");
   const Sections sec = sections_of(h);
   std::uint64_t written = 0;
   auto put = [&](std::uint64_t at, const void* data, std::size_t bytes) {  // zero padding up to `at`
@@ -279,7 +233,7 @@ void ShardWriter::finish() {
     meta["splits"][split_name(s)] = {{"examples", total}, {"files", files}};
   }
   const std::string text = meta.dump(2) + "\n";
-  AtomicFile f(dir_ / "meta.json");
+  AtomicFile f(dir_ / "meta.json", "dataset description");
   f.write(text.data(), text.size());
   f.commit();
 }

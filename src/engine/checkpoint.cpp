@@ -4,9 +4,6 @@
 // checkpoint gives a message, not a crash.
 #include "parity/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "core/atomic_file.h"
 #include "parity/error.h"
 
 namespace parity {
@@ -24,40 +22,6 @@ constexpr std::size_t kChunk = std::size_t{64} << 20;         // host staging bu
 constexpr std::uint64_t kMaxHeader = std::uint64_t{100} << 20;  // safetensors' own limit
 
 std::string sys_error() { return std::strerror(errno); }
-
-// An open file descriptor that is closed on every path.
-class Fd {
- public:
-  Fd(const fs::path& p, int flags, mode_t mode = 0644) : fd_(::open(p.c_str(), flags, mode)) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
-
- private:
-  int fd_;
-};
-
-void write_all(int fd, const void* data, std::size_t n, const fs::path& p) {
-  const char* c = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw Error("cannot write checkpoint '" + p.string() + "': " + sys_error());
-    }
-    c += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
 
 }  // namespace
 
@@ -80,39 +44,23 @@ void save_safetensors(const fs::path& file, const std::vector<TensorRef>& tensor
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error("cannot create checkpoint directory '" + dir.string() + "': " + ec.message());
-  const fs::path tmp = file.string() + ".tmp";
-  {
-    Fd fd(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC);
-    if (!fd.ok()) throw Error("cannot create checkpoint '" + tmp.string() + "': " + sys_error());
-    std::uint8_t len[8];
-    const std::uint64_t hs = h.size();
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(hs >> (8 * i));
-    try {
-      write_all(fd.get(), len, 8, tmp);
-      write_all(fd.get(), h.data(), h.size(), tmp);
-      std::vector<char> stage(std::min<std::size_t>(kChunk, std::max<std::uint64_t>(off, 1)));
-      for (const auto& t : tensors) {
-        const std::size_t total = t.bytes();
-        for (std::size_t done = 0; done < total;) {
-          const std::size_t n = std::min(stage.size(), total - done);
-          backend.copy_to_host(stage.data(), static_cast<const char*>(t.data) + done, n);
-          write_all(fd.get(), stage.data(), n, tmp);
-          done += n;
-        }
-      }
-      if (::fsync(fd.get()) != 0) throw Error("cannot sync '" + tmp.string() + "': " + sys_error());
-    } catch (...) {
-      fs::remove(tmp, ec);
-      throw;
+  AtomicFile out(file, "checkpoint");
+  std::uint8_t len[8];
+  const std::uint64_t hs = h.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(hs >> (8 * i));
+  out.write(len, 8);
+  out.write(h.data(), h.size());
+  std::vector<char> stage(std::min<std::size_t>(kChunk, std::max<std::uint64_t>(off, 1)));
+  for (const auto& t : tensors) {
+    const std::size_t total = t.bytes();
+    for (std::size_t done = 0; done < total;) {
+      const std::size_t n = std::min(stage.size(), total - done);
+      backend.copy_to_host(stage.data(), static_cast<const char*>(t.data) + done, n);
+      out.write(stage.data(), n);
+      done += n;
     }
   }
-  if (::rename(tmp.c_str(), file.c_str()) != 0) {
-    const std::string why = sys_error();
-    fs::remove(tmp, ec);
-    throw Error("cannot rename '" + tmp.string() + "' to '" + file.string() + "': " + why);
-  }
-  Fd dfd(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd.ok()) ::fsync(dfd.get());  // make the rename durable
+  out.commit();
 }
 
 SafetensorsHeader read_safetensors_header(const fs::path& file) {
