@@ -108,12 +108,15 @@ class Model {
     void* pinned = nullptr;              // host staging: dense | labels | offsets | ids
     std::size_t pinned_bytes = 0;
     std::int64_t ids_capacity = 0;
-    std::int64_t n = 0;                  // examples of the staged batch
     bool has_labels = false;
     SparseInput sparse;                  // device pointers into this slot
   };
   void check_batch(const Batch& batch) const;
-  void use_slot(InputSlot& slot);
+  // The oldest staged slot, taken off the queue.
+  int take_staged();
+  // A staged slot in use by the step being enqueued: the compute queue waits for its copies, and
+  // release_input is recorded once the step's work that reads it is enqueued (also when it throws).
+  class SlotInUse;
   void forward(std::int64_t n);
   void backward(std::int64_t n);
   Buffer floats(std::int64_t n) { return Buffer(backend_, static_cast<std::size_t>(n) * 4); }
@@ -142,9 +145,7 @@ class Model {
   InputSlot slots_[kInputSlots];
   std::int64_t staged_total_ = 0;   // batches ever staged (slot = staged_total_ % kInputSlots)
   std::int64_t staged_count_ = 0;   // staged, not yet trained
-  const float* in_dense_ = nullptr;
-  const float* in_labels_ = nullptr;
-  SparseInput sparse_;
+  const InputSlot* in_ = nullptr;   // the slot the step being enqueued reads
   // Profiling (see set_profiling).
   void section(const char* category, std::string_view op = {});  // free unless profiling
   void end_profiled_step();

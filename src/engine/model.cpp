@@ -304,7 +304,6 @@ void Model::stage(const Batch& batch) {
     throw;
   }
   backend_.end_input(index);
-  slot.n = n;
   slot.has_labels = label_bytes > 0;
   slot.sparse = SparseInput{n, batch.num_tables, slot.ids.as<std::int64_t>(),
                             slot.offsets.as<std::int64_t>(), nids};
@@ -312,11 +311,39 @@ void Model::stage(const Batch& batch) {
   ++staged_count_;
 }
 
-void Model::use_slot(InputSlot& slot) {
-  in_dense_ = slot.dense.as<float>();
-  in_labels_ = slot.labels.as<float>();
-  sparse_ = slot.sparse;
+int Model::take_staged() {
+  const int index = static_cast<int>((staged_total_ - staged_count_) % kInputSlots);
+  --staged_count_;
+  return index;
 }
+
+class Model::SlotInUse {
+ public:
+  SlotInUse(Model& m, int index) : m_(m), index_(index) {
+    m_.backend_.use_input(index_);
+    m_.in_ = &m_.slots_[index_];
+  }
+  ~SlotInUse() {
+    if (released_) return;
+    m_.in_ = nullptr;
+    try {
+      m_.backend_.release_input(index_);  // unwinding: later copies into the slot still wait
+    } catch (...) {
+    }
+  }
+  SlotInUse(const SlotInUse&) = delete;
+  SlotInUse& operator=(const SlotInUse&) = delete;
+  void release() {
+    released_ = true;
+    m_.in_ = nullptr;
+    m_.backend_.release_input(index_);
+  }
+
+ private:
+  Model& m_;
+  int index_;
+  bool released_ = false;
+};
 
 void Model::forward(std::int64_t n) {
   // Activations are written once per step, here, then only read until the next step: each is
@@ -327,7 +354,7 @@ void Model::forward(std::int64_t n) {
   };
   const Mat x0(x0_.as<float>(), n, x0_cols_);
   // Bottom MLP; its last layer writes straight into x0[:, :D].
-  CMat x(in_dense_, n, spec_.dense_features);
+  CMat x(in_->dense.as<float>(), n, spec_.dense_features);
   for (std::size_t i = 0; i < bottom_.size(); ++i) {
     const Linear& l = bottom_[i];
     section("mlp", l.forward_name);
@@ -339,7 +366,7 @@ void Model::forward(std::int64_t n) {
   }
   // Embedding bags into x0[:, D:].
   section("embedding_forward");
-  backend_.embedding_forward(tables_, emb_weights_.as<float>(), sparse_,
+  backend_.embedding_forward(tables_, emb_weights_.as<float>(), in_->sparse,
                              x0.cols_slice(bottom_out_, x0_cols_ - bottom_out_));
   hold(x0_, n * x0_cols_);
   // Interaction.
@@ -385,7 +412,7 @@ void Model::backward(std::int64_t n) {
   float* b = dscratch_b_.as<float>();
   // Loss gradient into scratch a: dlogits [n, 1].
   section("loss");
-  backend_.bce_with_logits(top_act_.back().as<float>(), in_labels_, n, a,
+  backend_.bce_with_logits(top_act_.back().as<float>(), in_->labels.as<float>(), n, a,
                            loss_.as<float>());
   // Top MLP backward; the first layer's dx is the gradient of the interaction output.
   const CMat top_in = cross_.empty() ? CMat(inter_out_buf_.as<float>(), n, inter_out_)
@@ -434,13 +461,13 @@ void Model::backward(std::int64_t n) {
   // Embedding backward fused with the table optimizer.
   section("embedding_backward");
   backend_.embedding_backward_update(tables_, emb_weights_.as<float>(), emb_state_.as<float>(),
-                                     sparse_, dx0.cols_slice(D, E), emb_opt_);
+                                     in_->sparse, dx0.cols_slice(D, E), emb_opt_);
   // Bottom MLP backward from dx0[:, :D].
   CMat dy = dx0.cols_slice(0, D);
   for (std::size_t k = bottom_.size(); k-- > 0;) {
     const Linear& l = bottom_[k];
     section("mlp", l.backward_name);
-    const CMat x = k == 0 ? CMat(in_dense_, n, l.in)
+    const CMat x = k == 0 ? CMat(in_->dense.as<float>(), n, l.in)
                           : CMat(bottom_act_[k - 1].as<float>(), n, l.in);
     const CMat y = k + 1 == bottom_.size() ? CMat(x0.cols_slice(0, D))
                                            : CMat(bottom_act_[k].as<float>(), n, l.out);
@@ -467,21 +494,14 @@ void Model::train_step(const Batch& batch) {
 
 void Model::train_staged() {
   if (staged_count_ == 0) throw Error("Model::train_staged: no batch is staged");
-  const int index = static_cast<int>((staged_total_ - staged_count_) % kInputSlots);
-  InputSlot& slot = slots_[index];
-  --staged_count_;
-  if (!slot.has_labels) throw Error("Model::train_staged: the staged batch has no labels");
+  const int index = take_staged();
+  if (!slots_[index].has_labels) throw Error("Model::train_staged: the staged batch has no labels");
   section("input_wait");
-  backend_.use_input(index);
-  use_slot(slot);
-  try {
-    forward(slot.n);
-    backward(slot.n);
-  } catch (...) {
-    backend_.release_input(index);  // later copies into the slot wait for what was enqueued
-    throw;
-  }
-  backend_.release_input(index);
+  SlotInUse use(*this, index);
+  const std::int64_t n = in_->sparse.batch;
+  forward(n);
+  backward(n);
+  use.release();
   ++step_;
   end_profiled_step();
 }
@@ -548,18 +568,10 @@ void Model::predict(const Batch& batch, float* probs) {
     bool was;
     ~NoProfile() { flag = was; }
   } guard{profiling_, std::exchange(profiling_, false)};
-  const int index = static_cast<int>((staged_total_ - 1) % kInputSlots);
-  --staged_count_;
-  backend_.use_input(index);
-  use_slot(slots_[index]);
-  try {
-    forward(batch.size);
-    backend_.sigmoid(top_act_.back().as<float>(), probs_.as<float>(), batch.size);
-  } catch (...) {
-    backend_.release_input(index);
-    throw;
-  }
-  backend_.release_input(index);
+  SlotInUse use(*this, take_staged());
+  forward(batch.size);
+  backend_.sigmoid(top_act_.back().as<float>(), probs_.as<float>(), batch.size);
+  use.release();
   backend_.copy_to_host(probs, probs_.get(), static_cast<std::size_t>(batch.size) * 4);
 }
 
