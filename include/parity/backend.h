@@ -184,6 +184,9 @@ class Backend {
   //   use_input(slot)              compute work enqueued next waits for those copies;
   //   release_input(slot)          marks the compute work that reads the slot enqueued so far.
   // Backends without a second queue (cpu) copy at once; the defaults below are that.
+  // True where input_copy runs in the background (the engine then stages batches in pinned
+  // memory first); false where it copies at once (cpu), so the batch is copied from directly.
+  virtual bool copies_in_background() const { return false; }
   virtual void* allocate_pinned(std::size_t bytes);
   virtual void deallocate_pinned(void* p) noexcept;
   virtual void begin_input(int slot) { (void)slot; }

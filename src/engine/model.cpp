@@ -269,8 +269,11 @@ void Model::stage(const Batch& batch) {
   const std::size_t offset_bytes = batch.offsets.size() * 8, id_bytes = static_cast<std::size_t>(nids) * 8;
   const Layout at = layout(batch.dense.size(), batch.labels.size(), batch.offsets.size(), static_cast<std::size_t>(nids));
 
+  // Backends that copy in the background read from pinned staging memory; the others (cpu) copy
+  // at once, straight from the batch.
+  const bool staging = backend_.copies_in_background();
   backend_.begin_input(index);  // the slot's last copies have read its pinned memory
-  if (at.total > slot.pinned_bytes) {  // first use, or ids beyond the capacity: room for a full batch
+  if (staging && at.total > slot.pinned_bytes) {  // first use, or ids beyond the capacity: room for a full batch
     backend_.deallocate_pinned(slot.pinned);
     slot.pinned = nullptr;
     slot.pinned_bytes = 0;
@@ -289,16 +292,25 @@ void Model::stage(const Batch& batch) {
     slot.ids = std::move(grown);
     slot.ids_capacity = capacity;
   }
-  auto* host = static_cast<char*>(slot.pinned);
-  parallel_copy(host, batch.dense.data(), dense_bytes);
-  parallel_copy(host + at.labels, batch.labels.data(), label_bytes);
-  parallel_copy(host + at.offsets, batch.offsets.data(), offset_bytes);
-  parallel_copy(host + at.ids, batch.ids.data(), id_bytes);
+  struct Part {
+    void* dst;
+    const void* src;
+    std::size_t bytes, staged_at;
+  };
+  Part parts[] = {{slot.dense.get(), batch.dense.data(), dense_bytes, 0},
+                  {slot.labels.get(), batch.labels.data(), label_bytes, at.labels},
+                  {slot.offsets.get(), batch.offsets.data(), offset_bytes, at.offsets},
+                  {slot.ids.get(), batch.ids.data(), id_bytes, at.ids}};
   try {
-    backend_.input_copy(slot.dense.get(), host, dense_bytes);
-    if (label_bytes > 0) backend_.input_copy(slot.labels.get(), host + at.labels, label_bytes);
-    backend_.input_copy(slot.offsets.get(), host + at.offsets, offset_bytes);
-    if (id_bytes > 0) backend_.input_copy(slot.ids.get(), host + at.ids, id_bytes);
+    for (Part& p : parts) {
+      if (p.bytes == 0) continue;
+      if (staging) {
+        char* pinned = static_cast<char*>(slot.pinned) + p.staged_at;
+        parallel_copy(pinned, p.src, p.bytes);
+        p.src = pinned;
+      }
+      backend_.input_copy(p.dst, p.src, p.bytes);
+    }
   } catch (...) {
     backend_.end_input(index);  // copies already enqueued are still waited for before the slot is reused
     throw;

@@ -56,6 +56,7 @@ class GpuBackend final : public Backend {
 
   // Input pipeline: copies run on a second stream, ordered against the compute stream by
   // per-slot events (backend.h describes the protocol).
+  bool copies_in_background() const override { return true; }
   void* allocate_pinned(std::size_t bytes) override;
   void deallocate_pinned(void* p) noexcept override;
   void begin_input(int slot) override;
