@@ -7,6 +7,7 @@
 // cpu_embedding.cpp is the one exception, and it is linear in the ids).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -69,6 +70,19 @@ void store(const double* acc, std::int64_t ld_acc, MatView<T> dst) {
     T* d = dst.row(r);
     for (std::int64_t c = 0; c < dst.cols; ++c) d[c] = static_cast<T>(a[c]);
   }
+}
+
+// out[c] = (T) Σ_r g[r * cols + c], summed in double over rows in order (a bias gradient): the
+// same order on every run and every thread count.
+template <class T>
+void column_sums(const double* g, std::int64_t rows, std::int64_t cols, T* out) {
+  double* sum = scratch(Slot::terms, cols);  // [cols]
+  std::fill(sum, sum + cols, 0.0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double* gr = g + r * cols;
+    for (std::int64_t c = 0; c < cols; ++c) sum[c] += gr[c];
+  }
+  for (std::int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(sum[c]);
 }
 
 }  // namespace parity::cpu::detail

@@ -19,6 +19,7 @@
 namespace parity::cpu {
 
 using detail::check_shape;
+using detail::column_sums;
 using detail::check_view;
 using detail::fail;
 using detail::kParallelElements;
@@ -220,15 +221,7 @@ void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v
   gemm(transposed(dz_view), as_strided(u), acc, rank);
   store(acc, rank, dw);
 
-  if (dbias != nullptr) {
-    double* sum = scratch(Slot::terms, n);  // [n]
-    std::fill(sum, sum + n, 0.0);
-    for (std::int64_t b = 0; b < batch; ++b) {
-      const double* dzb = dz + b * n;
-      for (std::int64_t i = 0; i < n; ++i) sum[i] += dzb[i];
-    }
-    for (std::int64_t i = 0; i < n; ++i) dbias[i] = static_cast<T>(sum[i]);
-  }
+  if (dbias != nullptr) column_sums(dz, batch, n, dbias);
 
   double* du = scratch(Slot::second_gradient, batch * rank);  // [batch, rank]
   gemm(as_strided(dz_view), as_strided(w), du, rank);

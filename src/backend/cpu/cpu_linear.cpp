@@ -14,6 +14,7 @@
 namespace parity::cpu {
 
 using detail::check_shape;
+using detail::column_sums;
 using detail::check_view;
 using detail::fail;
 using detail::kParallelElements;
@@ -81,15 +82,7 @@ void linear_backward(MatView<const T> x, MatView<const T> w, MatView<const T> y,
   gemm(transposed(dz_view), as_strided(x), acc, in);
   store(acc, in, dw);
 
-  if (dbias != nullptr) {
-    double* sum = scratch(Slot::terms, out);  // [out]
-    std::fill(sum, sum + out, 0.0);
-    for (std::int64_t b = 0; b < batch; ++b) {
-      const double* dzb = dz + b * out;
-      for (std::int64_t o = 0; o < out; ++o) sum[o] += dzb[o];
-    }
-    for (std::int64_t o = 0; o < out; ++o) dbias[o] = static_cast<T>(sum[o]);
-  }
+  if (dbias != nullptr) column_sums(dz, batch, out, dbias);
 
   if (want_dx) {
     gemm(as_strided(dz_view), as_strided(w), acc, in);
