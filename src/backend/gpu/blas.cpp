@@ -195,7 +195,6 @@ Blas::Blas(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
 Blas::~Blas() = default;
 
 std::int64_t Blas::plans() const { return static_cast<std::int64_t>(impl_->plans.size()); }
-std::size_t Blas::workspace_bytes() const { return impl_->workspace.bytes(); }
 
 void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
   if (g.m < 0 || g.n < 0 || g.k < 0) throw Error(fmt::format("gemm: negative shape [{}, {}] x k {}", g.m, g.n, g.k));
@@ -253,7 +252,6 @@ Blas::Blas(std::size_t) {
 Blas::~Blas() = default;
 std::int64_t Blas::plans() const { return 0; }
 std::int64_t Blas::epilogue_fallbacks() const { return 0; }
-std::size_t Blas::workspace_bytes() const { return 0; }
 void Blas::gemm(Stream_t, GemmMath, const GemmArgs&) {
   throw GpuError("gemm: hipBLASLt is not available in this build");
 }

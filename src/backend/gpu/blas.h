@@ -80,7 +80,6 @@ class Blas {
   // Plans whose epilogue the library could not fuse (bias and ReLU then run as a kernel after the
   // product; the result is the same up to rounding). 0 on the shapes the tests know.
   std::int64_t epilogue_fallbacks() const;
-  std::size_t workspace_bytes() const;
 
  private:
   struct Impl;

@@ -197,11 +197,6 @@ EmbeddingWorkspace::EmbeddingWorkspace(const EmbeddingTables& tables, std::int64
   s.synchronize();
 }
 
-std::size_t EmbeddingWorkspace::bytes() const {
-  return keys_[0].bytes() * 2 + bags_[0].bytes() * 2 + seg_start_.bytes() + scan_tmp_.bytes() + counters_.bytes() +
-         heavy_rows_.bytes() + heavy_base_.bytes() + chunk_seg_.bytes() + chunk_idx_.bytes() + partial_.bytes();
-}
-
 EmbeddingWorkspace::Stats EmbeddingWorkspace::last_stats(Stream_t stream) const {
   int c[4] = {0, 0, 0, 0};
   counters_.download(c, 4, stream);

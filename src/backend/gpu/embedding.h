@@ -73,7 +73,6 @@ class EmbeddingTables {
   int key_bits() const { return key_bits_; }
   // Columns the pooled output must have at least: max over tables of out_col + dim.
   std::int64_t min_out_cols() const { return min_out_cols_; }
-  std::span<const TableLayout> layouts() const { return layouts_; }
   const detail::TableMeta* device_meta() const { return meta_.data(); }
   detail::InputErrorRecord* device_errors() const { return errors_.data(); }
 
@@ -137,9 +136,6 @@ struct UpdateOptions {
   std::uint64_t seed = 0;  // stochastic rounding stream: (seed, step, table, row, column)
   std::uint64_t step = 0;
   bool stochastic_rounding = true;  // for f16/bf16 weights; false rounds to nearest even
-  // Both modes are deterministic today (no float atomics anywhere); the flag is the interface for
-  // a future atomics-based path and is recorded so callers can already ask for determinism.
-  bool deterministic = true;
   // Tuning (benchmarks): 16-byte vectors each lane of a row's group holds in the update kernel
   // (1, 2 or 4); 0 picks the default. More vectors per lane means fewer lanes per row and more
   // rows in flight per warp, at the cost of registers.
@@ -155,7 +151,6 @@ class EmbeddingWorkspace {
   std::int64_t max_batch() const { return max_batch_; }
   std::int64_t max_nnz() const { return max_nnz_; }
   SortMethod sort_method() const { return sorter_.method(); }
-  std::size_t bytes() const;  // device memory held
 
   // After a backward (synchronises): distinct rows updated, and how many of them took the
   // heavy-row path (for tests and benchmarks).

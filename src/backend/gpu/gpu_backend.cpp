@@ -554,7 +554,6 @@ void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, 
   }
   gpu::UpdateOptions upd;
   upd.step = im.emb_updates++;
-  upd.deterministic = true;
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, nnz};
   gpu::embedding_backward_update(im.s(), *im.emb_tables, {weights, DType::f32}, state, din,
                                  {const_cast<float*>(dout.data), DType::f32, dout.rows, dout.cols, dout.ld}, opt, upd,

@@ -33,7 +33,6 @@ class RadixSorter {
   // Storage for up to max_n pairs, for the given method (automatic is resolved here).
   RadixSorter(std::int64_t max_n, SortMethod method);
   SortMethod method() const { return method_; }
-  std::int64_t capacity() const { return max_n_; }
 
   // Stable sort of the n pairs in (keys[0], values[0]) by key bits [0, end_bit), using
   // (keys[1], values[1]) as the second buffer. Returns the index (0 or 1) of the buffer that

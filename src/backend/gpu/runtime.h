@@ -139,7 +139,6 @@ class DeviceBuffer {
   T* data() const { return p_; }
   std::size_t size() const { return n_; }
   std::size_t bytes() const { return n_ * sizeof(T); }
-  void reset() { *this = DeviceBuffer(); }
 
   // Host <-> device copies of the first n elements. The *_sync forms wait for all work on the
   // device first and block until the copy is done (set-up and checks, not the step path).
@@ -150,34 +149,6 @@ class DeviceBuffer {
   void upload_sync(const T* host, std::size_t n) { detail::copy_sync(p_, host, n * sizeof(T), "upload"); }
   void download_sync(T* host, std::size_t n) const { detail::copy_sync(host, p_, n * sizeof(T), "download"); }
   void zero(Stream_t s) { detail::zero(p_, bytes(), s, "zero"); }
-
- private:
-  T* p_ = nullptr;
-  std::size_t n_ = 0;
-};
-
-// n elements of T in page-locked host memory (fast, truly asynchronous copies).
-template <class T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(std::size_t n, const char* what = "PinnedBuffer")
-      : p_(static_cast<T*>(n ? detail::host_alloc(n * sizeof(T), what) : nullptr)), n_(n) {}
-  ~PinnedBuffer() { detail::host_free(p_); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      detail::host_free(p_);
-      p_ = std::exchange(o.p_, nullptr);
-      n_ = std::exchange(o.n_, 0);
-    }
-    return *this;
-  }
-  T* data() const { return p_; }
-  std::size_t size() const { return n_; }
-  T& operator[](std::size_t i) const { return p_[i]; }
 
  private:
   T* p_ = nullptr;
