@@ -157,15 +157,14 @@ struct GpuBackend::Impl {
   };
   std::vector<OperandCopy> copies;
   std::unordered_map<const void*, std::size_t> sizes;  // bytes of each allocate()d block
-  // Ops that write device memory, counted: a copy an op makes of its own output (pending) is
-  // valid only if that memory is held before any other op runs.
-  std::uint64_t op_seq = 0;
+  // A bf16 copy an op made of its own output (cross_forward's x_next): it becomes the held copy if
+  // that output is held before any other op writes device memory (each such op calls wrote()).
   struct Pending {
     OperandKey key;
-    std::uint64_t made_at = 0;
     bool live = false;
   };
   Pending pending;
+  void wrote() { pending.live = false; }
 
   // The bf16 copy slot for view m (made on first use; its contents not yet valid). Copies of
   // another batch size that are not in use this step are freed first (an evaluation's short
@@ -334,7 +333,7 @@ void GpuBackend::deallocate(void* p) noexcept {
 }
 
 void GpuBackend::copy_to_device(void* dst, const void* host_src, std::size_t bytes) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   if (bytes == 0) return;
   gpu::check(gpu::memcpy_async(dst, host_src, bytes, impl_->s()), "copy_to_device");
 }
@@ -346,26 +345,26 @@ void GpuBackend::copy_to_host(void* host_dst, const void* src, std::size_t bytes
 }
 
 void GpuBackend::copy(void* dst, const void* src, std::size_t bytes) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   if (bytes == 0) return;
   gpu::check(gpu::memcpy_async(dst, src, bytes, impl_->s()), "copy");
 }
 
 void GpuBackend::fill(float* p, std::int64_t n, float value) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   if (n < 0 || (n > 0 && p == nullptr)) fail("fill", "bad buffer (n {}, p {})", n, static_cast<void*>(p));
   gpu::dense::fill(impl_->s(), p, n, value);
 }
 
 void GpuBackend::fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
                               std::uint64_t stream) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   if (n < 0 || (n > 0 && p == nullptr)) fail("fill_uniform", "bad buffer (n {})", n);
   gpu::fill_uniform(impl_->s(), p, DType::f32, n, lo, hi, seed, stream);
 }
 
 void GpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   if (n < 0 || (n > 0 && p == nullptr)) fail("round_to_dtype", "bad buffer (n {})", n);
   if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
     fail("round_to_dtype", "{} is not a floating-point storage type (fp32, fp16, bf16)", dtype_name(dtype));
@@ -396,7 +395,7 @@ void GpuBackend::begin_input(int slot) {
 }
 
 void GpuBackend::input_copy(void* dst, const void* host_src, std::size_t bytes) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   if (bytes == 0) return;
   gpu::check(gpu::memcpy_async(dst, host_src, bytes, impl_->copy_stream.get()), "input_copy");
 }
@@ -425,7 +424,7 @@ void GpuBackend::hold_constant(const void* p, std::size_t bytes) {
   // A copy the last op made of its output becomes valid if that output is now held and
   // nothing has written since.
   Impl::Pending& pend = impl_->pending;
-  if (pend.live && pend.made_at == impl_->op_seq) {
+  if (pend.live) {
     const CMat m(pend.key.data, pend.key.rows, pend.key.cols, pend.key.ld);
     if (impl_->is_held(m)) {
       impl_->copy_slot(m).valid = true;
@@ -465,7 +464,7 @@ double GpuBackend::timing_elapsed_ms(int i, int j) {
 // ------------------------------------------------------------ dense layers --
 
 void GpuBackend::linear_forward(CMat x, CMat w, const float* bias, Activation act, Mat y) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   constexpr const char* op = "linear_forward";
   check_view(op, "x", x);
   check_view(op, "w", w);
@@ -477,7 +476,7 @@ void GpuBackend::linear_forward(CMat x, CMat w, const float* bias, Activation ac
 
 void GpuBackend::linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act, Mat dx, Mat dw,
                                  float* dbias) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   constexpr const char* op = "linear_backward";
   check_view(op, "x", x);
   check_view(op, "w", w);
@@ -514,7 +513,7 @@ void GpuBackend::linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act
 
 void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const float* weights,
                                    const SparseInput& in, Mat out) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   constexpr const char* op = "embedding_forward";
   check_view(op, "out", out);
   if (out.rows != in.batch) fail(op, "out has {} rows, the batch is {}", out.rows, in.batch);
@@ -530,7 +529,7 @@ void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const fl
 
 void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
                                            const SparseInput& in, CMat dout, const OptimizerParams& opt) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   constexpr const char* op = "embedding_backward_update";
   check_view(op, "dout", dout);
   if (dout.rows != in.batch) fail(op, "dout has {} rows, the batch is {}", dout.rows, in.batch);
@@ -585,7 +584,7 @@ void check_dot(const char* op, CMat dense, CMat emb, int num_tables) {
 }  // namespace
 
 void GpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   constexpr const char* op = "dot_interaction_forward";
   check_dot(op, dense, emb, num_tables);
   const std::int64_t f = num_tables + 1;
@@ -595,7 +594,7 @@ void GpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, M
 
 void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
                                           Mat demb) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   constexpr const char* op = "dot_interaction_backward";
   check_dot(op, dense, emb, num_tables);
   const std::int64_t f = num_tables + 1;
@@ -606,7 +605,7 @@ void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, 
 }
 
 void GpuBackend::cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bias, Mat u, Mat z, Mat x_next) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   constexpr const char* op = "cross_forward";
   check_view(op, "x0", x0);
   check_view(op, "v", v);
@@ -628,14 +627,14 @@ void GpuBackend::cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bi
     Impl::OperandCopy& c = im.copy_slot(x_next);
     c.valid = false;
     next16 = c.bf16.data();
-    im.pending = {{x_next.data, x_next.rows, x_next.cols, x_next.ld}, im.op_seq, true};
+    im.pending = {{x_next.data, x_next.rows, x_next.cols, x_next.ld}, true};
   }
   gpu::dense::cross_combine(im.s(), x0, z, xl, x_next, next16);
 }
 
 void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next, Mat dx0, Mat dxl,
                                 Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   constexpr const char* op = "cross_backward";
   check_view(op, "x0", x0);
   check_view(op, "v", v);
@@ -682,7 +681,7 @@ void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z
 
 void GpuBackend::bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
                                  float* loss_out) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   constexpr const char* op = "bce_with_logits";
   if (n <= 0) fail(op, "n is {}, expected > 0", n);
   if (logits == nullptr || labels == nullptr || dlogits == nullptr) fail(op, "a buffer is null");
@@ -691,13 +690,13 @@ void GpuBackend::bce_with_logits(const float* logits, const float* labels, std::
 }
 
 void GpuBackend::sigmoid(const float* logits, float* probs, std::int64_t n) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   if (n < 0 || (n > 0 && (logits == nullptr || probs == nullptr))) fail("sigmoid", "bad buffers (n {})", n);
   gpu::dense::sigmoid(impl_->s(), logits, probs, n);
 }
 
 void GpuBackend::add_inplace(Mat y, CMat x) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   constexpr const char* op = "add_inplace";
   check_view(op, "y", y);
   check_shape(op, "x", x, y.rows, y.cols);
@@ -706,7 +705,7 @@ void GpuBackend::add_inplace(Mat y, CMat x) {
 
 void GpuBackend::dense_optimizer_step(float* params, const float* grads, float* state, std::int64_t n,
                                       const OptimizerParams& opt, std::int64_t step) {
-  ++impl_->op_seq;  // a write: pending operand copies made before it are stale
+  impl_->wrote();
   constexpr const char* op = "dense_optimizer_step";
   if (n < 0) fail(op, "n is {}, expected >= 0", n);
   if (n > 0 && (params == nullptr || grads == nullptr)) fail(op, "params or grads is null");
