@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "parity/error.h"
 #include "parity/spec.h"
@@ -310,22 +311,17 @@ DeviceSpec find_device(std::string_view key_or_path, const std::filesystem::path
 }
 
 std::optional<DeviceSpec> match_device(std::string_view runtime_name, const std::filesystem::path& catalog_dir) {
-  std::set<std::string> words;
+  std::set<std::string> words;  // the name's lower-case words
   std::string w;
-  for (char c : std::string(runtime_name) + " ") {
+  for (char c : lower(runtime_name) + " ") {
     if (std::isalnum(static_cast<unsigned char>(c)) != 0) {
-      w += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      w += c;
     } else if (!w.empty()) {
-      words.insert(w);
-      w.clear();
+      words.insert(std::exchange(w, {}));
     }
   }
   // A form factor the runtime names (PCIe, NVL) must be the catalog entry's too: their clocks,
   // power and bandwidth differ from the SXM/OAM parts the catalog describes.
-  auto lower = [](std::string x) {
-    for (char& c : x) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return x;
-  };
   std::optional<DeviceSpec> best;
   for (auto& dev : load_device_catalog(catalog_dir)) {
     if (words.count(dev.name) == 0 || (best && dev.name.size() <= best->name.size())) continue;
