@@ -282,7 +282,7 @@ __global__ __launch_bounds__(kBlock) void cross_combine_kernel(CMat x0, CMat z, 
 template <int V>
 __global__ __launch_bounds__(kBlock) void cross_gradients_kernel(CMat g, CMat x0, CMat z, float* __restrict__ dz,
                                                                  std::uint16_t* __restrict__ dz16, Mat dx0,
-                                                                 Dx0Flags flags, RowSpan span) {
+                                                                 CrossGradientFlags flags, RowSpan span) {
   for_each_element<V>(g.rows, g.cols, span, [&](std::int64_t r, std::int64_t c) {
     const Floats<V> gv = load<V>(g.data + r * g.ld + c);
     const Floats<V> xv = load<V>(x0.data + r * x0.ld + c);
@@ -302,7 +302,7 @@ __global__ __launch_bounds__(kBlock) void cross_gradients_kernel(CMat g, CMat x0
                                     (flags.add_g ? gi : 0.0));
     }
     const std::int64_t at = r * g.cols + c;
-    store<V>(dz + at, d);
+    if (!flags.dz_bf16_only) store<V>(dz + at, d);
     if (dz16 != nullptr) store_bf16<V>(dz16 + at, d);
     store<V>(o, acc);
   });
@@ -318,7 +318,7 @@ constexpr std::int64_t kGradBlocks = 1024;
 template <int V>
 __global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(CMat g, CMat x0, CMat z, float* __restrict__ dz,
                                                                      std::uint16_t* __restrict__ dz16, Mat dx0,
-                                                                     Dx0Flags flags, double* __restrict__ partial) {
+                                                                     CrossGradientFlags flags, double* __restrict__ partial) {
   const std::int64_t groups = g.cols / V;
   double acc[kGradGroups][V];
 #pragma unroll
@@ -352,7 +352,7 @@ __global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(CMat g, CMa
         acc[j][i] += static_cast<double>(d.v[i]);
       }
       const std::int64_t at = r * g.cols + c;
-      store<V>(dz + at, d);
+      if (!flags.dz_bf16_only) store<V>(dz + at, d);
       if (dz16 != nullptr) store_bf16<V>(dz16 + at, d);
       store<V>(o, a);
     }
@@ -659,13 +659,14 @@ std::int64_t cross_gradients_scratch_bytes(std::int64_t rows, std::int64_t cols)
 }
 
 void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16_t* dz16, Mat dx0, float* dbias,
-                     void* scratch, Dx0Flags flags) {
+                     void* scratch, CrossGradientFlags flags) {
   const std::int64_t n = g.rows * g.cols;
   if (dbias != nullptr && g.rows <= 0) {
     fill(s, dbias, g.cols, 0.0f);
     return;
   }
   if (n <= 0) return;
+  if (dz16 == nullptr) flags.dz_bf16_only = false;  // dz is the only copy then
   if (dbias != nullptr) {
     const bool vec = vec4_ok(g.cols, {{g.data, g.ld}, {x0.data, x0.ld}, {z.data, z.ld}, {dz, g.cols}, {dx0.data, dx0.ld}}) &&
                      reinterpret_cast<std::uintptr_t>(dz16) % 8 == 0;
@@ -685,6 +686,7 @@ void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16
              static_cast<const double*>(partial), blocks, g.cols, cpb, dbias);
       return;
     }
+    flags.dz_bf16_only = false;  // the column sum below reads dz
   }
   if (vec4_ok(g.cols, {{g.data, g.ld}, {x0.data, x0.ld}, {z.data, z.ld}, {dz, g.cols}, {dx0.data, dx0.ld}}) &&
       reinterpret_cast<std::uintptr_t>(dz16) % 8 == 0) {

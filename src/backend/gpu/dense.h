@@ -48,14 +48,17 @@ void cross_combine(Stream_t s, CMat x0, CMat z, CMat xl, Mat x_next, std::uint16
 // null); dx0 += g ⊙ z; when dbias is not null, dbias[c] = Σ_r dz(r, c) (in double, a fixed
 // order, folded into the same pass where the width allows), with scratch holding
 // cross_gradients_scratch_bytes(rows, cols) bytes.
-// flags.overwrite: dx0 = g ⊙ z (dx0 not read); flags.add_g: dx0 gets g added as well.
-struct Dx0Flags {
+// flags.overwrite: dx0 = g ⊙ z (dx0 not read); flags.add_g: dx0 gets g added as well;
+// flags.dz_bf16_only: the caller reads only dz16 (bf16 products), so dz is not written where the
+// bias sum is folded into the pass (cross_gradients_fold_sum); dz must still be given.
+struct CrossGradientFlags {
   bool overwrite = false;
   bool add_g = false;
+  bool dz_bf16_only = false;
 };
 std::int64_t cross_gradients_scratch_bytes(std::int64_t rows, std::int64_t cols);
 void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16_t* dz16, Mat dx0,
-                     float* dbias = nullptr, void* scratch = nullptr, Dx0Flags flags = {});
+                     float* dbias = nullptr, void* scratch = nullptr, CrossGradientFlags flags = {});
 
 // Dot interaction (Backend::dot_interaction_forward / _backward); num_tables + 1 features of
 // dense.cols each. Throws Error when one example's features do not fit in shared memory.

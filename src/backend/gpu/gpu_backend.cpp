@@ -661,8 +661,10 @@ void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z
   // dbias = Σ_rows dz, summed in the same pass.
   void* partial = dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::dense::cross_gradients_scratch_bytes(batch, n), s)
                                    : nullptr;
+  // Under bf16 the products read dz16 only: the fp32 dz is then not written (where the bias
+  // sum is folded into the pass).
   gpu::dense::cross_gradients(s, dx_next, x0, z, dz_buf, dz16, dx0, dbias, partial,
-                              {mode.first_into_dx0, mode.xl_is_x0});
+                              {mode.first_into_dx0, mode.xl_is_x0, bf});
   const CMat dz(dz_buf, batch, n);
 
   im.product(dz, true, u, false, dw, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dw [N, r] = dzᵀ · u
