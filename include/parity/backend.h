@@ -94,20 +94,29 @@ class Backend {
   virtual void round_to_dtype(float* p, std::int64_t n, DType dtype) = 0;
   virtual void synchronize() = 0;
 
+  // ---- activation storage ----
+  // The element type the engine stores activations in (the forward outputs that the backward
+  // reads again: MLP outputs, x0, the cross layers' u, z and outputs): fp32 by default; GPU
+  // backends under bf16 dense math store bf16, halving the traffic of every elementwise pass and
+  // feeding the products without a conversion. Gradients stay fp32 everywhere. Ops that take an
+  // AMat/CAMat accept fp32 and bf16 views on every backend (the cpu backend reads bf16 exactly
+  // and rounds its fp32 results to bf16 once, nearest even: the oracle for the GPU's bf16 storage).
+  virtual DType activation_dtype() const { return DType::f32; }
+
   // ---- dense layers ----
   // y = act(x · wᵀ + bias).  x [B, in], w [out, in], bias [out] (may be null), y [B, out].
-  virtual void linear_forward(CMat x, CMat w, const float* bias, Activation act, Mat y) = 0;
+  virtual void linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) = 0;
   // With dz = dy ⊙ act'(y) (act' from the saved output y):
   //   dw = dzᵀ · x [out, in], dbias = Σ_rows dz [out] (skipped when null),
   //   dx = dz · w [B, in] (skipped when dx.data is null).
-  virtual void linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act, Mat dx, Mat dw,
+  virtual void linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, Mat dx, Mat dw,
                                float* dbias) = 0;
 
   // ---- embeddings ----
   // out(b, out_col_t + d) = pool_{id in bag(t,b)} weights[weight_offset_t + id*dim_t + d]
   // sum, or mean (an empty bag gives zeros).  out [B, >= Σ dims] (a column block of a wider buffer).
   virtual void embedding_forward(std::span<const TableLayout> tables, const float* weights,
-                                 const SparseInput& in, Mat out) = 0;
+                                 const SparseInput& in, AMat out) = 0;
   // Backward fused with the optimizer update. The gradient of row r of table t is the sum over
   // every occurrence of r in the batch of dout(b, out_col_t + ·) (divided by the bag size for
   // mean pooling); occurrences are combined before the update, and only rows that occur are
@@ -131,8 +140,9 @@ class Backend {
   // DCNv2 low-rank cross layer, N features, rank r:
   //   u = xl · vᵀ [B, r];  z = u · wᵀ + bias [B, N];  x_next = x0 ⊙ z + xl [B, N]
   // v [r, N], w [N, r], bias [N]. u and z are saved for the backward.
-  virtual void cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bias, Mat u, Mat z,
-                             Mat x_next) = 0;
+  // x0, xl, u, z and x_next share one storage type (fp32 or bf16).
+  virtual void cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
+                             AMat x_next) = 0;
   // With g = dx_next:  dz = g ⊙ x0;  dx0 += g ⊙ z  (accumulates);  dw = dzᵀ · u;  dbias = Σ dz;
   //   du = dz · w;  dv = duᵀ · xl;  dxl = g + du · v (overwritten).
   // du_scratch [B, r] is working space. The mode saves passes over dx0 in a stack of layers run
@@ -143,10 +153,10 @@ class Backend {
     bool first_into_dx0 = false;
     bool xl_is_x0 = false;
   };
-  virtual void cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next,
+  virtual void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CMat dx_next,
                               Mat dx0, Mat dxl, Mat dv, Mat dw, float* dbias,
                               Mat du_scratch, CrossBackwardMode mode) = 0;
-  void cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next, Mat dx0, Mat dxl,
+  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CMat dx_next, Mat dx0, Mat dxl,
                       Mat dv, Mat dw, float* dbias, Mat du_scratch) {
     cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, dbias, du_scratch, CrossBackwardMode{});
   }

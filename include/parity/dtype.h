@@ -25,4 +25,9 @@ std::optional<DType> parse_safetensors_dtype(std::string_view name);
 // overflows to infinity). Identity for fp32. Used to emulate fp16/bf16 storage in fp32.
 float round_to_dtype(float v, DType t);
 
+// bf16 storage bits of v (nearest even; NaN stays NaN) and back: what activations stored in bf16
+// hold (the GPU kernels use the same rule).
+std::uint16_t bf16_bits(float v);
+float bf16_to_float(std::uint16_t bits);
+
 }  // namespace parity

@@ -120,6 +120,16 @@ class Model {
   void forward(std::int64_t n);
   void backward(std::int64_t n);
   Buffer floats(std::int64_t n) { return Buffer(backend_, static_cast<std::size_t>(n) * 4); }
+  // An activation buffer of [max_batch, cols] in storage type t.
+  Buffer activations(std::int64_t cols, DType t) {
+    return Buffer(backend_, static_cast<std::size_t>(max_batch_ * cols) * dtype_size(t));
+  }
+  // The first n rows of an activation buffer of `cols` columns stored as t.
+  static AMat rows_of(const Buffer& b, DType t, std::int64_t n, std::int64_t cols) { return AMat(b.get(), t, n, cols); }
+  // The output of top layer i for n examples (the last one, the logits, in fp32).
+  AMat top_activation(std::size_t i, std::int64_t n) const {
+    return rows_of(top_act_[i], i + 1 == top_.size() ? DType::f32 : act_, n, top_[i].out);
+  }
   float* param(std::int64_t off) const { return params_.as<float>() + off; }
   float* grad(std::int64_t off) const { return grads_.as<float>() + off; }
 
@@ -156,14 +166,18 @@ class Model {
   bool pending_[2] = {false, false};
   std::map<std::string, double> profile_ms_, profile_ops_ms_;
   std::int64_t profiled_steps_ = 0;
-  // Activations and their gradients.
-  std::vector<Buffer> bottom_act_, top_act_;  // outputs of each layer (bottom last: in x0)
+  // Activations and their gradients. Activations are stored in act_ (Backend::activation_dtype:
+  // bf16 under bf16 math on a GPU), except the logits and, for the dot interaction, x0 and the
+  // interaction output (its kernels read fp32); gradients are fp32.
+  DType act_ = DType::f32;     // MLP outputs; with DCNv2 also x0, u, z and the cross outputs
+  DType x0_dtype_ = DType::f32;
+  std::vector<Buffer> bottom_act_, top_act_;  // outputs of each layer (bottom last: in x0; top last: logits, fp32)
   Buffer x0_, dx0_;
   std::vector<Buffer> cross_x_, cross_u_, cross_z_;  // x_1..x_L, u_l, z_l
   Buffer inter_out_buf_;                             // dot: interaction output [B, inter_out]
   Buffer d_inter_;                                   // grad of the top MLP input [B, inter_out]
   Buffer dcross_;                                    // dcnv2: second gradient buffer [B, N]
-  Buffer dscratch_a_, dscratch_b_, du_scratch_;      // MLP backward ping-pong, cross du
+  Buffer dscratch_a_, dscratch_b_;                   // MLP backward ping-pong
   Buffer loss_, probs_;
 };
 

@@ -61,4 +61,12 @@ float round_to_dtype(float v, DType t) {
   }
 }
 
+std::uint16_t bf16_bits(float v) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+
 }  // namespace parity

@@ -133,25 +133,26 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
     slot.offsets = Buffer(backend_, static_cast<std::size_t>(B * spec.num_tables() + 1) * 8);
   }
 
+  act_ = backend_.activation_dtype();
+  x0_dtype_ = cross_.empty() ? DType::f32 : act_;
   int widest = std::max(spec.dense_features, inter_out_);
   for (const auto& l : bottom_) {
-    bottom_act_.push_back(floats(B * l.out));
+    bottom_act_.push_back(activations(l.out, act_));
     widest = std::max(widest, l.out);
   }
-  for (const auto& l : top_) {
-    top_act_.push_back(floats(B * l.out));
-    widest = std::max(widest, l.out);
+  for (std::size_t i = 0; i < top_.size(); ++i) {
+    top_act_.push_back(activations(top_[i].out, i + 1 == top_.size() ? DType::f32 : act_));
+    widest = std::max(widest, top_[i].out);
   }
-  x0_ = floats(B * x0_cols_);
+  x0_ = activations(x0_cols_, x0_dtype_);
   dx0_ = floats(B * x0_cols_);
   for (std::size_t l = 0; l < cross_.size(); ++l) {
-    cross_x_.push_back(floats(B * x0_cols_));
-    cross_u_.push_back(floats(B * rank_));
-    cross_z_.push_back(floats(B * x0_cols_));
+    cross_x_.push_back(activations(x0_cols_, act_));
+    cross_u_.push_back(activations(rank_, act_));
+    cross_z_.push_back(activations(x0_cols_, act_));
   }
   if (!cross_.empty()) {
     dcross_ = floats(B * x0_cols_);
-    du_scratch_ = floats(B * rank_);
   } else {
     inter_out_buf_ = floats(B * inter_out_);
   }
@@ -196,7 +197,7 @@ std::size_t Model::allocated_bytes() const {
   for (const InputSlot& slot : slots_)
     for (const Buffer* b : {&slot.dense, &slot.labels, &slot.ids, &slot.offsets}) total += b->bytes();
   for (const Buffer* b : {&params_, &grads_, &dense_state_, &emb_weights_, &emb_state_, &x0_, &dx0_, &inter_out_buf_,
-                          &d_inter_, &dcross_, &dscratch_a_, &dscratch_b_, &du_scratch_, &loss_,
+                          &d_inter_, &dcross_, &dscratch_a_, &dscratch_b_, &loss_,
                           &probs_})
     total += b->bytes();
   for (const auto* v : {&bottom_act_, &top_act_, &cross_x_, &cross_u_, &cross_z_})
@@ -361,48 +362,48 @@ void Model::forward(std::int64_t n) {
   // Activations are written once per step, here, then only read until the next step: each is
   // held constant once written (the GPU backend then converts it to bf16 once per step).
   backend_.release_constants();
-  auto hold = [&](const Buffer& b, std::int64_t floats_used) {
-    backend_.hold_constant(b.get(), static_cast<std::size_t>(floats_used) * sizeof(float));
+  auto hold = [&](AMat m) {
+    backend_.hold_constant(m.data, static_cast<std::size_t>(m.rows * m.ld) * m.element_bytes());
   };
-  const Mat x0(x0_.as<float>(), n, x0_cols_);
+  const AMat x0 = rows_of(x0_, x0_dtype_, n, x0_cols_);
   // Bottom MLP; its last layer writes straight into x0[:, :D].
-  CMat x(in_->dense.as<float>(), n, spec_.dense_features);
+  CAMat x = CMat(in_->dense.as<float>(), n, spec_.dense_features);
   for (std::size_t i = 0; i < bottom_.size(); ++i) {
     const Linear& l = bottom_[i];
     section("mlp", l.forward_name);
-    const Mat y = i + 1 == bottom_.size() ? x0.cols_slice(0, bottom_out_)
-                                          : Mat(bottom_act_[i].as<float>(), n, l.out);
+    const AMat y = i + 1 == bottom_.size() ? x0.cols_slice(0, bottom_out_) : rows_of(bottom_act_[i], act_, n, l.out);
     backend_.linear_forward(x, CMat(param(l.w), l.out, l.in), param(l.b), l.act, y);
-    if (i + 1 < bottom_.size()) hold(bottom_act_[i], n * l.out);
+    if (i + 1 < bottom_.size()) hold(y);
     x = y;
   }
   // Embedding bags into x0[:, D:].
   section("embedding_forward");
   backend_.embedding_forward(tables_, emb_weights_.as<float>(), in_->sparse,
                              x0.cols_slice(bottom_out_, x0_cols_ - bottom_out_));
-  hold(x0_, n * x0_cols_);
+  hold(x0);
   // Interaction.
   if (cross_.empty()) section("interaction", "dot forward");
-  CMat top_in;
+  CAMat top_in;
   if (cross_.empty()) {
     const Mat out(inter_out_buf_.as<float>(), n, inter_out_);
-    backend_.dot_interaction_forward(x0.cols_slice(0, bottom_out_),
-                                     x0.cols_slice(bottom_out_, x0_cols_ - bottom_out_),
+    const Mat x0f = x0.f32();  // x0 is fp32 with the dot interaction
+    backend_.dot_interaction_forward(x0f.cols_slice(0, bottom_out_),
+                                     x0f.cols_slice(bottom_out_, x0_cols_ - bottom_out_),
                                      spec_.num_tables(), out);
-    hold(inter_out_buf_, n * inter_out_);
+    hold(out);
     top_in = out;
   } else {
     const std::int64_t N = x0_cols_;
-    CMat xl = x0;
+    CAMat xl = x0;
     for (std::size_t l = 0; l < cross_.size(); ++l) {
       section("interaction", cross_[l].forward_name);
-      const Mat next(cross_x_[l].as<float>(), n, N);
+      const AMat next = rows_of(cross_x_[l], act_, n, N);
+      const AMat u = rows_of(cross_u_[l], act_, n, rank_);
       backend_.cross_forward(x0, xl, CMat(param(cross_[l].v), rank_, N),
-                             CMat(param(cross_[l].w), N, rank_), param(cross_[l].b),
-                             Mat(cross_u_[l].as<float>(), n, rank_),
-                             Mat(cross_z_[l].as<float>(), n, N), next);
-      hold(cross_x_[l], n * N);
-      hold(cross_u_[l], n * rank_);  // z is read by elementwise kernels only: nothing to hold
+                             CMat(param(cross_[l].w), N, rank_), param(cross_[l].b), u,
+                             rows_of(cross_z_[l], act_, n, N), next);
+      hold(next);
+      hold(u);  // z is read by elementwise kernels only: nothing to hold
       xl = next;
     }
     top_in = xl;
@@ -412,9 +413,9 @@ void Model::forward(std::int64_t n) {
   for (std::size_t i = 0; i < top_.size(); ++i) {
     const Linear& l = top_[i];
     section("mlp", l.forward_name);
-    const Mat y(top_act_[i].as<float>(), n, l.out);
+    const AMat y = top_activation(i, n);
     backend_.linear_forward(x, CMat(param(l.w), l.out, l.in), param(l.b), l.act, y);
-    hold(top_act_[i], n * l.out);
+    hold(y);
     x = y;
   }
 }
@@ -427,25 +428,26 @@ void Model::backward(std::int64_t n) {
   backend_.bce_with_logits(top_act_.back().as<float>(), in_->labels.as<float>(), n, a,
                            loss_.as<float>());
   // Top MLP backward; the first layer's dx is the gradient of the interaction output.
-  const CMat top_in = cross_.empty() ? CMat(inter_out_buf_.as<float>(), n, inter_out_)
-                                     : CMat(cross_x_.back().as<float>(), n, x0_cols_);
+  const CAMat top_in = cross_.empty() ? CAMat(CMat(inter_out_buf_.as<float>(), n, inter_out_))
+                                      : CAMat(rows_of(cross_x_.back(), act_, n, x0_cols_));
   for (std::size_t k = top_.size(); k-- > 0;) {
     const Linear& l = top_[k];
     section("mlp", l.backward_name);
-    const CMat x = k == 0 ? top_in : CMat(top_act_[k - 1].as<float>(), n, l.in);
+    const CAMat x = k == 0 ? top_in : CAMat(top_activation(k - 1, n));
     const Mat dx = k == 0 ? Mat(d_inter_.as<float>(), n, l.in) : Mat(b, n, l.in);
-    backend_.linear_backward(x, CMat(param(l.w), l.out, l.in), CMat(top_act_[k].as<float>(), n, l.out),
-                             CMat(a, n, l.out), l.act, dx, Mat(grad(l.w), l.out, l.in), grad(l.b));
+    backend_.linear_backward(x, CMat(param(l.w), l.out, l.in), top_activation(k, n), CMat(a, n, l.out), l.act, dx,
+                             Mat(grad(l.w), l.out, l.in), grad(l.b));
     std::swap(a, b);
   }
   // Interaction backward into dx0 [n, D + Σ dims].
   if (cross_.empty()) section("interaction", "dot backward");
-  const Mat x0(x0_.as<float>(), n, x0_cols_);
+  const AMat x0 = rows_of(x0_, x0_dtype_, n, x0_cols_);
   const Mat dx0(dx0_.as<float>(), n, x0_cols_);
   const int D = bottom_out_;
   const int E = x0_cols_ - D;
   if (cross_.empty()) {
-    backend_.dot_interaction_backward(x0.cols_slice(0, D), x0.cols_slice(D, E), spec_.num_tables(),
+    const Mat x0f = x0.f32();
+    backend_.dot_interaction_backward(x0f.cols_slice(0, D), x0f.cols_slice(D, E), spec_.num_tables(),
                                       CMat(d_inter_.as<float>(), n, inter_out_),
                                       dx0.cols_slice(0, D), dx0.cols_slice(D, E));
   } else {
@@ -459,14 +461,13 @@ void Model::backward(std::int64_t n) {
       Backend::CrossBackwardMode mode;
       mode.first_into_dx0 = l + 1 == cross_.size();
       mode.xl_is_x0 = l == 0;
-      const CMat xl = l == 0 ? CMat(x0) : CMat(cross_x_[l - 1].as<float>(), n, N);
+      const CAMat xl = l == 0 ? CAMat(x0) : CAMat(rows_of(cross_x_[l - 1], act_, n, N));
       backend_.cross_backward(x0, xl, CMat(param(cross_[l].v), rank_, N),
-                              CMat(param(cross_[l].w), N, rank_),
-                              CMat(cross_u_[l].as<float>(), n, rank_),
-                              CMat(cross_z_[l].as<float>(), n, N), CMat(g, n, N), dx0,
+                              CMat(param(cross_[l].w), N, rank_), rows_of(cross_u_[l], act_, n, rank_),
+                              rows_of(cross_z_[l], act_, n, N), CMat(g, n, N), dx0,
                               mode.xl_is_x0 ? Mat() : Mat(h, n, N), Mat(grad(cross_[l].v), rank_, N),
                               Mat(grad(cross_[l].w), N, rank_), grad(cross_[l].b),
-                              Mat(du_scratch_.as<float>(), n, rank_), mode);
+                              Mat(), mode);  // du stays the backend's working space
       std::swap(g, h);
     }
   }
@@ -479,10 +480,8 @@ void Model::backward(std::int64_t n) {
   for (std::size_t k = bottom_.size(); k-- > 0;) {
     const Linear& l = bottom_[k];
     section("mlp", l.backward_name);
-    const CMat x = k == 0 ? CMat(in_->dense.as<float>(), n, l.in)
-                          : CMat(bottom_act_[k - 1].as<float>(), n, l.in);
-    const CMat y = k + 1 == bottom_.size() ? CMat(x0.cols_slice(0, D))
-                                           : CMat(bottom_act_[k].as<float>(), n, l.out);
+    const CAMat x = k == 0 ? CAMat(CMat(in_->dense.as<float>(), n, l.in)) : CAMat(rows_of(bottom_act_[k - 1], act_, n, l.in));
+    const CAMat y = k + 1 == bottom_.size() ? CAMat(x0.cols_slice(0, D)) : CAMat(rows_of(bottom_act_[k], act_, n, l.out));
     float* out = dy.data == a ? b : a;
     const Mat dx = k == 0 ? Mat() : Mat(out, n, l.in);
     backend_.linear_backward(x, CMat(param(l.w), l.out, l.in), y, dy, l.act, dx,

@@ -788,5 +788,115 @@ TEST(CpuViews, CrossBackwardModesMatchTheComposition) {
   }
 }
 
+// ------------------------------------------------- bf16 activation storage --
+// Activations stored in bf16 (the GPU under bf16 math): the CPU reads them exactly and rounds its
+// fp32 results once. In the cross layer, u and z are rounded before they are read again (z from
+// the stored u, x_next from the stored z), as a GPU that writes them to memory in between does.
+
+std::vector<std::uint16_t> to_bf16(const Matrix<float>& m) {
+  std::vector<std::uint16_t> b(m.data.size());
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = bf16_bits(m.data[i]);
+  return b;
+}
+Matrix<float> widen(const std::vector<std::uint16_t>& b, std::int64_t rows, std::int64_t cols) {
+  Matrix<float> m(rows, cols);
+  for (std::size_t i = 0; i < b.size(); ++i) m.data[i] = bf16_to_float(b[i]);
+  return m;
+}
+
+TEST(CpuBf16Storage, CrossForwardRoundsWhatItStores) {
+  CpuBackend cpu;
+  Rand rand(77);
+  const std::int64_t B = 9, N = 12, r = 3;
+  const auto x0 = random_matrix<float>(rand, B, N), xl = random_matrix<float>(rand, B, N);
+  const auto v = random_matrix<float>(rand, r, N, -0.5, 0.5), w = random_matrix<float>(rand, N, r, -0.5, 0.5);
+  const auto bias = random_vector<float>(rand, N);
+  const std::vector<std::uint16_t> x016 = to_bf16(x0), xl16 = to_bf16(xl);
+  std::vector<std::uint16_t> u16(static_cast<std::size_t>(B * r)), z16(static_cast<std::size_t>(B * N)),
+      xn16(static_cast<std::size_t>(B * N));
+  cpu.cross_forward(CAMat(x016.data(), DType::bf16, B, N), CAMat(xl16.data(), DType::bf16, B, N), v.cview(), w.cview(),
+                    bias.data(), AMat(u16.data(), DType::bf16, B, r), AMat(z16.data(), DType::bf16, B, N),
+                    AMat(xn16.data(), DType::bf16, B, N));
+  // u: the fp32 product of the stored inputs, rounded once.
+  const Matrix<float> x0s = widen(x016, B, N), xls = widen(xl16, B, N);
+  Matrix<float> u32(B, r), z32(B, N);
+  cpu.linear_forward(xls.cview(), v.cview(), nullptr, Activation::none, u32.view());
+  for (std::int64_t i = 0; i < B * r; ++i) EXPECT_EQ(u16[static_cast<std::size_t>(i)], bf16_bits(u32.data[static_cast<std::size_t>(i)])) << "u " << i;
+  // z: from the stored u; x_next: from the stored z, both rounded once.
+  const Matrix<float> us = widen(u16, B, r);
+  cpu.linear_forward(us.cview(), w.cview(), bias.data(), Activation::none, z32.view());
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t c = 0; c < N; ++c) {
+      const auto i = static_cast<std::size_t>(b * N + c);
+      EXPECT_EQ(z16[i], bf16_bits(z32.data[i])) << "z " << i;
+      const double zs = bf16_to_float(z16[i]);
+      const auto want = static_cast<float>(static_cast<double>(x0s.data[i]) * zs + static_cast<double>(xls.data[i]));
+      EXPECT_EQ(xn16[i], bf16_bits(want)) << "x_next " << i;
+    }
+  }
+}
+
+TEST(CpuBf16Storage, LinearBackwardReadsTheStoredValues) {
+  CpuBackend cpu;
+  Rand rand(78);
+  const std::int64_t B = 7, in = 10, out = 6;
+  const auto x = random_matrix<float>(rand, B, in), w = random_matrix<float>(rand, out, in);
+  const auto y = random_matrix<float>(rand, B, out), dy = random_matrix<float>(rand, B, out);
+  const std::vector<std::uint16_t> x16 = to_bf16(x), y16 = to_bf16(y);
+  Matrix<float> dx(B, in), dw(out, in), dx_ref(B, in), dw_ref(out, in);
+  std::vector<float> db(static_cast<std::size_t>(out)), db_ref(static_cast<std::size_t>(out));
+  cpu.linear_backward(CAMat(x16.data(), DType::bf16, B, in), w.cview(), CAMat(y16.data(), DType::bf16, B, out),
+                      dy.cview(), Activation::relu, dx.view(), dw.view(), db.data());
+  const Matrix<float> xs = widen(x16, B, in), ys = widen(y16, B, out);
+  cpu.linear_backward(xs.cview(), w.cview(), ys.cview(), dy.cview(), Activation::relu, dx_ref.view(), dw_ref.view(),
+                      db_ref.data());
+  EXPECT_EQ(dx.data, dx_ref.data);
+  EXPECT_EQ(dw.data, dw_ref.data);
+  EXPECT_EQ(db, db_ref);
+}
+
+TEST(CpuBf16Storage, EmbeddingIntoAColumnBlockOfBf16) {
+  CpuBackend be;
+  Rand rand(5, 402);
+  auto tables = test::pack_tables({40, 7}, {6, 3}, {Pooling::sum, Pooling::mean}, OptimizerKind::sgd);
+  tables[1].out_col = 8;  // columns 6 and 7 of the output belong to no table: the op leaves them alone
+  const std::int64_t batch = 25, width = 11, wide = 16;
+  const test::SparseBatch sparse = test::random_sparse(rand, batch, tables, 5);
+  const std::vector<float> weights = random_vector<float>(rand, test::total_weights(tables));
+  Matrix<float> out = nan_matrix<float>(batch, width);
+  be.embedding_forward(tables, weights.data(), sparse.input(), out.view());
+  // Columns [4, 15) of a bf16 [batch, 16] buffer; the others (and the two gap columns) hold a
+  // pattern that must survive.
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(batch * wide));
+  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<std::uint16_t>(0x3f80u + i % 97);
+  const std::vector<std::uint16_t> before = bits;
+  be.embedding_forward(tables, weights.data(), sparse.input(), AMat(bits.data(), DType::bf16, batch, wide).cols_slice(4, width));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t c = 0; c < wide; ++c) {
+      const auto i = static_cast<std::size_t>(b * wide + c);
+      if (c >= 4 && c < 4 + width && !(c - 4 == 6 || c - 4 == 7))
+        EXPECT_EQ(bits[i], bf16_bits(out(b, c - 4))) << b << ", " << c;
+      else
+        EXPECT_EQ(bits[i], before[i]) << "gap " << b << ", " << c;
+    }
+  }
+}
+
+TEST(CpuBf16Storage, OtherStorageTypesAndMixedStorageAreErrors) {
+  CpuBackend cpu;
+  std::vector<std::uint16_t> h(64, 0);
+  Matrix<float> w(2, 4), y(4, 2), z(4, 4);
+  try {
+    cpu.linear_forward(CAMat(h.data(), DType::f16, 4, 4), w.cview(), nullptr, Activation::none, y.view());
+    FAIL() << "an fp16 activation was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("linear_forward: x is stored as fp16"), std::string::npos) << e.what();
+  }
+  Matrix<float> v(2, 4), wc(4, 2), u(4, 2), xn(4, 4);
+  EXPECT_THROW(cpu.cross_forward(CAMat(h.data(), DType::bf16, 4, 4), z.cview(), v.cview(), wc.cview(), nullptr,
+                                 u.view(), z.view(), xn.view()),
+               Error);
+}
+
 }  // namespace
 }  // namespace parity

@@ -429,6 +429,214 @@ TEST_P(DenseGpuCross, BackwardMatchesCpu) {
 INSTANTIATE_TEST_SUITE_P(Dense, DenseGpuCross, ::testing::Values(DenseMath::fp32, DenseMath::tf32, DenseMath::bf16),
                          math_label);
 
+// ================================================= bf16 activation storage ==
+// Under bf16 math the engine stores activations in bf16 (Backend::activation_dtype). The ops that
+// read or write them take bf16 views; the CPU reference takes the same views (it widens them
+// exactly and rounds its fp32 results once), so GPU and CPU see the same stored inputs and the
+// same rule for stored outputs. An output stored in bf16 may differ by one bf16 step (2^-8 of its
+// value, below tol · magnitude) where the two results straddle a rounding point.
+
+// A matrix stored as bf16 bits in host memory (padding: all bits set, a NaN), and its copy in a
+// backend's memory.
+struct HostBf16 {
+  std::int64_t rows = 0, cols = 0, ld = 0;
+  std::vector<std::uint16_t> bits;
+
+  HostBf16(std::int64_t r, std::int64_t c, std::int64_t l)
+      : rows(r), cols(c), ld(l), bits(static_cast<std::size_t>(std::max<std::int64_t>(r * l, 1)), 0xffffu) {}
+  explicit HostBf16(const HostMat& m) : HostBf16(m.rows, m.cols, m.ld) {
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) bits[static_cast<std::size_t>(i * ld + j)] = bf16_bits(m.at(i, j));
+  }
+  AMat view() { return {bits.data(), DType::bf16, rows, cols, ld}; }
+  CAMat cview() const { return {bits.data(), DType::bf16, rows, cols, ld}; }
+  // The values as floats; padding and unwritten elements (all bits set) as the fp32 poison.
+  HostMat to_float() const {
+    HostMat m(rows, cols, ld);
+    for (std::size_t i = 0; i < bits.size(); ++i) m.v[i] = bits[i] == 0xffffu ? poison() : bf16_to_float(bits[i]);
+    return m;
+  }
+  HostBf16 poisoned() const { return HostBf16(rows, cols, ld); }
+};
+
+class DevBf16 {
+ public:
+  DevBf16(Backend& be, const HostBf16& h) : be_(&be), buf_(be, h.bits.size() * 2), rows_(h.rows), cols_(h.cols), ld_(h.ld) {
+    be.copy_to_device(buf_.get(), h.bits.data(), h.bits.size() * 2);
+  }
+  AMat view() const { return {buf_.get(), DType::bf16, rows_, cols_, ld_}; }
+  HostBf16 download() const {
+    HostBf16 h(rows_, cols_, ld_);
+    be_->copy_to_host(h.bits.data(), buf_.get(), h.bits.size() * 2);
+    return h;
+  }
+
+ private:
+  Backend* be_;
+  Buffer buf_;
+  std::int64_t rows_, cols_, ld_;
+};
+
+// Random values already representable in bf16 (what a bf16 activation holds).
+HostMat random_bf16_values(std::int64_t r, std::int64_t c, std::int64_t pad, Rand& rand) {
+  HostMat m = HostMat::random(r, c, pad, rand);
+  for (std::int64_t i = 0; i < r; ++i)
+    for (std::int64_t j = 0; j < c; ++j) m.at(i, j) = parity::round_to_dtype(m.at(i, j), DType::bf16);
+  return m;
+}
+
+TEST(DenseGpuBf16Storage, LinearMatchesCpu) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu(DenseMath::bf16);
+  CpuBackend cpu;
+  EXPECT_EQ(gpu.activation_dtype(), DType::bf16);
+  EXPECT_EQ(cpu.activation_dtype(), DType::f32);
+  const double tol = tol_for(DenseMath::bf16);
+  int seed = 0;
+  for (const LinearShape& s : kLinearShapes) {
+    for (Activation act : {Activation::none, Activation::relu}) {
+      Rand rand(1500 + seed++);
+      const HostMat x = random_bf16_values(s.batch, s.in, s.pad_x, rand);
+      const HostMat w = HostMat::random(s.out, s.in, s.pad_w, rand, -0.5f, 0.5f);
+      const HostMat bias = random_vec(s.out, rand);
+      const HostBf16 x16(x);
+      // Forward: y stored in bf16 on both sides.
+      HostBf16 y16(s.batch, s.out, s.out + s.pad_y);
+      HostMat mag(s.batch, s.out, s.out + s.pad_y);
+      cpu.linear_forward(x16.cview(), w.cview(), bias.v.data(), act, y16.view());
+      const HostMat ab = bias.abs();
+      cpu.linear_forward(x.abs().cview(), w.abs().cview(), ab.v.data(), Activation::none, mag.view());
+      const DevBf16 gx(gpu, x16), gy(gpu, y16.poisoned());
+      const DevMat gw(gpu, w), gb(gpu, bias);
+      gpu.linear_forward(gx.view(), gw.view(), gb.data(), act, gy.view());
+      const std::string what = " bf16 storage [" + std::to_string(s.batch) + "x" + std::to_string(s.in) + "]x[" +
+                               std::to_string(s.out) + "]" + (act == Activation::relu ? " relu" : "");
+      expect_close("linear_forward y" + what, gy.download().to_float(), y16.to_float(), mag, tol);
+      // Backward from the CPU's stored y (both sides read the same mask).
+      const HostMat dy = HostMat::random(s.batch, s.out, s.pad_y + 1, rand);
+      HostMat dx(s.batch, s.in, s.in + 3), dw(s.out, s.in, s.in + 1), db(1, s.out, s.out);
+      HostMat dxm = dx.poisoned(), dwm = dw.poisoned(), dbm = db.poisoned();
+      cpu.linear_backward(x16.cview(), w.cview(), y16.cview(), dy.cview(), act, dx.view(), dw.view(), db.v.data());
+      cpu.linear_backward(x.abs().cview(), w.abs().cview(), y16.cview(), dy.abs().cview(), act, dxm.view(), dwm.view(),
+                          dbm.v.data());
+      const DevBf16 gy_saved(gpu, y16);
+      const DevMat gdy(gpu, dy), gdx(gpu, dx.poisoned()), gdw(gpu, dw.poisoned()), gdb(gpu, db.poisoned());
+      gpu.linear_backward(gx.view(), gw.view(), gy_saved.view(), gdy.view(), act, gdx.view(), gdw.view(), gdb.data());
+      expect_close("linear_backward dw" + what, gdw.download(), dw, dwm, tol);
+      expect_close("linear_backward dx" + what, gdx.download(), dx, dxm, tol);
+      expect_close("linear_backward dbias" + what, gdb.download(), db, dbm, 1e-6);
+    }
+  }
+}
+
+TEST(DenseGpuBf16Storage, CrossMatchesCpu) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu(DenseMath::bf16);
+  CpuBackend cpu;
+  const double tol = tol_for(DenseMath::bf16);
+  int seed = 0;
+  for (const CrossShape& s : kCrossShapes) {
+    Rand rand(1600 + seed++);
+    const HostMat x0 = random_bf16_values(s.batch, s.n, s.pad, rand);
+    const HostMat xl = random_bf16_values(s.batch, s.n, s.pad + 2, rand);
+    const HostMat v = HostMat::random(s.rank, s.n, 1, rand, -0.3f, 0.3f);
+    const HostMat w = HostMat::random(s.n, s.rank, 0, rand, -0.3f, 0.3f);
+    const HostMat bias = random_vec(s.n, rand);
+    const HostBf16 x016(x0), xl16(xl);
+    HostBf16 u(s.batch, s.rank, s.rank + 1), z(s.batch, s.n, s.n + s.pad), xn(s.batch, s.n, s.n + 4);
+    HostMat um(s.batch, s.rank, s.rank + 1), zm(s.batch, s.n, s.n + s.pad), xnm(s.batch, s.n, s.n + 4);
+    cpu.cross_forward(x016.cview(), xl16.cview(), v.cview(), w.cview(), bias.v.data(), u.view(), z.view(), xn.view());
+    const HostMat ab = bias.abs();
+    cpu.cross_forward(x0.abs().cview(), xl.abs().cview(), v.abs().cview(), w.abs().cview(), ab.v.data(), um.view(),
+                      zm.view(), xnm.view());
+    const DevBf16 gx0(gpu, x016), gxl(gpu, xl16), gu(gpu, u.poisoned()), gz(gpu, z.poisoned()), gxn(gpu, xn.poisoned());
+    const DevMat gv(gpu, v), gw(gpu, w), gb(gpu, bias);
+    gpu.cross_forward(gx0.view(), gxl.view(), gv.view(), gw.view(), gb.data(), gu.view(), gz.view(), gxn.view());
+    const std::string what = " bf16 storage B" + std::to_string(s.batch) + " N" + std::to_string(s.n) + " r" +
+                             std::to_string(s.rank);
+    expect_close("cross_forward u" + what, gu.download().to_float(), u.to_float(), um, tol);
+    expect_close("cross_forward z" + what, gz.download().to_float(), z.to_float(), zm, 3 * tol);
+    expect_close("cross_forward x_next" + what, gxn.download().to_float(), xn.to_float(), xnm, 3 * tol);
+
+    // Backward from the CPU's stored u and z, every mode.
+    for (int m = 0; m < 4; ++m) {
+      const Backend::CrossBackwardMode mode{m == 1 || m == 3, m >= 2};
+      const HostMat g = HostMat::random(s.batch, s.n, s.pad, rand);
+      const HostMat dx0_init = HostMat::random(s.batch, s.n, 3, rand);
+      HostMat dx0 = dx0_init, dxl(s.batch, s.n, s.n + 2), dv(s.rank, s.n, s.n), dw(s.n, s.rank, s.rank + 1),
+              db(1, s.n, s.n);
+      HostMat dx0m = dx0_init.abs(), dxlm = dxl.poisoned(), dvm = dv.poisoned(), dwm = dw.poisoned(),
+              dbm = db.poisoned();
+      HostMat du(s.batch, s.rank, s.rank), dum = du.poisoned();
+      cpu.cross_backward(x016.cview(), xl16.cview(), v.cview(), w.cview(), u.cview(), z.cview(), g.cview(), dx0.view(),
+                         dxl.view(), dv.view(), dw.view(), db.v.data(), du.view(), mode);
+      cpu.cross_backward(x0.abs().cview(), xl.abs().cview(), v.abs().cview(), w.abs().cview(), u.to_float().abs().cview(),
+                         z.to_float().abs().cview(), g.abs().cview(), dx0m.view(), dxlm.view(), dvm.view(), dwm.view(),
+                         dbm.v.data(), dum.view(), mode);
+      const DevBf16 gus(gpu, u), gzs(gpu, z);
+      const DevMat gg(gpu, g), gdx0(gpu, dx0_init), gdxl(gpu, dxl.poisoned()), gdv(gpu, dv.poisoned()),
+          gdw(gpu, dw.poisoned()), gdb(gpu, db.poisoned());
+      gpu.cross_backward(gx0.view(), gxl.view(), gv.view(), gw.view(), gus.view(), gzs.view(), gg.view(), gdx0.view(),
+                         mode.xl_is_x0 ? Mat() : gdxl.view(), gdv.view(), gdw.view(), gdb.data(), Mat(), mode);
+      const std::string wm = what + " mode " + std::to_string(m);
+      expect_close("cross_backward dx0" + wm, gdx0.download(), dx0, dx0m, mode.xl_is_x0 ? 3 * tol : 1e-6);
+      expect_close("cross_backward dw" + wm, gdw.download(), dw, dwm, tol);
+      expect_close("cross_backward dbias" + wm, gdb.download(), db, dbm, 1e-6);
+      expect_close("cross_backward dv" + wm, gdv.download(), dv, dvm, 3 * tol);
+      if (!mode.xl_is_x0) expect_close("cross_backward dxl" + wm, gdxl.download(), dxl, dxlm, 3 * tol);
+    }
+  }
+}
+
+TEST(DenseGpuBf16Storage, EmbeddingForwardIntoBf16) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu(DenseMath::bf16);
+  CpuBackend cpu;
+  ProblemSpec ps;
+  ps.dims = {8, 16, 4};
+  ps.rows = {100, 50, 30};
+  ps.pooling = {Pooling::sum, Pooling::mean};
+  ps.batch = 64;
+  ps.zipf_alpha = 1.1;
+  const Problem p = make_problem(ps, 1700);
+  const std::vector<float> weights = random_values(p.weight_elems, 1701, false, DType::f32);
+  const auto nids = static_cast<std::int64_t>(p.ids.size());
+  Buffer gw(gpu, weights.size() * 4), gids(gpu, static_cast<std::size_t>(std::max<std::int64_t>(nids, 1)) * 8),
+      goff(gpu, p.offsets.size() * 8);
+  gpu.copy_to_device(gw.get(), weights.data(), weights.size() * 4);
+  gpu.copy_to_device(gids.get(), p.ids.data(), static_cast<std::size_t>(nids) * 8);
+  gpu.copy_to_device(goff.get(), p.offsets.data(), p.offsets.size() * 8);
+  const SparseInput din{p.batch, static_cast<int>(p.tables.size()), gids.as<std::int64_t>(), goff.as<std::int64_t>()};
+  HostBf16 out(p.batch, p.out_cols, p.ld);
+  HostMat mag(p.batch, p.out_cols, p.ld);
+  cpu.embedding_forward(p.tables, weights.data(), p.input(), out.view());
+  std::vector<float> aw(weights.size());
+  for (std::size_t i = 0; i < aw.size(); ++i) aw[i] = std::fabs(weights[i]);
+  cpu.embedding_forward(p.tables, aw.data(), p.input(), mag.view());
+  const DevBf16 gout(gpu, out.poisoned());
+  gpu.embedding_forward(p.tables, gw.as<float>(), din, gout.view());
+  // fp32 sums in another order, then one rounding to bf16: at most one bf16 step apart.
+  expect_close("embedding_forward into bf16", gout.download().to_float(), out.to_float(), mag, 0x1p-7);
+}
+
+TEST(DenseGpuBf16Storage, MisuseIsAnError) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend fp32(DenseMath::fp32), bf16(DenseMath::bf16);
+  Buffer a(fp32, 1 << 16), b(bf16, 1 << 16), wa(fp32, 1 << 16), wb(bf16, 1 << 16);
+  // A bf16 activation under fp32 math: the product cannot read it.
+  EXPECT_THROW(fp32.linear_forward(AMat(a.get(), DType::bf16, 4, 8), CMat(wa.as<float>(), 2, 8), nullptr,
+                                   Activation::none, Mat(a.as<float>() + 4096, 4, 2)),
+               Error);
+  // Cross activations of mixed storage.
+  const std::int64_t B = 4, N = 8, r = 2;
+  const AMat x16(b.get(), DType::bf16, B, N);
+  const Mat x32(b.as<float>() + 2048, B, N);
+  EXPECT_THROW(bf16.cross_forward(x16, x32, CMat(wb.as<float>(), r, N), CMat(wb.as<float>() + 64, N, r), nullptr,
+                                  Mat(b.as<float>() + 4096, B, r), Mat(b.as<float>() + 6144, B, N),
+                                  Mat(b.as<float>() + 8192, B, N)),
+               Error);
+}
+
 // ======================================================= dot interaction ==
 // A custom kernel, the same in every dense math: fp32 sums of D products (fwd) or F products
 // (bwd) in ascending order. Worst case D·u = 128 · 6e-8 = 7.6e-6 of the magnitude: tol 1e-5.

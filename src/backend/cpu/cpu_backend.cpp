@@ -3,6 +3,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "parity/error.h"
@@ -11,6 +14,82 @@ namespace parity {
 namespace {
 
 constexpr std::size_t kAlignment = 64;
+
+[[noreturn]] void bad_dtype(const char* op, const char* name, DType t) {
+  throw Error(std::string(op) + ": " + name + " is stored as " + std::string(dtype_name(t)) +
+              "; activations are fp32 or bf16");
+}
+
+// An fp32 view of a typed input: the view itself when it is fp32, else a widened copy.
+class In {
+ public:
+  In(const char* op, const char* name, CAMat m) {
+    if (m.is_f32()) {
+      view_ = m.f32();
+      return;
+    }
+    if (m.dtype != DType::bf16) bad_dtype(op, name, m.dtype);
+    if (m.rows < 0 || m.cols < 0 || m.ld < m.cols) {  // the op's own check names the problem
+      view_ = CMat(nullptr, m.rows, m.cols, m.ld);
+      return;
+    }
+    buf_.resize(static_cast<std::size_t>(m.rows * m.cols));
+    const auto* bits = static_cast<const std::uint16_t*>(m.data);
+#pragma omp parallel for schedule(static) if (m.rows * m.cols >= (1 << 16))
+    for (std::int64_t r = 0; r < m.rows; ++r)
+      for (std::int64_t c = 0; c < m.cols; ++c) buf_[static_cast<std::size_t>(r * m.cols + c)] = bf16_to_float(bits[r * m.ld + c]);
+    view_ = CMat(m.data == nullptr ? nullptr : buf_.data(), m.rows, m.cols);
+  }
+  operator CMat() const { return view_; }  // NOLINT
+
+ private:
+  std::vector<float> buf_;
+  CMat view_;
+};
+
+// An fp32 view to compute a typed output into: the view itself when it is fp32, else scratch
+// holding the target's current values (an op may leave elements alone: the embedding output's
+// gaps) that store() rounds back into the bf16 target (exact for the untouched ones).
+class Out {
+ public:
+  Out(const char* op, const char* name, AMat m) : target_(m) {
+    if (m.is_f32()) {
+      view_ = m.f32();
+      return;
+    }
+    if (m.dtype != DType::bf16) bad_dtype(op, name, m.dtype);
+    if (m.rows < 0 || m.cols < 0 || m.ld < m.cols) {
+      view_ = Mat(nullptr, m.rows, m.cols, m.ld);
+      return;
+    }
+    buf_.resize(static_cast<std::size_t>(m.rows * m.cols));
+    view_ = Mat(m.data == nullptr ? nullptr : buf_.data(), m.rows, m.cols);
+    if (view_.data == nullptr) return;
+    const auto* bits = static_cast<const std::uint16_t*>(m.data);
+#pragma omp parallel for schedule(static) if (m.rows * m.cols >= (1 << 16))
+    for (std::int64_t r = 0; r < m.rows; ++r)
+      for (std::int64_t c = 0; c < m.cols; ++c) view_(r, c) = bf16_to_float(bits[r * m.ld + c]);
+  }
+  operator Mat() const { return view_; }  // NOLINT
+  void store() const {
+    if (target_.is_f32() || view_.data == nullptr) return;
+    auto* bits = static_cast<std::uint16_t*>(target_.data);
+#pragma omp parallel for schedule(static) if (view_.rows * view_.cols >= (1 << 16))
+    for (std::int64_t r = 0; r < view_.rows; ++r)
+      for (std::int64_t c = 0; c < view_.cols; ++c) bits[r * target_.ld + c] = bf16_bits(view_(r, c));
+  }
+
+ private:
+  AMat target_;
+  std::vector<float> buf_;
+  Mat view_;
+};
+
+void same_storage(const char* op, std::initializer_list<DType> types) {
+  for (DType t : types)
+    if (t != *types.begin())
+      throw Error(std::string(op) + ": the activations (x0, xl, u, z, x_next) must share one storage type");
+}
 
 }  // namespace
 
@@ -57,18 +136,25 @@ void CpuBackend::fill_uniform(float* p, std::int64_t n, float lo, float hi, std:
   cpu::fill_uniform(p, n, lo, hi, seed, stream);
 }
 
-void CpuBackend::linear_forward(CMat x, CMat w, const float* bias, Activation act, Mat y) {
-  cpu::linear_forward(x, w, bias, act, y);
+void CpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) {
+  constexpr const char* op = "linear_forward";
+  const In xf(op, "x", x);
+  const Out yf(op, "y", y);
+  cpu::linear_forward<float>(xf, w, bias, act, yf);
+  yf.store();
 }
 
-void CpuBackend::linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act, Mat dx, Mat dw,
+void CpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, Mat dx, Mat dw,
                                  float* dbias) {
-  cpu::linear_backward(x, w, y, dy, act, dx, dw, dbias);
+  constexpr const char* op = "linear_backward";
+  cpu::linear_backward<float>(In(op, "x", x), w, In(op, "y", y), dy, act, dx, dw, dbias);
 }
 
 void CpuBackend::embedding_forward(std::span<const TableLayout> tables, const float* weights,
-                                   const SparseInput& in, Mat out) {
-  cpu::embedding_forward(tables, weights, in, out);
+                                   const SparseInput& in, AMat out) {
+  const Out of("embedding_forward", "out", out);
+  cpu::embedding_forward<float>(tables, weights, in, of);
+  of.store();
 }
 
 void CpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights,
@@ -86,16 +172,31 @@ void CpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, 
   cpu::dot_interaction_backward(dense, emb, num_tables, dout, ddense, demb);
 }
 
-void CpuBackend::cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bias, Mat u, Mat z,
-                               Mat x_next) {
-  cpu::cross_forward(x0, xl, v, w, bias, u, z, x_next);
+void CpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
+                               AMat x_next) {
+  constexpr const char* op = "cross_forward";
+  same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
+  const Out uf(op, "u", u), zf(op, "z", z), nf(op, "x_next", x_next);
+  if (x0.is_f32()) {
+    cpu::cross_forward<float>(x0.f32(), xl.f32(), v, w, bias, uf, zf, nf);
+  } else {
+    // Stored in bf16: z is rounded before the combine reads it and u before the second product,
+    // as they are when the GPU writes them to memory between its steps.
+    const In x0f(op, "x0", x0), xlf(op, "xl", xl);
+    cpu::cross_forward<float>(x0f, xlf, v, w, bias, uf, zf, nf, DType::bf16);
+  }
+  uf.store();
+  zf.store();
+  nf.store();
 }
 
-void CpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next,
+void CpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CMat dx_next,
                                 Mat dx0, Mat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
                                 CrossBackwardMode mode) {
-  cpu::cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, dbias, du_scratch, mode.first_into_dx0,
-                      mode.xl_is_x0);
+  constexpr const char* op = "cross_backward";
+  same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype});
+  cpu::cross_backward<float>(In(op, "x0", x0), In(op, "xl", xl), v, w, In(op, "u", u), In(op, "z", z), dx_next, dx0,
+                             dxl, dv, dw, dbias, du_scratch, mode.first_into_dx0, mode.xl_is_x0);
 }
 
 void CpuBackend::bce_with_logits(const float* logits, const float* labels, std::int64_t n,

@@ -3,6 +3,10 @@
 //
 // Why it is built this way: the CPU backend is the oracle for every GPU kernel, so it holds no
 // math of its own; it forwards to the templates that the tests also instantiate in double.
+// Activations stored in bf16 (AMat/CAMat views) are widened to fp32 scratch before the op and its
+// fp32 outputs rounded to bf16 after it (nearest even): exactly the values a GPU kernel that reads
+// bf16, computes in fp32/double and rounds once on store produces. The engine itself stores fp32
+// activations on this backend (activation_dtype() is fp32); bf16 views come from the tests.
 // Memory is 64-byte aligned host memory (a cache line, and the widest vector load), copies are
 // memcpy, and every op completes before it returns, so synchronize() has nothing to wait for.
 #pragma once
@@ -29,12 +33,12 @@ class CpuBackend : public Backend {
                     std::uint64_t stream) override;
   void synchronize() override {}
 
-  void linear_forward(CMat x, CMat w, const float* bias, Activation act, Mat y) override;
-  void linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act, Mat dx, Mat dw,
+  void linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) override;
+  void linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, Mat dx, Mat dw,
                        float* dbias) override;
 
   void embedding_forward(std::span<const TableLayout> tables, const float* weights,
-                         const SparseInput& in, Mat out) override;
+                         const SparseInput& in, AMat out) override;
   void embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
                                  const SparseInput& in, CMat dout,
                                  const OptimizerParams& opt) override;
@@ -42,10 +46,10 @@ class CpuBackend : public Backend {
   void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) override;
   void dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
                                 Mat demb) override;
-  void cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bias, Mat u, Mat z,
-                     Mat x_next) override;
+  void cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
+                     AMat x_next) override;
   using Backend::cross_backward;
-  void cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next, Mat dx0,
+  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CMat dx_next, Mat dx0,
                       Mat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) override;
 
   void bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,

@@ -140,7 +140,7 @@ void dot_interaction_backward(MatView<const T> dense, MatView<const T> emb, int 
 
 template <class T>
 void cross_forward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v, MatView<const T> w,
-                   const T* bias, MatView<T> u, MatView<T> z, MatView<T> x_next) {
+                   const T* bias, MatView<T> u, MatView<T> z, MatView<T> x_next, DType storage) {
   constexpr const char* op = "cross_forward";
   check_view(op, "x0", x0);
   const std::int64_t batch = x0.rows;
@@ -157,6 +157,14 @@ void cross_forward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v,
   double* acc = scratch(Slot::result, batch * std::max(rank, n));  // [batch, rank], [batch, n]
   gemm(as_strided(xl), transposed(v), acc, rank);
   store(acc, rank, u);
+  const auto stored = [storage](T x) {
+    return storage == DType::f32 ? x : static_cast<T>(round_to_dtype(static_cast<float>(x), storage));
+  };
+  if (storage != DType::f32) {
+#pragma omp parallel for schedule(static) if (batch * rank >= kParallelElements)
+    for (std::int64_t b = 0; b < batch; ++b)
+      for (std::int64_t i = 0; i < rank; ++i) u(b, i) = stored(u(b, i));
+  }
   gemm(as_strided(MatView<const T>(u)), transposed(w), acc, n);
 #pragma omp parallel for schedule(static) if (batch * n >= kParallelElements)
   for (std::int64_t b = 0; b < batch; ++b) {
@@ -168,9 +176,8 @@ void cross_forward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v,
     for (std::int64_t i = 0; i < n; ++i) {
       double zi = a[i];
       if (bias != nullptr) zi += static_cast<double>(bias[i]);
-      zb[i] = static_cast<T>(zi);
-      const double stored = static_cast<double>(zb[i]);
-      xnb[i] = static_cast<T>(static_cast<double>(x0b[i]) * stored + static_cast<double>(xlb[i]));
+      zb[i] = stored(static_cast<T>(zi));
+      xnb[i] = static_cast<T>(static_cast<double>(x0b[i]) * static_cast<double>(zb[i]) + static_cast<double>(xlb[i]));
     }
   }
 }
@@ -253,7 +260,7 @@ void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v
   template void dot_interaction_backward<T>(MatView<const T>, MatView<const T>, int,              \
                                             MatView<const T>, MatView<T>, MatView<T>);            \
   template void cross_forward<T>(MatView<const T>, MatView<const T>, MatView<const T>,            \
-                                 MatView<const T>, const T*, MatView<T>, MatView<T>, MatView<T>); \
+                                 MatView<const T>, const T*, MatView<T>, MatView<T>, MatView<T>, DType); \
   template void cross_backward<T>(MatView<const T>, MatView<const T>, MatView<const T>,           \
                                   MatView<const T>, MatView<const T>, MatView<const T>,           \
                                   MatView<const T>, MatView<T>, MatView<T>, MatView<T>,           \

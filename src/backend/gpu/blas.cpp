@@ -40,11 +40,13 @@ struct PlanKey {
   GemmMath math;
   Epilogue epilogue;
   bool ta, tb;
+  bool d_bf16;
   std::int64_t m, n, k, lda, ldb, ldd, ldc;
   std::uint32_t align_a, align_b, align_d, align_c;
 
   bool operator==(const PlanKey& o) const {
-    return math == o.math && epilogue == o.epilogue && ta == o.ta && tb == o.tb && m == o.m && n == o.n &&
+    return math == o.math && epilogue == o.epilogue && ta == o.ta && tb == o.tb && d_bf16 == o.d_bf16 && m == o.m &&
+           n == o.n &&
            k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd && ldc == o.ldc && align_a == o.align_a &&
            align_b == o.align_b && align_d == o.align_d && align_c == o.align_c;
   }
@@ -57,7 +59,8 @@ struct PlanKeyHash {
       h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     };
     mix(static_cast<std::uint64_t>(k.math) | static_cast<std::uint64_t>(k.epilogue) << 8 |
-        static_cast<std::uint64_t>(k.ta) << 16 | static_cast<std::uint64_t>(k.tb) << 17);
+        static_cast<std::uint64_t>(k.ta) << 16 | static_cast<std::uint64_t>(k.tb) << 17 |
+        static_cast<std::uint64_t>(k.d_bf16) << 18);
     for (std::int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd, k.ldc}) mix(static_cast<std::uint64_t>(v));
     mix(static_cast<std::uint64_t>(k.align_a) | static_cast<std::uint64_t>(k.align_b) << 16 |
         static_cast<std::uint64_t>(k.align_d) << 32 | static_cast<std::uint64_t>(k.align_c) << 48);
@@ -66,9 +69,9 @@ struct PlanKeyHash {
 };
 
 std::string describe(const PlanKey& k) {
-  return fmt::format("D[{}, {}] = {}A · {}B with k = {} (lda {}, ldb {}, ldd {}; alignments {}/{}/{} bytes), math {}",
+  return fmt::format("D[{}, {}] = {}A · {}B with k = {} (lda {}, ldb {}, ldd {}; alignments {}/{}/{} bytes), math {}{}",
                      k.m, k.n, k.ta ? "transposed " : "", k.tb ? "transposed " : "", k.k, k.lda, k.ldb, k.ldd,
-                     k.align_a, k.align_b, k.align_d, math_name(k.math));
+                     k.align_a, k.align_b, k.align_d, math_name(k.math), k.d_bf16 ? ", bf16 output" : "");
 }
 
 void check_blas(blas::Status st, const char* what, const PlanKey* key = nullptr) {
@@ -147,7 +150,8 @@ struct Blas::Impl {
     check_blas(blas::desc_set_transa(p->desc, key.tb ? blas::kOpT : blas::kOpN), "transa", &key);
     check_blas(blas::desc_set_transb(p->desc, key.ta ? blas::kOpT : blas::kOpN), "transb", &key);
     check_blas(blas::desc_set_epilogue(p->desc, epilogue_kind(epilogue)), "epilogue", &key);
-    if (has_bias(epilogue)) check_blas(blas::desc_set_bias_type(p->desc, blas::kF32), "bias type", &key);
+    if (has_bias(epilogue))
+      check_blas(blas::desc_set_bias_type(p->desc, key.d_bf16 ? blas::kBf16 : blas::kF32), "bias type", &key);
     // Our B stored row-major is, column-major, [n, k] (not transposed) or [k, n] (transposed).
     const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
     check_blas(key.tb ? blas::layout_create(&p->la, operand, u(key.k), u(key.n), key.ldb)
@@ -156,8 +160,9 @@ struct Blas::Impl {
     check_blas(key.ta ? blas::layout_create(&p->lb, operand, u(key.m), u(key.k), key.lda)
                       : blas::layout_create(&p->lb, operand, u(key.k), u(key.m), key.lda),
                "layout of A", &key);
-    check_blas(blas::layout_create(&p->ld, blas::kF32, u(key.n), u(key.m), key.ldd), "layout of D", &key);
-    check_blas(blas::layout_create(&p->lc, blas::kF32, u(key.n), u(key.m), key.ldc), "layout of C", &key);
+    const blas::DataType out = key.d_bf16 ? blas::kBf16 : blas::kF32;
+    check_blas(blas::layout_create(&p->ld, out, u(key.n), u(key.m), key.ldd), "layout of D", &key);
+    check_blas(blas::layout_create(&p->lc, out, u(key.n), u(key.m), key.ldc), "layout of C", &key);
 
     blas::Preference pref = nullptr;
     check_blas(blas::pref_create(&pref), "preference", &key);
@@ -202,9 +207,18 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
   const bool relu = g.epilogue == Epilogue::relu || g.epilogue == Epilogue::relu_bias;
   if (has_bias(g.epilogue) && g.bias == nullptr) throw Error("gemm: a bias epilogue without a bias pointer");
   const bool own_c = g.c != nullptr && g.c != g.d && g.beta != 0.0f;
+  if (g.d_bf16 && (math != GemmMath::bf16 || g.beta != 0.0f))
+    throw Error("gemm: a bf16 output needs bf16 math and beta 0 (an activation is written, not accumulated)");
   if (g.k == 0) {
-    if (own_c) dense::copy_matrix(s, CMat(g.c, g.m, g.n, g.ldc), Mat(g.d, g.m, g.n, g.ldd));
-    dense::gemm_empty_k(s, g.m, g.n, g.beta, g.d, g.ldd, has_bias(g.epilogue) ? g.bias : nullptr, relu);
+    if (g.d_bf16) {
+      dense::gemm_empty_k_bf16(s, g.m, g.n, static_cast<std::uint16_t*>(g.d), g.ldd,
+                               has_bias(g.epilogue) ? static_cast<const std::uint16_t*>(g.bias) : nullptr, relu);
+      return;
+    }
+    auto* d = static_cast<float*>(g.d);
+    if (own_c) dense::copy_matrix(s, CMat(g.c, g.m, g.n, g.ldc), Mat(d, g.m, g.n, g.ldd));
+    dense::gemm_empty_k(s, g.m, g.n, g.beta, d, g.ldd, has_bias(g.epilogue) ? static_cast<const float*>(g.bias) : nullptr,
+                        relu);
     return;
   }
   // The library may read the bias with vector loads: a bias that is not 16-byte aligned is
@@ -214,6 +228,7 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
                     bias_aligned ? g.epilogue : Epilogue::none,
                     g.a.transposed,
                     g.b.transposed,
+                    g.d_bf16,
                     g.m,
                     g.n,
                     g.k,
@@ -235,7 +250,12 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
                           p.algo, impl_->workspace.data(), impl_->workspace.bytes(), s),
              "matmul", &key);
   if (!fused && g.epilogue != Epilogue::none) {
-    dense::gemm_empty_k(s, g.m, g.n, 1.0f, g.d, g.ldd, has_bias(g.epilogue) ? g.bias : nullptr, relu);
+    if (g.d_bf16)
+      dense::epilogue_bf16(s, g.m, g.n, static_cast<std::uint16_t*>(g.d), g.ldd,
+                           has_bias(g.epilogue) ? static_cast<const std::uint16_t*>(g.bias) : nullptr, relu);
+    else
+      dense::gemm_empty_k(s, g.m, g.n, 1.0f, static_cast<float*>(g.d), g.ldd,
+                          has_bias(g.epilogue) ? static_cast<const float*>(g.bias) : nullptr, relu);
   }
 }
 

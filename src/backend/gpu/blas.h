@@ -17,8 +17,9 @@
 // - Split-K reductions are limited to the out-of-place schemes, so a product gives the same bits
 //   on every run (determinism is a feature, DESIGN.md).
 // - bf16 math takes operands that the caller already converted to bf16 (gpu_backend.cpp keeps
-//   fp32 master weights and converts per call); C, D and the bias stay fp32 and accumulation is
-//   fp32.
+//   fp32 master weights and converts per call) or stores in bf16 (activations); accumulation is
+//   fp32, and D (with C) is fp32 or, for activations stored in bf16, bf16 (rounded once from the
+//   fp32 result, after the epilogue; the bias is then bf16 too).
 #pragma once
 
 #include <cstddef>
@@ -32,7 +33,7 @@ namespace parity::gpu {
 // How a product is computed:
 //   fp32  fp32 operands, exact fp32 products and sums (CUBLAS_COMPUTE_32F)
 //   tf32  fp32 operands read as tf32 by the tensor cores, fp32 sums (CUBLAS_COMPUTE_32F_FAST_TF32)
-//   bf16  bf16 operands (the caller converts), fp32 sums and fp32 output
+//   bf16  bf16 operands (the caller converts), fp32 sums, fp32 or bf16 output (GemmArgs::d_bf16)
 enum class GemmMath : std::uint8_t { fp32, tf32, bf16 };
 
 // What is applied to each output after the product: + bias[col], then max(·, 0).
@@ -52,14 +53,17 @@ struct GemmArgs {
   std::int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;
   float beta = 0.0f;
-  float* d = nullptr;
+  void* d = nullptr;  // fp32, or bf16 bits when d_bf16 (GemmMath::bf16 only; C is then D itself)
+  bool d_bf16 = false;
   std::int64_t ldd = 0;
-  // The addend of beta: C [m, n] (row-major, ldc) instead of D itself when c is set, so that
+  // The addend of beta: C [m, n] (row-major, ldc, fp32) instead of D itself when c is set, so that
   // D = A · B + C needs no copy of C into D first.
   const float* c = nullptr;
   std::int64_t ldc = 0;
   Epilogue epilogue = Epilogue::none;
-  const float* bias = nullptr;  // [n], fp32; required by the bias epilogues
+  // [n], required by the bias epilogues: fp32, or bf16 bits when d_bf16 (the library adds a bias
+  // of the output's type to a 16-bit output; an fp32 bias there has no fused algorithm).
+  const void* bias = nullptr;
 };
 
 class Blas {

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 
 #include "backend/gpu/launch.h"
@@ -109,6 +110,18 @@ __device__ __forceinline__ void store(float* p, const Floats<V>& x) {
   }
 }
 template <int V>
+__device__ __forceinline__ Floats<V> load(const std::uint16_t* p) {  // bf16 bits
+  Floats<V> x;
+  if constexpr (V == 4) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    x.v[0] = __uint_as_float(u.x << 16), x.v[1] = __uint_as_float(u.x & 0xffff0000u);
+    x.v[2] = __uint_as_float(u.y << 16), x.v[3] = __uint_as_float(u.y & 0xffff0000u);
+  } else {
+    for (int i = 0; i < V; ++i) x.v[i] = __uint_as_float(static_cast<std::uint32_t>(p[i]) << 16);
+  }
+  return x;
+}
+template <int V>
 __device__ __forceinline__ void store_bf16(std::uint16_t* p, const Floats<V>& x) {
   if constexpr (V == 4) {
     uint2 u;
@@ -119,14 +132,57 @@ __device__ __forceinline__ void store_bf16(std::uint16_t* p, const Floats<V>& x)
     for (int i = 0; i < V; ++i) p[i] = bf16_bits_rn(x.v[i]);
   }
 }
+// Activations stored in bf16 are written with the same rule as every other bf16 copy.
+template <int V>
+__device__ __forceinline__ void store(std::uint16_t* p, const Floats<V>& x) {
+  store_bf16<V>(p, x);
+}
 
-// True when every view can be read in 16-byte groups: cols and every ld a multiple of 4 floats
-// and every base 16-byte aligned.
-bool vec4_ok(std::int64_t cols, std::initializer_list<std::pair<const void*, std::int64_t>> views) {
+// A device view of an activation stored as S (float, or std::uint16_t for bf16 bits).
+template <class S>
+MatView<const S> typed(CAMat m) {
+  return {static_cast<const S*>(m.data), m.rows, m.cols, m.ld};
+}
+template <class S>
+MatView<S> typed(AMat m) {
+  return {static_cast<S*>(m.data), m.rows, m.cols, m.ld};
+}
+
+// True when every view can be read in groups of 4 elements (16 bytes of fp32, 8 of bf16): cols
+// and every ld a multiple of 4 and every base aligned to a group.
+struct VecView {
+  const void* p;
+  std::int64_t ld;
+  std::int64_t bytes = 4;  // per element
+};
+bool vec4_ok(std::int64_t cols, std::initializer_list<VecView> views) {
   if (cols % 4 != 0) return false;
-  for (const auto& [p, ld] : views)
-    if (p != nullptr && (reinterpret_cast<std::uintptr_t>(p) % 16 != 0 || ld % 4 != 0)) return false;
+  for (const VecView& v : views)
+    if (v.p != nullptr && (reinterpret_cast<std::uintptr_t>(v.p) % static_cast<std::uintptr_t>(4 * v.bytes) != 0 ||
+                           v.ld % 4 != 0))
+      return false;
   return true;
+}
+VecView vec_view(CAMat m) { return {m.data, m.ld, static_cast<std::int64_t>(m.element_bytes())}; }
+VecView bf16_packed(const std::uint16_t* p, std::int64_t cols) { return {p, cols, 2}; }
+
+// f(std::integral_constant<int, V>) with V = 4 where `vec` (every view read in groups of 4), else 1.
+template <class F>
+void with_width(bool vec, F&& f) {
+  if (vec)
+    f(std::integral_constant<int, 4>{});
+  else
+    f(std::integral_constant<int, 1>{});
+}
+// f(S{}) with S the element type of activations stored as t: std::uint16_t (bf16 bits) or float.
+template <class F>
+void with_storage(const char* op, DType t, F&& f) {
+  if (t == DType::bf16)
+    f(std::uint16_t{});
+  else if (t == DType::f32)
+    f(float{});
+  else
+    throw Error(cat(op, ": activations stored as ", dtype_name(t), "; fp32 or bf16 expected"));
 }
 
 // ------------------------------------------------------------------ fills --
@@ -159,8 +215,8 @@ __global__ __launch_bounds__(kBlock) void copy_kernel(CMat src, Mat dst, RowSpan
 
 // ------------------------------------------------- around matrix products --
 
-template <int V>
-__global__ __launch_bounds__(kBlock) void relu_backward_kernel(CMat y, CMat dy, float* __restrict__ dz,
+template <int V, class S>
+__global__ __launch_bounds__(kBlock) void relu_backward_kernel(MatView<const S> y, CMat dy, float* __restrict__ dz,
                                                                std::uint16_t* __restrict__ dz16, RowSpan span) {
   for_each_element<V>(y.rows, y.cols, span, [&](std::int64_t r, std::int64_t c) {
     const Floats<V> yv = load<V>(y.data + r * y.ld + c);
@@ -189,6 +245,21 @@ __global__ __launch_bounds__(kBlock) void gemm_empty_k_kernel(std::int64_t m, st
     if (bias != nullptr) v += bias[c];
     if (relu && !(v > 0.0f)) v = 0.0f;
     d[r * ldd + c] = v;
+  }
+}
+
+// d = bf16((add ? d : 0) + bias) (relu) over a bf16 [m, n] output: an empty-k product (add false)
+// or the unfused epilogue of a bf16-output product (add true).
+__global__ __launch_bounds__(kBlock) void epilogue_bf16_kernel(std::int64_t m, std::int64_t n, bool add,
+                                                               std::uint16_t* __restrict__ d, std::int64_t ldd,
+                                                               const std::uint16_t* __restrict__ bias, bool relu) {
+  const std::int64_t total = m * n;
+  for (std::int64_t i = global_index(); i < total; i += grid_stride()) {
+    const std::int64_t r = i / n, c = i - r * n;
+    float v = add ? __uint_as_float(static_cast<std::uint32_t>(d[r * ldd + c]) << 16) : 0.0f;
+    if (bias != nullptr) v += __uint_as_float(static_cast<std::uint32_t>(bias[c]) << 16);
+    if (relu && !(v > 0.0f)) v = 0.0f;
+    d[r * ldd + c] = bf16_bits_rn(v);
   }
 }
 
@@ -238,6 +309,18 @@ __global__ __launch_bounds__(kBlock) void column_partial_kernel(CMat m, std::int
   }
 }
 
+// Columns per block of pass 2 (column_final_kernel): enough lanes per column that each adds about
+// kPartialsPerLane partials (a 1024-chunk sum split 8 ways was 55 us per call, latency-bound on a
+// few dozen blocks), then as many columns as the block has room for (at most kColTile).
+constexpr std::int64_t kPartialsPerLane = 16;
+int final_columns_per_block(std::int64_t chunks, std::int64_t cols) {
+  int lanes = 1;
+  while (lanes < kBlock && lanes * kPartialsPerLane < chunks) lanes *= 2;
+  int cpb = 1;
+  while (cpb < kColTile && cpb < cols && cpb * 2 * lanes <= kBlock) cpb *= 2;
+  return cpb;
+}
+
 // Pass 2: a block takes `cpb` columns (a power of two up to 32); its kBlock / cpb lanes per column
 // add strided subsets of the chunks in index order, then a fixed tree in shared memory adds the
 // lanes: the same order on every run, and enough threads that a [B, 1] column is not a
@@ -265,8 +348,9 @@ __global__ __launch_bounds__(kBlock) void column_final_kernel(const double* __re
 
 // ------------------------------------------------------------ cross layer --
 
-template <int V>
-__global__ __launch_bounds__(kBlock) void cross_combine_kernel(CMat x0, CMat z, CMat xl, Mat x_next,
+template <int V, class S>
+__global__ __launch_bounds__(kBlock) void cross_combine_kernel(MatView<const S> x0, MatView<const S> z,
+                                                               MatView<const S> xl, MatView<S> x_next,
                                                                std::uint16_t* __restrict__ next16, RowSpan span) {
   for_each_element<V>(x0.rows, x0.cols, span, [&](std::int64_t r, std::int64_t c) {
     const Floats<V> a = load<V>(x0.data + r * x0.ld + c);
@@ -279,34 +363,6 @@ __global__ __launch_bounds__(kBlock) void cross_combine_kernel(CMat x0, CMat z, 
   });
 }
 
-template <int V>
-__global__ __launch_bounds__(kBlock) void cross_gradients_kernel(CMat g, CMat x0, CMat z, float* __restrict__ dz,
-                                                                 std::uint16_t* __restrict__ dz16, Mat dx0,
-                                                                 CrossGradientFlags flags, RowSpan span) {
-  for_each_element<V>(g.rows, g.cols, span, [&](std::int64_t r, std::int64_t c) {
-    const Floats<V> gv = load<V>(g.data + r * g.ld + c);
-    const Floats<V> xv = load<V>(x0.data + r * x0.ld + c);
-    const Floats<V> zv = load<V>(z.data + r * z.ld + c);
-    float* o = dx0.data + r * dx0.ld + c;
-    Floats<V> acc;
-    if (flags.overwrite) {
-      for (int i = 0; i < V; ++i) acc.v[i] = 0.0f;
-    } else {
-      acc = load<V>(o);
-    }
-    Floats<V> d;
-    for (int i = 0; i < V; ++i) {
-      const double gi = gv.v[i];
-      d.v[i] = static_cast<float>(gi * static_cast<double>(xv.v[i]));
-      acc.v[i] = static_cast<float>(static_cast<double>(acc.v[i]) + gi * static_cast<double>(zv.v[i]) +
-                                    (flags.add_g ? gi : 0.0));
-    }
-    const std::int64_t at = r * g.cols + c;
-    if (!flags.dz_bf16_only) store<V>(dz + at, d);
-    if (dz16 != nullptr) store_bf16<V>(dz16 + at, d);
-    store<V>(o, acc);
-  });
-}
 
 // The same with dz's column sums (the bias gradient) folded in, so dz is not read again: block b
 // takes rows b, b + grid, b + 2 grid, ... (all its threads on one row, each up to
@@ -315,46 +371,30 @@ __global__ __launch_bounds__(kBlock) void cross_gradients_kernel(CMat g, CMat x0
 constexpr int kGradGroups = 4;
 constexpr std::int64_t kGradBlocks = 1024;
 
-template <int V>
-__global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(CMat g, CMat x0, CMat z, float* __restrict__ dz,
-                                                                     std::uint16_t* __restrict__ dz16, Mat dx0,
-                                                                     CrossGradientFlags flags, double* __restrict__ partial) {
-  const std::int64_t groups = g.cols / V;
+bool fused_sum_fits(std::int64_t cols, int v) { return cols / v <= static_cast<std::int64_t>(kGradGroups) * kBlock; }
+std::int64_t grad_blocks(std::int64_t rows) { return std::max<std::int64_t>(1, std::min(rows, kGradBlocks)); }
+
+// The row walk of the folded kernels: block b takes rows b, b + grid, ... with all its threads on
+// one row (thread t on groups t, t + kBlock, ... of V columns, at most kGradGroups), calls
+// f(r, c) -> Floats<V> for each group and keeps the column sums of what f returns in double; at
+// the end each block writes its partial sums, partial[block * cols + col].
+template <int V, class F>
+__device__ __forceinline__ void rows_with_column_sums(std::int64_t rows, std::int64_t cols, double* __restrict__ partial,
+                                                      F&& f) {
+  const std::int64_t groups = cols / V;
   double acc[kGradGroups][V];
 #pragma unroll
   for (int j = 0; j < kGradGroups; ++j)
 #pragma unroll
     for (int i = 0; i < V; ++i) acc[j][i] = 0.0;
-  for (std::int64_t r = blockIdx.x; r < g.rows; r += gridDim.x) {
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
 #pragma unroll
     for (int j = 0; j < kGradGroups; ++j) {
       const std::int64_t grp = static_cast<std::int64_t>(threadIdx.x) + static_cast<std::int64_t>(j) * kBlock;
       if (grp >= groups) continue;
-      const std::int64_t c = grp * V;
-      const Floats<V> gv = load<V>(g.data + r * g.ld + c);
-      const Floats<V> xv = load<V>(x0.data + r * x0.ld + c);
-      const Floats<V> zv = load<V>(z.data + r * z.ld + c);
-      float* o = dx0.data + r * dx0.ld + c;
-      Floats<V> a;
-      if (flags.overwrite) {
+      const Floats<V> d = f(r, grp * V);
 #pragma unroll
-        for (int i = 0; i < V; ++i) a.v[i] = 0.0f;
-      } else {
-        a = load<V>(o);
-      }
-      Floats<V> d;
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const double gi = gv.v[i];
-        d.v[i] = static_cast<float>(gi * static_cast<double>(xv.v[i]));
-        a.v[i] = static_cast<float>(static_cast<double>(a.v[i]) + gi * static_cast<double>(zv.v[i]) +
-                                    (flags.add_g ? gi : 0.0));
-        acc[j][i] += static_cast<double>(d.v[i]);
-      }
-      const std::int64_t at = r * g.cols + c;
-      if (!flags.dz_bf16_only) store<V>(dz + at, d);
-      if (dz16 != nullptr) store_bf16<V>(dz16 + at, d);
-      store<V>(o, a);
+      for (int i = 0; i < V; ++i) acc[j][i] += static_cast<double>(d.v[i]);
     }
   }
 #pragma unroll
@@ -362,8 +402,76 @@ __global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(CMat g, CMa
     const std::int64_t grp = static_cast<std::int64_t>(threadIdx.x) + static_cast<std::int64_t>(j) * kBlock;
     if (grp >= groups) continue;
 #pragma unroll
-    for (int i = 0; i < V; ++i) partial[static_cast<std::int64_t>(blockIdx.x) * g.cols + grp * V + i] = acc[j][i];
+    for (int i = 0; i < V; ++i) partial[static_cast<std::int64_t>(blockIdx.x) * cols + grp * V + i] = acc[j][i];
   }
+}
+
+// One group of the cross-layer gradients: dz = g ⊙ x0 (returned), dx0 (+)= g ⊙ z (+ g).
+template <int V, class S>
+__device__ __forceinline__ Floats<V> cross_gradient_group(CMat g, MatView<const S> x0, MatView<const S> z,
+                                                          float* __restrict__ dz, std::uint16_t* __restrict__ dz16,
+                                                          Mat dx0, CrossGradientFlags flags, std::int64_t r,
+                                                          std::int64_t c) {
+  const Floats<V> gv = load<V>(g.data + r * g.ld + c);
+  const Floats<V> xv = load<V>(x0.data + r * x0.ld + c);
+  const Floats<V> zv = load<V>(z.data + r * z.ld + c);
+  float* o = dx0.data + r * dx0.ld + c;
+  Floats<V> a;
+  if (flags.overwrite) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) a.v[i] = 0.0f;
+  } else {
+    a = load<V>(o);
+  }
+  Floats<V> d;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const double gi = gv.v[i];
+    d.v[i] = static_cast<float>(gi * static_cast<double>(xv.v[i]));
+    a.v[i] = static_cast<float>(static_cast<double>(a.v[i]) + gi * static_cast<double>(zv.v[i]) + (flags.add_g ? gi : 0.0));
+  }
+  const std::int64_t at = r * g.cols + c;
+  if (!flags.dz_bf16_only) store<V>(dz + at, d);
+  if (dz16 != nullptr) store_bf16<V>(dz16 + at, d);
+  store<V>(o, a);
+  return d;
+}
+
+template <int V, class S>
+__global__ __launch_bounds__(kBlock) void cross_gradients_kernel(CMat g, MatView<const S> x0, MatView<const S> z,
+                                                                 float* __restrict__ dz,
+                                                                 std::uint16_t* __restrict__ dz16, Mat dx0,
+                                                                 CrossGradientFlags flags, RowSpan span) {
+  for_each_element<V>(g.rows, g.cols, span, [&](std::int64_t r, std::int64_t c) {
+    (void)cross_gradient_group<V, S>(g, x0, z, dz, dz16, dx0, flags, r, c);
+  });
+}
+
+template <int V, class S>
+__global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(CMat g, MatView<const S> x0, MatView<const S> z,
+                                                                     float* __restrict__ dz,
+                                                                     std::uint16_t* __restrict__ dz16, Mat dx0,
+                                                                     CrossGradientFlags flags, double* __restrict__ partial) {
+  rows_with_column_sums<V>(g.rows, g.cols, partial, [&](std::int64_t r, std::int64_t c) {
+    return cross_gradient_group<V, S>(g, x0, z, dz, dz16, dx0, flags, r, c);
+  });
+}
+
+// The ReLU backward with the bias gradient's column sums folded in (dz is not written when null).
+template <int V, class S>
+__global__ __launch_bounds__(kBlock) void relu_backward_sum_kernel(MatView<const S> y, CMat dy, float* __restrict__ dz,
+                                                                   std::uint16_t* __restrict__ dz16,
+                                                                   double* __restrict__ partial) {
+  rows_with_column_sums<V>(y.rows, y.cols, partial, [&](std::int64_t r, std::int64_t c) {
+    const Floats<V> yv = load<V>(y.data + r * y.ld + c);
+    Floats<V> v = load<V>(dy.data + r * dy.ld + c);
+#pragma unroll
+    for (int i = 0; i < V; ++i) v.v[i] = yv.v[i] > 0.0f ? v.v[i] : 0.0f;
+    const std::int64_t at = r * y.cols + c;
+    if (dz != nullptr) store<V>(dz + at, v);
+    if (dz16 != nullptr) store_bf16<V>(dz16 + at, v);
+    return v;
+  });
 }
 
 // -------------------------------------------------------- dot interaction --
@@ -588,16 +696,36 @@ void copy_matrix(Stream_t s, CMat src, Mat dst) {
   }
 }
 
-void relu_backward(Stream_t s, CMat y, CMat dy, float* dz, std::uint16_t* dz16) {
+void relu_backward(Stream_t s, CAMat y, CMat dy, float* dz, std::uint16_t* dz16, float* dbias, void* scratch,
+                   bool dz_bf16_only) {
+  if (dbias != nullptr && y.rows <= 0) {
+    fill(s, dbias, y.cols, 0.0f);
+    return;
+  }
   const std::int64_t n = y.rows * y.cols;
   if (n <= 0) return;
-  if (vec4_ok(y.cols, {{y.data, y.ld}, {dy.data, dy.ld}, {dz, y.cols}, {dz16, y.cols * 2}})) {  // dz16: 8-byte groups
-    const RowSpan span = row_span(y.cols / 4);
-    launch("relu_backward", relu_backward_kernel<4>, {row_grid(y.rows, span), kBlock, 0}, s, y, dy, dz, dz16, span);
-  } else {
-    const RowSpan span = row_span(y.cols);
-    launch("relu_backward", relu_backward_kernel<1>, {row_grid(y.rows, span), kBlock, 0}, s, y, dy, dz, dz16, span);
-  }
+  const bool vec = vec4_ok(y.cols, {vec_view(y), {dy.data, dy.ld}, {dz, y.cols}, bf16_packed(dz16, y.cols)});
+  const bool fold = dbias != nullptr && fused_sum_fits(y.cols, vec ? 4 : 1);
+  float* dz_out = fold && dz_bf16_only && dz16 != nullptr ? nullptr : dz;  // the fold needs no fp32 dz to sum
+  with_storage("relu_backward", y.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    with_width(vec, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      if (fold) {
+        const std::int64_t blocks = grad_blocks(y.rows);
+        launch("relu_backward_sum", relu_backward_sum_kernel<V, S>, {blocks, kBlock, 0}, s, typed<S>(y), dy, dz_out,
+               dz16, static_cast<double*>(scratch));
+        launch("relu_backward_bias", column_final_kernel,
+               {ceil_div(y.cols, final_columns_per_block(blocks, y.cols)), kBlock, 0}, s,
+               static_cast<const double*>(scratch), blocks, y.cols, final_columns_per_block(blocks, y.cols), dbias);
+        return;
+      }
+      const RowSpan span = row_span(y.cols / V);
+      launch("relu_backward", relu_backward_kernel<V, S>, {row_grid(y.rows, span), kBlock, 0}, s, typed<S>(y), dy, dz,
+             dz16, span);
+    });
+  });
+  if (dbias != nullptr && !fold) column_sum(s, CMat(dz, y.rows, y.cols), dbias, scratch);
 }
 
 void to_bf16(Stream_t s, CMat src, std::uint16_t* dst) {
@@ -627,38 +755,34 @@ void column_sum(Stream_t s, CMat m, float* out, void* scratch) {
   auto* partial = static_cast<double*>(scratch);
   launch("column_sum_partial", column_partial_kernel, {sp.col_tiles * sp.chunks, kBlock, 0}, s, m, sp.col_tiles,
          sp.rows_per_chunk, partial);
-  int cpb = 1;
-  while (cpb < kColTile && cpb < m.cols) cpb *= 2;
+  const int cpb = final_columns_per_block(sp.chunks, m.cols);
   launch("column_sum_final", column_final_kernel, {ceil_div(m.cols, cpb), kBlock, 0}, s,
          static_cast<const double*>(partial), sp.chunks, m.cols, cpb, out);
 }
 
-void cross_combine(Stream_t s, CMat x0, CMat z, CMat xl, Mat x_next, std::uint16_t* next16) {
+void cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next, std::uint16_t* next16) {
   const std::int64_t n = x0.rows * x0.cols;
   if (n <= 0) return;
-  if (vec4_ok(x0.cols, {{x0.data, x0.ld}, {z.data, z.ld}, {xl.data, xl.ld}, {x_next.data, x_next.ld}}) &&
-      reinterpret_cast<std::uintptr_t>(next16) % 8 == 0) {
-    const RowSpan span = row_span(x0.cols / 4);
-    launch("cross_combine", cross_combine_kernel<4>, {row_grid(x0.rows, span), kBlock, 0}, s, x0, z, xl, x_next,
-           next16, span);
-  } else {
-    const RowSpan span = row_span(x0.cols);
-    launch("cross_combine", cross_combine_kernel<1>, {row_grid(x0.rows, span), kBlock, 0}, s, x0, z, xl, x_next,
-           next16, span);
-  }
+  const bool vec =
+      vec4_ok(x0.cols, {vec_view(x0), vec_view(z), vec_view(xl), vec_view(x_next), bf16_packed(next16, x0.cols)});
+  with_storage("cross_combine", x0.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    with_width(vec, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const RowSpan span = row_span(x0.cols / V);
+      launch("cross_combine", cross_combine_kernel<V, S>, {row_grid(x0.rows, span), kBlock, 0}, s, typed<S>(x0),
+             typed<S>(z), typed<S>(xl), typed<S>(x_next), next16, span);
+    });
+  });
 }
 
-namespace {
-bool fused_sum_fits(std::int64_t cols, int v) { return cols / v <= static_cast<std::int64_t>(kGradGroups) * kBlock; }
-std::int64_t grad_blocks(std::int64_t rows) { return std::max<std::int64_t>(1, std::min(rows, kGradBlocks)); }
-}  // namespace
 
-std::int64_t cross_gradients_scratch_bytes(std::int64_t rows, std::int64_t cols) {
+std::int64_t gradient_sums_scratch_bytes(std::int64_t rows, std::int64_t cols) {
   return std::max(column_sum_scratch_bytes(rows, cols),
                   grad_blocks(rows) * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double)));
 }
 
-void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16_t* dz16, Mat dx0, float* dbias,
+void cross_gradients(Stream_t s, CMat g, CAMat x0, CAMat z, float* dz, std::uint16_t* dz16, Mat dx0, float* dbias,
                      void* scratch, CrossGradientFlags flags) {
   const std::int64_t n = g.rows * g.cols;
   if (dbias != nullptr && g.rows <= 0) {
@@ -667,38 +791,30 @@ void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16
   }
   if (n <= 0) return;
   if (dz16 == nullptr) flags.dz_bf16_only = false;  // dz is the only copy then
-  if (dbias != nullptr) {
-    const bool vec = vec4_ok(g.cols, {{g.data, g.ld}, {x0.data, x0.ld}, {z.data, z.ld}, {dz, g.cols}, {dx0.data, dx0.ld}}) &&
-                     reinterpret_cast<std::uintptr_t>(dz16) % 8 == 0;
-    const int v = vec ? 4 : 1;
-    if (fused_sum_fits(g.cols, v)) {
-      auto* partial = static_cast<double*>(scratch);
-      const std::int64_t blocks = grad_blocks(g.rows);
-      if (vec)
-        launch("cross_gradients_sum", cross_gradients_sum_kernel<4>, {blocks, kBlock, 0}, s, g, x0, z, dz, dz16, dx0,
-               flags, partial);
-      else
-        launch("cross_gradients_sum", cross_gradients_sum_kernel<1>, {blocks, kBlock, 0}, s, g, x0, z, dz, dz16, dx0,
-               flags, partial);
-      int cpb = 1;
-      while (cpb < kColTile && cpb < g.cols) cpb *= 2;
-      launch("cross_gradients_bias", column_final_kernel, {ceil_div(g.cols, cpb), kBlock, 0}, s,
-             static_cast<const double*>(partial), blocks, g.cols, cpb, dbias);
-      return;
-    }
-    flags.dz_bf16_only = false;  // the column sum below reads dz
-  }
-  if (vec4_ok(g.cols, {{g.data, g.ld}, {x0.data, x0.ld}, {z.data, z.ld}, {dz, g.cols}, {dx0.data, dx0.ld}}) &&
-      reinterpret_cast<std::uintptr_t>(dz16) % 8 == 0) {
-    const RowSpan span = row_span(g.cols / 4);
-    launch("cross_gradients", cross_gradients_kernel<4>, {row_grid(g.rows, span), kBlock, 0}, s, g, x0, z, dz, dz16,
-           dx0, flags, span);
-  } else {
-    const RowSpan span = row_span(g.cols);
-    launch("cross_gradients", cross_gradients_kernel<1>, {row_grid(g.rows, span), kBlock, 0}, s, g, x0, z, dz, dz16,
-           dx0, flags, span);
-  }
-  if (dbias != nullptr) column_sum(s, CMat(dz, g.rows, g.cols), dbias, scratch);
+  const bool vec = vec4_ok(g.cols, {{g.data, g.ld}, vec_view(x0), vec_view(z), {dz, g.cols}, {dx0.data, dx0.ld},
+                                    bf16_packed(dz16, g.cols)});
+  // dbias folded into the pass (cross_gradients_sum_kernel) where a block's threads cover a row.
+  const bool fold = dbias != nullptr && fused_sum_fits(g.cols, vec ? 4 : 1);
+  if (dbias != nullptr && !fold) flags.dz_bf16_only = false;  // the column sum below reads dz
+  with_storage("cross_gradients", x0.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    with_width(vec, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      if (fold) {
+        const std::int64_t blocks = grad_blocks(g.rows);
+        launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S>, {blocks, kBlock, 0}, s, g, typed<S>(x0),
+               typed<S>(z), dz, dz16, dx0, flags, static_cast<double*>(scratch));
+        const int cpb = final_columns_per_block(blocks, g.cols);
+        launch("cross_gradients_bias", column_final_kernel, {ceil_div(g.cols, cpb), kBlock, 0}, s,
+               static_cast<const double*>(scratch), blocks, g.cols, cpb, dbias);
+        return;
+      }
+      const RowSpan span = row_span(g.cols / V);
+      launch("cross_gradients", cross_gradients_kernel<V, S>, {row_grid(g.rows, span), kBlock, 0}, s, g, typed<S>(x0),
+             typed<S>(z), dz, dz16, dx0, flags, span);
+    });
+  });
+  if (dbias != nullptr && !fold) column_sum(s, CMat(dz, g.rows, g.cols), dbias, scratch);
 }
 
 void dot_forward(Stream_t s, CMat dense, CMat emb, int num_tables, Mat out) {
@@ -776,6 +892,23 @@ void gemm_empty_k(Stream_t s, std::int64_t m, std::int64_t n, float beta, float*
                   const float* bias, bool relu) {
   if (m <= 0 || n <= 0) return;
   launch("gemm_empty_k", gemm_empty_k_kernel, {grid_for(m * n), kBlock, 0}, s, m, n, beta, d, ldd, bias, relu);
+}
+
+void gemm_empty_k_bf16(Stream_t s, std::int64_t m, std::int64_t n, std::uint16_t* d, std::int64_t ldd,
+                       const std::uint16_t* bias, bool relu) {
+  if (m <= 0 || n <= 0) return;
+  launch("gemm_empty_k_bf16", epilogue_bf16_kernel, {grid_for(m * n), kBlock, 0}, s, m, n, false, d, ldd, bias, relu);
+}
+
+void epilogue_bf16(Stream_t s, std::int64_t m, std::int64_t n, std::uint16_t* d, std::int64_t ldd,
+                   const std::uint16_t* bias, bool relu) {
+  if (m <= 0 || n <= 0) return;
+  launch("epilogue_bf16", epilogue_bf16_kernel, {grid_for(m * n), kBlock, 0}, s, m, n, true, d, ldd, bias, relu);
+}
+
+void vector_to_bf16(Stream_t s, const float* src, std::uint16_t* dst, std::int64_t n) {
+  if (n <= 0) return;
+  to_bf16(s, CMat(src, 1, n), dst);
 }
 
 }  // namespace parity::gpu::dense

@@ -31,7 +31,12 @@ void copy_matrix(Stream_t s, CMat src, Mat dst);
 
 // dz [rows, cols] packed = dy ⊙ (y > 0), the ReLU backward through the saved output. When dz16
 // is not null it also gets dz as bf16 bits (packed), for bf16 products.
-void relu_backward(Stream_t s, CMat y, CMat dy, float* dz, std::uint16_t* dz16);
+// y is stored in fp32 or bf16. When dbias is not null, dbias[c] = Σ_r dz(r, c) (double, a fixed
+// order; folded into the pass where the width allows), with scratch holding
+// gradient_sums_scratch_bytes(rows, cols) bytes; dz_bf16_only: the caller reads only dz16, so dz
+// is not written where the sum is folded (dz must still be given).
+void relu_backward(Stream_t s, CAMat y, CMat dy, float* dz, std::uint16_t* dz16, float* dbias = nullptr,
+                   void* scratch = nullptr, bool dz_bf16_only = false);
 // dst [rows, cols] packed = src as bf16 (nearest even).
 void to_bf16(Stream_t s, CMat src, std::uint16_t* dst);
 
@@ -42,8 +47,9 @@ std::int64_t column_sum_scratch_bytes(std::int64_t rows, std::int64_t cols);
 void column_sum(Stream_t s, CMat m, float* out, void* scratch);
 
 // Cross layer, forward: x_next = x0 ⊙ z + xl (and as bf16 bits, packed [rows, cols], into
-// next16 when not null).
-void cross_combine(Stream_t s, CMat x0, CMat z, CMat xl, Mat x_next, std::uint16_t* next16 = nullptr);
+// next16 when not null). x0, z, xl and x_next share one storage type (fp32 or bf16; the sum is
+// formed in double and rounded once to fp32, then to bf16 where stored so).
+void cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next, std::uint16_t* next16 = nullptr);
 // Cross layer, backward: dz [rows, cols] packed = g ⊙ x0 (and as bf16 bits into dz16 when not
 // null); dx0 += g ⊙ z; when dbias is not null, dbias[c] = Σ_r dz(r, c) (in double, a fixed
 // order, folded into the same pass where the width allows), with scratch holding
@@ -56,8 +62,10 @@ struct CrossGradientFlags {
   bool add_g = false;
   bool dz_bf16_only = false;
 };
-std::int64_t cross_gradients_scratch_bytes(std::int64_t rows, std::int64_t cols);
-void cross_gradients(Stream_t s, CMat g, CMat x0, CMat z, float* dz, std::uint16_t* dz16, Mat dx0,
+// Bytes of scratch for the column sums of relu_backward and cross_gradients over [rows, cols].
+std::int64_t gradient_sums_scratch_bytes(std::int64_t rows, std::int64_t cols);
+// x0 and z share one storage type (fp32 or bf16); g, dz and dx0 are fp32.
+void cross_gradients(Stream_t s, CMat g, CAMat x0, CAMat z, float* dz, std::uint16_t* dz16, Mat dx0,
                      float* dbias = nullptr, void* scratch = nullptr, CrossGradientFlags flags = {});
 
 // Dot interaction (Backend::dot_interaction_forward / _backward); num_tables + 1 features of
@@ -82,5 +90,14 @@ void optimizer_step(Stream_t s, float* params, const float* grads, float* state,
 // d [m, n] (ldd) = beta · d (+ bias) (relu): a product with an empty inner dimension.
 void gemm_empty_k(Stream_t s, std::int64_t m, std::int64_t n, float beta, float* d, std::int64_t ldd,
                   const float* bias, bool relu);
+// The same for a bf16 output (bf16 bits, ldd; bias in bf16 bits): d = 0 (+ bias) (relu).
+void gemm_empty_k_bf16(Stream_t s, std::int64_t m, std::int64_t n, std::uint16_t* d, std::int64_t ldd,
+                       const std::uint16_t* bias, bool relu);
+// d [m, n] (bf16 bits, ldd) = bf16(d + bias) (relu): the epilogue of a bf16-output product whose
+// library plan could not fuse it.
+void epilogue_bf16(Stream_t s, std::int64_t m, std::int64_t n, std::uint16_t* d, std::int64_t ldd,
+                   const std::uint16_t* bias, bool relu);
+// dst [n] = src as bf16 bits (nearest even): a bias for a bf16-output product.
+void vector_to_bf16(Stream_t s, const float* src, std::uint16_t* dst, std::int64_t n);
 
 }  // namespace parity::gpu::dense

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -40,23 +41,24 @@ template <class... Args>
   throw Error(std::string(op) + ": " + fmt::format(format, std::forward<Args>(args)...));
 }
 
-template <class T>
-void check_view(const char* op, const char* name, MatView<T> m) {
+template <class View>  // MatView or TypedView
+void check_view(const char* op, const char* name, const View& m) {
   if (m.rows < 0 || m.cols < 0) fail(op, "{} has a negative shape [{}, {}]", name, m.rows, m.cols);
   if (m.ld < m.cols) fail(op, "{} has ld {} smaller than its {} columns", name, m.ld, m.cols);
   if (m.data == nullptr && m.rows > 0 && m.cols > 0) fail(op, "{} is null", name);
 }
 
-template <class T>
-void check_shape(const char* op, const char* name, MatView<T> m, std::int64_t rows, std::int64_t cols) {
+template <class View>
+void check_shape(const char* op, const char* name, const View& m, std::int64_t rows, std::int64_t cols) {
   check_view(op, name, m);
   if (m.rows != rows || m.cols != cols) fail(op, "{} is [{}, {}], expected [{}, {}]", name, m.rows, m.cols, rows, cols);
 }
 
 // Scratch purposes. An op may hold several slots at once, never the same slot twice.
-enum class Slot : int { a16, b16, dz, dz16, du, reduce, count };
+enum class Slot : int { a16, b16, dz, dz16, du, du16, bias16, reduce, count };
 constexpr std::array<const char*, static_cast<int>(Slot::count)> kSlotNames = {
-    "bf16 operand A", "bf16 operand B", "masked gradient", "masked gradient (bf16)", "cross du", "column-sum partials"};
+    "bf16 operand A", "bf16 operand B", "masked gradient", "masked gradient (bf16)", "cross du", "cross du (bf16)",
+    "bf16 bias", "column-sum partials"};
 
 // Per-purpose device scratch that only grows (by a quarter more than asked, so that a slowly
 // growing shape does not reallocate every call).
@@ -85,6 +87,11 @@ class Scratch {
   std::array<gpu::DeviceBuffer<std::byte>, static_cast<int>(Slot::count)> bufs_;
   std::int64_t growths_ = 0;
 };
+
+void same_storage(const char* op, std::initializer_list<DType> types) {
+  for (DType t : types)
+    if (t != *types.begin()) fail(op, "the activations (x0, xl, u, z, x_next) must share one storage type");
+}
 
 gpu::GemmMath gemm_math(DenseMath m) {
   switch (m) {
@@ -218,9 +225,24 @@ struct GpuBackend::Impl {
 
   gpu::Stream_t s() const { return stream.get(); }
 
-  // A product of fp32 views, or of their bf16 copies under DenseMath::bf16. a and b are the stored
-  // operands ([m, k] / [k, m] and [k, n] / [n, k] by their transpose flags).
-  void product(CMat a, bool ta, CMat b, bool tb, Mat d, float beta = 0.0f, gpu::Epilogue ep = gpu::Epilogue::none,
+  // An operand as the library reads it: under bf16 math a view stored in bf16 as it is, given16
+  // (a bf16 copy the caller made) or the bf16 copy of an fp32 view (bf16_of); else the fp32 view.
+  gpu::GemmOperand operand(CAMat m, bool transposed, Slot slot, const std::uint16_t* given16 = nullptr) {
+    if (math == DenseMath::bf16) {
+      if (given16 != nullptr) return {given16, m.cols, transposed};
+      if (m.dtype == DType::bf16) return {m.data, m.ld, transposed};
+      if (m.is_f32()) return {bf16_of(m.f32(), slot), m.cols, transposed};
+    } else if (m.is_f32()) {
+      return {m.data, m.ld, transposed};
+    }
+    fail("matrix product", "an operand stored in {} under {} dense math (bf16 activations need bf16 math)",
+         dtype_name(m.dtype), dense_math_name(math));
+  }
+
+  // D = op(a) · op(b) (+ beta C) (+ bias) (relu): a and b are the stored operands ([m, k] / [k, m]
+  // and [k, n] / [n, k] by their transpose flags), fp32 or (under bf16 math) bf16; d is fp32, or
+  // bf16 under bf16 math with beta 0 (an activation).
+  void product(CAMat a, bool ta, CAMat b, bool tb, AMat d, float beta = 0.0f, gpu::Epilogue ep = gpu::Epilogue::none,
                const float* bias = nullptr, const std::uint16_t* a16 = nullptr, CMat c = CMat()) {
     gpu::GemmArgs g;
     g.c = c.data;
@@ -230,18 +252,18 @@ struct GpuBackend::Impl {
     g.k = ta ? a.rows : a.cols;
     g.beta = beta;
     g.d = d.data;
+    g.d_bf16 = d.dtype == DType::bf16;
+    if (!d.is_f32() && !g.d_bf16) fail("matrix product", "an output stored in {}; fp32 or bf16 expected", dtype_name(d.dtype));
     g.ldd = d.ld;
     g.epilogue = ep;
     g.bias = bias;
-    if (math == DenseMath::bf16) {
-      if (a16 == nullptr) a16 = bf16_of(a, Slot::a16);
-      const std::uint16_t* b16 = bf16_of(b, Slot::b16);
-      g.a = {a16, a.cols, ta};
-      g.b = {b16, b.cols, tb};
-    } else {
-      g.a = {a.data, a.ld, ta};
-      g.b = {b.data, b.ld, tb};
+    if (g.d_bf16 && bias != nullptr) {  // a bf16 output takes a bf16 bias (blas.h)
+      auto* b16 = scratch.get_as<std::uint16_t>(Slot::bias16, d.cols, s());
+      gpu::dense::vector_to_bf16(s(), bias, b16, d.cols);
+      g.bias = b16;
     }
+    g.a = operand(a, ta, Slot::a16, a16);
+    g.b = operand(b, tb, Slot::b16);
     blas.gemm(s(), gemm_math(math), g);
   }
 
@@ -463,7 +485,9 @@ double GpuBackend::timing_elapsed_ms(int i, int j) {
 
 // ------------------------------------------------------------ dense layers --
 
-void GpuBackend::linear_forward(CMat x, CMat w, const float* bias, Activation act, Mat y) {
+DType GpuBackend::activation_dtype() const { return impl_->math == DenseMath::bf16 ? DType::bf16 : DType::f32; }
+
+void GpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) {
   impl_->wrote();
   constexpr const char* op = "linear_forward";
   check_view(op, "x", x);
@@ -474,7 +498,7 @@ void GpuBackend::linear_forward(CMat x, CMat w, const float* bias, Activation ac
   impl_->product(x, false, w, true, y, 0.0f, epilogue_of(bias != nullptr, act), bias);
 }
 
-void GpuBackend::linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act, Mat dx, Mat dw,
+void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, Mat dx, Mat dw,
                                  float* dbias) {
   impl_->wrote();
   constexpr const char* op = "linear_backward";
@@ -492,27 +516,28 @@ void GpuBackend::linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act
   const bool bf = im.math == DenseMath::bf16;
 
   // dz = dy ⊙ act'(y) [B, out]; under bf16 also its bf16 copy, shared by both products.
+  // dbias = Σ_rows dz, summed in the ReLU pass where it can be (under bf16 that pass then writes only
+  // the bf16 dz the products read).
   CMat dz = dy;
   std::uint16_t* dz16 = bf ? im.scratch.get_as<std::uint16_t>(Slot::dz16, batch * out, s) : nullptr;
+  void* partial =
+      dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::dense::gradient_sums_scratch_bytes(batch, out), s) : nullptr;
   if (act == Activation::relu) {
     float* buf = im.scratch.get_as<float>(Slot::dz, batch * out, s);
-    gpu::dense::relu_backward(s, y, dy, buf, dz16);
+    gpu::dense::relu_backward(s, y, dy, buf, dz16, dbias, partial, bf);
     dz = CMat(buf, batch, out);
-  } else if (bf) {
-    gpu::dense::to_bf16(s, dy, dz16);
+  } else {
+    if (bf) gpu::dense::to_bf16(s, dy, dz16);
+    if (dbias != nullptr) gpu::dense::column_sum(s, dz, dbias, partial);
   }
   im.product(dz, true, x, false, dw, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dw [out, in] = dzᵀ · x
-  if (dbias != nullptr) {
-    void* partial = im.scratch.get(Slot::reduce, gpu::dense::column_sum_scratch_bytes(batch, out), s);
-    gpu::dense::column_sum(s, dz, dbias, partial);
-  }
   if (want_dx) im.product(dz, false, w, false, dx, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dx = dz · w
 }
 
 // ------------------------------------------------------------- embeddings --
 
 void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const float* weights,
-                                   const SparseInput& in, Mat out) {
+                                   const SparseInput& in, AMat out) {
   impl_->wrote();
   constexpr const char* op = "embedding_forward";
   check_view(op, "out", out);
@@ -524,7 +549,7 @@ void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const fl
   im.ensure_tables(tables);
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, im.nnz_of(in)};
   gpu::embedding_forward(im.s(), *im.emb_tables, {const_cast<float*>(weights), DType::f32}, din,
-                         {out.data, DType::f32, out.rows, out.cols, out.ld});
+                         {out.data, out.dtype, out.rows, out.cols, out.ld});
 }
 
 void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
@@ -604,7 +629,8 @@ void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, 
   gpu::dense::dot_backward(impl_->s(), dense, emb, num_tables, dout, ddense, demb);
 }
 
-void GpuBackend::cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bias, Mat u, Mat z, Mat x_next) {
+void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
+                               AMat x_next) {
   impl_->wrote();
   constexpr const char* op = "cross_forward";
   check_view(op, "x0", x0);
@@ -616,23 +642,26 @@ void GpuBackend::cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bi
   check_shape(op, "u", u, batch, rank);
   check_shape(op, "z", z, batch, n);
   check_shape(op, "x_next", x_next, batch, n);
+  same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
   Impl& im = *impl_;
   im.product(xl, false, v, true, u);  // u [B, r] = xl · vᵀ
   im.product(u, false, w, true, z, 0.0f, bias != nullptr ? gpu::Epilogue::bias : gpu::Epilogue::none,
              bias);  // z [B, N] = u · wᵀ + bias
   // In bf16 math the combine also writes x_next's bf16 copy (the next product's operand), kept
   // as pending: it becomes the held copy if the caller holds x_next next (the engine does).
+  // (Stored in bf16, x_next is its own operand: no copy.)
   std::uint16_t* next16 = nullptr;
-  if (im.math == DenseMath::bf16 && x_next.rows > 0 && x_next.cols > 0) {
-    Impl::OperandCopy& c = im.copy_slot(x_next);
+  if (im.math == DenseMath::bf16 && x_next.is_f32() && x_next.rows > 0 && x_next.cols > 0) {
+    const Mat next = x_next.f32();
+    Impl::OperandCopy& c = im.copy_slot(next);
     c.valid = false;
     next16 = c.bf16.data();
-    im.pending = {{x_next.data, x_next.rows, x_next.cols, x_next.ld}, true};
+    im.pending = {{next.data, next.rows, next.cols, next.ld}, true};
   }
   gpu::dense::cross_combine(im.s(), x0, z, xl, x_next, next16);
 }
 
-void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next, Mat dx0, Mat dxl,
+void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CMat dx_next, Mat dx0, Mat dxl,
                                 Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) {
   impl_->wrote();
   constexpr const char* op = "cross_backward";
@@ -651,6 +680,7 @@ void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z
   check_shape(op, "dw", dw, n, rank);
   const bool want_du = du_scratch.data != nullptr;
   if (want_du) check_shape(op, "du_scratch", du_scratch, batch, rank);
+  same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype});
   Impl& im = *impl_;
   const gpu::Stream_t s = im.s();
   const bool bf = im.math == DenseMath::bf16;
@@ -659,7 +689,7 @@ void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z
   float* dz_buf = im.scratch.get_as<float>(Slot::dz, batch * n, s);
   std::uint16_t* dz16 = bf ? im.scratch.get_as<std::uint16_t>(Slot::dz16, batch * n, s) : nullptr;
   // dbias = Σ_rows dz, summed in the same pass.
-  void* partial = dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::dense::cross_gradients_scratch_bytes(batch, n), s)
+  void* partial = dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::dense::gradient_sums_scratch_bytes(batch, n), s)
                                    : nullptr;
   // Under bf16 the products read dz16 only: the fp32 dz is then not written (where the bias
   // sum is folded into the pass).
@@ -668,10 +698,25 @@ void GpuBackend::cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z
   const CMat dz(dz_buf, batch, n);
 
   im.product(dz, true, u, false, dw, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dw [N, r] = dzᵀ · u
-  const Mat du = want_du ? du_scratch : Mat(im.scratch.get_as<float>(Slot::du, batch * rank, s), batch, rank);
-  im.product(dz, false, w, false, du, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // du [B, r] = dz · w
-  im.product(du, true, xl, false, dv);                                            // dv [r, N] = duᵀ · xl
-  if (mode.xl_is_x0) {  // dx0 (holding g ⊙ z + g already) += du · v, in place
+  // du [B, r] = dz · w. Under bf16 both products that read du take its bf16 copy, made once: the
+  // product writes it directly, or (where the caller wants du itself) it is converted once.
+  CAMat du;
+  if (!bf) {
+    const Mat du32 = want_du ? du_scratch : Mat(im.scratch.get_as<float>(Slot::du, batch * rank, s), batch, rank);
+    im.product(dz, false, w, false, du32);
+    du = du32;
+  } else {
+    auto* du16 = im.scratch.get_as<std::uint16_t>(Slot::du16, batch * rank, s);
+    if (want_du) {
+      im.product(dz, false, w, false, du_scratch, 0.0f, gpu::Epilogue::none, nullptr, dz16);
+      gpu::dense::to_bf16(s, du_scratch, du16);
+    } else {
+      im.product(dz, false, w, false, AMat(du16, DType::bf16, batch, rank), 0.0f, gpu::Epilogue::none, nullptr, dz16);
+    }
+    du = CAMat(du16, DType::bf16, batch, rank);
+  }
+  im.product(du, true, xl, false, dv);  // dv [r, N] = duᵀ · xl
+  if (mode.xl_is_x0) {                  // dx0 (holding g ⊙ z + g already) += du · v, in place
     im.product(du, false, v, false, dx0, 1.0f);
     return;
   }

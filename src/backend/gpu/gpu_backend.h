@@ -9,9 +9,12 @@
 // - Matrix products go through cuBLASLt (blas.h) with the bias and ReLU fused into the product's
 //   epilogue; everything else is a kernel of dense.cu or of the embedding module (embedding.h).
 // - DenseMath picks how products are computed: fp32 (exact fp32, the default: it tracks the CPU
-//   reference to rounding), tf32 (tensor cores read fp32 operands as tf32), bf16 (operands
-//   converted to bf16 per call, fp32 accumulation and output; master weights, gradients and the
-//   optimizer stay fp32). Everything that is not a product is fp32 (or double) in every mode.
+//   reference to rounding), tf32 (tensor cores read fp32 operands as tf32), bf16 (bf16 operands,
+//   fp32 accumulation; master weights, gradients and the optimizer stay fp32). Under bf16 the
+//   activations are stored in bf16 too (activation_dtype): the products read them as they are and
+//   write them rounded once, and the elementwise passes over them move half the bytes. fp32
+//   operands (weights, gradients) are converted per call. Everything that is not a product
+//   computes in fp32 (or double) in every mode.
 // - Memory: parameters and activations come from allocate() (the engine allocates them once).
 //   The backend's own scratch (bf16 operand copies, masked gradients, reduction partials, the
 //   embedding backward's sort workspace) is kept per purpose and grows only when a larger shape
@@ -71,8 +74,11 @@ class GpuBackend final : public Backend {
   void timing_mark(int i) override;
   double timing_elapsed_ms(int i, int j) override;
 
-  void linear_forward(CMat x, CMat w, const float* bias, Activation act, Mat y) override;
-  void linear_backward(CMat x, CMat w, CMat y, CMat dy, Activation act, Mat dx, Mat dw,
+  // bf16 under bf16 dense math (products read bf16 activations directly), else fp32.
+  DType activation_dtype() const override;
+
+  void linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) override;
+  void linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, Mat dx, Mat dw,
                        float* dbias) override;
 
   // Through the embedding module (embedding.h) on fp32 weight storage; tables whose layout says
@@ -81,7 +87,7 @@ class GpuBackend final : public Backend {
   // raise_input_errors() where a check is wanted. The module needs the id count on the host;
   // SparseInput does not carry it yet, so each call reads offsets[T*B] back (a small host sync).
   void embedding_forward(std::span<const TableLayout> tables, const float* weights,
-                         const SparseInput& in, Mat out) override;
+                         const SparseInput& in, AMat out) override;
   void embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
                                  const SparseInput& in, CMat dout,
                                  const OptimizerParams& opt) override;
@@ -89,10 +95,10 @@ class GpuBackend final : public Backend {
   void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) override;
   void dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
                                 Mat demb) override;
-  void cross_forward(CMat x0, CMat xl, CMat v, CMat w, const float* bias, Mat u, Mat z,
-                     Mat x_next) override;
+  void cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
+                     AMat x_next) override;
   using Backend::cross_backward;
-  void cross_backward(CMat x0, CMat xl, CMat v, CMat w, CMat u, CMat z, CMat dx_next, Mat dx0,
+  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CMat dx_next, Mat dx0,
                       Mat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) override;
 
   void bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
