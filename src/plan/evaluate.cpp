@@ -23,8 +23,8 @@ double math_bytes(DenseMath m) { return m == DenseMath::bf16 || m == DenseMath::
 struct DenseWork {
   double mlp_s = 0, mlp_backward_s = 0, interaction_s = 0, interaction_backward_s = 0;
   double loss_s = 0;
-  double saved_floats_per_example = 0;  // activations kept for the backward
-  double grad_floats_per_example = 0;   // gradient scratch
+  double saved_bytes_per_example = 0;   // activations kept for the backward
+  double grad_floats_per_example = 0;   // gradient scratch (fp32)
 };
 
 DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const DeviceSpec& dev,
@@ -34,51 +34,57 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
     return gemm_best({mm, nn, kk, math}, dev, cal).seconds;
   };
   // What the implementation moves besides the products (GpuBackend, measured with the step profile,
-  // docs/perf/training.md): activations are stored in fp32 in every dense math; in bf16 math each
-  // activation a product reads is converted once per step (read 4 bytes, write 2) and the products
-  // read the bf16 copy. `s` is the bytes per element a product operand has.
+  // docs/perf/training.md). Activations are stored in the product operands' type (`s` bytes: bf16
+  // under bf16 math, where the products read and write them as they are; fp32 otherwise), except
+  // the dot interaction's input and output (fp32); gradients are fp32. The data's dense features
+  // (fp32) are converted for the first product (read 4 bytes, write 2).
   const double s = math_bytes(math);
   const bool narrow = s < 4.0;
   const double convert = narrow ? 6.0 : 0.0;  // bytes per element of one fp32 -> bf16 conversion
+  // A gradient the products read: its bf16 copy under narrow math, else itself.
+  const double grad_operand = narrow ? 2.0 : 4.0;
   double widest = std::max(m.dense_features, m.interaction_output_dim());
   auto mlp = [&](const std::string& name, const std::vector<int>& sizes, int in, bool first_needs_dx) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       const int out = sizes[i];
       w.mlp_s += gemm(b, out, in);
-      w.mlp_s += memory_pass_time(static_cast<double>(b) * in * convert, dev, cal);  // the input's bf16 copy
+      if (name == "bottom_mlp" && i == 0) w.mlp_s += memory_pass_time(static_cast<double>(b) * in * convert, dev, cal);
       if (i > 0 || first_needs_dx) w.mlp_backward_s += gemm(b, in, out);
       w.mlp_backward_s += gemm(out, in, b);
-      // ReLU mask of the gradient (read y and dy, write dz and its bf16 copy), then dbias.
+      // ReLU mask of the gradient (read y and dy, write dz as the products read it) with dbias
+      // summed in the same pass; without ReLU, dbias is a pass over dy (and dy is converted).
       const bool relu = name == "bottom_mlp" || i + 1 < sizes.size();
-      if (relu) w.mlp_backward_s += memory_pass_time(static_cast<double>(b) * out * (12.0 + (narrow ? 2.0 : 0.0)), dev, cal);
-      w.mlp_backward_s += memory_pass_time(static_cast<double>(b) * out * 4, dev, cal);  // dbias
-      w.saved_floats_per_example += out;
+      const double bytes = relu ? s + 4.0 + grad_operand : 4.0 + convert;
+      w.mlp_backward_s += memory_pass_time(static_cast<double>(b) * out * bytes, dev, cal);
+      const bool logits = name == "top_mlp" && i + 1 == sizes.size();
+      w.saved_bytes_per_example += out * (logits ? 4.0 : s);
       widest = std::max<double>(widest, out);
       in = out;
     }
   };
   mlp("bottom_mlp", m.bottom_mlp, m.dense_features, false);
   const std::int64_t n = m.interaction_input_dim();
-  w.saved_floats_per_example += static_cast<double>(n);  // x0
   if (m.interaction.kind == InteractionKind::dcnv2) {
+    w.saved_bytes_per_example += static_cast<double>(n) * s;  // x0
     const std::int64_t r = m.interaction.low_rank;
     for (int l = 0; l < m.interaction.cross_layers; ++l) {
       w.interaction_s += gemm(b, r, n) + gemm(b, n, r);
-      // x_next = x0 * z + xl in fp32 (read 3, write 1), the bf16 copies of xl and u.
-      w.interaction_s += memory_pass_time(static_cast<double>(b) * (16.0 * n + convert * (n + r)), dev, cal);
+      // x_next = x0 * z + xl (read 3, write 1, activations).
+      w.interaction_s += memory_pass_time(static_cast<double>(b) * 4.0 * s * n, dev, cal);
       // dz = g * x0 and dx0 += g * z (read g, x0, z and dx0, except in the last layer, which
-      // starts dx0; write dz, its bf16 copy, dx0) with dbias summed in the same pass, the bf16
-      // copy of du; dxl = g + du * v reads g (layer 0: dx0) as the product's addend and writes
-      // dxl (layer 0: into dx0) in fp32.
+      // starts dx0; write dz as the products read it, and dx0) with dbias summed in the same
+      // pass; dxl = g + du * v reads g (layer 0: dx0) as the product's addend and writes dxl
+      // (layer 0: into dx0) in fp32. du is written by its product as the next ones read it.
       const double dx0_read = l + 1 == m.interaction.cross_layers ? 0.0 : 4.0;
       w.interaction_backward_s += memory_pass_time(
-          static_cast<double>(b) * (n * (20.0 + dx0_read + (narrow ? 2.0 : 0.0) + 8.0) + r * convert), dev, cal);
+          static_cast<double>(b) * n * (4.0 + 2.0 * s + dx0_read + grad_operand + 4.0 + 8.0), dev, cal);
       w.interaction_backward_s += gemm(n, r, b) + gemm(b, r, n) +
                                   gemm(r, n, b) + gemm(b, n, r);
-      w.saved_floats_per_example += 2.0 * n + r;
+      w.saved_bytes_per_example += (2.0 * n + r) * s;  // z, x_next, u
     }
     w.grad_floats_per_example += 2.0 * n;
   } else {
+    w.saved_bytes_per_example += static_cast<double>(n) * 4.0;  // x0 (fp32 for the dot kernels)
     const double f = m.num_tables() + 1;
     const double d = m.bottom_mlp.back();
     const double flops = 2.0 * b * f * f * d;
@@ -86,7 +92,7 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
     const double bytes = static_cast<double>(b) * (f * d + m.interaction_output_dim()) * s;
     w.interaction_s += std::max(flops / peak, memory_pass_time(bytes, dev, cal));
     w.interaction_backward_s += std::max(2 * flops / peak, memory_pass_time(2 * bytes, dev, cal));
-    w.saved_floats_per_example += m.interaction_output_dim();
+    w.saved_bytes_per_example += m.interaction_output_dim() * 4.0;
   }
   mlp("top_mlp", m.top_mlp, m.interaction_output_dim(), true);
   w.loss_s = memory_pass_time(static_cast<double>(b) * 12, dev, cal);
@@ -278,11 +284,9 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   p.examples_per_s_per_gpu = p.examples_per_s / W;
 
   // ---- memory: the fullest device ----
-  // Saved activations are fp32 in every dense math; in a narrow math each also has its bf16
-  // copy for the products for the whole step (the GPU backend's held operands).
-  const double s_act = 4.0 + (math_bytes(plan.dense_math) < 4.0 ? 2.0 : 0.0);
+  // Saved activations in their storage type (dense_work), fp32 gradient scratch.
   const double dense_mem = P * 4 * (2 + k) + (low ? P * 2 : 0);
-  const double act_mem = b * (dw.saved_floats_per_example * s_act + dw.grad_floats_per_example * 4);
+  const double act_mem = b * (dw.saved_bytes_per_example + dw.grad_floats_per_example * 4);
   const double pooled_mem = 2 * b * m.embedding_output_dim() * 4;  // received outputs, their grads
   double worst = -1;
   for (int d = 0; d < W; ++d) {
