@@ -109,7 +109,9 @@ class Backend {
   // With dz = dy ⊙ act'(y) (act' from the saved output y):
   //   dw = dzᵀ · x [out, in], dbias = Σ_rows dz [out] (skipped when null),
   //   dx = dz · w [B, in] (skipped when dx.data is null).
-  virtual void linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, Mat dx, Mat dw,
+  // dx may be stored in bf16 (the engine stores the gradient of the cross layers' output so under
+  // bf16 math); dy, dw and dbias are fp32.
+  virtual void linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, AMat dx, Mat dw,
                                float* dbias) = 0;
 
   // ---- embeddings ----
@@ -153,10 +155,12 @@ class Backend {
     bool first_into_dx0 = false;
     bool xl_is_x0 = false;
   };
-  virtual void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CMat dx_next,
-                              Mat dx0, Mat dxl, Mat dv, Mat dw, float* dbias,
+  // x0, xl, u and z share one storage type; dx_next and dxl share one (fp32, or bf16 under bf16
+  // math: the gradients between cross layers); dx0 accumulates in fp32.
+  virtual void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next,
+                              Mat dx0, AMat dxl, Mat dv, Mat dw, float* dbias,
                               Mat du_scratch, CrossBackwardMode mode) = 0;
-  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CMat dx_next, Mat dx0, Mat dxl,
+  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, Mat dx0, AMat dxl,
                       Mat dv, Mat dw, float* dbias, Mat du_scratch) {
     cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, dbias, du_scratch, CrossBackwardMode{});
   }

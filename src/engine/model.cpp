@@ -135,6 +135,7 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
 
   act_ = backend_.activation_dtype();
   x0_dtype_ = cross_.empty() ? DType::f32 : act_;
+  grad_dtype_ = x0_dtype_;  // the gradient of the interaction output and between cross layers
   int widest = std::max(spec.dense_features, inter_out_);
   for (const auto& l : bottom_) {
     bottom_act_.push_back(activations(l.out, act_));
@@ -152,11 +153,11 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
     cross_z_.push_back(activations(x0_cols_, act_));
   }
   if (!cross_.empty()) {
-    dcross_ = floats(B * x0_cols_);
+    dcross_ = activations(x0_cols_, act_);
   } else {
     inter_out_buf_ = floats(B * inter_out_);
   }
-  d_inter_ = floats(B * inter_out_);
+  d_inter_ = activations(inter_out_, cross_.empty() ? DType::f32 : act_);
   dscratch_a_ = floats(B * widest);
   dscratch_b_ = floats(B * widest);
   loss_ = floats(1);
@@ -434,7 +435,7 @@ void Model::backward(std::int64_t n) {
     const Linear& l = top_[k];
     section("mlp", l.backward_name);
     const CAMat x = k == 0 ? top_in : CAMat(top_activation(k - 1, n));
-    const Mat dx = k == 0 ? Mat(d_inter_.as<float>(), n, l.in) : Mat(b, n, l.in);
+    const AMat dx = k == 0 ? rows_of(d_inter_, grad_dtype_, n, l.in) : AMat(Mat(b, n, l.in));
     backend_.linear_backward(x, CMat(param(l.w), l.out, l.in), top_activation(k, n), CMat(a, n, l.out), l.act, dx,
                              Mat(grad(l.w), l.out, l.in), grad(l.b));
     std::swap(a, b);
@@ -454,8 +455,9 @@ void Model::backward(std::int64_t n) {
     // The last layer starts dx0 and layer 0 (whose xl is x0) adds its dxl into it: no zeroing
     // and no final sum (Backend::CrossBackwardMode).
     const std::int64_t N = x0_cols_;
-    float* g = d_inter_.as<float>();
-    float* h = dcross_.as<float>();
+    // The gradients between cross layers (g in, h out, swapped per layer) in the activations' type.
+    AMat g = rows_of(d_inter_, grad_dtype_, n, N);
+    AMat h = rows_of(dcross_, grad_dtype_, n, N);
     for (std::size_t l = cross_.size(); l-- > 0;) {
       section("interaction", cross_[l].backward_name);
       Backend::CrossBackwardMode mode;
@@ -464,8 +466,8 @@ void Model::backward(std::int64_t n) {
       const CAMat xl = l == 0 ? CAMat(x0) : CAMat(rows_of(cross_x_[l - 1], act_, n, N));
       backend_.cross_backward(x0, xl, CMat(param(cross_[l].v), rank_, N),
                               CMat(param(cross_[l].w), N, rank_), rows_of(cross_u_[l], act_, n, rank_),
-                              rows_of(cross_z_[l], act_, n, N), CMat(g, n, N), dx0,
-                              mode.xl_is_x0 ? Mat() : Mat(h, n, N), Mat(grad(cross_[l].v), rank_, N),
+                              rows_of(cross_z_[l], act_, n, N), g, dx0, mode.xl_is_x0 ? AMat() : h,
+                              Mat(grad(cross_[l].v), rank_, N),
                               Mat(grad(cross_[l].w), N, rank_), grad(cross_[l].b),
                               Mat(), mode);  // du stays the backend's working space
       std::swap(g, h);

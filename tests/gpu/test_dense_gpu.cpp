@@ -525,6 +525,13 @@ TEST(DenseGpuBf16Storage, LinearMatchesCpu) {
       expect_close("linear_backward dw" + what, gdw.download(), dw, dwm, tol);
       expect_close("linear_backward dx" + what, gdx.download(), dx, dxm, tol);
       expect_close("linear_backward dbias" + what, gdb.download(), db, dbm, 1e-6);
+      // dx stored in bf16 (the gradient of the interaction output under bf16 math).
+      HostBf16 dx16(s.batch, s.in, s.in + 3);
+      HostMat dw2(s.out, s.in, s.in + 1), db2(1, s.out, s.out);
+      cpu.linear_backward(x16.cview(), w.cview(), y16.cview(), dy.cview(), act, dx16.view(), dw2.view(), db2.v.data());
+      const DevBf16 gdx16(gpu, dx16.poisoned());
+      gpu.linear_backward(gx.view(), gw.view(), gy_saved.view(), gdy.view(), act, gdx16.view(), gdw.view(), gdb.data());
+      expect_close("linear_backward dx (bf16)" + what, gdx16.download().to_float(), dx16.to_float(), dxm, tol);
     }
   }
 }
@@ -558,32 +565,41 @@ TEST(DenseGpuBf16Storage, CrossMatchesCpu) {
     expect_close("cross_forward z" + what, gz.download().to_float(), z.to_float(), zm, 3 * tol);
     expect_close("cross_forward x_next" + what, gxn.download().to_float(), xn.to_float(), xnm, 3 * tol);
 
-    // Backward from the CPU's stored u and z, every mode.
-    for (int m = 0; m < 4; ++m) {
-      const Backend::CrossBackwardMode mode{m == 1 || m == 3, m >= 2};
-      const HostMat g = HostMat::random(s.batch, s.n, s.pad, rand);
+    // Backward from the CPU's stored u and z, every mode, with the gradients g and dxl in fp32
+    // and in bf16 (as the engine stores them under bf16 math).
+    for (int m = 0; m < 8; ++m) {
+      const Backend::CrossBackwardMode mode{(m & 1) != 0, (m & 2) != 0};
+      const bool g16 = (m & 4) != 0;
+      const HostMat g = g16 ? random_bf16_values(s.batch, s.n, s.pad, rand) : HostMat::random(s.batch, s.n, s.pad, rand);
       const HostMat dx0_init = HostMat::random(s.batch, s.n, 3, rand);
       HostMat dx0 = dx0_init, dxl(s.batch, s.n, s.n + 2), dv(s.rank, s.n, s.n), dw(s.n, s.rank, s.rank + 1),
               db(1, s.n, s.n);
       HostMat dx0m = dx0_init.abs(), dxlm = dxl.poisoned(), dvm = dv.poisoned(), dwm = dw.poisoned(),
               dbm = db.poisoned();
       HostMat du(s.batch, s.rank, s.rank), dum = du.poisoned();
-      cpu.cross_backward(x016.cview(), xl16.cview(), v.cview(), w.cview(), u.cview(), z.cview(), g.cview(), dx0.view(),
-                         dxl.view(), dv.view(), dw.view(), db.v.data(), du.view(), mode);
+      const HostBf16 g_16(g);
+      HostBf16 dxl16(s.batch, s.n, s.n + 2);
+      cpu.cross_backward(x016.cview(), xl16.cview(), v.cview(), w.cview(), u.cview(), z.cview(),
+                         g16 ? g_16.cview() : CAMat(g.cview()), dx0.view(), g16 ? dxl16.view() : AMat(dxl.view()),
+                         dv.view(), dw.view(), db.v.data(), du.view(), mode);
+      if (g16) dxl = dxl16.to_float();
       cpu.cross_backward(x0.abs().cview(), xl.abs().cview(), v.abs().cview(), w.abs().cview(), u.to_float().abs().cview(),
                          z.to_float().abs().cview(), g.abs().cview(), dx0m.view(), dxlm.view(), dvm.view(), dwm.view(),
                          dbm.v.data(), dum.view(), mode);
-      const DevBf16 gus(gpu, u), gzs(gpu, z);
+      const DevBf16 gus(gpu, u), gzs(gpu, z), gg16(gpu, g_16), gdxl16(gpu, dxl16.poisoned());
       const DevMat gg(gpu, g), gdx0(gpu, dx0_init), gdxl(gpu, dxl.poisoned()), gdv(gpu, dv.poisoned()),
           gdw(gpu, dw.poisoned()), gdb(gpu, db.poisoned());
-      gpu.cross_backward(gx0.view(), gxl.view(), gv.view(), gw.view(), gus.view(), gzs.view(), gg.view(), gdx0.view(),
-                         mode.xl_is_x0 ? Mat() : gdxl.view(), gdv.view(), gdw.view(), gdb.data(), Mat(), mode);
-      const std::string wm = what + " mode " + std::to_string(m);
+      const AMat gpu_dxl = mode.xl_is_x0 ? AMat() : g16 ? gdxl16.view() : AMat(gdxl.view());
+      gpu.cross_backward(gx0.view(), gxl.view(), gv.view(), gw.view(), gus.view(), gzs.view(),
+                         g16 ? CAMat(gg16.view()) : CAMat(gg.view()), gdx0.view(), gpu_dxl, gdv.view(), gdw.view(),
+                         gdb.data(), Mat(), mode);
+      const std::string wm = what + " mode " + std::to_string(m & 3) + (g16 ? " bf16 gradients" : "");
       expect_close("cross_backward dx0" + wm, gdx0.download(), dx0, dx0m, mode.xl_is_x0 ? 3 * tol : 1e-6);
       expect_close("cross_backward dw" + wm, gdw.download(), dw, dwm, tol);
       expect_close("cross_backward dbias" + wm, gdb.download(), db, dbm, 1e-6);
       expect_close("cross_backward dv" + wm, gdv.download(), dv, dvm, 3 * tol);
-      if (!mode.xl_is_x0) expect_close("cross_backward dxl" + wm, gdxl.download(), dxl, dxlm, 3 * tol);
+      if (!mode.xl_is_x0)
+        expect_close("cross_backward dxl" + wm, g16 ? gdxl16.download().to_float() : gdxl.download(), dxl, dxlm, 3 * tol);
     }
   }
 }

@@ -144,10 +144,12 @@ void CpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation a
   yf.store();
 }
 
-void CpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, Mat dx, Mat dw,
+void CpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, AMat dx, Mat dw,
                                  float* dbias) {
   constexpr const char* op = "linear_backward";
-  cpu::linear_backward<float>(In(op, "x", x), w, In(op, "y", y), dy, act, dx, dw, dbias);
+  const Out dxf(op, "dx", dx);
+  cpu::linear_backward<float>(In(op, "x", x), w, In(op, "y", y), dy, act, dxf, dw, dbias);
+  dxf.store();
 }
 
 void CpuBackend::embedding_forward(std::span<const TableLayout> tables, const float* weights,
@@ -190,13 +192,18 @@ void CpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* 
   nf.store();
 }
 
-void CpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CMat dx_next,
-                                Mat dx0, Mat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
+void CpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next,
+                                Mat dx0, AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
                                 CrossBackwardMode mode) {
   constexpr const char* op = "cross_backward";
   same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype});
-  cpu::cross_backward<float>(In(op, "x0", x0), In(op, "xl", xl), v, w, In(op, "u", u), In(op, "z", z), dx_next, dx0,
-                             dxl, dv, dw, dbias, du_scratch, mode.first_into_dx0, mode.xl_is_x0);
+  if (!mode.xl_is_x0 && dxl.dtype != dx_next.dtype)
+    throw Error(std::string(op) + ": dx_next and dxl must share one storage type");
+  const Out dxlf(op, "dxl", dxl);
+  cpu::cross_backward<float>(In(op, "x0", x0), In(op, "xl", xl), v, w, In(op, "u", u), In(op, "z", z),
+                             In(op, "dx_next", dx_next), dx0, dxlf, dv, dw, dbias, du_scratch, mode.first_into_dx0,
+                             mode.xl_is_x0);
+  dxlf.store();
 }
 
 void CpuBackend::bce_with_logits(const float* logits, const float* labels, std::int64_t n,

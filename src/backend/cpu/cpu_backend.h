@@ -34,7 +34,7 @@ class CpuBackend : public Backend {
   void synchronize() override {}
 
   void linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) override;
-  void linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, Mat dx, Mat dw,
+  void linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, AMat dx, Mat dw,
                        float* dbias) override;
 
   void embedding_forward(std::span<const TableLayout> tables, const float* weights,
@@ -49,8 +49,8 @@ class CpuBackend : public Backend {
   void cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
                      AMat x_next) override;
   using Backend::cross_backward;
-  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CMat dx_next, Mat dx0,
-                      Mat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) override;
+  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, Mat dx0,
+                      AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) override;
 
   void bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
                        float* loss_out) override;

@@ -207,16 +207,16 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
   const bool relu = g.epilogue == Epilogue::relu || g.epilogue == Epilogue::relu_bias;
   if (has_bias(g.epilogue) && g.bias == nullptr) throw Error("gemm: a bias epilogue without a bias pointer");
   const bool own_c = g.c != nullptr && g.c != g.d && g.beta != 0.0f;
-  if (g.d_bf16 && (math != GemmMath::bf16 || g.beta != 0.0f))
-    throw Error("gemm: a bf16 output needs bf16 math and beta 0 (an activation is written, not accumulated)");
+  if (g.d_bf16 && math != GemmMath::bf16) throw Error("gemm: a bf16 output needs bf16 math");
   if (g.k == 0) {
     if (g.d_bf16) {
+      if (g.beta != 0.0f) throw Error("gemm: an empty product (k = 0) into a bf16 output with beta != 0 is not supported");
       dense::gemm_empty_k_bf16(s, g.m, g.n, static_cast<std::uint16_t*>(g.d), g.ldd,
                                has_bias(g.epilogue) ? static_cast<const std::uint16_t*>(g.bias) : nullptr, relu);
       return;
     }
     auto* d = static_cast<float*>(g.d);
-    if (own_c) dense::copy_matrix(s, CMat(g.c, g.m, g.n, g.ldc), Mat(d, g.m, g.n, g.ldd));
+    if (own_c) dense::copy_matrix(s, CMat(static_cast<const float*>(g.c), g.m, g.n, g.ldc), Mat(d, g.m, g.n, g.ldd));
     dense::gemm_empty_k(s, g.m, g.n, g.beta, d, g.ldd, has_bias(g.epilogue) ? static_cast<const float*>(g.bias) : nullptr,
                         relu);
     return;

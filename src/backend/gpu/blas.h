@@ -53,12 +53,12 @@ struct GemmArgs {
   std::int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;
   float beta = 0.0f;
-  void* d = nullptr;  // fp32, or bf16 bits when d_bf16 (GemmMath::bf16 only; C is then D itself)
+  void* d = nullptr;  // fp32, or bf16 bits when d_bf16 (GemmMath::bf16 only)
   bool d_bf16 = false;
   std::int64_t ldd = 0;
-  // The addend of beta: C [m, n] (row-major, ldc, fp32) instead of D itself when c is set, so that
-  // D = A · B + C needs no copy of C into D first.
-  const float* c = nullptr;
+  // The addend of beta: C [m, n] (row-major, ldc, of D's type) instead of D itself when c is set,
+  // so that D = A · B + C needs no copy of C into D first.
+  const void* c = nullptr;
   std::int64_t ldc = 0;
   Epilogue epilogue = Epilogue::none;
   // [n], required by the bias epilogues: fp32, or bf16 bits when d_bf16 (the library adds a bias

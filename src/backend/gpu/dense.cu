@@ -407,8 +407,8 @@ __device__ __forceinline__ void rows_with_column_sums(std::int64_t rows, std::in
 }
 
 // One group of the cross-layer gradients: dz = g ⊙ x0 (returned), dx0 (+)= g ⊙ z (+ g).
-template <int V, class S>
-__device__ __forceinline__ Floats<V> cross_gradient_group(CMat g, MatView<const S> x0, MatView<const S> z,
+template <int V, class S, class G>
+__device__ __forceinline__ Floats<V> cross_gradient_group(MatView<const G> g, MatView<const S> x0, MatView<const S> z,
                                                           float* __restrict__ dz, std::uint16_t* __restrict__ dz16,
                                                           Mat dx0, CrossGradientFlags flags, std::int64_t r,
                                                           std::int64_t c) {
@@ -437,23 +437,24 @@ __device__ __forceinline__ Floats<V> cross_gradient_group(CMat g, MatView<const 
   return d;
 }
 
-template <int V, class S>
-__global__ __launch_bounds__(kBlock) void cross_gradients_kernel(CMat g, MatView<const S> x0, MatView<const S> z,
+template <int V, class S, class G>
+__global__ __launch_bounds__(kBlock) void cross_gradients_kernel(MatView<const G> g, MatView<const S> x0, MatView<const S> z,
                                                                  float* __restrict__ dz,
                                                                  std::uint16_t* __restrict__ dz16, Mat dx0,
                                                                  CrossGradientFlags flags, RowSpan span) {
   for_each_element<V>(g.rows, g.cols, span, [&](std::int64_t r, std::int64_t c) {
-    (void)cross_gradient_group<V, S>(g, x0, z, dz, dz16, dx0, flags, r, c);
+    (void)cross_gradient_group<V, S, G>(g, x0, z, dz, dz16, dx0, flags, r, c);
   });
 }
 
-template <int V, class S>
-__global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(CMat g, MatView<const S> x0, MatView<const S> z,
+template <int V, class S, class G>
+__global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(MatView<const G> g, MatView<const S> x0,
+                                                                     MatView<const S> z,
                                                                      float* __restrict__ dz,
                                                                      std::uint16_t* __restrict__ dz16, Mat dx0,
                                                                      CrossGradientFlags flags, double* __restrict__ partial) {
   rows_with_column_sums<V>(g.rows, g.cols, partial, [&](std::int64_t r, std::int64_t c) {
-    return cross_gradient_group<V, S>(g, x0, z, dz, dz16, dx0, flags, r, c);
+    return cross_gradient_group<V, S, G>(g, x0, z, dz, dz16, dx0, flags, r, c);
   });
 }
 
@@ -782,7 +783,7 @@ std::int64_t gradient_sums_scratch_bytes(std::int64_t rows, std::int64_t cols) {
                   grad_blocks(rows) * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double)));
 }
 
-void cross_gradients(Stream_t s, CMat g, CAMat x0, CAMat z, float* dz, std::uint16_t* dz16, Mat dx0, float* dbias,
+void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uint16_t* dz16, Mat dx0, float* dbias,
                      void* scratch, CrossGradientFlags flags) {
   const std::int64_t n = g.rows * g.cols;
   if (dbias != nullptr && g.rows <= 0) {
@@ -791,27 +792,30 @@ void cross_gradients(Stream_t s, CMat g, CAMat x0, CAMat z, float* dz, std::uint
   }
   if (n <= 0) return;
   if (dz16 == nullptr) flags.dz_bf16_only = false;  // dz is the only copy then
-  const bool vec = vec4_ok(g.cols, {{g.data, g.ld}, vec_view(x0), vec_view(z), {dz, g.cols}, {dx0.data, dx0.ld},
+  const bool vec = vec4_ok(g.cols, {vec_view(g), vec_view(x0), vec_view(z), {dz, g.cols}, {dx0.data, dx0.ld},
                                     bf16_packed(dz16, g.cols)});
   // dbias folded into the pass (cross_gradients_sum_kernel) where a block's threads cover a row.
   const bool fold = dbias != nullptr && fused_sum_fits(g.cols, vec ? 4 : 1);
   if (dbias != nullptr && !fold) flags.dz_bf16_only = false;  // the column sum below reads dz
   with_storage("cross_gradients", x0.dtype, [&](auto tag) {
     using S = decltype(tag);
+    with_storage("cross_gradients", g.dtype, [&](auto gtag) {
+    using G = decltype(gtag);
     with_width(vec, [&](auto width) {
       constexpr int V = decltype(width)::value;
       if (fold) {
         const std::int64_t blocks = grad_blocks(g.rows);
-        launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S>, {blocks, kBlock, 0}, s, g, typed<S>(x0),
-               typed<S>(z), dz, dz16, dx0, flags, static_cast<double*>(scratch));
+        launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S, G>, {blocks, kBlock, 0}, s, typed<G>(g),
+               typed<S>(x0), typed<S>(z), dz, dz16, dx0, flags, static_cast<double*>(scratch));
         const int cpb = final_columns_per_block(blocks, g.cols);
         launch("cross_gradients_bias", column_final_kernel, {ceil_div(g.cols, cpb), kBlock, 0}, s,
                static_cast<const double*>(scratch), blocks, g.cols, cpb, dbias);
         return;
       }
       const RowSpan span = row_span(g.cols / V);
-      launch("cross_gradients", cross_gradients_kernel<V, S>, {row_grid(g.rows, span), kBlock, 0}, s, g, typed<S>(x0),
-             typed<S>(z), dz, dz16, dx0, flags, span);
+      launch("cross_gradients", cross_gradients_kernel<V, S, G>, {row_grid(g.rows, span), kBlock, 0}, s, typed<G>(g),
+             typed<S>(x0), typed<S>(z), dz, dz16, dx0, flags, span);
+    });
     });
   });
   if (dbias != nullptr && !fold) column_sum(s, CMat(dz, g.rows, g.cols), dbias, scratch);

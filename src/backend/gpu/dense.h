@@ -64,8 +64,8 @@ struct CrossGradientFlags {
 };
 // Bytes of scratch for the column sums of relu_backward and cross_gradients over [rows, cols].
 std::int64_t gradient_sums_scratch_bytes(std::int64_t rows, std::int64_t cols);
-// x0 and z share one storage type (fp32 or bf16); g, dz and dx0 are fp32.
-void cross_gradients(Stream_t s, CMat g, CAMat x0, CAMat z, float* dz, std::uint16_t* dz16, Mat dx0,
+// x0 and z share one storage type (fp32 or bf16), g is fp32 or bf16; dz and dx0 are fp32.
+void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uint16_t* dz16, Mat dx0,
                      float* dbias = nullptr, void* scratch = nullptr, CrossGradientFlags flags = {});
 
 // Dot interaction (Backend::dot_interaction_forward / _backward); num_tables + 1 features of

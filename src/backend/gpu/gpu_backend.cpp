@@ -241,10 +241,13 @@ struct GpuBackend::Impl {
 
   // D = op(a) · op(b) (+ beta C) (+ bias) (relu): a and b are the stored operands ([m, k] / [k, m]
   // and [k, n] / [n, k] by their transpose flags), fp32 or (under bf16 math) bf16; d is fp32, or
-  // bf16 under bf16 math with beta 0 (an activation).
+  // bf16 under bf16 math (an activation, or a gradient stored so; C, where given, of d's type).
   void product(CAMat a, bool ta, CAMat b, bool tb, AMat d, float beta = 0.0f, gpu::Epilogue ep = gpu::Epilogue::none,
-               const float* bias = nullptr, const std::uint16_t* a16 = nullptr, CMat c = CMat()) {
+               const float* bias = nullptr, const std::uint16_t* a16 = nullptr, CAMat c = CAMat()) {
     gpu::GemmArgs g;
+    if (c.data != nullptr && c.dtype != d.dtype)
+      fail("matrix product", "the addend C is stored in {}, the output in {}: they must match", dtype_name(c.dtype),
+           dtype_name(d.dtype));
     g.c = c.data;
     g.ldc = c.ld;
     g.m = d.rows;
@@ -498,7 +501,7 @@ void GpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation a
   impl_->product(x, false, w, true, y, 0.0f, epilogue_of(bias != nullptr, act), bias);
 }
 
-void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, Mat dx, Mat dw,
+void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, AMat dx, Mat dw,
                                  float* dbias) {
   impl_->wrote();
   constexpr const char* op = "linear_backward";
@@ -661,7 +664,7 @@ void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* 
   gpu::dense::cross_combine(im.s(), x0, z, xl, x_next, next16);
 }
 
-void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CMat dx_next, Mat dx0, Mat dxl,
+void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, Mat dx0, AMat dxl,
                                 Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) {
   impl_->wrote();
   constexpr const char* op = "cross_backward";
@@ -681,6 +684,7 @@ void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
   const bool want_du = du_scratch.data != nullptr;
   if (want_du) check_shape(op, "du_scratch", du_scratch, batch, rank);
   same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype});
+  if (!mode.xl_is_x0 && dxl.dtype != dx_next.dtype) fail(op, "dx_next and dxl must share one storage type");
   Impl& im = *impl_;
   const gpu::Stream_t s = im.s();
   const bool bf = im.math == DenseMath::bf16;
