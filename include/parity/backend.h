@@ -109,9 +109,9 @@ class Backend {
   // With dz = dy ⊙ act'(y) (act' from the saved output y):
   //   dw = dzᵀ · x [out, in], dbias = Σ_rows dz [out] (skipped when null),
   //   dx = dz · w [B, in] (skipped when dx.data is null).
-  // dx may be stored in bf16 (the engine stores the gradient of the cross layers' output so under
-  // bf16 math); dy, dw and dbias are fp32.
-  virtual void linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, AMat dx, Mat dw,
+  // dy and dx may be stored in bf16 (the engine stores the gradients of the interaction's input
+  // and output so under bf16 math); dw and dbias are fp32.
+  virtual void linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx, Mat dw,
                                float* dbias) = 0;
 
   // ---- embeddings ----
@@ -126,8 +126,9 @@ class Backend {
   //   sgd:             w -= lr * g
   //   adagrad:         s += g²;            w -= lr * g / (sqrt(s) + eps)      (s per element)
   //   rowwise_adagrad: s += mean_d(g²);    w -= lr * g / (sqrt(s) + eps)      (s per row)
+  // dout is fp32 or bf16 (the gradient of x0 under bf16 math); the sums and the update are fp32.
   virtual void embedding_backward_update(std::span<const TableLayout> tables, float* weights,
-                                         float* state, const SparseInput& in, CMat dout,
+                                         float* state, const SparseInput& in, CAMat dout,
                                          const OptimizerParams& opt) = 0;
 
   // ---- interactions ----
@@ -155,12 +156,13 @@ class Backend {
     bool first_into_dx0 = false;
     bool xl_is_x0 = false;
   };
-  // x0, xl, u and z share one storage type; dx_next and dxl share one (fp32, or bf16 under bf16
-  // math: the gradients between cross layers); dx0 accumulates in fp32.
+  // x0, xl, u and z share one storage type; dx_next, dx0 and dxl share one (fp32, or bf16 under
+  // bf16 math: the gradients of the cross stack, each sum formed in fp32/double and rounded once
+  // per layer); dv, dw, dbias and du_scratch are fp32.
   virtual void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next,
-                              Mat dx0, AMat dxl, Mat dv, Mat dw, float* dbias,
+                              AMat dx0, AMat dxl, Mat dv, Mat dw, float* dbias,
                               Mat du_scratch, CrossBackwardMode mode) = 0;
-  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, Mat dx0, AMat dxl,
+  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, AMat dx0, AMat dxl,
                       Mat dv, Mat dw, float* dbias, Mat du_scratch) {
     cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, dbias, du_scratch, CrossBackwardMode{});
   }

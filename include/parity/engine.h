@@ -169,11 +169,12 @@ class Model {
   // Activations and their gradients. Activations are stored in act_ (Backend::activation_dtype:
   // bf16 under bf16 math on a GPU), except the logits and, for the dot interaction, x0 and the
   // interaction output (its kernels read fp32). Gradients are fp32, except (with DCNv2) the
-  // gradient of the interaction output and those between cross layers, stored like the
-  // activations: they are read by elementwise passes and products only, never accumulated.
+  // gradient of the interaction output, those between cross layers and dx0 (the gradient of the
+  // interaction input, read by the embedding backward and the bottom MLP), stored like the
+  // activations: each layer's sum is formed in fp32 or double and rounded once.
   DType act_ = DType::f32;     // MLP outputs; with DCNv2 also x0, u, z and the cross outputs
   DType x0_dtype_ = DType::f32;
-  DType grad_dtype_ = DType::f32;  // d_inter_ and dcross_: act_ with DCNv2 (fp32 for the dot kernels)
+  DType grad_dtype_ = DType::f32;  // d_inter_, dcross_, dx0_: act_ with DCNv2 (fp32 for the dot kernels)
   std::vector<Buffer> bottom_act_, top_act_;  // outputs of each layer (bottom last: in x0; top last: logits, fp32)
   Buffer x0_, dx0_;
   std::vector<Buffer> cross_x_, cross_u_, cross_z_;  // x_1..x_L, u_l, z_l

@@ -108,6 +108,7 @@ struct EmbeddingShardWork {
   double bags = 0;             // pooled outputs produced per step
   double lookups = 0;          // ids looked up per step
   DType weight_dtype = DType::f32;
+  DType io_dtype = DType::f32;  // the pooled outputs and their gradients (bf16 under bf16 math with DCNv2)
   OptimizerKind optimizer = OptimizerKind::rowwise_adagrad;
   Placement placement = Placement::hbm;
   double cache_rows = 0;       // host placement: rows cached in HBM

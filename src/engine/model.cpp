@@ -146,7 +146,7 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
     widest = std::max(widest, top_[i].out);
   }
   x0_ = activations(x0_cols_, x0_dtype_);
-  dx0_ = floats(B * x0_cols_);
+  dx0_ = activations(x0_cols_, grad_dtype_);
   for (std::size_t l = 0; l < cross_.size(); ++l) {
     cross_x_.push_back(activations(x0_cols_, act_));
     cross_u_.push_back(activations(rank_, act_));
@@ -443,14 +443,14 @@ void Model::backward(std::int64_t n) {
   // Interaction backward into dx0 [n, D + Σ dims].
   if (cross_.empty()) section("interaction", "dot backward");
   const AMat x0 = rows_of(x0_, x0_dtype_, n, x0_cols_);
-  const Mat dx0(dx0_.as<float>(), n, x0_cols_);
+  const AMat dx0 = rows_of(dx0_, grad_dtype_, n, x0_cols_);
   const int D = bottom_out_;
   const int E = x0_cols_ - D;
   if (cross_.empty()) {
-    const Mat x0f = x0.f32();
+    const Mat x0f = x0.f32(), dx0f = dx0.f32();  // fp32 with the dot interaction
     backend_.dot_interaction_backward(x0f.cols_slice(0, D), x0f.cols_slice(D, E), spec_.num_tables(),
                                       CMat(d_inter_.as<float>(), n, inter_out_),
-                                      dx0.cols_slice(0, D), dx0.cols_slice(D, E));
+                                      dx0f.cols_slice(0, D), dx0f.cols_slice(D, E));
   } else {
     // The last layer starts dx0 and layer 0 (whose xl is x0) adds its dxl into it: no zeroing
     // and no final sum (Backend::CrossBackwardMode).
@@ -477,8 +477,8 @@ void Model::backward(std::int64_t n) {
   section("embedding_backward");
   backend_.embedding_backward_update(tables_, emb_weights_.as<float>(), emb_state_.as<float>(),
                                      in_->sparse, dx0.cols_slice(D, E), emb_opt_);
-  // Bottom MLP backward from dx0[:, :D].
-  CMat dy = dx0.cols_slice(0, D);
+  // Bottom MLP backward from dx0[:, :D] (then fp32 gradients in the scratch pair).
+  CAMat dy = dx0.cols_slice(0, D);
   for (std::size_t k = bottom_.size(); k-- > 0;) {
     const Linear& l = bottom_[k];
     section("mlp", l.backward_name);

@@ -91,15 +91,16 @@ EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& devi
   if (w.rows <= 0 || w.dim <= 0) return c;
   const double sw = static_cast<double>(dtype_size(w.weight_dtype));
   const double d = w.dim;
-  constexpr double kIdBytes = 8, kOutBytes = 4, kGradBytes = 4;
+  constexpr double kIdBytes = 8;
+  const double io = static_cast<double>(dtype_size(w.io_dtype));  // an output and its gradient
   // Forward: ids and offsets read, every looked-up row read, pooled outputs written.
   c.forward_bytes = w.lookups * kIdBytes + w.bags * kIdBytes + w.lookups * d * sw +
-                    w.bags * d * kOutBytes;
+                    w.bags * d * io;
   // Backward fused with the update: output gradients read once per bag, ids sorted,
   // each distinct row and its optimizer state read and written once.
   c.unique_rows = expected_unique_rows(w.rows, w.distribution, w.zipf_alpha, w.lookups);
   const double state = optimizer_state_bytes_per_row(w.optimizer, w.dim);
-  c.backward_bytes = w.bags * d * kGradBytes + w.lookups * (kIdBytes + cal.sort_bytes_per_id) +
+  c.backward_bytes = w.bags * d * io + w.lookups * (kIdBytes + cal.sort_bytes_per_id) +
                      2 * c.unique_rows * (d * sw + state);
   const double copy_bw = device.hbm_bandwidth.value * cal.hbm_efficiency;
   c.forward_s = c.forward_bytes / (copy_bw * cal.embedding_forward_efficiency) + cal.kernel_launch_s;

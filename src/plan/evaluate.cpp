@@ -24,7 +24,7 @@ struct DenseWork {
   double mlp_s = 0, mlp_backward_s = 0, interaction_s = 0, interaction_backward_s = 0;
   double loss_s = 0;
   double saved_bytes_per_example = 0;   // activations kept for the backward
-  double grad_floats_per_example = 0;   // gradient scratch (fp32)
+  double grad_bytes_per_example = 0;    // gradients and gradient scratch
 };
 
 DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const DeviceSpec& dev,
@@ -74,15 +74,18 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
       // dz = g * x0 and dx0 += g * z (read g, x0, z and dx0, except in the last layer, which
       // starts dx0; write dz as the products read it, and dx0) with dbias summed in the same
       // pass; dxl = g + du * v reads g (layer 0: dx0) as the product's addend and writes dxl
-      // (layer 0: into dx0) in fp32. du is written by its product as the next ones read it.
-      const double dx0_read = l + 1 == m.interaction.cross_layers ? 0.0 : 4.0;
+      // (layer 0: into dx0). du is written by its product as the next ones read it. The
+      // gradients g, dx0 and dxl are stored like the activations (s bytes).
+      const double dx0_read = l + 1 == m.interaction.cross_layers ? 0.0 : s;
       w.interaction_backward_s += memory_pass_time(
-          static_cast<double>(b) * n * (4.0 + 2.0 * s + dx0_read + grad_operand + 4.0 + 8.0), dev, cal);
+          static_cast<double>(b) * n * (s + 2.0 * s + dx0_read + grad_operand + s + 2.0 * s), dev, cal);
       w.interaction_backward_s += gemm(n, r, b) + gemm(b, r, n) +
                                   gemm(r, n, b) + gemm(b, n, r);
       w.saved_bytes_per_example += (2.0 * n + r) * s;  // z, x_next, u
     }
-    w.grad_floats_per_example += 2.0 * n;
+    // The second gradient buffer between cross layers (s bytes), the backend's dz scratch (fp32,
+    // plus its bf16 copy under a 16-bit math).
+    w.grad_bytes_per_example += static_cast<double>(n) * (s + 4.0 + (narrow ? 2.0 : 0.0));
   } else {
     w.saved_bytes_per_example += static_cast<double>(n) * 4.0;  // x0 (fp32 for the dot kernels)
     const double f = m.num_tables() + 1;
@@ -96,7 +99,10 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
   }
   mlp("top_mlp", m.top_mlp, m.interaction_output_dim(), true);
   w.loss_s = memory_pass_time(static_cast<double>(b) * 12, dev, cal);
-  w.grad_floats_per_example += static_cast<double>(n) + m.interaction_output_dim() + 2 * widest;
+  // dx0 and the interaction output's gradient (like the activations with DCNv2, fp32 for the dot
+  // kernels), the MLP backward's fp32 ping-pong pair.
+  const double sg = m.interaction.kind == InteractionKind::dcnv2 ? s : 4.0;
+  w.grad_bytes_per_example += (static_cast<double>(n) + m.interaction_output_dim()) * sg + 2 * widest * 4.0;
   return w;
 }
 
@@ -151,6 +157,10 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   std::vector<double> host_mem(W, 0);
   double replicated_s = 0, replicated_allreduce_bytes = 0;
   std::size_t memo_table = static_cast<std::size_t>(-1);
+  // The engine stores x0 (the pooled outputs) and its gradient like the activations: bf16 under a
+  // 16-bit dense math with DCNv2, fp32 for the dot interaction's kernels.
+  const DType emb_io = math_bytes(plan.dense_math) < 4.0 && m.interaction.kind == InteractionKind::dcnv2 ? DType::bf16
+                                                                                                       : DType::f32;
   EmbeddingShardWork memo;
   EmbeddingCost memo_cost;
   for (std::size_t i = 0; i < plan.tables.size(); ++i) {
@@ -166,7 +176,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
                          bool exchanged) {
       if (d < 0 || d >= W) throw InputError(tw + ": shard on device " + std::to_string(d) +
                                             ", expected 0.." + std::to_string(W - 1));
-      const EmbeddingShardWork w = detail::shard_work(tp, ts, rows, dim, bags, lookups);
+      const EmbeddingShardWork w = detail::shard_work(tp, ts, rows, dim, bags, lookups, emb_io);
       // Row shards of one table share (rows, lookups): compute their cost once.
       const bool same = i == memo_table && rows == memo.rows && dim == memo.dim &&
                         bags == memo.bags && lookups == memo.lookups;
@@ -286,7 +296,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   // ---- memory: the fullest device ----
   // Saved activations in their storage type (dense_work), fp32 gradient scratch.
   const double dense_mem = P * 4 * (2 + k) + (low ? P * 2 : 0);
-  const double act_mem = b * (dw.saved_bytes_per_example + dw.grad_floats_per_example * 4);
+  const double act_mem = b * (dw.saved_bytes_per_example + dw.grad_bytes_per_example);
   const double pooled_mem = 2 * b * m.embedding_output_dim() * 4;  // received outputs, their grads
   double worst = -1;
   for (int d = 0; d < W; ++d) {

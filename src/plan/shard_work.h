@@ -7,8 +7,9 @@
 namespace parity::detail {
 
 inline EmbeddingShardWork shard_work(const TablePlan& tp, const TableSpec& ts, std::int64_t rows,
-                                     int dim, double bags, double lookups) {
+                                     int dim, double bags, double lookups, DType io_dtype = DType::f32) {
   EmbeddingShardWork w;
+  w.io_dtype = io_dtype;
   w.rows = rows;
   w.dim = dim;
   w.bags = bags;

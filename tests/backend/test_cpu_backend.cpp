@@ -893,19 +893,25 @@ TEST(CpuBf16Storage, CrossBackwardWithBf16Gradients) {
   const std::vector<std::uint16_t> g16 = to_bf16(g);
   const Matrix<float> gs = widen(g16, B, N);
   // Reference: fp32 views of the stored gradient; dxl rounded once.
-  Matrix<float> dx0_ref(B, N), dxl_ref(B, N), dv_ref(r, N), dw_ref(N, r), dx0(B, N), dv(r, N), dw(N, r);
+  // dx0 starts from stored bf16 values (a middle layer accumulates into it).
+  const auto dx0_init = random_matrix<float>(rand, B, N);
+  std::vector<std::uint16_t> dx016 = to_bf16(dx0_init);
+  Matrix<float> dx0_ref = widen(dx016, B, N), dxl_ref(B, N), dv_ref(r, N), dw_ref(N, r), dv(r, N), dw(N, r);
   std::vector<float> db_ref(static_cast<std::size_t>(N)), db(static_cast<std::size_t>(N));
   cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(), gs.cview(), dx0_ref.view(),
-                     dxl_ref.view(), dv_ref.view(), dw_ref.view(), db_ref.data(), Mat(), {true, false});
+                     dxl_ref.view(), dv_ref.view(), dw_ref.view(), db_ref.data(), Mat(), {false, false});
   std::vector<std::uint16_t> dxl16(static_cast<std::size_t>(B * N));
   cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(),
-                     CAMat(g16.data(), DType::bf16, B, N), dx0.view(), AMat(dxl16.data(), DType::bf16, B, N), dv.view(),
-                     dw.view(), db.data(), Mat(), {true, false});
-  EXPECT_EQ(dx0.data, dx0_ref.data);
+                     CAMat(g16.data(), DType::bf16, B, N), AMat(dx016.data(), DType::bf16, B, N),
+                     AMat(dxl16.data(), DType::bf16, B, N), dv.view(), dw.view(), db.data(), Mat(), {false, false});
   EXPECT_EQ(dv.data, dv_ref.data);
   EXPECT_EQ(dw.data, dw_ref.data);
   EXPECT_EQ(db, db_ref);
-  for (std::size_t i = 0; i < dxl16.size(); ++i) EXPECT_EQ(dxl16[i], bf16_bits(dxl_ref.data[i])) << i;
+  for (std::size_t i = 0; i < dxl16.size(); ++i) {
+    EXPECT_EQ(dxl16[i], bf16_bits(dxl_ref.data[i])) << i;
+    EXPECT_EQ(dx016[i], bf16_bits(dx0_ref.data[i])) << i;
+  }
+  Matrix<float> dx0(B, N);
   // g and dxl must share a storage type.
   Matrix<float> dxl32(B, N);
   EXPECT_THROW(cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(),

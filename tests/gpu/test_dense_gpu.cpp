@@ -525,13 +525,17 @@ TEST(DenseGpuBf16Storage, LinearMatchesCpu) {
       expect_close("linear_backward dw" + what, gdw.download(), dw, dwm, tol);
       expect_close("linear_backward dx" + what, gdx.download(), dx, dxm, tol);
       expect_close("linear_backward dbias" + what, gdb.download(), db, dbm, 1e-6);
-      // dx stored in bf16 (the gradient of the interaction output under bf16 math).
+      // dy and dx stored in bf16 (the gradients of the interaction's input and output under bf16 math).
+      const HostBf16 dy16(dy);
       HostBf16 dx16(s.batch, s.in, s.in + 3);
       HostMat dw2(s.out, s.in, s.in + 1), db2(1, s.out, s.out);
-      cpu.linear_backward(x16.cview(), w.cview(), y16.cview(), dy.cview(), act, dx16.view(), dw2.view(), db2.v.data());
-      const DevBf16 gdx16(gpu, dx16.poisoned());
-      gpu.linear_backward(gx.view(), gw.view(), gy_saved.view(), gdy.view(), act, gdx16.view(), gdw.view(), gdb.data());
-      expect_close("linear_backward dx (bf16)" + what, gdx16.download().to_float(), dx16.to_float(), dxm, tol);
+      cpu.linear_backward(x16.cview(), w.cview(), y16.cview(), dy16.cview(), act, dx16.view(), dw2.view(), db2.v.data());
+      const DevBf16 gdx16(gpu, dx16.poisoned()), gdy16(gpu, dy16);
+      const DevMat gdw2(gpu, dw2.poisoned()), gdb2(gpu, db2.poisoned());
+      gpu.linear_backward(gx.view(), gw.view(), gy_saved.view(), gdy16.view(), act, gdx16.view(), gdw2.view(), gdb2.data());
+      expect_close("linear_backward dx (bf16 dy, dx)" + what, gdx16.download().to_float(), dx16.to_float(), dxm, tol);
+      expect_close("linear_backward dw (bf16 dy)" + what, gdw2.download(), dw2, dwm, tol);
+      expect_close("linear_backward dbias (bf16 dy)" + what, gdb2.download(), db2, dbm, 1e-6);
     }
   }
 }
@@ -565,36 +569,41 @@ TEST(DenseGpuBf16Storage, CrossMatchesCpu) {
     expect_close("cross_forward z" + what, gz.download().to_float(), z.to_float(), zm, 3 * tol);
     expect_close("cross_forward x_next" + what, gxn.download().to_float(), xn.to_float(), xnm, 3 * tol);
 
-    // Backward from the CPU's stored u and z, every mode, with the gradients g and dxl in fp32
-    // and in bf16 (as the engine stores them under bf16 math).
+    // Backward from the CPU's stored u and z, every mode, with the gradients g, dx0 and dxl in
+    // fp32 and in bf16 (as the engine stores them under bf16 math).
     for (int m = 0; m < 8; ++m) {
       const Backend::CrossBackwardMode mode{(m & 1) != 0, (m & 2) != 0};
       const bool g16 = (m & 4) != 0;
       const HostMat g = g16 ? random_bf16_values(s.batch, s.n, s.pad, rand) : HostMat::random(s.batch, s.n, s.pad, rand);
-      const HostMat dx0_init = HostMat::random(s.batch, s.n, 3, rand);
+      const HostMat dx0_init = g16 ? random_bf16_values(s.batch, s.n, 3, rand) : HostMat::random(s.batch, s.n, 3, rand);
       HostMat dx0 = dx0_init, dxl(s.batch, s.n, s.n + 2), dv(s.rank, s.n, s.n), dw(s.n, s.rank, s.rank + 1),
               db(1, s.n, s.n);
       HostMat dx0m = dx0_init.abs(), dxlm = dxl.poisoned(), dvm = dv.poisoned(), dwm = dw.poisoned(),
               dbm = db.poisoned();
       HostMat du(s.batch, s.rank, s.rank), dum = du.poisoned();
       const HostBf16 g_16(g);
-      HostBf16 dxl16(s.batch, s.n, s.n + 2);
+      HostBf16 dxl16(s.batch, s.n, s.n + 2), dx016(dx0_init);
       cpu.cross_backward(x016.cview(), xl16.cview(), v.cview(), w.cview(), u.cview(), z.cview(),
-                         g16 ? g_16.cview() : CAMat(g.cview()), dx0.view(), g16 ? dxl16.view() : AMat(dxl.view()),
-                         dv.view(), dw.view(), db.v.data(), du.view(), mode);
-      if (g16) dxl = dxl16.to_float();
+                         g16 ? g_16.cview() : CAMat(g.cview()), g16 ? dx016.view() : AMat(dx0.view()),
+                         g16 ? dxl16.view() : AMat(dxl.view()), dv.view(), dw.view(), db.v.data(), du.view(), mode);
+      if (g16) {
+        dxl = dxl16.to_float();
+        dx0 = dx016.to_float();
+      }
       cpu.cross_backward(x0.abs().cview(), xl.abs().cview(), v.abs().cview(), w.abs().cview(), u.to_float().abs().cview(),
                          z.to_float().abs().cview(), g.abs().cview(), dx0m.view(), dxlm.view(), dvm.view(), dwm.view(),
                          dbm.v.data(), dum.view(), mode);
-      const DevBf16 gus(gpu, u), gzs(gpu, z), gg16(gpu, g_16), gdxl16(gpu, dxl16.poisoned());
+      const DevBf16 gus(gpu, u), gzs(gpu, z), gg16(gpu, g_16), gdxl16(gpu, dxl16.poisoned()), gdx016(gpu, HostBf16(dx0_init));
       const DevMat gg(gpu, g), gdx0(gpu, dx0_init), gdxl(gpu, dxl.poisoned()), gdv(gpu, dv.poisoned()),
           gdw(gpu, dw.poisoned()), gdb(gpu, db.poisoned());
       const AMat gpu_dxl = mode.xl_is_x0 ? AMat() : g16 ? gdxl16.view() : AMat(gdxl.view());
       gpu.cross_backward(gx0.view(), gxl.view(), gv.view(), gw.view(), gus.view(), gzs.view(),
-                         g16 ? CAMat(gg16.view()) : CAMat(gg.view()), gdx0.view(), gpu_dxl, gdv.view(), gdw.view(),
-                         gdb.data(), Mat(), mode);
+                         g16 ? CAMat(gg16.view()) : CAMat(gg.view()), g16 ? gdx016.view() : AMat(gdx0.view()), gpu_dxl,
+                         gdv.view(), gdw.view(), gdb.data(), Mat(), mode);
       const std::string wm = what + " mode " + std::to_string(m & 3) + (g16 ? " bf16 gradients" : "");
-      expect_close("cross_backward dx0" + wm, gdx0.download(), dx0, dx0m, mode.xl_is_x0 ? 3 * tol : 1e-6);
+      // dx0 in bf16: the same sum rounded once more (layer 0: once per part); dx0m is its magnitude.
+      expect_close("cross_backward dx0" + wm, g16 ? gdx016.download().to_float() : gdx0.download(), dx0, dx0m,
+                   mode.xl_is_x0 ? 3 * tol : g16 ? 0x1p-7 : 1e-6);
       expect_close("cross_backward dw" + wm, gdw.download(), dw, dwm, tol);
       expect_close("cross_backward dbias" + wm, gdb.download(), db, dbm, 1e-6);
       expect_close("cross_backward dv" + wm, gdv.download(), dv, dvm, 3 * tol);
@@ -604,7 +613,7 @@ TEST(DenseGpuBf16Storage, CrossMatchesCpu) {
   }
 }
 
-TEST(DenseGpuBf16Storage, EmbeddingForwardIntoBf16) {
+TEST(DenseGpuBf16Storage, EmbeddingIntoAndFromBf16) {
   PARITY_REQUIRE_GPU();
   GpuBackend gpu(DenseMath::bf16);
   CpuBackend cpu;
@@ -614,6 +623,7 @@ TEST(DenseGpuBf16Storage, EmbeddingForwardIntoBf16) {
   ps.pooling = {Pooling::sum, Pooling::mean};
   ps.batch = 64;
   ps.zipf_alpha = 1.1;
+  ps.kind = OptimizerKind::rowwise_adagrad;
   const Problem p = make_problem(ps, 1700);
   const std::vector<float> weights = random_values(p.weight_elems, 1701, false, DType::f32);
   const auto nids = static_cast<std::int64_t>(p.ids.size());
@@ -633,6 +643,26 @@ TEST(DenseGpuBf16Storage, EmbeddingForwardIntoBf16) {
   gpu.embedding_forward(p.tables, gw.as<float>(), din, gout.view());
   // fp32 sums in another order, then one rounding to bf16: at most one bf16 step apart.
   expect_close("embedding_forward into bf16", gout.download().to_float(), out.to_float(), mag, 0x1p-7);
+
+  // The backward from a bf16 gradient (the gradient of x0 under bf16 math), rowwise Adagrad.
+  Rand rand(1702);
+  const HostBf16 dout16(random_bf16_values(p.batch, p.out_cols, p.ld - p.out_cols, rand));
+  std::vector<float> w_cpu = weights, state(static_cast<std::size_t>(std::max<std::int64_t>(p.state_elems, 1)), 0.0f);
+  OptimizerParams opt;
+  opt.kind = OptimizerKind::rowwise_adagrad;
+  opt.lr = 0.1f;
+  cpu.embedding_backward_update(p.tables, w_cpu.data(), state.data(), p.input(), dout16.cview(), opt);
+  Buffer gs(gpu, state.size() * 4);
+  gpu.fill(gs.as<float>(), static_cast<std::int64_t>(state.size()), 0.0f);
+  const DevBf16 gdout(gpu, dout16);
+  gpu.embedding_backward_update(p.tables, gw.as<float>(), gs.as<float>(), din, gdout.view(), opt);
+  gpu.raise_input_errors();
+  const auto got = download_vec(gpu, gw.as<float>(), weights.size());
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(static_cast<double>(got[i]) - w_cpu[i]) <= 1e-5 * (std::fabs(w_cpu[i]) + 1e-3)) && ++bad <= 5)
+      ADD_FAILURE() << "embedding update from a bf16 gradient, element " << i << ": gpu " << got[i] << " cpu " << w_cpu[i];
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(DenseGpuBf16Storage, MisuseIsAnError) {

@@ -144,11 +144,11 @@ void CpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation a
   yf.store();
 }
 
-void CpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, AMat dx, Mat dw,
+void CpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx, Mat dw,
                                  float* dbias) {
   constexpr const char* op = "linear_backward";
   const Out dxf(op, "dx", dx);
-  cpu::linear_backward<float>(In(op, "x", x), w, In(op, "y", y), dy, act, dxf, dw, dbias);
+  cpu::linear_backward<float>(In(op, "x", x), w, In(op, "y", y), In(op, "dy", dy), act, dxf, dw, dbias);
   dxf.store();
 }
 
@@ -160,9 +160,9 @@ void CpuBackend::embedding_forward(std::span<const TableLayout> tables, const fl
 }
 
 void CpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights,
-                                           float* state, const SparseInput& in, CMat dout,
+                                           float* state, const SparseInput& in, CAMat dout,
                                            const OptimizerParams& opt) {
-  cpu::embedding_backward_update(tables, weights, state, in, dout, opt);
+  cpu::embedding_backward_update<float>(tables, weights, state, in, In("embedding_backward_update", "dout", dout), opt);
 }
 
 void CpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) {
@@ -193,16 +193,19 @@ void CpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* 
 }
 
 void CpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next,
-                                Mat dx0, AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
+                                AMat dx0, AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
                                 CrossBackwardMode mode) {
   constexpr const char* op = "cross_backward";
   same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype});
-  if (!mode.xl_is_x0 && dxl.dtype != dx_next.dtype)
-    throw Error(std::string(op) + ": dx_next and dxl must share one storage type");
-  const Out dxlf(op, "dxl", dxl);
+  if (dx0.dtype != dx_next.dtype || (!mode.xl_is_x0 && dxl.dtype != dx_next.dtype))
+    throw Error(std::string(op) + ": the gradients (dx_next, dx0, dxl) must share one storage type");
+  // dx0 is read and written: Out starts from its stored values, and the layer's sum is rounded once
+  // (a GPU that adds du · v in a second pass rounds between the two parts in layer 0).
+  const Out dx0f(op, "dx0", dx0), dxlf(op, "dxl", dxl);
   cpu::cross_backward<float>(In(op, "x0", x0), In(op, "xl", xl), v, w, In(op, "u", u), In(op, "z", z),
-                             In(op, "dx_next", dx_next), dx0, dxlf, dv, dw, dbias, du_scratch, mode.first_into_dx0,
+                             In(op, "dx_next", dx_next), dx0f, dxlf, dv, dw, dbias, du_scratch, mode.first_into_dx0,
                              mode.xl_is_x0);
+  dx0f.store();
   dxlf.store();
 }
 

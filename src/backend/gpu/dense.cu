@@ -206,6 +206,13 @@ __global__ __launch_bounds__(kBlock) void round_kernel(float* __restrict__ p, st
   }
 }
 
+template <int V, class A, class B>
+__global__ __launch_bounds__(kBlock) void convert_kernel(MatView<const A> src, MatView<B> dst, RowSpan span) {
+  for_each_element<V>(src.rows, src.cols, span, [&](std::int64_t r, std::int64_t c) {
+    store<V>(dst.data + r * dst.ld + c, load<V>(src.data + r * src.ld + c));
+  });
+}
+
 template <int V>
 __global__ __launch_bounds__(kBlock) void copy_kernel(CMat src, Mat dst, RowSpan span) {
   for_each_element<V>(src.rows, src.cols, span, [&](std::int64_t r, std::int64_t c) {
@@ -215,8 +222,8 @@ __global__ __launch_bounds__(kBlock) void copy_kernel(CMat src, Mat dst, RowSpan
 
 // ------------------------------------------------- around matrix products --
 
-template <int V, class S>
-__global__ __launch_bounds__(kBlock) void relu_backward_kernel(MatView<const S> y, CMat dy, float* __restrict__ dz,
+template <int V, class S, class G>
+__global__ __launch_bounds__(kBlock) void relu_backward_kernel(MatView<const S> y, MatView<const G> dy, float* __restrict__ dz,
                                                                std::uint16_t* __restrict__ dz16, RowSpan span) {
   for_each_element<V>(y.rows, y.cols, span, [&](std::int64_t r, std::int64_t c) {
     const Floats<V> yv = load<V>(y.data + r * y.ld + c);
@@ -410,12 +417,12 @@ __device__ __forceinline__ void rows_with_column_sums(std::int64_t rows, std::in
 template <int V, class S, class G>
 __device__ __forceinline__ Floats<V> cross_gradient_group(MatView<const G> g, MatView<const S> x0, MatView<const S> z,
                                                           float* __restrict__ dz, std::uint16_t* __restrict__ dz16,
-                                                          Mat dx0, CrossGradientFlags flags, std::int64_t r,
+                                                          MatView<G> dx0, CrossGradientFlags flags, std::int64_t r,
                                                           std::int64_t c) {
   const Floats<V> gv = load<V>(g.data + r * g.ld + c);
   const Floats<V> xv = load<V>(x0.data + r * x0.ld + c);
   const Floats<V> zv = load<V>(z.data + r * z.ld + c);
-  float* o = dx0.data + r * dx0.ld + c;
+  G* o = dx0.data + r * dx0.ld + c;
   Floats<V> a;
   if (flags.overwrite) {
 #pragma unroll
@@ -440,7 +447,7 @@ __device__ __forceinline__ Floats<V> cross_gradient_group(MatView<const G> g, Ma
 template <int V, class S, class G>
 __global__ __launch_bounds__(kBlock) void cross_gradients_kernel(MatView<const G> g, MatView<const S> x0, MatView<const S> z,
                                                                  float* __restrict__ dz,
-                                                                 std::uint16_t* __restrict__ dz16, Mat dx0,
+                                                                 std::uint16_t* __restrict__ dz16, MatView<G> dx0,
                                                                  CrossGradientFlags flags, RowSpan span) {
   for_each_element<V>(g.rows, g.cols, span, [&](std::int64_t r, std::int64_t c) {
     (void)cross_gradient_group<V, S, G>(g, x0, z, dz, dz16, dx0, flags, r, c);
@@ -451,7 +458,7 @@ template <int V, class S, class G>
 __global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(MatView<const G> g, MatView<const S> x0,
                                                                      MatView<const S> z,
                                                                      float* __restrict__ dz,
-                                                                     std::uint16_t* __restrict__ dz16, Mat dx0,
+                                                                     std::uint16_t* __restrict__ dz16, MatView<G> dx0,
                                                                      CrossGradientFlags flags, double* __restrict__ partial) {
   rows_with_column_sums<V>(g.rows, g.cols, partial, [&](std::int64_t r, std::int64_t c) {
     return cross_gradient_group<V, S, G>(g, x0, z, dz, dz16, dx0, flags, r, c);
@@ -459,8 +466,9 @@ __global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(MatView<con
 }
 
 // The ReLU backward with the bias gradient's column sums folded in (dz is not written when null).
-template <int V, class S>
-__global__ __launch_bounds__(kBlock) void relu_backward_sum_kernel(MatView<const S> y, CMat dy, float* __restrict__ dz,
+template <int V, class S, class G>
+__global__ __launch_bounds__(kBlock) void relu_backward_sum_kernel(MatView<const S> y, MatView<const G> dy,
+                                                                   float* __restrict__ dz,
                                                                    std::uint16_t* __restrict__ dz16,
                                                                    double* __restrict__ partial) {
   rows_with_column_sums<V>(y.rows, y.cols, partial, [&](std::int64_t r, std::int64_t c) {
@@ -697,7 +705,7 @@ void copy_matrix(Stream_t s, CMat src, Mat dst) {
   }
 }
 
-void relu_backward(Stream_t s, CAMat y, CMat dy, float* dz, std::uint16_t* dz16, float* dbias, void* scratch,
+void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, std::uint16_t* dz16, float* dbias, void* scratch,
                    bool dz_bf16_only) {
   if (dbias != nullptr && y.rows <= 0) {
     fill(s, dbias, y.cols, 0.0f);
@@ -705,28 +713,48 @@ void relu_backward(Stream_t s, CAMat y, CMat dy, float* dz, std::uint16_t* dz16,
   }
   const std::int64_t n = y.rows * y.cols;
   if (n <= 0) return;
-  const bool vec = vec4_ok(y.cols, {vec_view(y), {dy.data, dy.ld}, {dz, y.cols}, bf16_packed(dz16, y.cols)});
+  const bool vec = vec4_ok(y.cols, {vec_view(y), vec_view(dy), {dz, y.cols}, bf16_packed(dz16, y.cols)});
   const bool fold = dbias != nullptr && fused_sum_fits(y.cols, vec ? 4 : 1);
   float* dz_out = fold && dz_bf16_only && dz16 != nullptr ? nullptr : dz;  // the fold needs no fp32 dz to sum
   with_storage("relu_backward", y.dtype, [&](auto tag) {
     using S = decltype(tag);
+    with_storage("relu_backward", dy.dtype, [&](auto gtag) {
+    using G = decltype(gtag);
     with_width(vec, [&](auto width) {
       constexpr int V = decltype(width)::value;
       if (fold) {
         const std::int64_t blocks = grad_blocks(y.rows);
-        launch("relu_backward_sum", relu_backward_sum_kernel<V, S>, {blocks, kBlock, 0}, s, typed<S>(y), dy, dz_out,
-               dz16, static_cast<double*>(scratch));
+        launch("relu_backward_sum", relu_backward_sum_kernel<V, S, G>, {blocks, kBlock, 0}, s, typed<S>(y),
+               typed<G>(dy), dz_out, dz16, static_cast<double*>(scratch));
         launch("relu_backward_bias", column_final_kernel,
                {ceil_div(y.cols, final_columns_per_block(blocks, y.cols)), kBlock, 0}, s,
                static_cast<const double*>(scratch), blocks, y.cols, final_columns_per_block(blocks, y.cols), dbias);
         return;
       }
       const RowSpan span = row_span(y.cols / V);
-      launch("relu_backward", relu_backward_kernel<V, S>, {row_grid(y.rows, span), kBlock, 0}, s, typed<S>(y), dy, dz,
-             dz16, span);
+      launch("relu_backward", relu_backward_kernel<V, S, G>, {row_grid(y.rows, span), kBlock, 0}, s, typed<S>(y),
+             typed<G>(dy), dz, dz16, span);
+    });
     });
   });
   if (dbias != nullptr && !fold) column_sum(s, CMat(dz, y.rows, y.cols), dbias, scratch);
+}
+
+void convert(Stream_t s, CAMat src, AMat dst) {
+  if (src.rows <= 0 || src.cols <= 0) return;
+  const bool vec = vec4_ok(src.cols, {vec_view(src), vec_view(dst)});
+  with_storage("convert", src.dtype, [&](auto atag) {
+    using A = decltype(atag);
+    with_storage("convert", dst.dtype, [&](auto btag) {
+      using B = decltype(btag);
+      with_width(vec, [&](auto width) {
+        constexpr int V = decltype(width)::value;
+        const RowSpan span = row_span(src.cols / V);
+        launch("dense_convert", convert_kernel<V, A, B>, {row_grid(src.rows, span), kBlock, 0}, s, typed<A>(src),
+               typed<B>(dst), span);
+      });
+    });
+  });
 }
 
 void to_bf16(Stream_t s, CMat src, std::uint16_t* dst) {
@@ -783,8 +811,9 @@ std::int64_t gradient_sums_scratch_bytes(std::int64_t rows, std::int64_t cols) {
                   grad_blocks(rows) * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double)));
 }
 
-void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uint16_t* dz16, Mat dx0, float* dbias,
+void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uint16_t* dz16, AMat dx0, float* dbias,
                      void* scratch, CrossGradientFlags flags) {
+  if (dx0.dtype != g.dtype) throw Error("cross_gradients: g and dx0 must share one storage type");
   const std::int64_t n = g.rows * g.cols;
   if (dbias != nullptr && g.rows <= 0) {
     fill(s, dbias, g.cols, 0.0f);
@@ -792,7 +821,7 @@ void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uin
   }
   if (n <= 0) return;
   if (dz16 == nullptr) flags.dz_bf16_only = false;  // dz is the only copy then
-  const bool vec = vec4_ok(g.cols, {vec_view(g), vec_view(x0), vec_view(z), {dz, g.cols}, {dx0.data, dx0.ld},
+  const bool vec = vec4_ok(g.cols, {vec_view(g), vec_view(x0), vec_view(z), {dz, g.cols}, vec_view(dx0),
                                     bf16_packed(dz16, g.cols)});
   // dbias folded into the pass (cross_gradients_sum_kernel) where a block's threads cover a row.
   const bool fold = dbias != nullptr && fused_sum_fits(g.cols, vec ? 4 : 1);
@@ -806,7 +835,7 @@ void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uin
       if (fold) {
         const std::int64_t blocks = grad_blocks(g.rows);
         launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S, G>, {blocks, kBlock, 0}, s, typed<G>(g),
-               typed<S>(x0), typed<S>(z), dz, dz16, dx0, flags, static_cast<double*>(scratch));
+               typed<S>(x0), typed<S>(z), dz, dz16, typed<G>(dx0), flags, static_cast<double*>(scratch));
         const int cpb = final_columns_per_block(blocks, g.cols);
         launch("cross_gradients_bias", column_final_kernel, {ceil_div(g.cols, cpb), kBlock, 0}, s,
                static_cast<const double*>(scratch), blocks, g.cols, cpb, dbias);
@@ -814,7 +843,7 @@ void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uin
       }
       const RowSpan span = row_span(g.cols / V);
       launch("cross_gradients", cross_gradients_kernel<V, S, G>, {row_grid(g.rows, span), kBlock, 0}, s, typed<G>(g),
-             typed<S>(x0), typed<S>(z), dz, dz16, dx0, flags, span);
+             typed<S>(x0), typed<S>(z), dz, dz16, typed<G>(dx0), flags, span);
     });
     });
   });

@@ -31,14 +31,16 @@ void copy_matrix(Stream_t s, CMat src, Mat dst);
 
 // dz [rows, cols] packed = dy ⊙ (y > 0), the ReLU backward through the saved output. When dz16
 // is not null it also gets dz as bf16 bits (packed), for bf16 products.
-// y is stored in fp32 or bf16. When dbias is not null, dbias[c] = Σ_r dz(r, c) (double, a fixed
+// y and dy are stored in fp32 or bf16 (each its own). When dbias is not null, dbias[c] = Σ_r dz(r, c) (double, a fixed
 // order; folded into the pass where the width allows), with scratch holding
 // gradient_sums_scratch_bytes(rows, cols) bytes; dz_bf16_only: the caller reads only dz16, so dz
 // is not written where the sum is folded (dz must still be given).
-void relu_backward(Stream_t s, CAMat y, CMat dy, float* dz, std::uint16_t* dz16, float* dbias = nullptr,
+void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, std::uint16_t* dz16, float* dbias = nullptr,
                    void* scratch = nullptr, bool dz_bf16_only = false);
 // dst [rows, cols] packed = src as bf16 (nearest even).
 void to_bf16(Stream_t s, CMat src, std::uint16_t* dst);
+// dst = src, each fp32 or bf16 (widened exactly, or rounded to nearest even).
+void convert(Stream_t s, CAMat src, AMat dst);
 
 // Bytes of scratch column_sum needs for a [rows, cols] input.
 std::int64_t column_sum_scratch_bytes(std::int64_t rows, std::int64_t cols);
@@ -64,8 +66,8 @@ struct CrossGradientFlags {
 };
 // Bytes of scratch for the column sums of relu_backward and cross_gradients over [rows, cols].
 std::int64_t gradient_sums_scratch_bytes(std::int64_t rows, std::int64_t cols);
-// x0 and z share one storage type (fp32 or bf16), g is fp32 or bf16; dz and dx0 are fp32.
-void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uint16_t* dz16, Mat dx0,
+// x0 and z share one storage type (fp32 or bf16), g and dx0 another; dz is fp32.
+void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uint16_t* dz16, AMat dx0,
                      float* dbias = nullptr, void* scratch = nullptr, CrossGradientFlags flags = {});
 
 // Dot interaction (Backend::dot_interaction_forward / _backward); num_tables + 1 features of

@@ -501,7 +501,7 @@ void GpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation a
   impl_->product(x, false, w, true, y, 0.0f, epilogue_of(bias != nullptr, act), bias);
 }
 
-void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, AMat dx, Mat dw,
+void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx, Mat dw,
                                  float* dbias) {
   impl_->wrote();
   constexpr const char* op = "linear_backward";
@@ -521,16 +521,20 @@ void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation a
   // dz = dy ⊙ act'(y) [B, out]; under bf16 also its bf16 copy, shared by both products.
   // dbias = Σ_rows dz, summed in the ReLU pass where it can be (under bf16 that pass then writes only
   // the bf16 dz the products read).
-  CMat dz = dy;
   std::uint16_t* dz16 = bf ? im.scratch.get_as<std::uint16_t>(Slot::dz16, batch * out, s) : nullptr;
   void* partial =
       dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::dense::gradient_sums_scratch_bytes(batch, out), s) : nullptr;
+  float* buf = im.scratch.get_as<float>(Slot::dz, batch * out, s);
+  CMat dz(buf, batch, out);
   if (act == Activation::relu) {
-    float* buf = im.scratch.get_as<float>(Slot::dz, batch * out, s);
     gpu::dense::relu_backward(s, y, dy, buf, dz16, dbias, partial, bf);
-    dz = CMat(buf, batch, out);
   } else {
-    if (bf) gpu::dense::to_bf16(s, dy, dz16);
+    if (dy.is_f32()) {
+      dz = dy.f32();
+    } else {  // a bf16 gradient without activation: widened once (only the sums need fp32)
+      gpu::dense::convert(s, dy, Mat(buf, batch, out));
+    }
+    if (bf) gpu::dense::to_bf16(s, dz, dz16);
     if (dbias != nullptr) gpu::dense::column_sum(s, dz, dbias, partial);
   }
   im.product(dz, true, x, false, dw, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dw [out, in] = dzᵀ · x
@@ -556,7 +560,7 @@ void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const fl
 }
 
 void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
-                                           const SparseInput& in, CMat dout, const OptimizerParams& opt) {
+                                           const SparseInput& in, CAMat dout, const OptimizerParams& opt) {
   impl_->wrote();
   constexpr const char* op = "embedding_backward_update";
   check_view(op, "dout", dout);
@@ -583,7 +587,7 @@ void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, 
   upd.step = im.emb_updates++;
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, nnz};
   gpu::embedding_backward_update(im.s(), *im.emb_tables, {weights, DType::f32}, state, din,
-                                 {const_cast<float*>(dout.data), DType::f32, dout.rows, dout.cols, dout.ld}, opt, upd,
+                                 {const_cast<void*>(dout.data), dout.dtype, dout.rows, dout.cols, dout.ld}, opt, upd,
                                  *im.emb_workspace);
   // Emulated fp16/bf16 storage: rounding a whole table is the same as rounding its updated rows,
   // since the others already hold representable values (the engine rounds them at initialisation).
@@ -664,7 +668,7 @@ void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* 
   gpu::dense::cross_combine(im.s(), x0, z, xl, x_next, next16);
 }
 
-void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, Mat dx0, AMat dxl,
+void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, AMat dx0, AMat dxl,
                                 Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) {
   impl_->wrote();
   constexpr const char* op = "cross_backward";
@@ -684,7 +688,8 @@ void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
   const bool want_du = du_scratch.data != nullptr;
   if (want_du) check_shape(op, "du_scratch", du_scratch, batch, rank);
   same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype});
-  if (!mode.xl_is_x0 && dxl.dtype != dx_next.dtype) fail(op, "dx_next and dxl must share one storage type");
+  if (dx0.dtype != dx_next.dtype || (!mode.xl_is_x0 && dxl.dtype != dx_next.dtype))
+    fail(op, "the gradients (dx_next, dx0, dxl) must share one storage type");
   Impl& im = *impl_;
   const gpu::Stream_t s = im.s();
   const bool bf = im.math == DenseMath::bf16;

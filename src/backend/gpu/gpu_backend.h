@@ -78,7 +78,7 @@ class GpuBackend final : public Backend {
   DType activation_dtype() const override;
 
   void linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) override;
-  void linear_backward(CAMat x, CMat w, CAMat y, CMat dy, Activation act, AMat dx, Mat dw,
+  void linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx, Mat dw,
                        float* dbias) override;
 
   // Through the embedding module (embedding.h) on fp32 weight storage; tables whose layout says
@@ -89,7 +89,7 @@ class GpuBackend final : public Backend {
   void embedding_forward(std::span<const TableLayout> tables, const float* weights,
                          const SparseInput& in, AMat out) override;
   void embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
-                                 const SparseInput& in, CMat dout,
+                                 const SparseInput& in, CAMat dout,
                                  const OptimizerParams& opt) override;
 
   void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) override;
@@ -98,7 +98,7 @@ class GpuBackend final : public Backend {
   void cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
                      AMat x_next) override;
   using Backend::cross_backward;
-  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, Mat dx0,
+  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, AMat dx0,
                       AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) override;
 
   void bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
