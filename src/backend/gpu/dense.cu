@@ -236,9 +236,10 @@ __global__ __launch_bounds__(kBlock) void relu_backward_kernel(MatView<const S> 
 }
 
 template <int V>
-__global__ __launch_bounds__(kBlock) void to_bf16_kernel(CMat src, std::uint16_t* __restrict__ dst, RowSpan span) {
+__global__ __launch_bounds__(kBlock) void to_bf16_kernel(CMat src, std::uint16_t* __restrict__ dst, std::int64_t dst_ld,
+                                                          RowSpan span) {
   for_each_element<V>(src.rows, src.cols, span, [&](std::int64_t r, std::int64_t c) {
-    store_bf16<V>(dst + r * src.cols + c, load<V>(src.data + r * src.ld + c));
+    store_bf16<V>(dst + r * dst_ld + c, load<V>(src.data + r * src.ld + c));
   });
 }
 
@@ -757,16 +758,14 @@ void convert(Stream_t s, CAMat src, AMat dst) {
   });
 }
 
-void to_bf16(Stream_t s, CMat src, std::uint16_t* dst) {
-  const std::int64_t n = src.rows * src.cols;
-  if (n <= 0) return;
-  if (vec4_ok(src.cols, {{src.data, src.ld}}) && reinterpret_cast<std::uintptr_t>(dst) % 8 == 0) {
-    const RowSpan span = row_span(src.cols / 4);
-    launch("to_bf16", to_bf16_kernel<4>, {row_grid(src.rows, span), kBlock, 0}, s, src, dst, span);
-  } else {
-    const RowSpan span = row_span(src.cols);
-    launch("to_bf16", to_bf16_kernel<1>, {row_grid(src.rows, span), kBlock, 0}, s, src, dst, span);
-  }
+void to_bf16(Stream_t s, CMat src, std::uint16_t* dst, std::int64_t dst_ld) {
+  if (src.rows <= 0 || src.cols <= 0) return;
+  if (dst_ld < 0) dst_ld = src.cols;
+  with_width(vec4_ok(src.cols, {{src.data, src.ld}, {dst, dst_ld, 2}}), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    const RowSpan span = row_span(src.cols / V);
+    launch("to_bf16", to_bf16_kernel<V>, {row_grid(src.rows, span), kBlock, 0}, s, src, dst, dst_ld, span);
+  });
 }
 
 std::int64_t column_sum_scratch_bytes(std::int64_t rows, std::int64_t cols) {

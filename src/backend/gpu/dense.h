@@ -37,8 +37,8 @@ void copy_matrix(Stream_t s, CMat src, Mat dst);
 // is not written where the sum is folded (dz must still be given).
 void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, std::uint16_t* dz16, float* dbias = nullptr,
                    void* scratch = nullptr, bool dz_bf16_only = false);
-// dst [rows, cols] packed = src as bf16 (nearest even).
-void to_bf16(Stream_t s, CMat src, std::uint16_t* dst);
+// dst [rows, cols] (leading dimension dst_ld, or packed: -1) = src as bf16 (nearest even).
+void to_bf16(Stream_t s, CMat src, std::uint16_t* dst, std::int64_t dst_ld = -1);
 // dst = src, each fp32 or bf16 (widened exactly, or rounded to nearest even).
 void convert(Stream_t s, CAMat src, AMat dst);
 

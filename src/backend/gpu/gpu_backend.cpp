@@ -181,7 +181,7 @@ struct GpuBackend::Impl {
     for (auto& x : copies)
       if (x.key == key) return x;
     std::erase_if(copies, [&](const OperandCopy& x) { return !x.valid && x.key.rows != m.rows; });
-    copies.push_back({key, gpu::DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(m.rows * m.cols),
+    copies.push_back({key, gpu::DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(m.rows * copy_ld(m.cols)),
                                                             "bf16 copy of a held operand"),
                       false});
     ++counters.allocations;
@@ -197,19 +197,23 @@ struct GpuBackend::Impl {
     return false;
   }
 
-  // The bf16 copy of m: from the held-operand copies when m lies in held memory (converted on
-  // first use this step), else converted into the slot's scratch now.
+  // Rows of a bf16 copy start 16-byte aligned (8 elements): the library's fast kernels want
+  // aligned rows, and a [B, 13] input packed at 26 bytes a row ran on a slow fallback kernel.
+  static std::int64_t copy_ld(std::int64_t cols) { return (cols + 7) / 8 * 8; }
+
+  // The bf16 copy of m (leading dimension copy_ld): from the held-operand copies when m lies in
+  // held memory (converted on first use this step), else converted into the slot's scratch now.
   const std::uint16_t* bf16_of(CMat m, Slot slot) {
     if (is_held(m)) {
       OperandCopy* c = &copy_slot(m);
       if (!c->valid) {
-        gpu::dense::to_bf16(s(), m, c->bf16.data());
+        gpu::dense::to_bf16(s(), m, c->bf16.data(), copy_ld(m.cols));
         c->valid = true;
       }
       return c->bf16.data();
     }
-    auto* p = scratch.get_as<std::uint16_t>(slot, m.rows * m.cols, s());
-    gpu::dense::to_bf16(s(), m, p);
+    auto* p = scratch.get_as<std::uint16_t>(slot, m.rows * copy_ld(m.cols), s());
+    gpu::dense::to_bf16(s(), m, p, copy_ld(m.cols));
     return p;
   }
 
@@ -231,7 +235,7 @@ struct GpuBackend::Impl {
     if (math == DenseMath::bf16) {
       if (given16 != nullptr) return {given16, m.cols, transposed};
       if (m.dtype == DType::bf16) return {m.data, m.ld, transposed};
-      if (m.is_f32()) return {bf16_of(m.f32(), slot), m.cols, transposed};
+      if (m.is_f32()) return {bf16_of(m.f32(), slot), copy_ld(m.cols), transposed};
     } else if (m.is_f32()) {
       return {m.data, m.ld, transposed};
     }
@@ -658,7 +662,8 @@ void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* 
   // as pending: it becomes the held copy if the caller holds x_next next (the engine does).
   // (Stored in bf16, x_next is its own operand: no copy.)
   std::uint16_t* next16 = nullptr;
-  if (im.math == DenseMath::bf16 && x_next.is_f32() && x_next.rows > 0 && x_next.cols > 0) {
+  if (im.math == DenseMath::bf16 && x_next.is_f32() && x_next.rows > 0 && x_next.cols > 0 &&
+      Impl::copy_ld(x_next.cols) == x_next.cols) {  // the combine writes the copy packed
     const Mat next = x_next.f32();
     Impl::OperandCopy& c = im.copy_slot(next);
     c.valid = false;
