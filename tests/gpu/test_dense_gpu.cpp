@@ -1049,6 +1049,8 @@ TEST_P(GpuEngine, Fp32TracksCpuFor500Steps) {
   EXPECT_EQ(last.allocations, first.allocations) << "allocate() called inside the step loop";
   EXPECT_EQ(last.scratch_growths, first.scratch_growths) << "scratch grew inside the step loop";
   EXPECT_EQ(last.blas_plans, first.blas_plans) << "BLAS plans built inside the step loop";
+  EXPECT_EQ(last.host_syncs, 0) << "an embedding op read the id count back (the engine passes it)";
+  EXPECT_EQ(last.epilogue_fallbacks, 0) << "a bias/ReLU epilogue ran as a separate kernel";
   std::cout << "[ measured ] " << GetParam() << " gpu counters after step 1: " << first.allocations
             << " allocations, " << first.scratch_growths << " scratch growths, " << first.blas_plans
             << " BLAS plans; after " << kEngineSteps << ": " << last.allocations << ", " << last.scratch_growths
@@ -1064,7 +1066,15 @@ TEST_P(GpuEngine, Bf16AndTf32TrackFp32For500Steps) {
     const std::string label = GetParam() + (sgd ? " (sgd)" : " (as configured)");
     GpuBackend fp32(DenseMath::fp32), bf16(DenseMath::bf16), tf32(DenseMath::tf32);
     const std::vector<float> ref = train_losses(spec, fp32, kEngineSteps, 11);
-    const std::vector<float> got = train_losses(spec, bf16, kEngineSteps, 11);
+    GpuBackend::Counters first;
+    const std::vector<float> got = train_losses(spec, bf16, kEngineSteps, 11, &first);
+    // bf16 storage too: after step 1 nothing is allocated, grown or planned, and nothing falls back.
+    const GpuBackend::Counters last = bf16.counters();
+    EXPECT_EQ(last.allocations, first.allocations) << "bf16: allocate() called inside the step loop";
+    EXPECT_EQ(last.scratch_growths, first.scratch_growths) << "bf16: scratch grew inside the step loop";
+    EXPECT_EQ(last.blas_plans, first.blas_plans) << "bf16: BLAS plans built inside the step loop";
+    EXPECT_EQ(last.host_syncs, 0) << "bf16";
+    EXPECT_EQ(last.epilogue_fallbacks, 0) << "bf16: a bias/ReLU epilogue ran as a separate kernel";
     const Deviation d = compare_losses(got, ref);
     report(label + " gpu bf16 vs gpu fp32, " + std::to_string(kEngineSteps) + " steps", d, got, ref);
     const std::vector<float> got32 = train_losses(spec, tf32, kEngineSteps, 11);

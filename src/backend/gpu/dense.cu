@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -372,46 +373,59 @@ __global__ __launch_bounds__(kBlock) void cross_combine_kernel(MatView<const S> 
 }
 
 
-// The same with dz's column sums (the bias gradient) folded in, so dz is not read again: block b
-// takes rows b, b + grid, b + 2 grid, ... (all its threads on one row, each up to
-// kGradGroups groups of V columns) and writes one double partial per column; column_final
-// adds the blocks' partials in a fixed order.
-constexpr int kGradGroups = 4;
-constexpr std::int64_t kGradBlocks = 1024;
+// The same with dz's column sums (the bias gradient) folded in, so dz is not read again. Each
+// thread owns one group of V columns of a row lane and keeps its column sums in double across the
+// rows it visits: a block of kSumBlock threads holds kSumBlock / tpr row lanes (tpr = threads per
+// row, a power of two covering the row's groups), lane l of block b takes rows
+// b * rpb + l, + grid * rpb, ... and writes one double partial per column at the end;
+// column_final adds the lanes' partials in a fixed order. One group per thread keeps the
+// accumulators to V doubles: with four groups per thread in 256-thread blocks (16 doubles) the
+// pass over [65536, 3456] ran at 3.2-3.4 TB/s, bounded by the warps in flight (ncu, 2026-11-29).
+constexpr int kSumBlock = 1024;
+constexpr std::int64_t kSumLanes = 1024;  // row lanes in all (partial sums per column)
 
-bool fused_sum_fits(std::int64_t cols, int v) { return cols / v <= static_cast<std::int64_t>(kGradGroups) * kBlock; }
-std::int64_t grad_blocks(std::int64_t rows) { return std::max<std::int64_t>(1, std::min(rows, kGradBlocks)); }
+struct FoldShape {
+  int tpr = 1, rpb = 1;
+  std::int64_t grid = 1;
+  std::int64_t lanes() const { return grid * rpb; }
+};
+bool fused_sum_fits(std::int64_t rows, std::int64_t cols, int v) {
+  return cols / v <= kSumBlock && rows <= std::numeric_limits<int>::max();  // the row walk counts in int
+}
+FoldShape fold_shape(std::int64_t rows, std::int64_t cols, int v) {
+  FoldShape f;
+  while (f.tpr < kSumBlock && f.tpr < cols / v) f.tpr *= 2;
+  f.rpb = kSumBlock / f.tpr;
+  f.grid = std::max<std::int64_t>(1, ceil_div(std::min(std::max<std::int64_t>(rows, 1), kSumLanes), f.rpb));
+  return f;
+}
 
-// The row walk of the folded kernels: block b takes rows b, b + grid, ... with all its threads on
-// one row (thread t on groups t, t + kBlock, ... of V columns, at most kGradGroups), calls
-// f(r, c) -> Floats<V> for each group and keeps the column sums of what f returns in double; at
-// the end each block writes its partial sums, partial[block * cols + col].
+// The row walk of the folded kernels (see above): calls f(r, c) -> Floats<V> for the thread's group
+// of every row it visits and writes its lane's column sums of what f returns,
+// partial[lane * cols + col].
 template <int V, class F>
-__device__ __forceinline__ void rows_with_column_sums(std::int64_t rows, std::int64_t cols, double* __restrict__ partial,
-                                                      F&& f) {
-  const std::int64_t groups = cols / V;
-  double acc[kGradGroups][V];
+__device__ __forceinline__ void rows_with_column_sums(std::int64_t rows, std::int64_t cols, int tpr,
+                                                      double* __restrict__ partial, F&& f) {
+  const int sub = static_cast<int>(threadIdx.x) / tpr;
+  const int grp = static_cast<int>(threadIdx.x) - sub * tpr;
+  const int rpb = kSumBlock / tpr;
+  if (static_cast<std::int64_t>(grp) * V >= cols) return;
+  // 32-bit row indices (the lanes and the grid are small; rows fit an int: a [2^31, ·] activation
+  // would not fit a device): fewer registers under the 64 a 1024-thread block allows.
+  const int lane = static_cast<int>(blockIdx.x) * rpb + sub;
+  const int c = grp * V;
+  double acc[V];
 #pragma unroll
-  for (int j = 0; j < kGradGroups; ++j)
+  for (int i = 0; i < V; ++i) acc[i] = 0.0;
+  const int step = static_cast<int>(gridDim.x) * rpb;
+  const int nrows = static_cast<int>(rows);
+  for (int r = lane; r < nrows; r += step) {
+    const Floats<V> d = f(r, c);
 #pragma unroll
-    for (int i = 0; i < V; ++i) acc[j][i] = 0.0;
-  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-#pragma unroll
-    for (int j = 0; j < kGradGroups; ++j) {
-      const std::int64_t grp = static_cast<std::int64_t>(threadIdx.x) + static_cast<std::int64_t>(j) * kBlock;
-      if (grp >= groups) continue;
-      const Floats<V> d = f(r, grp * V);
-#pragma unroll
-      for (int i = 0; i < V; ++i) acc[j][i] += static_cast<double>(d.v[i]);
-    }
+    for (int i = 0; i < V; ++i) acc[i] += static_cast<double>(d.v[i]);
   }
 #pragma unroll
-  for (int j = 0; j < kGradGroups; ++j) {
-    const std::int64_t grp = static_cast<std::int64_t>(threadIdx.x) + static_cast<std::int64_t>(j) * kBlock;
-    if (grp >= groups) continue;
-#pragma unroll
-    for (int i = 0; i < V; ++i) partial[static_cast<std::int64_t>(blockIdx.x) * cols + grp * V + i] = acc[j][i];
-  }
+  for (int i = 0; i < V; ++i) partial[static_cast<std::int64_t>(lane) * cols + c + i] = acc[i];
 }
 
 // One group of the cross-layer gradients: dz = g ⊙ x0 (returned), dx0 (+)= g ⊙ z (+ g).
@@ -456,23 +470,24 @@ __global__ __launch_bounds__(kBlock) void cross_gradients_kernel(MatView<const G
 }
 
 template <int V, class S, class G>
-__global__ __launch_bounds__(kBlock) void cross_gradients_sum_kernel(MatView<const G> g, MatView<const S> x0,
+__global__ __launch_bounds__(kSumBlock) void cross_gradients_sum_kernel(MatView<const G> g, MatView<const S> x0,
                                                                      MatView<const S> z,
                                                                      float* __restrict__ dz,
                                                                      std::uint16_t* __restrict__ dz16, MatView<G> dx0,
-                                                                     CrossGradientFlags flags, double* __restrict__ partial) {
-  rows_with_column_sums<V>(g.rows, g.cols, partial, [&](std::int64_t r, std::int64_t c) {
+                                                                     CrossGradientFlags flags, int tpr,
+                                                                     double* __restrict__ partial) {
+  rows_with_column_sums<V>(g.rows, g.cols, tpr, partial, [&](std::int64_t r, std::int64_t c) {
     return cross_gradient_group<V, S, G>(g, x0, z, dz, dz16, dx0, flags, r, c);
   });
 }
 
 // The ReLU backward with the bias gradient's column sums folded in (dz is not written when null).
 template <int V, class S, class G>
-__global__ __launch_bounds__(kBlock) void relu_backward_sum_kernel(MatView<const S> y, MatView<const G> dy,
+__global__ __launch_bounds__(kSumBlock) void relu_backward_sum_kernel(MatView<const S> y, MatView<const G> dy,
                                                                    float* __restrict__ dz,
-                                                                   std::uint16_t* __restrict__ dz16,
+                                                                   std::uint16_t* __restrict__ dz16, int tpr,
                                                                    double* __restrict__ partial) {
-  rows_with_column_sums<V>(y.rows, y.cols, partial, [&](std::int64_t r, std::int64_t c) {
+  rows_with_column_sums<V>(y.rows, y.cols, tpr, partial, [&](std::int64_t r, std::int64_t c) {
     const Floats<V> yv = load<V>(y.data + r * y.ld + c);
     Floats<V> v = load<V>(dy.data + r * dy.ld + c);
 #pragma unroll
@@ -715,7 +730,7 @@ void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, std::uint16_t* dz16
   const std::int64_t n = y.rows * y.cols;
   if (n <= 0) return;
   const bool vec = vec4_ok(y.cols, {vec_view(y), vec_view(dy), {dz, y.cols}, bf16_packed(dz16, y.cols)});
-  const bool fold = dbias != nullptr && fused_sum_fits(y.cols, vec ? 4 : 1);
+  const bool fold = dbias != nullptr && fused_sum_fits(y.rows, y.cols, vec ? 4 : 1);
   float* dz_out = fold && dz_bf16_only && dz16 != nullptr ? nullptr : dz;  // the fold needs no fp32 dz to sum
   with_storage("relu_backward", y.dtype, [&](auto tag) {
     using S = decltype(tag);
@@ -724,12 +739,12 @@ void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, std::uint16_t* dz16
     with_width(vec, [&](auto width) {
       constexpr int V = decltype(width)::value;
       if (fold) {
-        const std::int64_t blocks = grad_blocks(y.rows);
-        launch("relu_backward_sum", relu_backward_sum_kernel<V, S, G>, {blocks, kBlock, 0}, s, typed<S>(y),
-               typed<G>(dy), dz_out, dz16, static_cast<double*>(scratch));
-        launch("relu_backward_bias", column_final_kernel,
-               {ceil_div(y.cols, final_columns_per_block(blocks, y.cols)), kBlock, 0}, s,
-               static_cast<const double*>(scratch), blocks, y.cols, final_columns_per_block(blocks, y.cols), dbias);
+        const FoldShape f = fold_shape(y.rows, y.cols, V);
+        launch("relu_backward_sum", relu_backward_sum_kernel<V, S, G>, {f.grid, kSumBlock, 0}, s, typed<S>(y),
+               typed<G>(dy), dz_out, dz16, f.tpr, static_cast<double*>(scratch));
+        const int cpb = final_columns_per_block(f.lanes(), y.cols);
+        launch("relu_backward_bias", column_final_kernel, {ceil_div(y.cols, cpb), kBlock, 0}, s,
+               static_cast<const double*>(scratch), f.lanes(), y.cols, cpb, dbias);
         return;
       }
       const RowSpan span = row_span(y.cols / V);
@@ -806,8 +821,9 @@ void cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next, std::ui
 
 
 std::int64_t gradient_sums_scratch_bytes(std::int64_t rows, std::int64_t cols) {
+  const std::int64_t lanes = std::max(fold_shape(rows, cols, 1).lanes(), fold_shape(rows, cols, 4).lanes());
   return std::max(column_sum_scratch_bytes(rows, cols),
-                  grad_blocks(rows) * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double)));
+                  lanes * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double)));
 }
 
 void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uint16_t* dz16, AMat dx0, float* dbias,
@@ -823,7 +839,7 @@ void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uin
   const bool vec = vec4_ok(g.cols, {vec_view(g), vec_view(x0), vec_view(z), {dz, g.cols}, vec_view(dx0),
                                     bf16_packed(dz16, g.cols)});
   // dbias folded into the pass (cross_gradients_sum_kernel) where a block's threads cover a row.
-  const bool fold = dbias != nullptr && fused_sum_fits(g.cols, vec ? 4 : 1);
+  const bool fold = dbias != nullptr && fused_sum_fits(g.rows, g.cols, vec ? 4 : 1);
   if (dbias != nullptr && !fold) flags.dz_bf16_only = false;  // the column sum below reads dz
   with_storage("cross_gradients", x0.dtype, [&](auto tag) {
     using S = decltype(tag);
@@ -832,12 +848,12 @@ void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uin
     with_width(vec, [&](auto width) {
       constexpr int V = decltype(width)::value;
       if (fold) {
-        const std::int64_t blocks = grad_blocks(g.rows);
-        launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S, G>, {blocks, kBlock, 0}, s, typed<G>(g),
-               typed<S>(x0), typed<S>(z), dz, dz16, typed<G>(dx0), flags, static_cast<double*>(scratch));
-        const int cpb = final_columns_per_block(blocks, g.cols);
+        const FoldShape f = fold_shape(g.rows, g.cols, V);
+        launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S, G>, {f.grid, kSumBlock, 0}, s, typed<G>(g),
+               typed<S>(x0), typed<S>(z), dz, dz16, typed<G>(dx0), flags, f.tpr, static_cast<double*>(scratch));
+        const int cpb = final_columns_per_block(f.lanes(), g.cols);
         launch("cross_gradients_bias", column_final_kernel, {ceil_div(g.cols, cpb), kBlock, 0}, s,
-               static_cast<const double*>(scratch), blocks, g.cols, cpb, dbias);
+               static_cast<const double*>(scratch), f.lanes(), g.cols, cpb, dbias);
         return;
       }
       const RowSpan span = row_span(g.cols / V);
