@@ -98,9 +98,12 @@ class Backend {
   // The element type the engine stores activations in (the forward outputs that the backward
   // reads again: MLP outputs, x0, the cross layers' u, z and outputs): fp32 by default; GPU
   // backends under bf16 dense math store bf16, halving the traffic of every elementwise pass and
-  // feeding the products without a conversion. Gradients stay fp32 everywhere. Ops that take an
-  // AMat/CAMat accept fp32 and bf16 views on every backend (the cpu backend reads bf16 exactly
-  // and rounds its fp32 results to bf16 once, nearest even: the oracle for the GPU's bf16 storage).
+  // feeding the products without a conversion. With DCNv2 the engine stores the cross stack's
+  // gradients (and dx0) the same way; weight gradients, bias sums and optimizer state are fp32.
+  // Ops that take an AMat/CAMat accept fp32 and bf16 views on every backend: the cpu backend reads
+  // bf16 exactly and rounds its fp32 results to bf16 once, nearest even, the oracle for the GPU's
+  // bf16 storage up to the GPU's extra roundings, which stay within the op tests' tolerances (a
+  // bf16 output's bias is read in bf16; layer 0's dx0 is rounded once per part).
   virtual DType activation_dtype() const { return DType::f32; }
 
   // ---- dense layers ----
@@ -157,8 +160,9 @@ class Backend {
     bool xl_is_x0 = false;
   };
   // x0, xl, u and z share one storage type; dx_next, dx0 and dxl share one (fp32, or bf16 under
-  // bf16 math: the gradients of the cross stack, each sum formed in fp32/double and rounded once
-  // per layer); dv, dw, dbias and du_scratch are fp32.
+  // bf16 math: the gradients of the cross stack, each layer's sum formed in fp32/double and
+  // rounded once, or once per part where a backend adds du · v in a second pass, as the GPU does
+  // in layer 0); dv, dw, dbias and du_scratch are fp32.
   virtual void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next,
                               AMat dx0, AMat dxl, Mat dv, Mat dw, float* dbias,
                               Mat du_scratch, CrossBackwardMode mode) = 0;

@@ -171,7 +171,8 @@ class Model {
   // interaction output (its kernels read fp32). Gradients are fp32, except (with DCNv2) the
   // gradient of the interaction output, those between cross layers and dx0 (the gradient of the
   // interaction input, read by the embedding backward and the bottom MLP), stored like the
-  // activations: each layer's sum is formed in fp32 or double and rounded once.
+  // activations: each layer's sum is formed in fp32 or double and rounded once (on the GPU,
+  // layer 0's dx0 once per part).
   DType act_ = DType::f32;     // MLP outputs; with DCNv2 also x0, u, z and the cross outputs
   DType x0_dtype_ = DType::f32;
   DType grad_dtype_ = DType::f32;  // d_inter_, dcross_, dx0_: act_ with DCNv2 (fp32 for the dot kernels)

@@ -43,18 +43,25 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
   const double convert = narrow ? 6.0 : 0.0;  // bytes per element of one fp32 -> bf16 conversion
   // A gradient the products read: its bf16 copy under narrow math, else itself.
   const double grad_operand = narrow ? 2.0 : 4.0;
+  const bool dcn = m.interaction.kind == InteractionKind::dcnv2;
+  // With DCNv2 x0 and the cross stack's gradients (dx0 included) are stored like the activations;
+  // the dot interaction's input, output and their gradients are fp32 (its kernels read fp32).
+  const double sg = dcn ? s : 4.0;
   double widest = std::max(m.dense_features, m.interaction_output_dim());
   auto mlp = [&](const std::string& name, const std::vector<int>& sizes, int in, bool first_needs_dx) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       const int out = sizes[i];
       w.mlp_s += gemm(b, out, in);
-      if (name == "bottom_mlp" && i == 0) w.mlp_s += memory_pass_time(static_cast<double>(b) * in * convert, dev, cal);
+      // fp32 inputs of a product are converted once: the data's dense features, and the dot
+      // interaction's output.
+      if (i == 0 && (name == "bottom_mlp" || !dcn)) w.mlp_s += memory_pass_time(static_cast<double>(b) * in * convert, dev, cal);
       if (i > 0 || first_needs_dx) w.mlp_backward_s += gemm(b, in, out);
       w.mlp_backward_s += gemm(out, in, b);
       // ReLU mask of the gradient (read y and dy, write dz as the products read it) with dbias
       // summed in the same pass; without ReLU, dbias is a pass over dy (and dy is converted).
       const bool relu = name == "bottom_mlp" || i + 1 < sizes.size();
-      const double bytes = relu ? s + 4.0 + grad_operand : 4.0 + convert;
+      const double dy = name == "bottom_mlp" && i + 1 == sizes.size() ? sg : 4.0;  // the last bottom layer's dy is dx0
+      const double bytes = relu ? s + dy + grad_operand : 4.0 + convert;
       w.mlp_backward_s += memory_pass_time(static_cast<double>(b) * out * bytes, dev, cal);
       const bool logits = name == "top_mlp" && i + 1 == sizes.size();
       w.saved_bytes_per_example += out * (logits ? 4.0 : s);
@@ -92,16 +99,14 @@ DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const D
     const double d = m.bottom_mlp.back();
     const double flops = 2.0 * b * f * f * d;
     const double peak = dev.dense_flops(math) * cal.gemm_efficiency(math);
-    const double bytes = static_cast<double>(b) * (f * d + m.interaction_output_dim()) * s;
+    const double bytes = static_cast<double>(b) * (f * d + m.interaction_output_dim()) * 4.0;  // fp32 (dense_work)
     w.interaction_s += std::max(flops / peak, memory_pass_time(bytes, dev, cal));
     w.interaction_backward_s += std::max(2 * flops / peak, memory_pass_time(2 * bytes, dev, cal));
     w.saved_bytes_per_example += m.interaction_output_dim() * 4.0;
   }
   mlp("top_mlp", m.top_mlp, m.interaction_output_dim(), true);
   w.loss_s = memory_pass_time(static_cast<double>(b) * 12, dev, cal);
-  // dx0 and the interaction output's gradient (like the activations with DCNv2, fp32 for the dot
-  // kernels), the MLP backward's fp32 ping-pong pair.
-  const double sg = m.interaction.kind == InteractionKind::dcnv2 ? s : 4.0;
+  // dx0 and the interaction output's gradient (sg), the MLP backward's fp32 ping-pong pair.
   w.grad_bytes_per_example += (static_cast<double>(n) + m.interaction_output_dim()) * sg + 2 * widest * 4.0;
   return w;
 }

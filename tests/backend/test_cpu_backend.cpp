@@ -912,11 +912,16 @@ TEST(CpuBf16Storage, CrossBackwardWithBf16Gradients) {
     EXPECT_EQ(dx016[i], bf16_bits(dx0_ref.data[i])) << i;
   }
   Matrix<float> dx0(B, N);
-  // g and dxl must share a storage type.
+  // The gradients must share a storage type: dxl in fp32 beside a bf16 g and dx0, and dx0 in
+  // fp32 beside a bf16 g and dxl.
   Matrix<float> dxl32(B, N);
   EXPECT_THROW(cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(),
-                                  CAMat(g16.data(), DType::bf16, B, N), dx0.view(), dxl32.view(), dv.view(), dw.view(),
-                                  db.data(), Mat(), {false, false}),
+                                  CAMat(g16.data(), DType::bf16, B, N), AMat(dx016.data(), DType::bf16, B, N),
+                                  dxl32.view(), dv.view(), dw.view(), db.data(), Mat(), {false, false}),
+               Error);
+  EXPECT_THROW(cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(),
+                                  CAMat(g16.data(), DType::bf16, B, N), dx0.view(), AMat(dxl16.data(), DType::bf16, B, N),
+                                  dv.view(), dw.view(), db.data(), Mat(), {false, false}),
                Error);
 }
 
@@ -930,6 +935,9 @@ TEST(CpuBf16Storage, OtherStorageTypesAndMixedStorageAreErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("linear_forward: x is stored as fp16"), std::string::npos) << e.what();
   }
+  // A null bf16 view is the op's error, not a crash in the widening.
+  EXPECT_THROW(cpu.linear_forward(CAMat(nullptr, DType::bf16, 4, 4), w.cview(), nullptr, Activation::none, y.view()),
+               Error);
   Matrix<float> v(2, 4), wc(4, 2), u(4, 2), xn(4, 4);
   EXPECT_THROW(cpu.cross_forward(CAMat(h.data(), DType::bf16, 4, 4), z.cview(), v.cview(), wc.cview(), nullptr,
                                  u.view(), z.view(), xn.view()),

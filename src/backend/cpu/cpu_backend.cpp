@@ -29,7 +29,7 @@ class In {
       return;
     }
     if (m.dtype != DType::bf16) bad_dtype(op, name, m.dtype);
-    if (m.rows < 0 || m.cols < 0 || m.ld < m.cols) {  // the op's own check names the problem
+    if (m.rows < 0 || m.cols < 0 || m.ld < m.cols || m.data == nullptr) {  // the op's own check names it
       view_ = CMat(nullptr, m.rows, m.cols, m.ld);
       return;
     }
@@ -38,7 +38,7 @@ class In {
 #pragma omp parallel for schedule(static) if (m.rows * m.cols >= (1 << 16))
     for (std::int64_t r = 0; r < m.rows; ++r)
       for (std::int64_t c = 0; c < m.cols; ++c) buf_[static_cast<std::size_t>(r * m.cols + c)] = bf16_to_float(bits[r * m.ld + c]);
-    view_ = CMat(m.data == nullptr ? nullptr : buf_.data(), m.rows, m.cols);
+    view_ = CMat(buf_.data(), m.rows, m.cols);
   }
   operator CMat() const { return view_; }  // NOLINT
 

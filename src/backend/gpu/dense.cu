@@ -390,7 +390,8 @@ struct FoldShape {
   std::int64_t lanes() const { return grid * rpb; }
 };
 bool fused_sum_fits(std::int64_t rows, std::int64_t cols, int v) {
-  return cols / v <= kSumBlock && rows <= std::numeric_limits<int>::max();  // the row walk counts in int
+  // The row walk counts in int and steps by at most 2 kSumLanes past the last row.
+  return cols / v <= kSumBlock && rows <= std::numeric_limits<int>::max() - 2 * kSumLanes;
 }
 FoldShape fold_shape(std::int64_t rows, std::int64_t cols, int v) {
   FoldShape f;

@@ -10,11 +10,12 @@
 //   epilogue; everything else is a kernel of dense.cu or of the embedding module (embedding.h).
 // - DenseMath picks how products are computed: fp32 (exact fp32, the default: it tracks the CPU
 //   reference to rounding), tf32 (tensor cores read fp32 operands as tf32), bf16 (bf16 operands,
-//   fp32 accumulation; master weights, gradients and the optimizer stay fp32). Under bf16 the
-//   activations are stored in bf16 too (activation_dtype): the products read them as they are and
-//   write them rounded once, and the elementwise passes over them move half the bytes. fp32
-//   operands (weights, gradients) are converted per call. Everything that is not a product
-//   computes in fp32 (or double) in every mode.
+//   fp32 accumulation; master weights, weight gradients and the optimizer stay fp32). Under bf16
+//   the activations are stored in bf16 too (activation_dtype; the engine stores the cross stack's
+//   gradients so as well): the products read them as they are and write them rounded once (with a
+//   bf16 bias), and the elementwise passes over them move half the bytes. fp32 operands (weights,
+//   fp32 gradients) are converted per call. Everything that is not a product computes in fp32 (or
+//   double) in every mode.
 // - Memory: parameters and activations come from allocate() (the engine allocates them once).
 //   The backend's own scratch (bf16 operand copies, masked gradients, reduction partials, the
 //   embedding backward's sort workspace) is kept per purpose and grows only when a larger shape
