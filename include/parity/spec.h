@@ -21,6 +21,23 @@ enum class IdDistribution : std::uint8_t { uniform, zipf };
 enum class InteractionKind : std::uint8_t { dot, dcnv2 };
 enum class OptimizerKind : std::uint8_t { sgd, adagrad, rowwise_adagrad, adam };
 
+// Each enum's names as configs, plans and messages spell them, in one table per enum: the
+// *_name functions and the parsers (model YAML, plan JSON) read these tables.
+template <class E>
+struct NamedValue {
+  std::string_view name;
+  E value;
+};
+inline constexpr NamedValue<Pooling> kPoolingNames[] = {{"sum", Pooling::sum}, {"mean", Pooling::mean}};
+inline constexpr NamedValue<IdDistribution> kDistributionNames[] = {{"uniform", IdDistribution::uniform},
+                                                                    {"zipf", IdDistribution::zipf}};
+inline constexpr NamedValue<InteractionKind> kInteractionNames[] = {{"dot", InteractionKind::dot},
+                                                                    {"dcnv2", InteractionKind::dcnv2}};
+inline constexpr NamedValue<OptimizerKind> kOptimizerNames[] = {{"sgd", OptimizerKind::sgd},
+                                                                {"adagrad", OptimizerKind::adagrad},
+                                                                {"rowwise_adagrad", OptimizerKind::rowwise_adagrad},
+                                                                {"adam", OptimizerKind::adam}};
+
 std::string_view pooling_name(Pooling p);                // "sum", "mean"
 std::string_view distribution_name(IdDistribution d);    // "uniform", "zipf"
 std::string_view interaction_name(InteractionKind k);    // "dot", "dcnv2"
@@ -54,6 +71,8 @@ struct OptimizerSpec {
 
 // Dense math precisions. tf32 is a math mode, not a storage type, hence its own enum.
 enum class DenseMath : std::uint8_t { fp32, tf32, bf16, fp16 };
+inline constexpr NamedValue<DenseMath> kDenseMathNames[] = {
+    {"fp32", DenseMath::fp32}, {"tf32", DenseMath::tf32}, {"bf16", DenseMath::bf16}, {"fp16", DenseMath::fp16}};
 std::string_view dense_math_name(DenseMath m);   // "fp32", "tf32", "bf16", "fp16"
 
 struct ModelSpec {

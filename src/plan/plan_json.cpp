@@ -49,6 +49,16 @@ class Reader {
     if (!j_.is_number()) fail("expected a number");
     return j_.get<double>();
   }
+  template <class E, std::size_t N>
+  E choice(const NamedValue<E> (&options)[N]) const {  // an enum's name table (spec.h)
+    const std::string s = str();
+    std::string names;
+    for (const auto& o : options) {
+      if (s == o.name) return o.value;
+      names += (names.empty() ? "" : ", ") + std::string(o.name);
+    }
+    fail("expected one of " + names + ", got '" + s + "'");
+  }
   template <class E>
   E choice(std::initializer_list<std::pair<const char*, E>> options) const {
     const std::string s = str();
@@ -70,8 +80,7 @@ DType read_dtype(const Reader& r) {
   return r.choice<DType>({{"fp32", DType::f32}, {"fp16", DType::f16}, {"bf16", DType::bf16}});
 }
 DenseMath read_math(const Reader& r) {
-  return r.choice<DenseMath>({{"fp32", DenseMath::fp32}, {"tf32", DenseMath::tf32},
-                              {"bf16", DenseMath::bf16}, {"fp16", DenseMath::fp16}});
+  return r.choice(kDenseMathNames);
 }
 OptimizerKind read_emb_opt(const Reader& r) {
   return r.choice<OptimizerKind>({{"sgd", OptimizerKind::sgd},

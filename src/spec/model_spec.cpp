@@ -18,63 +18,20 @@
 
 namespace parity {
 
-std::string_view pooling_name(Pooling p) {
-  switch (p) {
-    case Pooling::sum:
-      return "sum";
-    case Pooling::mean:
-      return "mean";
-  }
+namespace {
+template <class E, std::size_t N>
+std::string_view name_in(const NamedValue<E> (&names)[N], E value) {
+  for (const auto& n : names)
+    if (n.value == value) return n.name;
   return "?";
 }
+}  // namespace
 
-std::string_view distribution_name(IdDistribution d) {
-  switch (d) {
-    case IdDistribution::uniform:
-      return "uniform";
-    case IdDistribution::zipf:
-      return "zipf";
-  }
-  return "?";
-}
-
-std::string_view interaction_name(InteractionKind k) {
-  switch (k) {
-    case InteractionKind::dot:
-      return "dot";
-    case InteractionKind::dcnv2:
-      return "dcnv2";
-  }
-  return "?";
-}
-
-std::string_view optimizer_name(OptimizerKind k) {
-  switch (k) {
-    case OptimizerKind::sgd:
-      return "sgd";
-    case OptimizerKind::adagrad:
-      return "adagrad";
-    case OptimizerKind::rowwise_adagrad:
-      return "rowwise_adagrad";
-    case OptimizerKind::adam:
-      return "adam";
-  }
-  return "?";
-}
-
-std::string_view dense_math_name(DenseMath m) {
-  switch (m) {
-    case DenseMath::fp32:
-      return "fp32";
-    case DenseMath::tf32:
-      return "tf32";
-    case DenseMath::bf16:
-      return "bf16";
-    case DenseMath::fp16:
-      return "fp16";
-  }
-  return "?";
-}
+std::string_view pooling_name(Pooling p) { return name_in(kPoolingNames, p); }
+std::string_view distribution_name(IdDistribution d) { return name_in(kDistributionNames, d); }
+std::string_view interaction_name(InteractionKind k) { return name_in(kInteractionNames, k); }
+std::string_view optimizer_name(OptimizerKind k) { return name_in(kOptimizerNames, k); }
+std::string_view dense_math_name(DenseMath m) { return name_in(kDenseMathNames, m); }
 
 // ------------------------------------------------------ derived values ----
 
@@ -228,10 +185,9 @@ TableFields read_table_fields(const MapView& m) {
     t.pooling_size = static_cast<int>(
         f->as_int(0, kMaxPoolingSize, "an integer >= 0 (ids per bag) up to 1048576"));
   if (auto f = m.get("pooling"))
-    t.pooling = f->as_choice<Pooling>({{"sum", Pooling::sum}, {"mean", Pooling::mean}});
+    t.pooling = f->as_choice(kPoolingNames);
   if (auto f = m.get("distribution"))
-    t.distribution = f->as_choice<IdDistribution>(
-        {{"uniform", IdDistribution::uniform}, {"zipf", IdDistribution::zipf}});
+    t.distribution = f->as_choice(kDistributionNames);
   if (auto f = m.get("zipf_alpha")) {
     t.zipf_alpha = read_positive(*f);
     t.zipf_alpha_field = *f;
@@ -251,8 +207,7 @@ InteractionSpec read_interaction(const Field& f) {
                              "{kind: dot}");
   InteractionSpec spec;
   spec.kind = m.require("kind", "expected dot or dcnv2")
-                  .as_choice<InteractionKind>(
-                      {{"dot", InteractionKind::dot}, {"dcnv2", InteractionKind::dcnv2}});
+                  .as_choice(kInteractionNames);
   if (spec.kind == InteractionKind::dot) {
     for (std::string_view key : {"cross_layers", "low_rank"})
       if (auto g = m.get(key))
@@ -275,10 +230,7 @@ OptimizerSpec read_optimizer(const Field& f, bool embedding) {
   OptimizerSpec spec;
   const Field kind = m.require("kind", embedding ? "expected sgd, adagrad or rowwise_adagrad"
                                                  : "expected sgd, adagrad or adam");
-  spec.kind = kind.as_choice<OptimizerKind>({{"sgd", OptimizerKind::sgd},
-                                             {"adagrad", OptimizerKind::adagrad},
-                                             {"rowwise_adagrad", OptimizerKind::rowwise_adagrad},
-                                             {"adam", OptimizerKind::adam}});
+  spec.kind = kind.as_choice(kOptimizerNames);
   if (embedding && spec.kind == OptimizerKind::adam)
     kind.fail(
         "adam is not supported for embedding tables (expected sgd, adagrad or rowwise_adagrad)");
@@ -510,10 +462,7 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
     if (auto g = r.get("dense_math"))
       spec.allowed_dense_math =
           read_unique_list<DenseMath>(*g, "[fp32, tf32, bf16]", [](const Field& x) {
-            return x.as_choice<DenseMath>({{"fp32", DenseMath::fp32},
-                                           {"tf32", DenseMath::tf32},
-                                           {"bf16", DenseMath::bf16},
-                                           {"fp16", DenseMath::fp16}});
+            return x.as_choice(kDenseMathNames);
           });
   }
   return spec;

@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "parity/spec.h"
+
 namespace parity::spec_yaml {
 
 // "origin:line:col" (1-based) for a mark; just "origin" where the mark is unknown.
@@ -88,12 +90,21 @@ class Field {
   // A scalar equal to one of the names; the message lists them and suggests the closest.
   template <class T>
   T as_choice(std::initializer_list<std::pair<std::string_view, T>> choices) const;
+  // The same from an enum's name table (spec.h).
+  template <class T, std::size_t N>
+  T as_choice(const NamedValue<T> (&choices)[N]) const {
+    std::vector<std::pair<std::string_view, T>> v;
+    for (const auto& c : choices) v.emplace_back(c.name, c.value);
+    return choose(v);
+  }
   // A list; each element's path is path[i].
   std::vector<Field> as_list(std::string_view expected) const;
   // A map with only the given keys; see MapView.
   MapView as_map(std::vector<std::string_view> known, std::string_view expected) const;
 
  private:
+  template <class T>
+  T choose(const std::vector<std::pair<std::string_view, T>>& choices) const;
   YAML::Node node_;
   std::string path_;
   const std::string* origin_;
@@ -124,6 +135,11 @@ class MapView {
 
 template <class T>
 T Field::as_choice(std::initializer_list<std::pair<std::string_view, T>> choices) const {
+  return choose(std::vector<std::pair<std::string_view, T>>(choices));
+}
+
+template <class T>
+T Field::choose(const std::vector<std::pair<std::string_view, T>>& choices) const {
   std::vector<std::string_view> names;
   for (const auto& c : choices) names.push_back(c.first);
   if (node_.IsScalar()) {
