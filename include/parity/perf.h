@@ -68,6 +68,7 @@ struct GemmShape {
 struct GemmTile {
   int m = 0, n = 0;
   int ctas_per_cu = 1;  // concurrent tiles on one SM/CU
+  int split_k = 1;      // k cut into this many slices, their fp32 partial results summed after
 };
 
 struct GemmEstimate {
