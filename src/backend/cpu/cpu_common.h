@@ -1,10 +1,6 @@
-// Helpers shared by the CPU ops: shape checks that throw parity::Error naming the op, reusable
-// per-thread double scratch, and the sizes below which a loop stays on the calling thread.
-//
-// Why it is built this way: every op checks its views the same way and says the same thing
-// ("linear_forward: x has 7 columns, w has 8"), so the messages are written once here. Checks
-// cost a few comparisons per call, never a pass over the data (the sparse-input check in
-// cpu_embedding.cpp is the one exception, and it is linear in the ids).
+// Helpers shared by the CPU ops: the shape checks (backend/checks.h, shared with the GPU backend so
+// that both say the same thing), reusable per-thread double scratch, and the sizes below which a
+// loop stays on the calling thread.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/checks.h"
 #include "parity/error.h"
 #include "parity/tensor.h"
 
@@ -23,28 +20,9 @@ namespace parity::cpu::detail {
 // Elementwise loops smaller than this run on the calling thread (fork/join costs more).
 inline constexpr std::int64_t kParallelElements = std::int64_t{1} << 14;
 
-template <class... Args>
-[[noreturn]] void fail(const char* op, fmt::format_string<Args...> format, Args&&... args) {
-  throw Error(std::string(op) + ": " + fmt::format(format, std::forward<Args>(args)...));
-}
-
-// A view is well formed: non-negative shape, ld >= cols, data present when it has elements.
-template <class T>
-void check_view(const char* op, const char* name, MatView<T> m) {
-  if (m.rows < 0 || m.cols < 0) fail(op, "{} has a negative shape [{}, {}]", name, m.rows, m.cols);
-  if (m.ld < m.cols) fail(op, "{} has ld {} smaller than its {} columns", name, m.ld, m.cols);
-  if (m.data == nullptr && m.rows > 0 && m.cols > 0) fail(op, "{} is null", name);
-}
-
-// The view is [rows, cols] and well formed.
-template <class T>
-void check_shape(const char* op, const char* name, MatView<T> m, std::int64_t rows,
-                 std::int64_t cols) {
-  check_view(op, name, m);
-  if (m.rows != rows || m.cols != cols) {
-    fail(op, "{} is [{}, {}], expected [{}, {}]", name, m.rows, m.cols, rows, cols);
-  }
-}
+using backend_checks::check_shape;  // shared with the GPU backend (backend/checks.h)
+using backend_checks::check_view;
+using backend_checks::fail;
 
 // Per-thread double scratch buffers, one per purpose. An op asks for a slot, uses it, and does
 // not ask for the same slot again while it still needs the first buffer.

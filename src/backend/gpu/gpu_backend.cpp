@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/checks.h"
 #include "backend/gpu/blas.h"
 #include "backend/gpu/dense.h"
 #include "backend/gpu/embedding.h"
@@ -34,25 +35,9 @@ namespace parity {
 
 namespace {
 
-// Shape checks with the CPU reference's messages (backend/cpu/cpu_common.h; not included here
-// because it carries OpenMP pragmas this library is not compiled for).
-template <class... Args>
-[[noreturn]] void fail(const char* op, fmt::format_string<Args...> format, Args&&... args) {
-  throw Error(std::string(op) + ": " + fmt::format(format, std::forward<Args>(args)...));
-}
-
-template <class View>  // MatView or TypedView
-void check_view(const char* op, const char* name, const View& m) {
-  if (m.rows < 0 || m.cols < 0) fail(op, "{} has a negative shape [{}, {}]", name, m.rows, m.cols);
-  if (m.ld < m.cols) fail(op, "{} has ld {} smaller than its {} columns", name, m.ld, m.cols);
-  if (m.data == nullptr && m.rows > 0 && m.cols > 0) fail(op, "{} is null", name);
-}
-
-template <class View>
-void check_shape(const char* op, const char* name, const View& m, std::int64_t rows, std::int64_t cols) {
-  check_view(op, name, m);
-  if (m.rows != rows || m.cols != cols) fail(op, "{} is [{}, {}], expected [{}, {}]", name, m.rows, m.cols, rows, cols);
-}
+using backend_checks::check_shape;  // the CPU backend's checks and messages (backend/checks.h)
+using backend_checks::check_view;
+using backend_checks::fail;
 
 // Scratch purposes. An op may hold several slots at once, never the same slot twice.
 enum class Slot : int { a16, b16, dz, dz16, du, du16, bias16, reduce, count };
