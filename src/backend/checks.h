@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "parity/dtype.h"
 #include "parity/error.h"
 
 namespace parity::backend_checks {
@@ -34,6 +36,92 @@ template <class View>
 void check_shape(const char* op, const char* name, const View& m, std::int64_t rows, std::int64_t cols) {
   check_view(op, name, m);
   if (m.rows != rows || m.cols != cols) fail(op, "{} is [{}, {}], expected [{}, {}]", name, m.rows, m.cols, rows, cols);
+}
+
+// ---- per op: the shapes every backend requires (backend.h), checked once for all ----
+
+// linear_forward: x [B, in], w [out, in], y [B, out].
+template <class X, class W, class Y>
+void check_linear_forward(const X& x, const W& w, const Y& y) {
+  constexpr const char* op = "linear_forward";
+  check_view(op, "x", x);
+  check_view(op, "w", w);
+  if (x.cols != w.cols) fail(op, "x has {} columns, w has {}", x.cols, w.cols);
+  check_shape(op, "y", y, x.rows, w.rows);
+}
+
+// linear_backward: y and dy [B, out], dw [out, in], dx [B, in] unless dx is empty.
+template <class X, class W, class Y, class DY, class DX, class DW>
+void check_linear_backward(const X& x, const W& w, const Y& y, const DY& dy, const DX& dx, const DW& dw) {
+  constexpr const char* op = "linear_backward";
+  check_view(op, "x", x);
+  check_view(op, "w", w);
+  if (x.cols != w.cols) fail(op, "x has {} columns, w has {}", x.cols, w.cols);
+  check_shape(op, "y", y, x.rows, w.rows);
+  check_shape(op, "dy", dy, x.rows, w.rows);
+  check_shape(op, "dw", dw, w.rows, x.cols);
+  if (dx.data != nullptr) check_shape(op, "dx", dx, x.rows, x.cols);
+}
+
+// The dot interaction's inputs: dense [B, D], emb [B, num_tables * D]. Returns the width of its
+// output, D + F(F-1)/2 with F = num_tables + 1.
+template <class V>
+std::int64_t check_dot(const char* op, const V& dense, const V& emb, int num_tables) {
+  check_view(op, "dense", dense);
+  if (num_tables < 0) fail(op, "num_tables is {}, expected >= 0", num_tables);
+  check_view(op, "emb", emb);
+  if (emb.rows != dense.rows) fail(op, "emb has {} rows, dense has {}", emb.rows, dense.rows);
+  if (emb.cols != num_tables * dense.cols)
+    fail(op, "emb has {} columns, expected num_tables * D = {} * {}", emb.cols, num_tables, dense.cols);
+  const std::int64_t f = num_tables + 1;
+  return dense.cols + f * (f - 1) / 2;
+}
+
+// cross_forward: x0, xl, z, x_next [B, N]; v [r, N]; w [N, r]; u [B, r].
+template <class A, class P, class O>
+void check_cross_forward(const A& x0, const A& xl, const P& v, const P& w, const O& u, const O& z, const O& x_next) {
+  constexpr const char* op = "cross_forward";
+  check_view(op, "x0", x0);
+  check_view(op, "v", v);
+  const std::int64_t batch = x0.rows, n = x0.cols, rank = v.rows;
+  check_shape(op, "xl", xl, batch, n);
+  check_shape(op, "v", v, rank, n);
+  check_shape(op, "w", w, n, rank);
+  check_shape(op, "u", u, batch, rank);
+  check_shape(op, "z", z, batch, n);
+  check_shape(op, "x_next", x_next, batch, n);
+}
+
+// cross_backward: as cross_forward, with dx_next, dx0 and dxl (unless xl is x0) [B, N], dv [r, N],
+// dw [N, r] and du_scratch [B, r] unless it is empty.
+template <class A, class P, class G, class D, class M>
+void check_cross_backward(const A& x0, const A& xl, const P& v, const P& w, const A& u, const A& z, const G& dx_next,
+                          const D& dx0, const D& dxl, const M& dv, const M& dw, const M& du_scratch, bool xl_is_x0) {
+  constexpr const char* op = "cross_backward";
+  check_view(op, "x0", x0);
+  check_view(op, "v", v);
+  const std::int64_t batch = x0.rows, n = x0.cols, rank = v.rows;
+  check_shape(op, "xl", xl, batch, n);
+  check_shape(op, "v", v, rank, n);
+  check_shape(op, "w", w, n, rank);
+  check_shape(op, "u", u, batch, rank);
+  check_shape(op, "z", z, batch, n);
+  check_shape(op, "dx_next", dx_next, batch, n);
+  check_shape(op, "dx0", dx0, batch, n);
+  if (!xl_is_x0) check_shape(op, "dxl", dxl, batch, n);
+  check_shape(op, "dv", dv, rank, n);
+  check_shape(op, "dw", dw, n, rank);
+  if (du_scratch.data != nullptr) check_shape(op, "du_scratch", du_scratch, batch, rank);
+}
+
+// The storage types of a cross layer's typed views (backend.h): the activations share one, the
+// gradients another.
+inline void check_cross_storage(const char* op, std::initializer_list<DType> activations,
+                                std::initializer_list<DType> gradients = {}) {
+  for (DType t : activations)
+    if (t != *activations.begin()) fail(op, "the activations (x0, xl, u, z, x_next) must share one storage type");
+  for (DType t : gradients)
+    if (t != *gradients.begin()) fail(op, "the gradients (dx_next, dx0, dxl) must share one storage type");
 }
 
 }  // namespace parity::backend_checks

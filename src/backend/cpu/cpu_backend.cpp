@@ -3,10 +3,10 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "backend/checks.h"
 #include "backend/cpu/cpu_ops.h"
 #include "parity/error.h"
 
@@ -85,11 +85,6 @@ class Out {
   Mat view_;
 };
 
-void same_storage(const char* op, std::initializer_list<DType> types) {
-  for (DType t : types)
-    if (t != *types.begin())
-      throw Error(std::string(op) + ": the activations (x0, xl, u, z, x_next) must share one storage type");
-}
 
 }  // namespace
 
@@ -177,7 +172,7 @@ void CpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, 
 void CpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
                                AMat x_next) {
   constexpr const char* op = "cross_forward";
-  same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
+  backend_checks::check_cross_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
   const Out uf(op, "u", u), zf(op, "z", z), nf(op, "x_next", x_next);
   if (x0.is_f32()) {
     cpu::cross_forward<float>(x0.f32(), xl.f32(), v, w, bias, uf, zf, nf);
@@ -196,9 +191,8 @@ void CpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
                                 AMat dx0, AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
                                 CrossBackwardMode mode) {
   constexpr const char* op = "cross_backward";
-  same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype});
-  if (dx0.dtype != dx_next.dtype || (!mode.xl_is_x0 && dxl.dtype != dx_next.dtype))
-    throw Error(std::string(op) + ": the gradients (dx_next, dx0, dxl) must share one storage type");
+  backend_checks::check_cross_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype},
+                                      {dx_next.dtype, dx0.dtype, mode.xl_is_x0 ? dx0.dtype : dxl.dtype});
   // dx0 is read and written: Out starts from its stored values, and the layer's sum is rounded once
   // (a GPU that adds du · v in a second pass rounds between the two parts in layer 0).
   const Out dx0f(op, "dx0", dx0), dxlf(op, "dxl", dxl);

@@ -20,8 +20,6 @@ namespace parity::cpu {
 
 using detail::check_shape;
 using detail::column_sums;
-using detail::check_view;
-using detail::fail;
 using detail::kParallelElements;
 using detail::scratch;
 using detail::Slot;
@@ -39,18 +37,11 @@ struct DotShape {
 
 template <class T>
 DotShape check_dot(const char* op, MatView<const T> dense, MatView<const T> emb, int num_tables) {
-  check_view(op, "dense", dense);
-  if (num_tables < 0) fail(op, "num_tables is {}, expected >= 0", num_tables);
   DotShape s;
+  s.out_cols = backend_checks::check_dot(op, dense, emb, num_tables);
   s.batch = dense.rows;
   s.dim = dense.cols;
   s.features = num_tables + 1;
-  s.out_cols = s.dim + s.features * (s.features - 1) / 2;
-  check_view(op, "emb", emb);
-  if (emb.rows != s.batch) fail(op, "emb has {} rows, dense has {}", emb.rows, s.batch);
-  if (emb.cols != num_tables * s.dim) {
-    fail(op, "emb has {} columns, expected num_tables * D = {} * {}", emb.cols, num_tables, s.dim);
-  }
   return s;
 }
 
@@ -141,18 +132,10 @@ void dot_interaction_backward(MatView<const T> dense, MatView<const T> emb, int 
 template <class T>
 void cross_forward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v, MatView<const T> w,
                    const T* bias, MatView<T> u, MatView<T> z, MatView<T> x_next, DType storage) {
-  constexpr const char* op = "cross_forward";
-  check_view(op, "x0", x0);
+  backend_checks::check_cross_forward(x0, xl, v, w, u, z, x_next);
   const std::int64_t batch = x0.rows;
   const std::int64_t n = x0.cols;
-  check_view(op, "v", v);
   const std::int64_t rank = v.rows;
-  check_shape(op, "xl", xl, batch, n);
-  check_shape(op, "v", v, rank, n);
-  check_shape(op, "w", w, n, rank);
-  check_shape(op, "u", u, batch, rank);
-  check_shape(op, "z", z, batch, n);
-  check_shape(op, "x_next", x_next, batch, n);
 
   double* acc = scratch(Slot::result, batch * std::max(rank, n));  // [batch, rank], [batch, n]
   gemm(as_strided(xl), transposed(v), acc, rank);
@@ -187,24 +170,11 @@ void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v
                     MatView<const T> w, MatView<const T> u, MatView<const T> z,
                     MatView<const T> dx_next, MatView<T> dx0, MatView<T> dxl, MatView<T> dv,
                     MatView<T> dw, T* dbias, MatView<T> du_scratch, bool first_into_dx0, bool xl_is_x0) {
-  constexpr const char* op = "cross_backward";
-  check_view(op, "x0", x0);
+  backend_checks::check_cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, du_scratch, xl_is_x0);
   const std::int64_t batch = x0.rows;
   const std::int64_t n = x0.cols;
-  check_view(op, "v", v);
   const std::int64_t rank = v.rows;
-  check_shape(op, "xl", xl, batch, n);
-  check_shape(op, "v", v, rank, n);
-  check_shape(op, "w", w, n, rank);
-  check_shape(op, "u", u, batch, rank);
-  check_shape(op, "z", z, batch, n);
-  check_shape(op, "dx_next", dx_next, batch, n);
-  check_shape(op, "dx0", dx0, batch, n);
-  if (!xl_is_x0) check_shape(op, "dxl", dxl, batch, n);
-  check_shape(op, "dv", dv, rank, n);
-  check_shape(op, "dw", dw, n, rank);
   const bool want_du = du_scratch.data != nullptr;
-  if (want_du) check_shape(op, "du_scratch", du_scratch, batch, rank);
 
   // dz = g ⊙ x0 (exact in double for float inputs); dx0 += g ⊙ z (+ g when xl is x0).
   double* dz = scratch(Slot::gradient, batch * n);  // [batch, n]

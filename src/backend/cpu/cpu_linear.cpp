@@ -13,10 +13,7 @@
 
 namespace parity::cpu {
 
-using detail::check_shape;
 using detail::column_sums;
-using detail::check_view;
-using detail::fail;
 using detail::kParallelElements;
 using detail::scratch;
 using detail::Slot;
@@ -25,11 +22,7 @@ using detail::store;
 template <class T>
 void linear_forward(MatView<const T> x, MatView<const T> w, const T* bias, Activation act,
                     MatView<T> y) {
-  constexpr const char* op = "linear_forward";
-  check_view(op, "x", x);
-  check_view(op, "w", w);
-  if (x.cols != w.cols) fail(op, "x has {} columns, w has {}", x.cols, w.cols);
-  check_shape(op, "y", y, x.rows, w.rows);
+  backend_checks::check_linear_forward(x, w, y);
   const std::int64_t batch = x.rows;
   const std::int64_t out = w.rows;
 
@@ -51,18 +44,11 @@ void linear_forward(MatView<const T> x, MatView<const T> w, const T* bias, Activ
 template <class T>
 void linear_backward(MatView<const T> x, MatView<const T> w, MatView<const T> y,
                      MatView<const T> dy, Activation act, MatView<T> dx, MatView<T> dw, T* dbias) {
-  constexpr const char* op = "linear_backward";
-  check_view(op, "x", x);
-  check_view(op, "w", w);
-  if (x.cols != w.cols) fail(op, "x has {} columns, w has {}", x.cols, w.cols);
+  backend_checks::check_linear_backward(x, w, y, dy, dx, dw);
   const std::int64_t batch = x.rows;
   const std::int64_t in = x.cols;
   const std::int64_t out = w.rows;
-  check_shape(op, "y", y, batch, out);
-  check_shape(op, "dy", dy, batch, out);
-  check_shape(op, "dw", dw, out, in);
   const bool want_dx = dx.data != nullptr;
-  if (want_dx) check_shape(op, "dx", dx, batch, in);
 
   // dz = dy ⊙ act'(y), act' taken from the saved output (relu: 1 where y > 0).
   double* dz = scratch(Slot::gradient, batch * out);  // [batch, out]

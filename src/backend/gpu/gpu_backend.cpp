@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <array>
-#include <initializer_list>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -72,11 +71,6 @@ class Scratch {
   std::array<gpu::DeviceBuffer<std::byte>, static_cast<int>(Slot::count)> bufs_;
   std::int64_t growths_ = 0;
 };
-
-void same_storage(const char* op, std::initializer_list<DType> types) {
-  for (DType t : types)
-    if (t != *types.begin()) fail(op, "the activations (x0, xl, u, z, x_next) must share one storage type");
-}
 
 gpu::GemmMath gemm_math(DenseMath m) {
   switch (m) {
@@ -481,11 +475,7 @@ DType GpuBackend::activation_dtype() const { return impl_->math == DenseMath::bf
 
 void GpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) {
   impl_->wrote();
-  constexpr const char* op = "linear_forward";
-  check_view(op, "x", x);
-  check_view(op, "w", w);
-  if (x.cols != w.cols) fail(op, "x has {} columns, w has {}", x.cols, w.cols);
-  check_shape(op, "y", y, x.rows, w.rows);
+  backend_checks::check_linear_forward(x, w, y);
   // y [B, out] = x [B, in] · wᵀ (+ bias) (relu)
   impl_->product(x, false, w, true, y, 0.0f, epilogue_of(bias != nullptr, act), bias);
 }
@@ -493,16 +483,9 @@ void GpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation a
 void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx, Mat dw,
                                  float* dbias) {
   impl_->wrote();
-  constexpr const char* op = "linear_backward";
-  check_view(op, "x", x);
-  check_view(op, "w", w);
-  if (x.cols != w.cols) fail(op, "x has {} columns, w has {}", x.cols, w.cols);
+  backend_checks::check_linear_backward(x, w, y, dy, dx, dw);
   const std::int64_t batch = x.rows, out = w.rows;
-  check_shape(op, "y", y, batch, out);
-  check_shape(op, "dy", dy, batch, out);
-  check_shape(op, "dw", dw, out, x.cols);
   const bool want_dx = dx.data != nullptr;
-  if (want_dx) check_shape(op, "dx", dx, batch, x.cols);
   Impl& im = *impl_;
   const gpu::Stream_t s = im.s();
   const bool bf = im.math == DenseMath::bf16;
@@ -591,25 +574,10 @@ void GpuBackend::raise_input_errors() {
 
 // ----------------------------------------------------------- interactions --
 
-namespace {
-
-void check_dot(const char* op, CMat dense, CMat emb, int num_tables) {
-  check_view(op, "dense", dense);
-  if (num_tables < 0) fail(op, "num_tables is {}, expected >= 0", num_tables);
-  check_view(op, "emb", emb);
-  if (emb.rows != dense.rows) fail(op, "emb has {} rows, dense has {}", emb.rows, dense.rows);
-  if (emb.cols != num_tables * dense.cols)
-    fail(op, "emb has {} columns, expected num_tables * D = {} * {}", emb.cols, num_tables, dense.cols);
-}
-
-}  // namespace
-
 void GpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) {
   impl_->wrote();
   constexpr const char* op = "dot_interaction_forward";
-  check_dot(op, dense, emb, num_tables);
-  const std::int64_t f = num_tables + 1;
-  check_shape(op, "out", out, dense.rows, dense.cols + f * (f - 1) / 2);
+  check_shape(op, "out", out, dense.rows, backend_checks::check_dot(op, dense, emb, num_tables));
   gpu::dense::dot_forward(impl_->s(), dense, emb, num_tables, out);
 }
 
@@ -617,9 +585,7 @@ void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, 
                                           Mat demb) {
   impl_->wrote();
   constexpr const char* op = "dot_interaction_backward";
-  check_dot(op, dense, emb, num_tables);
-  const std::int64_t f = num_tables + 1;
-  check_shape(op, "dout", dout, dense.rows, dense.cols + f * (f - 1) / 2);
+  check_shape(op, "dout", dout, dense.rows, backend_checks::check_dot(op, dense, emb, num_tables));
   check_shape(op, "ddense", ddense, dense.rows, dense.cols);
   check_shape(op, "demb", demb, dense.rows, emb.cols);
   gpu::dense::dot_backward(impl_->s(), dense, emb, num_tables, dout, ddense, demb);
@@ -628,17 +594,8 @@ void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, 
 void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
                                AMat x_next) {
   impl_->wrote();
-  constexpr const char* op = "cross_forward";
-  check_view(op, "x0", x0);
-  check_view(op, "v", v);
-  const std::int64_t batch = x0.rows, n = x0.cols, rank = v.rows;
-  check_shape(op, "xl", xl, batch, n);
-  check_shape(op, "v", v, rank, n);
-  check_shape(op, "w", w, n, rank);
-  check_shape(op, "u", u, batch, rank);
-  check_shape(op, "z", z, batch, n);
-  check_shape(op, "x_next", x_next, batch, n);
-  same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
+  backend_checks::check_cross_forward(x0, xl, v, w, u, z, x_next);
+  backend_checks::check_cross_storage("cross_forward", {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
   Impl& im = *impl_;
   im.product(xl, false, v, true, u);  // u [B, r] = xl · vᵀ
   im.product(u, false, w, true, z, 0.0f, bias != nullptr ? gpu::Epilogue::bias : gpu::Epilogue::none,
@@ -661,25 +618,11 @@ void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* 
 void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, AMat dx0, AMat dxl,
                                 Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) {
   impl_->wrote();
-  constexpr const char* op = "cross_backward";
-  check_view(op, "x0", x0);
-  check_view(op, "v", v);
+  backend_checks::check_cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, du_scratch, mode.xl_is_x0);
+  backend_checks::check_cross_storage("cross_backward", {x0.dtype, xl.dtype, u.dtype, z.dtype},
+                                      {dx_next.dtype, dx0.dtype, mode.xl_is_x0 ? dx0.dtype : dxl.dtype});
   const std::int64_t batch = x0.rows, n = x0.cols, rank = v.rows;
-  check_shape(op, "xl", xl, batch, n);
-  check_shape(op, "v", v, rank, n);
-  check_shape(op, "w", w, n, rank);
-  check_shape(op, "u", u, batch, rank);
-  check_shape(op, "z", z, batch, n);
-  check_shape(op, "dx_next", dx_next, batch, n);
-  check_shape(op, "dx0", dx0, batch, n);
-  if (!mode.xl_is_x0) check_shape(op, "dxl", dxl, batch, n);
-  check_shape(op, "dv", dv, rank, n);
-  check_shape(op, "dw", dw, n, rank);
   const bool want_du = du_scratch.data != nullptr;
-  if (want_du) check_shape(op, "du_scratch", du_scratch, batch, rank);
-  same_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype});
-  if (dx0.dtype != dx_next.dtype || (!mode.xl_is_x0 && dxl.dtype != dx_next.dtype))
-    fail(op, "the gradients (dx_next, dx0, dxl) must share one storage type");
   Impl& im = *impl_;
   const gpu::Stream_t s = im.s();
   const bool bf = im.math == DenseMath::bf16;
