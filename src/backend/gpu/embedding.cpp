@@ -33,7 +33,7 @@ GroupShape group_shape(int max_dim, int vec_width, int warp_size) {
 
 // Checks shared by forward and backward: shapes, dtypes and the CSR's host-known sizes.
 void check_embedding_call(const char* op, const EmbeddingTables& tables, WeightBuffer weights,
-                          const DeviceSparseInput& in, const DeviceMatrix& m, const char* m_name) {
+                          const DeviceSparseInput& in, CAMat m, const char* m_name) {
   if (in.num_tables != tables.num_tables()) {
     throw InputError(fmt::format("{}: the sparse input has {} tables, the layout has {}", op, in.num_tables,
                                  tables.num_tables()));

@@ -105,20 +105,12 @@ struct WeightBuffer {
   void* data = nullptr;
   DType dtype = DType::f32;
 };
-// A row-major [rows, cols] matrix with leading dimension ld, of dtype f32 or bf16.
-struct DeviceMatrix {
-  void* data = nullptr;
-  DType dtype = DType::f32;
-  std::int64_t rows = 0;
-  std::int64_t cols = 0;
-  std::int64_t ld = 0;
-};
 
 // out(b, out_col_t + d) = pool over bag (t, b) of weights[weight_offset_t + id * dim_t + d]
 // (sum or mean; an empty bag gives zeros). Accumulates in fp32; out is f32 or bf16 (rounded to
 // nearest even). Other columns of out are not touched.
 void embedding_forward(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights,
-                       const DeviceSparseInput& in, DeviceMatrix out);
+                       const DeviceSparseInput& in, AMat out);
 
 // Events around the backward's stages (benchmarks): keys, sort, segments, rows, heavy rows.
 struct BackwardProfile {
@@ -163,7 +155,7 @@ class EmbeddingWorkspace {
 
  private:
   friend void embedding_backward_update(Stream_t, const EmbeddingTables&, WeightBuffer, float*,
-                                        const DeviceSparseInput&, DeviceMatrix, const OptimizerParams&,
+                                        const DeviceSparseInput&, CAMat, const OptimizerParams&,
                                         const UpdateOptions&, EmbeddingWorkspace&);
   std::int64_t max_batch_;
   std::int64_t max_nnz_;
@@ -190,7 +182,7 @@ class EmbeddingWorkspace {
 // pooling), then one optimizer step per distinct row. dout is f32 or bf16 [batch, >= cols];
 // state is fp32 (adagrad: rows*dim per table at state_offset; rowwise: rows; sgd: may be null).
 void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights,
-                               float* state, const DeviceSparseInput& in, DeviceMatrix dout,
+                               float* state, const DeviceSparseInput& in, CAMat dout,
                                const OptimizerParams& opt, const UpdateOptions& update,
                                EmbeddingWorkspace& workspace);
 

@@ -708,7 +708,7 @@ void dispatch_grad(Stream_t stream, BackwardArgs& a, int max_dim, DType grad, co
 }  // namespace
 
 void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights, float* state,
-                               const DeviceSparseInput& in, DeviceMatrix dout, const OptimizerParams& opt,
+                               const DeviceSparseInput& in, CAMat dout, const OptimizerParams& opt,
                                const UpdateOptions& update, EmbeddingWorkspace& ws) {
   constexpr const char* op = "embedding_backward_update";
   detail::check_embedding_call(op, tables, weights, in, dout, "dout");

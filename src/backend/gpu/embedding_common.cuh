@@ -48,7 +48,7 @@ GroupShape backward_group_shape(int max_dim, int vec_width, int warp_size, int v
 
 // Checks shared by forward and backward (shapes, dtypes, sizes); throws InputError naming op.
 void check_embedding_call(const char* op, const EmbeddingTables& tables, WeightBuffer weights,
-                          const DeviceSparseInput& in, const DeviceMatrix& m, const char* m_name);
+                          const DeviceSparseInput& in, CAMat m, const char* m_name);
 
 #if defined(PARITY_GPU_COMPILER)
 

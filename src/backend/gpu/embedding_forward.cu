@@ -148,7 +148,7 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void e
 
 template <class W, class O, int kVecs>
 void launch_forward(Stream_t stream, const EmbeddingTables& tables, const void* weights, const DeviceSparseInput& in,
-                    const DeviceMatrix& out, int group) {
+                    const AMat& out, int group) {
   const std::int64_t bags = in.batch * in.num_tables;
   const std::int64_t bags_per_block = detail::kBlock / group;
   launch("embedding_forward", embedding_forward_kernel<W, O, kVecs>, {ceil_div(bags, bags_per_block), detail::kBlock, 0},
@@ -158,7 +158,7 @@ void launch_forward(Stream_t stream, const EmbeddingTables& tables, const void* 
 
 template <class W, class O>
 void dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, const void* weights, const DeviceSparseInput& in,
-                   const DeviceMatrix& out) {
+                   const AMat& out) {
   const detail::GroupShape shape = detail::group_shape(tables.max_dim(), VecWidth<W>::value, device_info().warp_size);
   switch (shape.vecs) {
     case 1: return launch_forward<W, O, 1>(stream, tables, weights, in, out, shape.group);
@@ -169,7 +169,7 @@ void dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, const void* w
 
 template <class W>
 void dispatch_out(Stream_t stream, const EmbeddingTables& tables, const void* weights, const DeviceSparseInput& in,
-                  const DeviceMatrix& out) {
+                  const AMat& out) {
   if (out.dtype == DType::bf16) return dispatch_vecs<W, Bf16>(stream, tables, weights, in, out);
   return dispatch_vecs<W, float>(stream, tables, weights, in, out);
 }
@@ -177,7 +177,7 @@ void dispatch_out(Stream_t stream, const EmbeddingTables& tables, const void* we
 }  // namespace
 
 void embedding_forward(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights,
-                       const DeviceSparseInput& in, DeviceMatrix out) {
+                       const DeviceSparseInput& in, AMat out) {
   detail::check_embedding_call("embedding_forward", tables, weights, in, out, "out");
   if (in.batch == 0) return;
   switch (weights.dtype) {

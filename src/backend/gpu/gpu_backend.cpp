@@ -527,8 +527,7 @@ void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const fl
   Impl& im = *impl_;
   im.ensure_tables(tables);
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, im.nnz_of(in)};
-  gpu::embedding_forward(im.s(), *im.emb_tables, {const_cast<float*>(weights), DType::f32}, din,
-                         {out.data, out.dtype, out.rows, out.cols, out.ld});
+  gpu::embedding_forward(im.s(), *im.emb_tables, {const_cast<float*>(weights), DType::f32}, din, out);
 }
 
 void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
@@ -558,8 +557,7 @@ void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, 
   gpu::UpdateOptions upd;
   upd.step = im.emb_updates++;
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, nnz};
-  gpu::embedding_backward_update(im.s(), *im.emb_tables, {weights, DType::f32}, state, din,
-                                 {const_cast<void*>(dout.data), dout.dtype, dout.rows, dout.cols, dout.ld}, opt, upd,
+  gpu::embedding_backward_update(im.s(), *im.emb_tables, {weights, DType::f32}, state, din, dout, opt, upd,
                                  *im.emb_workspace);
   // Emulated fp16/bf16 storage: rounding a whole table is the same as rounding its updated rows,
   // since the others already hold representable values (the engine rounds them at initialisation).
