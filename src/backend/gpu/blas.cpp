@@ -216,7 +216,7 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
       return;
     }
     auto* d = static_cast<float*>(g.d);
-    if (own_c) dense::copy_matrix(s, CMat(static_cast<const float*>(g.c), g.m, g.n, g.ldc), Mat(d, g.m, g.n, g.ldd));
+    if (own_c) dense::convert(s, CMat(static_cast<const float*>(g.c), g.m, g.n, g.ldc), Mat(d, g.m, g.n, g.ldd));
     dense::gemm_empty_k(s, g.m, g.n, g.beta, d, g.ldd, has_bias(g.epilogue) ? static_cast<const float*>(g.bias) : nullptr,
                         relu);
     return;

@@ -214,13 +214,6 @@ __global__ __launch_bounds__(kBlock) void convert_kernel(MatView<const A> src, M
   });
 }
 
-template <int V>
-__global__ __launch_bounds__(kBlock) void copy_kernel(CMat src, Mat dst, RowSpan span) {
-  for_each_element<V>(src.rows, src.cols, span, [&](std::int64_t r, std::int64_t c) {
-    store<V>(dst.data + r * dst.ld + c, load<V>(src.data + r * src.ld + c));
-  });
-}
-
 // ------------------------------------------------- around matrix products --
 
 template <int V, class S, class G>
@@ -710,17 +703,6 @@ void round_to_dtype(Stream_t s, float* p, std::int64_t n, DType dtype) {
   }
 }
 
-void copy_matrix(Stream_t s, CMat src, Mat dst) {
-  const std::int64_t n = src.rows * src.cols;
-  if (n <= 0) return;
-  if (vec4_ok(src.cols, {{src.data, src.ld}, {dst.data, dst.ld}})) {
-    const RowSpan span = row_span(src.cols / 4);
-    launch("dense_copy_matrix", copy_kernel<4>, {row_grid(src.rows, span), kBlock, 0}, s, src, dst, span);
-  } else {
-    const RowSpan span = row_span(src.cols);
-    launch("dense_copy_matrix", copy_kernel<1>, {row_grid(src.rows, span), kBlock, 0}, s, src, dst, span);
-  }
-}
 
 void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, std::uint16_t* dz16, float* dbias, void* scratch,
                    bool dz_bf16_only) {
@@ -902,15 +884,12 @@ void sigmoid(Stream_t s, const float* logits, float* probs, std::int64_t n) {
 }
 
 void add_inplace(Stream_t s, Mat y, CMat x) {
-  const std::int64_t n = y.rows * y.cols;
-  if (n <= 0) return;
-  if (vec4_ok(y.cols, {{y.data, y.ld}, {x.data, x.ld}})) {
-    const RowSpan span = row_span(y.cols / 4);
-    launch("add_inplace", add_kernel<4>, {row_grid(y.rows, span), kBlock, 0}, s, y, x, span);
-  } else {
-    const RowSpan span = row_span(y.cols);
-    launch("add_inplace", add_kernel<1>, {row_grid(y.rows, span), kBlock, 0}, s, y, x, span);
-  }
+  if (y.rows <= 0 || y.cols <= 0) return;
+  with_width(vec4_ok(y.cols, {{y.data, y.ld}, {x.data, x.ld}}), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    const RowSpan span = row_span(y.cols / V);
+    launch("add_inplace", add_kernel<V>, {row_grid(y.rows, span), kBlock, 0}, s, y, x, span);
+  });
 }
 
 void optimizer_step(Stream_t s, float* params, const float* grads, float* state, std::int64_t n,

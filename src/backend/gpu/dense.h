@@ -26,8 +26,6 @@ namespace parity::gpu::dense {
 void fill(Stream_t s, float* p, std::int64_t n, float value);
 // p[i] = round_to_dtype(p[i], dtype) (dtype.h): f16 or bf16, nearest even; f32 is a no-op.
 void round_to_dtype(Stream_t s, float* p, std::int64_t n, DType dtype);
-// dst = src, element by element over [rows, cols] views.
-void copy_matrix(Stream_t s, CMat src, Mat dst);
 
 // dz [rows, cols] packed = dy ⊙ (y > 0), the ReLU backward through the saved output. When dz16
 // is not null it also gets dz as bf16 bits (packed), for bf16 products.
@@ -39,7 +37,8 @@ void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, std::uint16_t* dz16
                    void* scratch = nullptr, bool dz_bf16_only = false);
 // dst [rows, cols] (leading dimension dst_ld, or packed: -1) = src as bf16 (nearest even).
 void to_bf16(Stream_t s, CMat src, std::uint16_t* dst, std::int64_t dst_ld = -1);
-// dst = src, each fp32 or bf16 (widened exactly, or rounded to nearest even).
+// dst = src over [rows, cols] views, each fp32 or bf16 (copied, widened exactly, or rounded to
+// nearest even).
 void convert(Stream_t s, CAMat src, AMat dst);
 
 // Bytes of scratch column_sum needs for a [rows, cols] input.
