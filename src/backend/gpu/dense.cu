@@ -352,8 +352,7 @@ __global__ __launch_bounds__(kBlock) void column_final_kernel(const double* __re
 
 template <int V, class S>
 __global__ __launch_bounds__(kBlock) void cross_combine_kernel(MatView<const S> x0, MatView<const S> z,
-                                                               MatView<const S> xl, MatView<S> x_next,
-                                                               std::uint16_t* __restrict__ next16, RowSpan span) {
+                                                               MatView<const S> xl, MatView<S> x_next, RowSpan span) {
   for_each_element<V>(x0.rows, x0.cols, span, [&](std::int64_t r, std::int64_t c) {
     const Floats<V> a = load<V>(x0.data + r * x0.ld + c);
     const Floats<V> b = load<V>(z.data + r * z.ld + c);
@@ -361,7 +360,6 @@ __global__ __launch_bounds__(kBlock) void cross_combine_kernel(MatView<const S> 
     for (int i = 0; i < V; ++i)
       o.v[i] = static_cast<float>(static_cast<double>(a.v[i]) * static_cast<double>(b.v[i]) + static_cast<double>(o.v[i]));
     store<V>(x_next.data + r * x_next.ld + c, o);
-    if (next16 != nullptr) store_bf16<V>(next16 + r * x0.cols + c, o);
   });
 }
 
@@ -786,18 +784,17 @@ void column_sum(Stream_t s, CMat m, float* out, void* scratch) {
          static_cast<const double*>(partial), sp.chunks, m.cols, cpb, out);
 }
 
-void cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next, std::uint16_t* next16) {
+void cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next) {
   const std::int64_t n = x0.rows * x0.cols;
   if (n <= 0) return;
-  const bool vec =
-      vec4_ok(x0.cols, {vec_view(x0), vec_view(z), vec_view(xl), vec_view(x_next), bf16_packed(next16, x0.cols)});
+  const bool vec = vec4_ok(x0.cols, {vec_view(x0), vec_view(z), vec_view(xl), vec_view(x_next)});
   with_storage("cross_combine", x0.dtype, [&](auto tag) {
     using S = decltype(tag);
     with_width(vec, [&](auto width) {
       constexpr int V = decltype(width)::value;
       const RowSpan span = row_span(x0.cols / V);
       launch("cross_combine", cross_combine_kernel<V, S>, {row_grid(x0.rows, span), kBlock, 0}, s, typed<S>(x0),
-             typed<S>(z), typed<S>(xl), typed<S>(x_next), next16, span);
+             typed<S>(z), typed<S>(xl), typed<S>(x_next), span);
     });
   });
 }

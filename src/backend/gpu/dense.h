@@ -47,10 +47,9 @@ std::int64_t column_sum_scratch_bytes(std::int64_t rows, std::int64_t cols);
 // column_sum_scratch_bytes(rows, cols) bytes (8-byte aligned).
 void column_sum(Stream_t s, CMat m, float* out, void* scratch);
 
-// Cross layer, forward: x_next = x0 ⊙ z + xl (and as bf16 bits, packed [rows, cols], into
-// next16 when not null). x0, z, xl and x_next share one storage type (fp32 or bf16; the sum is
-// formed in double and rounded once to fp32, then to bf16 where stored so).
-void cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next, std::uint16_t* next16 = nullptr);
+// Cross layer, forward: x_next = x0 ⊙ z + xl. x0, z, xl and x_next share one storage type (fp32
+// or bf16; the sum is formed in double and rounded once to fp32, then to bf16 where stored so).
+void cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next);
 // Cross layer, backward: dz [rows, cols] packed = g ⊙ x0 (and as bf16 bits into dz16 when not
 // null); dx0 += g ⊙ z; when dbias is not null, dbias[c] = Σ_r dz(r, c) (in double, a fixed
 // order, folded into the same pass where the width allows), with scratch holding

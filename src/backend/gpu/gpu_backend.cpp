@@ -7,10 +7,10 @@
 //   cross forward    u [B, r] = xl · vᵀ;  z [B, N] = u · wᵀ + bias;  x_next = x0 ⊙ z + xl
 //   cross backward   dw [N, r] = dzᵀ · u;  du [B, r] = dz · w;  dv [r, N] = duᵀ · xl;
 //                    dxl = g + du · v  (the product reads g as its addend C, beta 1)
-// Under DenseMath::bf16 each product's two operands are converted to bf16 (packed, ld = cols);
-// the fp32 originals stay untouched. An operand in memory the engine holds constant
-// (hold_constant) is converted once per step and the copy reused; the cross combine writes the
-// next layer's copy as it writes x_next.
+// Under DenseMath::bf16 an operand stored in bf16 (an activation) is read as it is; an fp32
+// operand is converted to a bf16 copy (rows 16-byte aligned), the original untouched. An fp32
+// operand in memory the engine holds constant (hold_constant) is converted once per step and
+// the copy reused.
 #include "backend/gpu/gpu_backend.h"
 
 #include <fmt/format.h>
@@ -143,14 +143,6 @@ struct GpuBackend::Impl {
   };
   std::vector<OperandCopy> copies;
   std::unordered_map<const void*, std::size_t> sizes;  // bytes of each allocate()d block
-  // A bf16 copy an op made of its own output (cross_forward's x_next): it becomes the held copy if
-  // that output is held before any other op writes device memory (each such op calls wrote()).
-  struct Pending {
-    OperandKey key;
-    bool live = false;
-  };
-  Pending pending;
-  void wrote() { pending.live = false; }
 
   // The bf16 copy slot for view m (made on first use; its contents not yet valid). Copies of
   // another batch size that are not in use this step are freed first (an evaluation's short
@@ -332,7 +324,6 @@ void GpuBackend::deallocate(void* p) noexcept {
   };
   std::erase_if(impl_->held, [&](const Impl::Held& h) { return h.begin < e && b < h.end; });
   std::erase_if(impl_->copies, [&](const Impl::OperandCopy& c) { return inside(c.key.data); });
-  if (impl_->pending.live && inside(impl_->pending.key.data)) impl_->pending.live = false;
   // Work already enqueued may still use p (cudaFree waits for the device as well; this makes the
   // order explicit for runtimes that do not).
   (void)gpu::stream_synchronize(impl_->copy_stream.get());
@@ -341,7 +332,6 @@ void GpuBackend::deallocate(void* p) noexcept {
 }
 
 void GpuBackend::copy_to_device(void* dst, const void* host_src, std::size_t bytes) {
-  impl_->wrote();
   if (bytes == 0) return;
   gpu::check(gpu::memcpy_async(dst, host_src, bytes, impl_->s()), "copy_to_device");
 }
@@ -353,26 +343,22 @@ void GpuBackend::copy_to_host(void* host_dst, const void* src, std::size_t bytes
 }
 
 void GpuBackend::copy(void* dst, const void* src, std::size_t bytes) {
-  impl_->wrote();
   if (bytes == 0) return;
   gpu::check(gpu::memcpy_async(dst, src, bytes, impl_->s()), "copy");
 }
 
 void GpuBackend::fill(float* p, std::int64_t n, float value) {
-  impl_->wrote();
   if (n < 0 || (n > 0 && p == nullptr)) fail("fill", "bad buffer (n {}, p {})", n, static_cast<void*>(p));
   gpu::dense::fill(impl_->s(), p, n, value);
 }
 
 void GpuBackend::fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
                               std::uint64_t stream) {
-  impl_->wrote();
   if (n < 0 || (n > 0 && p == nullptr)) fail("fill_uniform", "bad buffer (n {})", n);
   gpu::fill_uniform(impl_->s(), p, DType::f32, n, lo, hi, seed, stream);
 }
 
 void GpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
-  impl_->wrote();
   if (n < 0 || (n > 0 && p == nullptr)) fail("round_to_dtype", "bad buffer (n {})", n);
   if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
     fail("round_to_dtype", "{} is not a floating-point storage type (fp32, fp16, bf16)", dtype_name(dtype));
@@ -403,7 +389,6 @@ void GpuBackend::begin_input(int slot) {
 }
 
 void GpuBackend::input_copy(void* dst, const void* host_src, std::size_t bytes) {
-  impl_->wrote();
   if (bytes == 0) return;
   gpu::check(gpu::memcpy_async(dst, host_src, bytes, impl_->copy_stream.get()), "input_copy");
 }
@@ -429,21 +414,10 @@ void GpuBackend::hold_constant(const void* p, std::size_t bytes) {
   if (p == nullptr || bytes == 0) return;
   const auto b = reinterpret_cast<std::uintptr_t>(p);
   impl_->held.push_back({b, b + bytes});
-  // A copy the last op made of its output becomes valid if that output is now held and
-  // nothing has written since.
-  Impl::Pending& pend = impl_->pending;
-  if (pend.live) {
-    const CMat m(pend.key.data, pend.key.rows, pend.key.cols, pend.key.ld);
-    if (impl_->is_held(m)) {
-      impl_->copy_slot(m).valid = true;
-      pend.live = false;
-    }
-  }
 }
 
 void GpuBackend::release_constants() {
   impl_->held.clear();
-  impl_->pending.live = false;
   for (auto& c : impl_->copies) c.valid = false;
 }
 
@@ -474,7 +448,6 @@ double GpuBackend::timing_elapsed_ms(int i, int j) {
 DType GpuBackend::activation_dtype() const { return impl_->math == DenseMath::bf16 ? DType::bf16 : DType::f32; }
 
 void GpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) {
-  impl_->wrote();
   backend_checks::check_linear_forward(x, w, y);
   // y [B, out] = x [B, in] · wᵀ (+ bias) (relu)
   impl_->product(x, false, w, true, y, 0.0f, epilogue_of(bias != nullptr, act), bias);
@@ -482,7 +455,6 @@ void GpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation a
 
 void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx, Mat dw,
                                  float* dbias) {
-  impl_->wrote();
   backend_checks::check_linear_backward(x, w, y, dy, dx, dw);
   const std::int64_t batch = x.rows, out = w.rows;
   const bool want_dx = dx.data != nullptr;
@@ -517,7 +489,6 @@ void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation 
 
 void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const float* weights,
                                    const SparseInput& in, AMat out) {
-  impl_->wrote();
   constexpr const char* op = "embedding_forward";
   check_view(op, "out", out);
   if (out.rows != in.batch) fail(op, "out has {} rows, the batch is {}", out.rows, in.batch);
@@ -532,7 +503,6 @@ void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const fl
 
 void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
                                            const SparseInput& in, CAMat dout, const OptimizerParams& opt) {
-  impl_->wrote();
   constexpr const char* op = "embedding_backward_update";
   check_view(op, "dout", dout);
   if (dout.rows != in.batch) fail(op, "dout has {} rows, the batch is {}", dout.rows, in.batch);
@@ -573,7 +543,6 @@ void GpuBackend::raise_input_errors() {
 // ----------------------------------------------------------- interactions --
 
 void GpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) {
-  impl_->wrote();
   constexpr const char* op = "dot_interaction_forward";
   check_shape(op, "out", out, dense.rows, backend_checks::check_dot(op, dense, emb, num_tables));
   gpu::dense::dot_forward(impl_->s(), dense, emb, num_tables, out);
@@ -581,7 +550,6 @@ void GpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, M
 
 void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
                                           Mat demb) {
-  impl_->wrote();
   constexpr const char* op = "dot_interaction_backward";
   check_shape(op, "dout", dout, dense.rows, backend_checks::check_dot(op, dense, emb, num_tables));
   check_shape(op, "ddense", ddense, dense.rows, dense.cols);
@@ -591,31 +559,17 @@ void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, 
 
 void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
                                AMat x_next) {
-  impl_->wrote();
   backend_checks::check_cross_forward(x0, xl, v, w, u, z, x_next);
   backend_checks::check_cross_storage("cross_forward", {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
   Impl& im = *impl_;
   im.product(xl, false, v, true, u);  // u [B, r] = xl · vᵀ
   im.product(u, false, w, true, z, 0.0f, bias != nullptr ? gpu::Epilogue::bias : gpu::Epilogue::none,
              bias);  // z [B, N] = u · wᵀ + bias
-  // In bf16 math the combine also writes x_next's bf16 copy (the next product's operand), kept
-  // as pending: it becomes the held copy if the caller holds x_next next (the engine does).
-  // (Stored in bf16, x_next is its own operand: no copy.)
-  std::uint16_t* next16 = nullptr;
-  if (im.math == DenseMath::bf16 && x_next.is_f32() && x_next.rows > 0 && x_next.cols > 0 &&
-      Impl::copy_ld(x_next.cols) == x_next.cols) {  // the combine writes the copy packed
-    const Mat next = x_next.f32();
-    Impl::OperandCopy& c = im.copy_slot(next);
-    c.valid = false;
-    next16 = c.bf16.data();
-    im.pending = {{next.data, next.rows, next.cols, next.ld}, true};
-  }
-  gpu::dense::cross_combine(im.s(), x0, z, xl, x_next, next16);
+  gpu::dense::cross_combine(im.s(), x0, z, xl, x_next);
 }
 
 void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, AMat dx0, AMat dxl,
                                 Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) {
-  impl_->wrote();
   backend_checks::check_cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, du_scratch, mode.xl_is_x0);
   backend_checks::check_cross_storage("cross_backward", {x0.dtype, xl.dtype, u.dtype, z.dtype},
                                       {dx_next.dtype, dx0.dtype, mode.xl_is_x0 ? dx0.dtype : dxl.dtype});
@@ -668,7 +622,6 @@ void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
 
 void GpuBackend::bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
                                  float* loss_out) {
-  impl_->wrote();
   constexpr const char* op = "bce_with_logits";
   if (n <= 0) fail(op, "n is {}, expected > 0", n);
   if (logits == nullptr || labels == nullptr || dlogits == nullptr) fail(op, "a buffer is null");
@@ -677,13 +630,11 @@ void GpuBackend::bce_with_logits(const float* logits, const float* labels, std::
 }
 
 void GpuBackend::sigmoid(const float* logits, float* probs, std::int64_t n) {
-  impl_->wrote();
   if (n < 0 || (n > 0 && (logits == nullptr || probs == nullptr))) fail("sigmoid", "bad buffers (n {})", n);
   gpu::dense::sigmoid(impl_->s(), logits, probs, n);
 }
 
 void GpuBackend::add_inplace(Mat y, CMat x) {
-  impl_->wrote();
   constexpr const char* op = "add_inplace";
   check_view(op, "y", y);
   check_shape(op, "x", x, y.rows, y.cols);
@@ -692,7 +643,6 @@ void GpuBackend::add_inplace(Mat y, CMat x) {
 
 void GpuBackend::dense_optimizer_step(float* params, const float* grads, float* state, std::int64_t n,
                                       const OptimizerParams& opt, std::int64_t step) {
-  impl_->wrote();
   constexpr const char* op = "dense_optimizer_step";
   if (n < 0) fail(op, "n is {}, expected >= 0", n);
   if (n > 0 && (params == nullptr || grads == nullptr)) fail(op, "params or grads is null");
