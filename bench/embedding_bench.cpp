@@ -54,7 +54,8 @@ struct Options {
   std::string model = std::string(PARITY_SOURCE_DIR) + "/configs/models/mlperf-dlrmv2.yaml";
   pg::SortMethod sort = pg::SortMethod::automatic;
   double scale = 1.0;  // shrink every table and the batch (for a quick check)
-  std::vector<int> bwd_vecs = {0};  // vectors per lane tried in the single case's backward (0 = default)
+  std::vector<int> bwd_vecs = {0};  // vectors per lane tried in the backward of single and mlperf (0 = default)
+  DType grad_dtype = DType::f32;     // the backward's output gradients (training stores them in bf16 under bf16 math)
 };
 
 struct Result {
@@ -285,10 +286,14 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
       report({name, "forward", tag, ms, pg::embedding_forward_bytes(set.tables, v.wdtype, DType::f32, set.batch, host[0].nnz_per_table)});
     }
     if (v.backward) {
-      // Gradients: reuse the output buffers, filled with random values.
+      // Gradients: reuse the output buffers (of o.grad_dtype: a bf16 gradient takes the first half
+      // of each fp32 buffer), filled with random values.
       for (int r = 0; r < rotations; ++r) {
-        pg::fill_uniform(s.get(), outs[r].data(), DType::f32, static_cast<std::int64_t>(out_elems), -1.0f, 1.0f, 7, r);
+        pg::fill_uniform(s.get(), outs[r].data(), o.grad_dtype, static_cast<std::int64_t>(out_elems), -1.0f, 1.0f, 7, r);
       }
+      const auto grads = [&](int r) {
+        return parity::AMat{outs[r].data(), o.grad_dtype, set.batch, set.out_cols, set.out_cols};
+      };
       const std::int64_t state_elems = v.kind == OptimizerKind::adagrad ? set.elementwise_state
                                        : v.kind == OptimizerKind::rowwise_adagrad ? set.rowwise_state
                                                                                    : 0;
@@ -309,14 +314,13 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
           const int r = i % rotations;
           upd.step = static_cast<std::uint64_t>(i);
           pg::embedding_backward_update(s.get(), tables, {weights.data(), v.wdtype}, state.data(), dev[r]->in,
-                                        {outs[r].data(), DType::f32, set.batch, set.out_cols, set.out_cols}, opt, upd,
-                                        ws);
+                                        grads(r), opt, upd, ws);
         });
         tables.raise_input_errors(s.get());
         // Bytes: averaged over the rotations (their distinct-row counts differ slightly).
         double bytes = 0, sort = 0;
         for (const auto& h : host) {
-          const auto b = pg::embedding_backward_bytes(set.tables, v.wdtype, DType::f32, v.kind, set.batch,
+          const auto b = pg::embedding_backward_bytes(set.tables, v.wdtype, o.grad_dtype, v.kind, set.batch,
                                                       static_cast<std::int64_t>(h.ids.size()), h.unique_per_table,
                                                       ws.sort_method(), tables.key_bits());
           bytes += b.total() / rotations;
@@ -324,12 +328,13 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
         }
         pg::BackwardProfile prof;
         upd.profile = &prof;
-        pg::embedding_backward_update(s.get(), tables, {weights.data(), v.wdtype}, state.data(), dev[0]->in,
-                                      {outs[0].data(), DType::f32, set.batch, set.out_cols, set.out_cols}, opt, upd, ws);
+        pg::embedding_backward_update(s.get(), tables, {weights.data(), v.wdtype}, state.data(), dev[0]->in, grads(0),
+                                      opt, upd, ws);
         float stage[pg::BackwardProfile::kStages];
         prof.stage_ms(stage);
         const auto stats = ws.last_stats(s.get());
-        report({fmt::format("{} +{}{}", name, parity::optimizer_name(v.kind),
+        report({fmt::format("{} +{}{}{}", name, parity::optimizer_name(v.kind),
+                            o.grad_dtype == DType::f32 ? std::string() : fmt::format(" grad {}", parity::dtype_name(o.grad_dtype)),
                             vecs ? fmt::format(" vpl={}", vecs) : std::string()),
                 "backward", vecs ? std::string() : tag, ms, bytes});
         std::printf("  %-44s          unique rows %lld, heavy rows %lld (%lld chunks), sort %s (%.0f MB of %.0f MB)\n",
@@ -402,7 +407,8 @@ void case_mlperf(const Options& o) {
   const auto [free_b, total_b] = pg::memory_info();
   std::printf("  mlperf: %lld rows, %.1f GB weights + rowwise state; %.1f GB free of %.1f GB\n",
               static_cast<long long>(set.rowwise_state), gb, free_b / 1e9, total_b / 1e9);
-  std::vector<Variant> v = {{"", pg::SortMethod::automatic, DType::f32, OptimizerKind::rowwise_adagrad, 0.0, true, true}};
+  std::vector<Variant> v = {
+      {"", pg::SortMethod::automatic, DType::f32, OptimizerKind::rowwise_adagrad, 0.0, true, true, o.bwd_vecs}};
   run_set(o, set, v, 2, "mlperf");
 }
 
@@ -456,6 +462,14 @@ int main(int argc, char** argv) {
     else if (a == "--model") o.model = next();
     else if (a == "--scale") o.scale = std::stod(next());
     else if (a == "--sort") o.sort = next() == "portable" ? pg::SortMethod::portable : pg::SortMethod::vendor;
+    else if (a == "--grad-dtype") {
+      const std::string t = next();
+      if (t != "f32" && t != "bf16") {
+        std::fprintf(stderr, "embedding_bench: --grad-dtype %s: expected f32 or bf16\n", t.c_str());
+        return 2;
+      }
+      o.grad_dtype = t == "bf16" ? DType::bf16 : DType::f32;
+    }
     else if (a == "--bwd-vecs") {
       o.bwd_vecs.clear();
       for (const auto& x : split(next())) o.bwd_vecs.push_back(std::stoi(x));
@@ -464,7 +478,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: embedding_bench [--cases single,variants,mlperf] [--reps N] [--warmup N] [--dump DIR]\n"
                    "                       [--results FILE] [--model YAML] [--scale X] [--sort vendor|portable]\n"
-                   "                       [--bwd-vecs 0,1,2,4]\n");
+                   "                       [--bwd-vecs 0,1,2,4] [--grad-dtype f32|bf16]\n");
       return 2;
     }
   }

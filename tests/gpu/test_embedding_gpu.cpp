@@ -271,6 +271,7 @@ struct BackwardResult {
   std::vector<float> state;
   std::vector<std::uint8_t> raw_weights;
   EmbeddingWorkspace::Stats stats;
+  int fit_group = 0;  // EmbeddingWorkspace::last_rows_fit_group
 };
 
 BackwardResult gpu_backward(const Problem& p, const std::vector<float>& w0, const std::vector<float>& s0,
@@ -292,6 +293,7 @@ BackwardResult gpu_backward(const Problem& p, const std::vector<float>& w0, cons
   r.weights = decode(r.raw_weights, c.wdtype);
   r.state = s0.empty() ? std::vector<float>{} : to_host(st, s0.size());
   r.stats = ws.last_stats(s.get());
+  r.fit_group = ws.last_rows_fit_group();
   return r;
 }
 
@@ -312,7 +314,8 @@ double ulp(double x, DType t) {
 //   state:   |gpu - ref| <= 1e-5 (|ref| + 2 |g| G) (adagrad; rowwise: the row's mean of 2 |g| G).
 // fp16/bf16 with stochastic rounding: every element is one of the two storage values around the
 // exact result (within that same slack), and the roundings are unbiased on average.
-void run_backward_case(const ProblemSpec& spec, const BackwardCase& c, const std::string& what) {
+// Returns the rows kernel's specialization group that the backward took (0: the general kernel).
+int run_backward_case(const ProblemSpec& spec, const BackwardCase& c, const std::string& what) {
   ProblemSpec s = spec;
   s.kind = c.kind;
   s.dtype = c.wdtype;
@@ -397,6 +400,7 @@ void run_backward_case(const ProblemSpec& spec, const BackwardCase& c, const std
     // truncation and is ~0.5/sqrt(n) for a fair one).
     EXPECT_LT(std::fabs(sum_err_ulps / n_rounded), 0.03) << what << ": mean rounding error over " << n_rounded;
   }
+  return r.fit_group;
 }
 
 ProblemSpec backward_spec() {
@@ -450,6 +454,49 @@ INSTANTIATE_TEST_SUITE_P(, GpuBackwardOptimizers,
                                            std::make_tuple(OptimizerKind::rowwise_adagrad, 0.0, DType::f32),
                                            std::make_tuple(OptimizerKind::rowwise_adagrad, 1.2, DType::f32),
                                            std::make_tuple(OptimizerKind::rowwise_adagrad, 1.2, DType::bf16)));
+
+// Every table fills its lane group exactly and every row is 16-byte aligned (the DLRM layout): the
+// rows kernel's specialization runs, for each group it has (4, 8, 16 lanes), each optimizer,
+// fp32 and bf16 gradients, fp32 and bf16 weights, sum and mean pooling, and heavy rows; a
+// misaligned gradient view (or one table of another dim) takes the general kernel.
+TEST(GpuEmbeddingBackward, RowsThatFillTheGroupMatch) {
+  PARITY_REQUIRE_GPU();
+  const int warp = device_info().warp_size;
+  struct Shape {
+    int dim;
+    DType wdtype;
+    int group;
+  };
+  for (const Shape sh : {Shape{64, DType::f32, 4}, Shape{128, DType::f32, 8}, Shape{256, DType::f32, 16},
+                         Shape{128, DType::bf16, 8}}) {
+    if (sh.group > warp) continue;
+    for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
+      for (DType gdtype : {DType::f32, DType::bf16}) {
+        ProblemSpec s;
+        s.dims = {sh.dim, sh.dim, sh.dim};
+        s.rows = {40, 1000, 7};
+        s.pooling = {Pooling::sum, Pooling::mean};
+        s.batch = 300;
+        s.max_pool = 12;
+        s.gap = 8;
+        s.ld_extra = 8;
+        BackwardCase c;
+        c.kind = kind;
+        c.wdtype = sh.wdtype;
+        c.gdtype = gdtype;
+        c.zipf = 1.2;  // repeated rows, and heavy ones in the 7-row table
+        const std::string what = "dim " + std::to_string(sh.dim) + " " + std::string(dtype_name(sh.wdtype)) + " " +
+                                 std::string(optimizer_name(kind)) + " grad " + std::string(dtype_name(gdtype));
+        EXPECT_EQ(run_backward_case(s, c, what + " (fits)"), sh.group) << what;
+        s.gap = 1;  // gradient rows no longer aligned
+        EXPECT_EQ(run_backward_case(s, c, what + " (misaligned)"), 0) << what;
+        s.gap = 8;
+        s.dims.back() = sh.dim / 2;  // one narrower table
+        EXPECT_EQ(run_backward_case(s, c, what + " (mixed dims)"), 0) << what;
+      }
+    }
+  }
+}
 
 TEST(GpuEmbeddingBackward, EveryLaneShapeMatches) {
   PARITY_REQUIRE_GPU();

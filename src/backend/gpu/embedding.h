@@ -66,6 +66,7 @@ class EmbeddingTables {
   explicit EmbeddingTables(std::span<const TableLayout> tables);
 
   int num_tables() const { return static_cast<int>(layouts_.size()); }
+  std::span<const TableLayout> layouts() const { return layouts_; }
   int max_dim() const { return max_dim_; }
   DType dtype() const { return layouts_[0].dtype; }  // of the weights (TableLayout::dtype)
   std::int64_t total_rows() const { return total_rows_; }
@@ -152,6 +153,10 @@ class EmbeddingWorkspace {
     std::int64_t heavy_chunks = 0;
   };
   Stats last_stats(Stream_t stream) const;
+  // The group size of the rows kernel's specialization for rows that fill their lane group
+  // exactly (every table dim == the group's width, every row 16-byte aligned) that the last
+  // backward took, or 0 when it took the general kernel (host-side, no synchronisation).
+  int last_rows_fit_group() const { return last_fit_group_; }
 
  private:
   friend void embedding_backward_update(Stream_t, const EmbeddingTables&, WeightBuffer, float*,
@@ -174,6 +179,7 @@ class EmbeddingWorkspace {
   std::int64_t max_heavy_ = 0;
   std::int64_t max_chunks_ = 0;
   std::int64_t partial_ld_ = 0;
+  int last_fit_group_ = 0;
 };
 
 // Backward fused with the optimizer update (sgd, adagrad, rowwise_adagrad; weight decay as L2),

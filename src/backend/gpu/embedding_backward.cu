@@ -19,13 +19,22 @@
 //   Atomics only hand out slots in the heavy-row lists, which never changes a value.
 // - fp16/bf16 weights: the step is computed in fp32 and stored with stochastic rounding, random
 //   bits from (seed, step, table, row, column) through random.h, so runs are reproducible.
-// - The indices of the segments three ahead are loaded before the current segment's rows
-//   (software pipelining): the chain segment start -> key -> row is otherwise three dependent
-//   round trips. The keys kernel and the scans read with coalesced, several-deep loads.
+// - The indices of later segments are loaded before the current segment's rows (software
+//   pipelining), in two stages: the segment range three segments ahead, the key and bags of the
+//   one two ahead from the range loaded an iteration earlier. Otherwise the chain segment start ->
+//   key -> row is three dependent round trips per row (and loading both links in one iteration
+//   still waited on the first: 4% of the MLPerf backward). The keys kernel and the scans read with
+//   coalesced, several-deep loads.
+// - The rows kernel is bound by instruction issue as much as by memory (ncu, MLPerf tables:
+//   ~700 instructions per warp and set of rows, 46% of issue slots used, 16 warps per SM). When
+//   every table of the launch fills a group exactly (every DLRM table of dim 128) a specialization
+//   with a compile-time group and no column bounds or per-row alignment tests (kFit) halves that
+//   and fits 5 blocks per SM instead of 4: 4.72 ms instead of 5.66 for the MLPerf backward.
 #include "backend/gpu/embedding.h"
 #include "backend/gpu/embedding_common.cuh"
 #include "backend/gpu/launch.h"
 #include "backend/gpu/scan.cuh"
+#include "parity/divide.h"
 
 namespace parity::gpu {
 
@@ -47,6 +56,7 @@ struct BackwardArgs {
   int* counters;                   // [0] U, [1] heavy rows, [2] heavy chunks
   const std::int64_t* offsets;
   std::int64_t batch;
+  DivideBy batch_div;  // bag -> table (bags < 2^31)
   std::uint32_t skip_key;  // key of skipped (bad) occurrences
   const void* dout;
   std::int64_t ld;
@@ -187,11 +197,27 @@ struct RowRef {
   bool vec;
 };
 
-template <class W, class Gd>
+// kFit > 0: every table of the launch has dim == kFit * kVecs * V and every weight, gradient and
+// state row is aligned for 16-byte vectors (checked on the host: rows_fit). The group is then a
+// compile-time kFit and a lane's columns are all inside the row, so the helpers below drop the
+// column bounds, the per-row alignment tests and the scalar paths. This is the DLRM case (every
+// table of dim 128); in the rows kernel, which is bound by instruction issue as much as by memory
+// (ncu: ~700 instructions per warp and row set, 46% issue slots used), it removes about half of
+// them. kFit = 0: any dims, run-time group.
+template <int kFit>
+__device__ __forceinline__ int group_of(const BackwardArgs& a) {
+  return kFit > 0 ? kFit : a.group;
+}
+template <int kFit>
+__device__ __forceinline__ bool in_row(int col, int dim) {
+  return kFit > 0 || col < dim;
+}
+
+template <class W, class Gd, int kFit = 0>
 __device__ __forceinline__ bool resolve_row(const BackwardArgs& a, std::uint32_t key, std::uint32_t bag0, RowRef& r) {
   constexpr int V = VecWidth<W>::value;
   if (key == a.skip_key) return false;
-  const std::uint32_t t = bag0 / static_cast<std::uint32_t>(a.batch);  // bags < 2^31: 32-bit division
+  const std::uint32_t t = a.batch_div(bag0);
   if (t >= static_cast<std::uint32_t>(a.num_tables)) return false;
   r.t = static_cast<int>(t);
   r.m = a.meta[t];
@@ -201,9 +227,9 @@ __device__ __forceinline__ bool resolve_row(const BackwardArgs& a, std::uint32_t
   constexpr unsigned kGradAlign = V * sizeof(Gd) < 16 ? V * sizeof(Gd) : 16;
   const W* w = static_cast<const W*>(a.weights) + r.m.weight_offset;
   const Gd* g = static_cast<const Gd*>(a.dout) + r.m.out_col;
-  r.vec = r.m.dim % V == 0 && detail::aligned_to(w, 16) && detail::aligned_to(g, kGradAlign) &&
+  r.vec = kFit > 0 || (r.m.dim % V == 0 && detail::aligned_to(w, 16) && detail::aligned_to(g, kGradAlign) &&
           (a.ld * static_cast<std::int64_t>(sizeof(Gd))) % kGradAlign == 0 &&
-          (a.opt != kAdagrad || detail::aligned_to(a.state + r.m.state_offset, 16));
+          (a.opt != kAdagrad || detail::aligned_to(a.state + r.m.state_offset, 16)));
   return true;
 }
 
@@ -223,48 +249,50 @@ __device__ __forceinline__ int col_of(bool vec, int glane, int v, int e, int gro
 // g += Σ over sorted occurrences [p_begin, p_end) of dout(b, out_col + ·) (÷ bag size for mean),
 // in occurrence order. Every lane of the group calls it with the same arguments.
 // first_bag: bags[p_begin + glane] when glane < p_end - p_begin (loaded early by the caller).
-template <class Gd, int kVecs, int V>
+template <class Gd, int kVecs, int V, int kFit = 0>
 __device__ __forceinline__ void accumulate(const BackwardArgs& a, const RowRef& r, std::uint32_t p_begin,
                                            std::uint32_t p_end, std::uint32_t first_bag, const Lanes& L,
                                            float (&g)[kVecs][V]) {
   constexpr int kWords = RawWords<V, Gd>::value;
   constexpr int kUnroll = (16 / kWords) / kVecs > 0 ? (16 / kWords) / kVecs : 1;  // <= 16 words in flight
-  const int group = a.group;
+  const int group = group_of<kFit>(a);
   const int dim = r.m.dim;
   const Gd* __restrict__ dout = static_cast<const Gd*>(a.dout) + r.m.out_col;
   const std::int64_t table_bag0 = static_cast<std::int64_t>(r.t) * a.batch;
+  const bool mean = r.m.pooling == 1;  // the same for every lane of the group
   for (std::uint32_t p0 = p_begin; p0 < p_end; p0 += group) {
     const int count = static_cast<int>(p_end - p0 < static_cast<std::uint32_t>(group) ? p_end - p0 : group);
-    std::int64_t my_b = -1;
+    int my_b = -1;  // the example (bag within the table's batch; batch < 2^31), -1 when none or bad
     float my_scale = 1.0f;
     if (L.glane < count) {
       const std::int64_t bag = p0 == p_begin ? first_bag : a.bags[p0 + L.glane];
-      my_b = bag - table_bag0;
-      if (my_b < 0 || my_b >= a.batch) {
-        my_b = -1;
-      } else if (r.m.pooling == 1) {
-        const std::int64_t n = a.offsets[bag + 1] - a.offsets[bag];
-        my_scale = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
+      const std::int64_t b = bag - table_bag0;
+      if (b >= 0 && b < a.batch) {
+        my_b = static_cast<int>(b);
+        if (mean) {
+          const std::int64_t n = a.offsets[bag + 1] - a.offsets[bag];
+          my_scale = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
+        }
       }
     }
     for (int k = 0; k < count; k += kUnroll) {
-      std::int64_t b[kUnroll];
+      int b[kUnroll];
       float scale[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int src = L.gfirst + (k + u < count ? k + u : count - 1);
         b[u] = shfl(L.mask, my_b, src);
-        scale[u] = shfl(L.mask, my_scale, src);
+        scale[u] = mean ? shfl(L.mask, my_scale, src) : 1.0f;
         if (k + u >= count) b[u] = -1;
       }
-      if (r.vec) {
+      if (kFit > 0 || r.vec) {
         std::uint32_t x[kUnroll][kVecs][kWords];  // raw gradient rows in flight
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
           for (int v = 0; v < kVecs; ++v) {
             const int c = detail::vec_col(L.glane, v, 0, group, V);
-            if (b[u] >= 0 && c < dim) {
+            if (b[u] >= 0 && in_row<kFit>(c, dim)) {
               load_raw<V, Gd>(dout + b[u] * a.ld + c, x[u][v]);
             } else {
 #pragma unroll
@@ -313,14 +341,14 @@ __device__ __forceinline__ int opt_of(const BackwardArgs& a) {
 
 // Stores a lane's fp32 values of one row (weights or adagrad state): 16-byte vectors when the row
 // is aligned for them, else element by element; columns past dim are skipped.
-template <int kVecs, int V>
+template <int kVecs, int V, int kFit = 0>
 __device__ __forceinline__ void store_row_f32(float* __restrict__ dst, const float (&vals)[kVecs][V],
                                               bool vec, int glane, int group, int dim) {
-  if (vec) {
+  if (kFit > 0 || vec) {
 #pragma unroll
     for (int v = 0; v < kVecs; ++v) {
       const int c = detail::vec_col(glane, v, 0, group, V);
-      if (c < dim) store_vec<V, true>(dst + c, vals[v]);
+      if (in_row<kFit>(c, dim)) store_vec<V, true>(dst + c, vals[v]);
     }
   } else {
 #pragma unroll
@@ -335,20 +363,20 @@ __device__ __forceinline__ void store_row_f32(float* __restrict__ dst, const flo
 }
 
 // Loads the row's weights and state (issued before the gradient loads, so they overlap).
-template <class W, int kVecs, int V, int kOpt>
+template <class W, int kVecs, int V, int kOpt, int kFit = 0>
 __device__ __forceinline__ void load_row(const BackwardArgs& a, const RowRef& r, const Lanes& L,
                                          RowValues<kVecs, V>& rv) {
-  const int group = a.group;
+  const int group = group_of<kFit>(a);
   const int dim = r.m.dim;
   const W* __restrict__ w = static_cast<const W*>(a.weights) + r.m.weight_offset + static_cast<std::int64_t>(r.row) * dim;
   const float* __restrict__ s = a.state + r.m.state_offset + static_cast<std::int64_t>(r.row) * dim;
   const int opt = opt_of<kOpt>(a);
   const bool adagrad = opt == kAdagrad;
-  if (r.vec) {
+  if (kFit > 0 || r.vec) {
 #pragma unroll
     for (int v = 0; v < kVecs; ++v) {
       const int c = detail::vec_col(L.glane, v, 0, group, V);
-      if (c < dim) {
+      if (in_row<kFit>(c, dim)) {
         load_vec<V, W, true>(w + c, rv.w[v]);  // streaming: keep L2 for the gradients
         if (adagrad) load_vec<V, float, true>(s + c, rv.s[v]);
       } else {
@@ -371,10 +399,10 @@ __device__ __forceinline__ void load_row(const BackwardArgs& a, const RowRef& r,
 }
 
 // One optimizer step on the row with gradient g, then the stores (every lane of the group calls it).
-template <class W, int kVecs, int V, int kOpt>
+template <class W, int kVecs, int V, int kOpt, int kFit = 0>
 __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& r, const Lanes& L,
                                            float (&g)[kVecs][V], RowValues<kVecs, V>& rv) {
-  const int group = a.group;
+  const int group = group_of<kFit>(a);
   const int dim = r.m.dim;
   W* __restrict__ w = static_cast<W*>(a.weights) + r.m.weight_offset + static_cast<std::int64_t>(r.row) * dim;
   auto& wv = rv.w;
@@ -399,7 +427,7 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
     for (int v = 0; v < kVecs; ++v) {
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        if (col_of(r.vec, L.glane, v, e, group, V) < dim) squares = fmaf(g[v][e], g[v][e], squares);
+        if (kFit > 0 || col_of(r.vec, L.glane, v, e, group, V) < dim) squares = fmaf(g[v][e], g[v][e], squares);
       }
     }
     for (int o = group / 2; o >= 1; o >>= 1) squares += shfl_xor(L.mask, squares, o);
@@ -423,20 +451,20 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
         wv[v][e] -= a.lr * g[v][e] / (sqrtf(sv[v][e]) + a.eps);
       }
     }
-    store_row_f32<kVecs, V>(s, sv, r.vec, L.glane, group, dim);
+    store_row_f32<kVecs, V, kFit>(s, sv, r.vec, L.glane, group, dim);
   }
 
   // Store the row: fp32 as is; fp16/bf16 stochastically rounded (or to nearest).
   if constexpr (std::is_same_v<W, float>) {
-    store_row_f32<kVecs, V>(w, wv, r.vec, L.glane, group, dim);
+    store_row_f32<kVecs, V, kFit>(w, wv, r.vec, L.glane, group, dim);
   } else {
     const std::uint64_t row_key =
         rng::key(a.sr_seed, a.sr_step, static_cast<std::uint64_t>(r.t), static_cast<std::uint64_t>(r.row));
-    if (r.vec) {
+    if (kFit > 0 || r.vec) {
 #pragma unroll
       for (int v = 0; v < kVecs; ++v) {
         const int c = detail::vec_col(L.glane, v, 0, group, V);
-        if (c >= dim) continue;
+        if (!in_row<kFit>(c, dim)) continue;
         std::uint16_t h[V];
         if (a.sr) {
 #pragma unroll
@@ -471,8 +499,9 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
 // Blocks of 128 threads for the rows kernel: at ~100-128 registers a thread, more warps fit a
 // multiprocessor than with 256-thread blocks (register allocation is per block).
 constexpr int kRowsBlock = 128;
-template <class W, int kVecs, int kOpt>
+template <class W, int kVecs, int kOpt, int kFit>
 constexpr int rows_min_blocks() {
+  if (kFit > 0 && kOpt != kAdagrad && kVecs * VecWidth<W>::value == 16) return 5;
   // 128 threads x this many blocks share the 64K registers of a multiprocessor; sized from the
   // floats a lane holds per row (weights, gradient, adagrad state) so that no shape spills.
   constexpr int floats = kVecs * VecWidth<W>::value;
@@ -481,6 +510,12 @@ constexpr int rows_min_blocks() {
 }
 
 // The indices of one segment: its occurrence range, key, first bag, and this lane's first bag.
+// They form a chain of two loads (the range, then the key and bags at its start), fetched in two
+// stages a loop iteration apart (SegmentBounds first) so that no iteration waits on either link.
+struct SegmentBounds {
+  std::uint32_t start;
+  std::uint32_t end;  // start == end: no segment
+};
 struct SegmentIndex {
   std::uint32_t start;
   std::uint32_t end;  // start == end: no segment
@@ -489,15 +524,21 @@ struct SegmentIndex {
   std::uint32_t my_bag;
 };
 
-__device__ __forceinline__ SegmentIndex load_segment(const BackwardArgs& a, std::int64_t u, std::int64_t segments,
-                                                     const Lanes& L) {
-  SegmentIndex s{0, 0, 0, 0, 0};
+__device__ __forceinline__ SegmentBounds load_bounds(const BackwardArgs& a, std::int64_t u, std::int64_t segments) {
+  SegmentBounds b{0, 0};
   if (u < segments) {
-    s.start = a.seg_start[u];
-    s.end = a.seg_start[u + 1];
-    s.key = a.keys[s.start];
-    s.bag0 = a.bags[s.start];
-    if (s.start + L.glane < s.end) s.my_bag = a.bags[s.start + L.glane];
+    b.start = a.seg_start[u];
+    b.end = a.seg_start[u + 1];
+  }
+  return b;
+}
+
+__device__ __forceinline__ SegmentIndex load_segment(const BackwardArgs& a, SegmentBounds b, const Lanes& L) {
+  SegmentIndex s{b.start, b.end, 0, 0, 0};
+  if (b.start < b.end) {
+    s.key = a.keys[b.start];
+    s.bag0 = a.bags[b.start];
+    if (b.start + L.glane < b.end) s.my_bag = a.bags[b.start + L.glane];
   }
   return s;
 }
@@ -505,32 +546,34 @@ __device__ __forceinline__ SegmentIndex load_segment(const BackwardArgs& a, std:
 // One group per distinct row (grid-stride over the device's segment count): rows with at most
 // kHeavyRow occurrences are summed and updated here; longer ones are queued as chunks.
 // Each row is a chain (indices, then weights and gradients, then the update), so indices are
-// loaded three segments ahead, and a group of 8 lanes (dim-128 fp32) owns a row so that a warp
-// has four rows in flight. Weight rows and state are read and written with cache-streaming hints
-// (they pass through once; the output gradients, read once per occurrence, should stay in L2);
-// measured neutral on the 10M-row case. The kernel reaches ~2.3 TB/s of row traffic where a bare
-// read-modify-write of the same rows reaches ~3.7 TB/s (bench/lab/row_probe.cu): it is limited by
-// rows in flight (registers), not by HBM. Two ways of keeping more weight rows in flight were
+// loaded ahead (two stages, see the top), and a group of 8 lanes (dim-128 fp32) owns a row so that
+// a warp has four rows in flight. Weight rows and state are read and written with cache-streaming
+// hints (they pass through once; the output gradients, read once per occurrence, should stay in
+// L2); measured neutral on the 10M-row case. With kFit the kernel waits mostly on the weight and
+// gradient loads (ncu: long-scoreboard stalls 9.5 of 14 cycles per issue): it moves ~2.6 TB/s of
+// row traffic where a bare read-modify-write of the same rows reaches ~3.7 TB/s
+// (bench/lab/row_probe.cu), limited by rows in flight (registers). Two ways of keeping more weight rows in flight were
 // measured and dropped (docs/perf/embedding.md): an L2 prefetch of the rows two segments ahead
 // (cp.async.bulk.prefetch) and asynchronous copies of the next two rows into shared memory
 // (cp.async); both were slower than this plain version.
-template <class W, class Gd, int kVecs, int kOpt>
-__global__ PARITY_LAUNCH_BOUNDS(kRowsBlock, (rows_min_blocks<W, kVecs, kOpt>())) void embedding_backward_rows_kernel(BackwardArgs a) {
+template <class W, class Gd, int kVecs, int kOpt, int kFit>
+__global__ PARITY_LAUNCH_BOUNDS(kRowsBlock, (rows_min_blocks<W, kVecs, kOpt, kFit>())) void embedding_backward_rows_kernel(BackwardArgs a) {
   constexpr int V = VecWidth<W>::value;
-  const int group = a.group;
+  const int group = group_of<kFit>(a);
   const Lanes L = group_lanes(group);
   const std::int64_t groups_per_block = kRowsBlock / group;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups_per_block;
   const std::int64_t segments = a.counters[0];
   const std::int64_t u0 = static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / group;
   if (u0 >= segments) return;
-  SegmentIndex cur = load_segment(a, u0, segments, L);
-  SegmentIndex ahead1 = load_segment(a, u0 + stride, segments, L);
-  SegmentIndex ahead2 = load_segment(a, u0 + 2 * stride, segments, L);
+  SegmentIndex cur = load_segment(a, load_bounds(a, u0, segments), L);
+  SegmentIndex ahead1 = load_segment(a, load_bounds(a, u0 + stride, segments), L);
+  SegmentBounds bounds2 = load_bounds(a, u0 + 2 * stride, segments);
   for (std::int64_t u = u0; u < segments; u += stride) {
-    const SegmentIndex ahead3 = load_segment(a, u + 3 * stride, segments, L);
+    const SegmentBounds bounds3 = load_bounds(a, u + 3 * stride, segments);
+    const SegmentIndex ahead2 = load_segment(a, bounds2, L);  // its bounds arrived an iteration ago
     RowRef r;
-    if (resolve_row<W, Gd>(a, cur.key, cur.bag0, r)) {
+    if (resolve_row<W, Gd, kFit>(a, cur.key, cur.bag0, r)) {
       const std::uint32_t len = cur.end - cur.start;
       if (len > static_cast<std::uint32_t>(kHeavyRow)) {
         const int chunks = static_cast<int>((len + kChunk - 1) / kChunk);
@@ -552,16 +595,16 @@ __global__ PARITY_LAUNCH_BOUNDS(kRowsBlock, (rows_min_blocks<W, kVecs, kOpt>()))
         }
       } else {
         RowValues<kVecs, V> rv;
-        load_row<W, kVecs, V, kOpt>(a, r, L, rv);
+        load_row<W, kVecs, V, kOpt, kFit>(a, r, L, rv);
         float g[kVecs][V];
         zero(g);
-        accumulate<Gd, kVecs, V>(a, r, cur.start, cur.end, cur.my_bag, L, g);
-        update_row<W, kVecs, V, kOpt>(a, r, L, g, rv);
+        accumulate<Gd, kVecs, V, kFit>(a, r, cur.start, cur.end, cur.my_bag, L, g);
+        update_row<W, kVecs, V, kOpt, kFit>(a, r, L, g, rv);
       }
     }
     cur = ahead1;
     ahead1 = ahead2;
-    ahead2 = ahead3;
+    bounds2 = bounds3;
   }
 }
 
@@ -665,18 +708,57 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 1) void embedding_backward_heavy_kernel(
   }
 }
 
+// True when every table fills a group of the launch's shape exactly (dim == group * vecs * V) and
+// every weight row, gradient row and adagrad state row is aligned for 16-byte vectors: the rows
+// kernel can take its kFit specialization (see group_of).
+template <class W, class Gd>
+bool rows_fit(const EmbeddingTables& tables, const BackwardArgs& a, int vecs) {
+  constexpr int V = VecWidth<W>::value;
+  constexpr std::size_t kGradAlign = V * sizeof(Gd) < 16 ? V * sizeof(Gd) : 16;
+  const auto aligned = [](const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; };
+  const bool adagrad = a.opt == kAdagrad;
+  if (!aligned(a.weights, 16) || !aligned(a.dout, kGradAlign) || (a.ld * sizeof(Gd)) % kGradAlign != 0 ||
+      (adagrad && !aligned(a.state, 16))) {
+    return false;
+  }
+  for (const TableLayout& t : tables.layouts()) {
+    if (t.dim != a.group * vecs * V || (t.weight_offset * sizeof(W)) % 16 != 0 ||
+        (t.out_col * sizeof(Gd)) % kGradAlign != 0 || (adagrad && (t.state_offset * sizeof(float)) % 16 != 0)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The rows kernel, specialized (kFit) for groups of 4, 8 or 16 lanes at the default lane shape
+// (16 bytes x 4 per lane: dims 64, 128, 256 in fp32, 128 in fp16/bf16) when the rows fit.
+// Returns the specialization's group, or 0 for the general kernel.
 template <class W, class Gd, int kVecs, int kOpt>
-void launch_rows(Stream_t stream, const BackwardArgs& a) {
-  auto rows = embedding_backward_rows_kernel<W, Gd, kVecs, kOpt>;
-  launch("embedding_backward_rows", rows, {resident_blocks(rows, kRowsBlock, 0), kRowsBlock, 0}, stream, a);
+int launch_rows(Stream_t stream, const BackwardArgs& a, bool fit) {
+  const auto go = [&](auto kernel) {
+    launch("embedding_backward_rows", kernel, {resident_blocks(kernel, kRowsBlock, 0), kRowsBlock, 0}, stream, a);
+  };
+  if constexpr (kVecs * VecWidth<W>::value == 16) {
+    if (fit) {
+      switch (a.group) {
+        case 4: go(embedding_backward_rows_kernel<W, Gd, kVecs, kOpt, 4>); return 4;
+        case 8: go(embedding_backward_rows_kernel<W, Gd, kVecs, kOpt, 8>); return 8;
+        case 16: go(embedding_backward_rows_kernel<W, Gd, kVecs, kOpt, 16>); return 16;
+        default: break;
+      }
+    }
+  }
+  go(embedding_backward_rows_kernel<W, Gd, kVecs, kOpt, 0>);
+  return 0;
 }
 
 template <class W, class Gd, int kVecs>
-void launch_update(Stream_t stream, const BackwardArgs& a, BackwardProfile* profile) {
+int launch_update(Stream_t stream, const BackwardArgs& a, bool fit, BackwardProfile* profile) {
+  int fit_group = 0;
   switch (a.opt) {
-    case kSgd: launch_rows<W, Gd, kVecs, kSgd>(stream, a); break;
-    case kAdagrad: launch_rows<W, Gd, kVecs, kAdagrad>(stream, a); break;
-    default: launch_rows<W, Gd, kVecs, kRowwise>(stream, a); break;
+    case kSgd: fit_group = launch_rows<W, Gd, kVecs, kSgd>(stream, a, fit); break;
+    case kAdagrad: fit_group = launch_rows<W, Gd, kVecs, kAdagrad>(stream, a, fit); break;
+    default: fit_group = launch_rows<W, Gd, kVecs, kRowwise>(stream, a, fit); break;
   }
   if (profile != nullptr) profile->events[4].record(stream);
   auto chunks = embedding_backward_chunks_kernel<W, Gd, kVecs>;
@@ -685,24 +767,28 @@ void launch_update(Stream_t stream, const BackwardArgs& a, BackwardProfile* prof
   launch("embedding_backward_chunks", chunks, {resident_blocks(chunks, kBlock, 0), kBlock, 0}, stream, a);
   launch("embedding_backward_heavy", heavy, {resident_blocks(heavy, kBlock, smem), kBlock, smem}, stream, a);
   if (profile != nullptr) profile->events[5].record(stream);
+  return fit_group;
 }
 
 template <class W, class Gd>
-void dispatch_vecs(Stream_t stream, BackwardArgs& a, int max_dim, int vectors_per_lane, BackwardProfile* p) {
+int dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, BackwardArgs& a, int vectors_per_lane,
+                   BackwardProfile* p) {
   const detail::GroupShape shape =
-      detail::backward_group_shape(max_dim, VecWidth<W>::value, device_info().warp_size, vectors_per_lane);
+      detail::backward_group_shape(tables.max_dim(), VecWidth<W>::value, device_info().warp_size, vectors_per_lane);
   a.group = shape.group;
+  const bool fit = rows_fit<W, Gd>(tables, a, shape.vecs);
   switch (shape.vecs) {
-    case 1: return launch_update<W, Gd, 1>(stream, a, p);
-    case 2: return launch_update<W, Gd, 2>(stream, a, p);
-    default: return launch_update<W, Gd, 4>(stream, a, p);
+    case 1: return launch_update<W, Gd, 1>(stream, a, fit, p);
+    case 2: return launch_update<W, Gd, 2>(stream, a, fit, p);
+    default: return launch_update<W, Gd, 4>(stream, a, fit, p);
   }
 }
 
 template <class W>
-void dispatch_grad(Stream_t stream, BackwardArgs& a, int max_dim, DType grad, const UpdateOptions& u) {
-  if (grad == DType::bf16) return dispatch_vecs<W, Bf16>(stream, a, max_dim, u.vectors_per_lane, u.profile);
-  return dispatch_vecs<W, float>(stream, a, max_dim, u.vectors_per_lane, u.profile);
+int dispatch_grad(Stream_t stream, const EmbeddingTables& tables, BackwardArgs& a, DType grad,
+                   const UpdateOptions& u) {
+  if (grad == DType::bf16) return dispatch_vecs<W, Bf16>(stream, tables, a, u.vectors_per_lane, u.profile);
+  return dispatch_vecs<W, float>(stream, tables, a, u.vectors_per_lane, u.profile);
 }
 
 }  // namespace
@@ -722,6 +808,7 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, W
     throw InputError(cat(op, ": batch ", in.batch, " with ", in.nnz, " ids (max dim ", tables.max_dim(), ") exceeds the workspace (batch ", ws.max_batch(), ", ", ws.max_nnz(), " ids, dim ", ws.max_dim_, ")"));
   }
   check(memset_async(ws.counters_.data(), 0, ws.counters_.bytes(), stream), "embedding_backward_update: counters");
+  ws.last_fit_group_ = 0;
   if (in.nnz == 0 || in.batch == 0) return;
 
   auto mark = [&](int i) {
@@ -756,6 +843,7 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, W
   a.counters = ws.counters_.data();
   a.offsets = in.offsets;
   a.batch = in.batch;
+  a.batch_div = DivideBy::of(static_cast<std::uint32_t>(in.batch));
   a.skip_key = skip_key;
   a.dout = dout.data;
   a.ld = dout.ld;
@@ -777,9 +865,9 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, W
   a.max_heavy = ws.max_heavy_;
   a.max_chunks = ws.max_chunks_;
   switch (weights.dtype) {
-    case DType::f16: return dispatch_grad<F16>(stream, a, tables.max_dim(), dout.dtype, update);
-    case DType::bf16: return dispatch_grad<Bf16>(stream, a, tables.max_dim(), dout.dtype, update);
-    default: return dispatch_grad<float>(stream, a, tables.max_dim(), dout.dtype, update);
+    case DType::f16: ws.last_fit_group_ = dispatch_grad<F16>(stream, tables, a, dout.dtype, update); break;
+    case DType::bf16: ws.last_fit_group_ = dispatch_grad<Bf16>(stream, tables, a, dout.dtype, update); break;
+    default: ws.last_fit_group_ = dispatch_grad<float>(stream, tables, a, dout.dtype, update); break;
   }
 }
 
