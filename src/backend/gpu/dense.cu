@@ -74,7 +74,7 @@ std::int64_t row_grid(std::int64_t rows, RowSpan span) {
 
 // Calls f(r, c) for every group of V consecutive elements of a row (c = the group's first column,
 // cols a multiple of V), each thread a fixed set of groups. V = 4 lets the kernels move 16 bytes per
-// load where every view is 16-byte aligned (checked on the host: vec4_ok).
+// load where every view is 16-byte aligned (V = 8: 16 bytes of bf16; checked on the host: vec_width).
 template <int V, class F>
 __device__ __forceinline__ void for_each_element(std::int64_t rows, std::int64_t cols, RowSpan span, F&& f) {
   const int sub = static_cast<int>(threadIdx.x) / span.tpr;  // once per thread, small ints
@@ -94,9 +94,12 @@ struct Floats {
 template <int V>
 __device__ __forceinline__ Floats<V> load(const float* p) {
   Floats<V> x;
-  if constexpr (V == 4) {
-    const float4 t = *reinterpret_cast<const float4*>(p);
-    x.v[0] = t.x, x.v[1] = t.y, x.v[2] = t.z, x.v[3] = t.w;
+  if constexpr (V == 4 || V == 8) {
+#pragma unroll
+    for (int h = 0; h < V; h += 4) {
+      const float4 t = *reinterpret_cast<const float4*>(p + h);
+      x.v[h] = t.x, x.v[h + 1] = t.y, x.v[h + 2] = t.z, x.v[h + 3] = t.w;
+    }
   } else {
     for (int i = 0; i < V; ++i) x.v[i] = p[i];
   }
@@ -104,8 +107,10 @@ __device__ __forceinline__ Floats<V> load(const float* p) {
 }
 template <int V>
 __device__ __forceinline__ void store(float* p, const Floats<V>& x) {
-  if constexpr (V == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(x.v[0], x.v[1], x.v[2], x.v[3]);
+  if constexpr (V == 4 || V == 8) {
+#pragma unroll
+    for (int h = 0; h < V; h += 4)
+      *reinterpret_cast<float4*>(p + h) = make_float4(x.v[h], x.v[h + 1], x.v[h + 2], x.v[h + 3]);
   } else {
     for (int i = 0; i < V; ++i) p[i] = x.v[i];
   }
@@ -113,7 +118,15 @@ __device__ __forceinline__ void store(float* p, const Floats<V>& x) {
 template <int V>
 __device__ __forceinline__ Floats<V> load(const std::uint16_t* p) {  // bf16 bits
   Floats<V> x;
-  if constexpr (V == 4) {
+  if constexpr (V == 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const std::uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      x.v[2 * i] = __uint_as_float(w[i] << 16);
+      x.v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  } else if constexpr (V == 4) {
     const uint2 u = *reinterpret_cast<const uint2*>(p);
     x.v[0] = __uint_as_float(u.x << 16), x.v[1] = __uint_as_float(u.x & 0xffff0000u);
     x.v[2] = __uint_as_float(u.y << 16), x.v[3] = __uint_as_float(u.y & 0xffff0000u);
@@ -124,7 +137,15 @@ __device__ __forceinline__ Floats<V> load(const std::uint16_t* p) {  // bf16 bit
 }
 template <int V>
 __device__ __forceinline__ void store_bf16(std::uint16_t* p, const Floats<V>& x) {
-  if constexpr (V == 4) {
+  if constexpr (V == 8) {
+    std::uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[i] = static_cast<std::uint32_t>(bf16_bits_rn(x.v[2 * i])) |
+             static_cast<std::uint32_t>(bf16_bits_rn(x.v[2 * i + 1])) << 16;
+    }
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else if constexpr (V == 4) {
     uint2 u;
     u.x = static_cast<std::uint32_t>(bf16_bits_rn(x.v[0])) | static_cast<std::uint32_t>(bf16_bits_rn(x.v[1])) << 16;
     u.y = static_cast<std::uint32_t>(bf16_bits_rn(x.v[2])) | static_cast<std::uint32_t>(bf16_bits_rn(x.v[3])) << 16;
@@ -149,28 +170,36 @@ MatView<S> typed(AMat m) {
   return {static_cast<S*>(m.data), m.rows, m.cols, m.ld};
 }
 
-// True when every view can be read in groups of 4 elements (16 bytes of fp32, 8 of bf16): cols
-// and every ld a multiple of 4 and every base aligned to a group.
+// The widest group of elements every view can be read in: 8 (16 bytes of bf16, two 16-byte loads
+// of fp32), 4 (16 bytes of fp32, 8 of bf16) or 1. A width w needs cols and every ld multiples of w
+// and every base aligned to min(w elements, 16 bytes). 16-byte loads of bf16 data matter on
+// [65536, 3456] activations: 8-byte loads left the cross layer's gradient pass at 3.2-3.4 TB/s.
 struct VecView {
   const void* p;
   std::int64_t ld;
   std::int64_t bytes = 4;  // per element
 };
-bool vec4_ok(std::int64_t cols, std::initializer_list<VecView> views) {
-  if (cols % 4 != 0) return false;
-  for (const VecView& v : views)
-    if (v.p != nullptr && (reinterpret_cast<std::uintptr_t>(v.p) % static_cast<std::uintptr_t>(4 * v.bytes) != 0 ||
-                           v.ld % 4 != 0))
-      return false;
+bool width_ok(int w, std::int64_t cols, std::initializer_list<VecView> views) {
+  if (cols % w != 0) return false;
+  for (const VecView& v : views) {
+    if (v.p == nullptr) continue;
+    const auto align = static_cast<std::uintptr_t>(std::min<std::int64_t>(w * v.bytes, 16));
+    if (reinterpret_cast<std::uintptr_t>(v.p) % align != 0 || v.ld % w != 0) return false;
+  }
   return true;
+}
+int vec_width(std::int64_t cols, std::initializer_list<VecView> views) {
+  return width_ok(8, cols, views) ? 8 : width_ok(4, cols, views) ? 4 : 1;
 }
 VecView vec_view(CAMat m) { return {m.data, m.ld, static_cast<std::int64_t>(m.element_bytes())}; }
 VecView bf16_packed(const std::uint16_t* p, std::int64_t cols) { return {p, cols, 2}; }
 
-// f(std::integral_constant<int, V>) with V = 4 where `vec` (every view read in groups of 4), else 1.
+// f(std::integral_constant<int, V>) with V = width (8, 4 or 1: vec_width).
 template <class F>
-void with_width(bool vec, F&& f) {
-  if (vec)
+void with_width(int width, F&& f) {
+  if (width == 8)
+    f(std::integral_constant<int, 8>{});
+  else if (width == 4)
     f(std::integral_constant<int, 4>{});
   else
     f(std::integral_constant<int, 1>{});
@@ -710,8 +739,8 @@ void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, std::uint16_t* dz16
   }
   const std::int64_t n = y.rows * y.cols;
   if (n <= 0) return;
-  const bool vec = vec4_ok(y.cols, {vec_view(y), vec_view(dy), {dz, y.cols}, bf16_packed(dz16, y.cols)});
-  const bool fold = dbias != nullptr && fused_sum_fits(y.rows, y.cols, vec ? 4 : 1);
+  const int vec = vec_width(y.cols, {vec_view(y), vec_view(dy), {dz, y.cols}, bf16_packed(dz16, y.cols)});
+  const bool fold = dbias != nullptr && fused_sum_fits(y.rows, y.cols, vec);
   float* dz_out = fold && dz_bf16_only && dz16 != nullptr ? nullptr : dz;  // the fold needs no fp32 dz to sum
   with_storage("relu_backward", y.dtype, [&](auto tag) {
     using S = decltype(tag);
@@ -739,7 +768,7 @@ void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, std::uint16_t* dz16
 
 void convert(Stream_t s, CAMat src, AMat dst) {
   if (src.rows <= 0 || src.cols <= 0) return;
-  const bool vec = vec4_ok(src.cols, {vec_view(src), vec_view(dst)});
+  const int vec = vec_width(src.cols, {vec_view(src), vec_view(dst)});
   with_storage("convert", src.dtype, [&](auto atag) {
     using A = decltype(atag);
     with_storage("convert", dst.dtype, [&](auto btag) {
@@ -757,7 +786,7 @@ void convert(Stream_t s, CAMat src, AMat dst) {
 void to_bf16(Stream_t s, CMat src, std::uint16_t* dst, std::int64_t dst_ld) {
   if (src.rows <= 0 || src.cols <= 0) return;
   if (dst_ld < 0) dst_ld = src.cols;
-  with_width(vec4_ok(src.cols, {{src.data, src.ld}, {dst, dst_ld, 2}}), [&](auto width) {
+  with_width(vec_width(src.cols, {{src.data, src.ld}, {dst, dst_ld, 2}}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     const RowSpan span = row_span(src.cols / V);
     launch("to_bf16", to_bf16_kernel<V>, {row_grid(src.rows, span), kBlock, 0}, s, src, dst, dst_ld, span);
@@ -787,7 +816,7 @@ void column_sum(Stream_t s, CMat m, float* out, void* scratch) {
 void cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next) {
   const std::int64_t n = x0.rows * x0.cols;
   if (n <= 0) return;
-  const bool vec = vec4_ok(x0.cols, {vec_view(x0), vec_view(z), vec_view(xl), vec_view(x_next)});
+  const int vec = vec_width(x0.cols, {vec_view(x0), vec_view(z), vec_view(xl), vec_view(x_next)});
   with_storage("cross_combine", x0.dtype, [&](auto tag) {
     using S = decltype(tag);
     with_width(vec, [&](auto width) {
@@ -801,7 +830,8 @@ void cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next) {
 
 
 std::int64_t gradient_sums_scratch_bytes(std::int64_t rows, std::int64_t cols) {
-  const std::int64_t lanes = std::max(fold_shape(rows, cols, 1).lanes(), fold_shape(rows, cols, 4).lanes());
+  std::int64_t lanes = 0;
+  for (int v : {1, 4, 8}) lanes = std::max(lanes, fold_shape(rows, cols, v).lanes());
   return std::max(column_sum_scratch_bytes(rows, cols),
                   lanes * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double)));
 }
@@ -816,10 +846,12 @@ void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uin
   }
   if (n <= 0) return;
   if (dz16 == nullptr) flags.dz_bf16_only = false;  // dz is the only copy then
-  const bool vec = vec4_ok(g.cols, {vec_view(g), vec_view(x0), vec_view(z), {dz, g.cols}, vec_view(dx0),
-                                    bf16_packed(dz16, g.cols)});
+  // Groups of 8 only for bf16 x0 and z: with fp32 ones the folded kernel spills at 8 per thread.
+  const int vec = std::min(x0.dtype == DType::f32 ? 4 : 8,
+                           vec_width(g.cols, {vec_view(g), vec_view(x0), vec_view(z), {dz, g.cols}, vec_view(dx0),
+                                              bf16_packed(dz16, g.cols)}));
   // dbias folded into the pass (cross_gradients_sum_kernel) where a block's threads cover a row.
-  const bool fold = dbias != nullptr && fused_sum_fits(g.rows, g.cols, vec ? 4 : 1);
+  const bool fold = dbias != nullptr && fused_sum_fits(g.rows, g.cols, vec);
   if (dbias != nullptr && !fold) flags.dz_bf16_only = false;  // the column sum below reads dz
   with_storage("cross_gradients", x0.dtype, [&](auto tag) {
     using S = decltype(tag);
@@ -827,7 +859,9 @@ void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uin
     using G = decltype(gtag);
     with_width(vec, [&](auto width) {
       constexpr int V = decltype(width)::value;
-      if (fold) {
+      if constexpr (V == 8 && std::is_same_v<S, float>) {
+        throw Error("cross_gradients: groups of 8 with fp32 x0 (not instantiated)");
+      } else if (fold) {
         const FoldShape f = fold_shape(g.rows, g.cols, V);
         launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S, G>, {f.grid, kSumBlock, 0}, s, typed<G>(g),
                typed<S>(x0), typed<S>(z), dz, dz16, typed<G>(dx0), flags, f.tpr, static_cast<double*>(scratch));
@@ -882,7 +916,7 @@ void sigmoid(Stream_t s, const float* logits, float* probs, std::int64_t n) {
 
 void add_inplace(Stream_t s, Mat y, CMat x) {
   if (y.rows <= 0 || y.cols <= 0) return;
-  with_width(vec4_ok(y.cols, {{y.data, y.ld}, {x.data, x.ld}}), [&](auto width) {
+  with_width(vec_width(y.cols, {{y.data, y.ld}, {x.data, x.ld}}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     const RowSpan span = row_span(y.cols / V);
     launch("add_inplace", add_kernel<V>, {row_grid(y.rows, span), kBlock, 0}, s, y, x, span);
