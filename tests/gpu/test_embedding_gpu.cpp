@@ -314,8 +314,13 @@ double ulp(double x, DType t) {
 //   state:   |gpu - ref| <= 1e-5 (|ref| + 2 |g| G) (adagrad; rowwise: the row's mean of 2 |g| G).
 // fp16/bf16 with stochastic rounding: every element is one of the two storage values around the
 // exact result (within that same slack), and the roundings are unbiased on average.
-// Returns the rows kernel's specialization group that the backward took (0: the general kernel).
-int run_backward_case(const ProblemSpec& spec, const BackwardCase& c, const std::string& what) {
+// What a backward case ran: the rows kernel's specialization group (0: the general kernel) and the
+// workspace's counts.
+struct CaseOutcome {
+  int fit_group = 0;
+  EmbeddingWorkspace::Stats stats;
+};
+CaseOutcome run_backward_case(const ProblemSpec& spec, const BackwardCase& c, const std::string& what) {
   ProblemSpec s = spec;
   s.kind = c.kind;
   s.dtype = c.wdtype;
@@ -400,7 +405,7 @@ int run_backward_case(const ProblemSpec& spec, const BackwardCase& c, const std:
     // truncation and is ~0.5/sqrt(n) for a fair one).
     EXPECT_LT(std::fabs(sum_err_ulps / n_rounded), 0.03) << what << ": mean rounding error over " << n_rounded;
   }
-  return r.fit_group;
+  return {r.fit_group, r.stats};
 }
 
 ProblemSpec backward_spec() {
@@ -457,7 +462,7 @@ INSTANTIATE_TEST_SUITE_P(, GpuBackwardOptimizers,
 
 // Every table fills its lane group exactly and every row is 16-byte aligned (the DLRM layout): the
 // rows kernel's specialization runs, for each group it has (4, 8, 16 lanes), each optimizer,
-// fp32 and bf16 gradients, fp32 and bf16 weights, sum and mean pooling, and heavy rows; a
+// fp32 and bf16 gradients, fp32, bf16 and fp16 weights, sum and mean pooling, and heavy rows; a
 // misaligned gradient view (or one table of another dim) takes the general kernel.
 TEST(GpuEmbeddingBackward, RowsThatFillTheGroupMatch) {
   PARITY_REQUIRE_GPU();
@@ -468,7 +473,7 @@ TEST(GpuEmbeddingBackward, RowsThatFillTheGroupMatch) {
     int group;
   };
   for (const Shape sh : {Shape{64, DType::f32, 4}, Shape{128, DType::f32, 8}, Shape{256, DType::f32, 16},
-                         Shape{128, DType::bf16, 8}}) {
+                         Shape{128, DType::bf16, 8}, Shape{64, DType::f16, 4}}) {
     if (sh.group > warp) continue;
     for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
       for (DType gdtype : {DType::f32, DType::bf16}) {
@@ -487,14 +492,42 @@ TEST(GpuEmbeddingBackward, RowsThatFillTheGroupMatch) {
         c.zipf = 1.2;  // repeated rows, and heavy ones in the 7-row table
         const std::string what = "dim " + std::to_string(sh.dim) + " " + std::string(dtype_name(sh.wdtype)) + " " +
                                  std::string(optimizer_name(kind)) + " grad " + std::string(dtype_name(gdtype));
-        EXPECT_EQ(run_backward_case(s, c, what + " (fits)"), sh.group) << what;
+        const CaseOutcome fits = run_backward_case(s, c, what + " (fits)");
+        EXPECT_EQ(fits.fit_group, sh.group) << what;
+        EXPECT_GT(fits.stats.heavy_rows, 0) << what;
         s.gap = 1;  // gradient rows no longer aligned
-        EXPECT_EQ(run_backward_case(s, c, what + " (misaligned)"), 0) << what;
+        EXPECT_EQ(run_backward_case(s, c, what + " (misaligned)").fit_group, 0) << what;
         s.gap = 8;
         s.dims.back() = sh.dim / 2;  // one narrower table
-        EXPECT_EQ(run_backward_case(s, c, what + " (mixed dims)"), 0) << what;
+        EXPECT_EQ(run_backward_case(s, c, what + " (mixed dims)").fit_group, 0) << what;
       }
     }
+  }
+}
+
+// Enough distinct rows that every group of the specialized rows kernel's persistent grid walks
+// many segments (the indices fetched ahead, in two stages, are used), for each optimizer.
+TEST(GpuEmbeddingBackward, RowsThatFillTheGroupManySegments) {
+  PARITY_REQUIRE_GPU();
+  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
+    ProblemSpec s;
+    s.dims = {128, 128, 128};
+    s.rows = {400000, 60000, 9};
+    s.pooling = {Pooling::sum, Pooling::mean};
+    s.batch = 16384;
+    s.max_pool = 16;
+    s.gap = 8;
+    s.ld_extra = 8;
+    BackwardCase c;
+    c.kind = kind;
+    c.gdtype = DType::bf16;
+    const std::string what = std::string("many segments ") + std::string(optimizer_name(kind));
+    const CaseOutcome r = run_backward_case(s, c, what);
+    EXPECT_EQ(r.fit_group, 8) << what;
+    // More than 4 segments per group even on a grid of 8 blocks per SM (the kernel fits at most
+    // 5) of 16 groups (128 threads, 8 lanes per row).
+    const std::int64_t most_groups = static_cast<std::int64_t>(device_info().multiprocessor_count) * 8 * 16;
+    EXPECT_GT(r.stats.unique_rows, 4 * most_groups) << what;
   }
 }
 

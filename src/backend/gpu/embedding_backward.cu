@@ -29,7 +29,7 @@
 //   ~700 instructions per warp and set of rows, 46% of issue slots used, 16 warps per SM). When
 //   every table of the launch fills a group exactly (every DLRM table of dim 128) a specialization
 //   with a compile-time group and no column bounds or per-row alignment tests (kFit) halves that
-//   and fits 5 blocks per SM instead of 4: 4.72 ms instead of 5.66 for the MLPerf backward.
+//   and fits 5 blocks per SM instead of 4: 4.71-4.74 ms instead of 5.66 for the MLPerf backward.
 #include "backend/gpu/embedding.h"
 #include "backend/gpu/embedding_common.cuh"
 #include "backend/gpu/launch.h"
@@ -731,7 +731,8 @@ bool rows_fit(const EmbeddingTables& tables, const BackwardArgs& a, int vecs) {
 }
 
 // The rows kernel, specialized (kFit) for groups of 4, 8 or 16 lanes at the default lane shape
-// (16 bytes x 4 per lane: dims 64, 128, 256 in fp32, 128 in fp16/bf16) when the rows fit.
+// (16 elements per lane: four 16-byte vectors of fp32, two of fp16/bf16; dims 64, 128, 256) when
+// the rows fit.
 // Returns the specialization's group, or 0 for the general kernel.
 template <class W, class Gd, int kVecs, int kOpt>
 int launch_rows(Stream_t stream, const BackwardArgs& a, bool fit) {
