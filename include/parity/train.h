@@ -75,6 +75,11 @@ struct TrainResult {
   std::map<std::string, double> profile_ms_per_step;
   std::map<std::string, double> profile_ops_ms_per_step;  // "category: op"
   std::int64_t profiled_steps = 0;
+  // With TrainConfig::profile: the one-time costs the steady rate excludes, in seconds (the device
+  // drained at each mark): the first batch read and staged before any step runs, then each of
+  // the first two steps (BLAS plans, workspace and scratch growth).
+  double first_batch_s = 0;
+  std::vector<double> first_steps_s;
 };
 
 // Trains. Throws InputError on bad input (data, checkpoint), Error on other failures.

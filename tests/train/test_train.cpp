@@ -62,6 +62,29 @@ std::vector<std::vector<char>> tensor_bytes(const fs::path& file) {
   return out;
 }
 
+// --profile: the steady steps are timed by category, the one-time costs (first batch, the first
+// two steps) apart; profiling changes no result.
+TEST(Train, ProfileTimesTheStepsAndTheOneTimeCosts) {
+  TrainConfig cfg;
+  cfg.model = tiny();
+  cfg.batch = 64;
+  cfg.eval_examples = 512;
+  cfg.seed = 5;
+  cfg.steps = 10;
+  const TrainResult plain = train(cfg);
+  EXPECT_EQ(plain.profiled_steps, 0);
+  EXPECT_TRUE(plain.first_steps_s.empty());
+  cfg.profile = true;
+  const TrainResult r = train(cfg);
+  EXPECT_EQ(r.profiled_steps, 8);
+  EXPECT_FALSE(r.profile_ms_per_step.empty());
+  EXPECT_GT(r.first_batch_s, 0.0);
+  ASSERT_EQ(r.first_steps_s.size(), 2u);
+  for (double s : r.first_steps_s) EXPECT_GT(s, 0.0);
+  EXPECT_EQ(r.final_loss, plain.final_loss);
+  EXPECT_EQ(r.auc, plain.auc);
+}
+
 // Train N steps straight, or N/2, stop, resume for N/2: bit-identical weights and state.
 TEST(Train, ResumeGivesIdenticalWeights) {
   const fs::path straight = temp_dir("straight"), halves = temp_dir("halves");

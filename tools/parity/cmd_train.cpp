@@ -135,9 +135,15 @@ void print_profile(const TrainResult& r, const Plan* plan, std::int64_t batch) {
              plan != nullptr ? fmt::format("{:.3f}", predicted_total) : "");
   fmt::print("  by op:\n");
   for (const auto& [op, ms] : r.profile_ops_ms_per_step) fmt::print("    {:<40} {:>10.3f}\n", op, ms);
-  if (r.examples_per_s > 0)
-    fmt::print("  {:<26} {:>10.3f} {:>10}\n", "wall time per step", 1e3 * static_cast<double>(batch) / r.examples_per_s,
+  // The profiled steps are the steady ones: their wall time is the steady rate's.
+  const double rate = r.steady_examples_per_s > 0 ? r.steady_examples_per_s : r.examples_per_s;
+  if (rate > 0)
+    fmt::print("  {:<26} {:>10.3f} {:>10}\n", "wall time per step", 1e3 * static_cast<double>(batch) / rate,
                plan != nullptr ? fmt::format("{:.3f}", plan->prediction.step_s * 1e3) : "");
+  std::string first;
+  for (std::size_t i = 0; i < r.first_steps_s.size(); ++i) first += fmt::format(", step {} {:.1f} ms", i + 1, 1e3 * r.first_steps_s[i]);
+  fmt::print("  one-time costs (not in the rates after warm-up): first batch staged {:.1f} ms{}\n", 1e3 * r.first_batch_s,
+             first);
 }
 
 }  // namespace
