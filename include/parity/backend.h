@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -228,6 +229,13 @@ class Backend {
     (void)bytes;
   }
   virtual void release_constants() {}
+
+  // Runs `ops` (calls of this backend's ops with a step's real shapes) as a rehearsal: each op
+  // sizes its scratch and workspaces and plans its library calls as it would for real, and
+  // nothing else happens: no kernel, copy or library call is enqueued and no value changes. After
+  // a rehearsal of the step, the step itself allocates and plans nothing (Model::prepare). Backends
+  // with nothing to prepare (cpu) do not call `ops`.
+  virtual void rehearse(const std::function<void()>& ops) { (void)ops; }
 
   // ---- profiling: timing marks on the compute queue ----
   // timing_mark(i) records mark i (device events on GPUs: the time the queue reaches it; the

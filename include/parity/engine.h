@@ -55,6 +55,11 @@ class Model {
   static constexpr int kInputSlots = 2;
   void stage(const Batch& batch);
   void train_staged();
+  // Makes the first step allocate and plan nothing: rehearses forward, backward and update on the
+  // oldest staged batch's shapes (Backend::rehearse: scratch, workspaces and library plans made,
+  // nothing enqueued, no value changed) and allocates every input slot's pinned staging memory.
+  // Call it once, after staging the first batch; it neither trains nor takes the batch.
+  void prepare();
   int staged() const { return static_cast<int>(staged_count_); }
   // Mean loss of the last train_step (synchronises).
   float last_loss();
@@ -112,6 +117,9 @@ class Model {
     SparseInput sparse;                  // device pointers into this slot
   };
   void check_batch(const Batch& batch) const;
+  // The slot's pinned staging memory holds at least `bytes` (and a full batch at the spec's
+  // pooling), reallocated when not.
+  void ensure_pinned(InputSlot& slot, std::size_t bytes);
   // The oldest staged slot, taken off the queue.
   int take_staged();
   // A staged slot in use by the step being enqueued: the compute queue waits for its copies, and
@@ -161,6 +169,7 @@ class Model {
   void end_profiled_step();
   void read_profile(int parity);
   bool profiling_ = false;
+  bool rehearsing_ = false;  // inside prepare(): no timing marks
   int mark_parity_ = 0;               // marks of alternate steps use separate event sets
   std::vector<std::pair<std::string, std::string>> marks_[2];  // (category, op) at each mark
   bool pending_[2] = {false, false};

@@ -67,7 +67,7 @@ struct TrainResult {
   double auc = 0;
   double eval_log_loss = 0;
   double teacher_auc = 0;
-  double examples_per_s = 0;       // training steps only (evaluation and checkpoints excluded)
+  double examples_per_s = 0;       // training steps only (evaluation, checkpoints, Model::prepare excluded)
   double steady_examples_per_s = 0;  // the same after the first two steps (one-time set-up excluded)
   std::filesystem::path last_checkpoint;
   // With TrainConfig::profile: milliseconds per step by op category (device timing marks),
@@ -77,9 +77,11 @@ struct TrainResult {
   std::int64_t profiled_steps = 0;
   // With TrainConfig::profile: the one-time costs the steady rate excludes, in seconds (the device
   // drained at each mark): the first batch read and staged before any step runs, then each of
-  // the first two steps (BLAS plans, workspace and scratch growth).
+  // the first two steps (the second includes staging the third batch, not overlapped then).
   double first_batch_s = 0;
   std::vector<double> first_steps_s;
+  // Model::prepare before the first step (every run; not counted in the rates).
+  double prepare_s = 0;
 };
 
 // Trains. Throws InputError on bad input (data, checkpoint), Error on other failures.

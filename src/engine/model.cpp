@@ -244,6 +244,19 @@ void parallel_copy(void* dst, const void* src, std::size_t bytes) {
 
 std::size_t align8(std::size_t x) { return (x + 7) / 8 * 8; }
 
+// Pinned staging layout of a batch: dense | labels | offsets | ids, 8-byte aligned.
+struct PinnedLayout {
+  std::size_t labels, offsets, ids, total;
+};
+PinnedLayout pinned_layout(std::size_t dense_floats, std::size_t labels, std::size_t offsets, std::size_t ids) {
+  PinnedLayout l{};
+  l.labels = align8(dense_floats * 4);
+  l.offsets = l.labels + align8(labels * 4);
+  l.ids = l.offsets + offsets * 8;
+  l.total = l.ids + ids * 8;
+  return l;
+}
+
 }  // namespace
 
 void Model::stage(const Batch& batch) {
@@ -255,39 +268,16 @@ void Model::stage(const Batch& batch) {
   InputSlot& slot = slots_[index];
   const std::int64_t n = batch.size;
   const auto nids = static_cast<std::int64_t>(batch.ids.size());
-  // Pinned staging layout: dense | labels | offsets | ids, 8-byte aligned.
-  struct Layout {
-    std::size_t labels, offsets, ids, total;
-  };
-  auto layout = [](std::size_t dense_floats, std::size_t labels, std::size_t offsets, std::size_t ids) {
-    Layout l{};
-    l.labels = align8(dense_floats * 4);
-    l.offsets = l.labels + align8(labels * 4);
-    l.ids = l.offsets + offsets * 8;
-    l.total = l.ids + ids * 8;
-    return l;
-  };
   const std::size_t dense_bytes = batch.dense.size() * 4, label_bytes = batch.labels.size() * 4;
   const std::size_t offset_bytes = batch.offsets.size() * 8, id_bytes = static_cast<std::size_t>(nids) * 8;
-  const Layout at = layout(batch.dense.size(), batch.labels.size(), batch.offsets.size(), static_cast<std::size_t>(nids));
+  const PinnedLayout at =
+      pinned_layout(batch.dense.size(), batch.labels.size(), batch.offsets.size(), static_cast<std::size_t>(nids));
 
   // Backends that copy in the background read from pinned staging memory; the others (cpu) copy
   // at once, straight from the batch.
   const bool staging = backend_.copies_in_background();
   backend_.begin_input(index);  // the slot's last copies have read its pinned memory
-  if (staging && at.total > slot.pinned_bytes) {  // first use, or ids beyond the capacity: room for a full batch
-    backend_.deallocate_pinned(slot.pinned);
-    slot.pinned = nullptr;
-    slot.pinned_bytes = 0;
-    const auto B = static_cast<std::size_t>(max_batch_);
-    const std::size_t want =
-        std::max(at.total, layout(B * static_cast<std::size_t>(spec_.dense_features), B,
-                                  B * static_cast<std::size_t>(spec_.num_tables()) + 1,
-                                  std::max(static_cast<std::size_t>(slot.ids_capacity), static_cast<std::size_t>(nids)))
-                               .total);
-    slot.pinned = backend_.allocate_pinned(want);
-    slot.pinned_bytes = want;
-  }
+  if (staging) ensure_pinned(slot, at.total);  // first use (unless prepared), or ids beyond the capacity
   if (nids > slot.ids_capacity) {  // variable pooling above the spec's sizes: grow once
     const std::int64_t capacity = nids + nids / 4;
     Buffer grown(backend_, static_cast<std::size_t>(capacity) * 8);  // may throw: the slot stays as it was
@@ -323,6 +313,45 @@ void Model::stage(const Batch& batch) {
                             slot.offsets.as<std::int64_t>(), nids};
   ++staged_total_;
   ++staged_count_;
+}
+
+void Model::ensure_pinned(InputSlot& slot, std::size_t bytes) {
+  if (bytes <= slot.pinned_bytes) return;
+  backend_.deallocate_pinned(slot.pinned);
+  slot.pinned = nullptr;
+  slot.pinned_bytes = 0;
+  const auto B = static_cast<std::size_t>(max_batch_);
+  const std::size_t full = pinned_layout(B * static_cast<std::size_t>(spec_.dense_features), B,
+                                         B * static_cast<std::size_t>(spec_.num_tables()) + 1,
+                                         static_cast<std::size_t>(slot.ids_capacity))
+                               .total;
+  const std::size_t want = std::max(bytes, full);
+  slot.pinned = backend_.allocate_pinned(want);
+  slot.pinned_bytes = want;
+}
+
+void Model::prepare() {
+  if (staged_count_ == 0) throw Error("Model::prepare: no batch is staged (its shapes are what is rehearsed)");
+  // Pinned staging memory for the slots not used yet (a used one was sized when staged).
+  if (backend_.copies_in_background()) {
+    for (InputSlot& slot : slots_)
+      if (slot.pinned_bytes == 0) ensure_pinned(slot, 0);
+  }
+  const int index = static_cast<int>((staged_total_ - staged_count_) % kInputSlots);  // the next to train
+  in_ = &slots_[index];
+  rehearsing_ = true;
+  struct Reset {
+    Model& m;
+    ~Reset() {
+      m.in_ = nullptr;
+      m.rehearsing_ = false;
+    }
+  } reset{*this};
+  const std::int64_t n = in_->sparse.batch;
+  backend_.rehearse([&] {
+    forward(n);
+    backward(n);
+  });
 }
 
 int Model::take_staged() {
@@ -527,7 +556,7 @@ void Model::set_profiling(bool on) {
 }
 
 void Model::section(const char* category, std::string_view op) {
-  if (!profiling_) return;
+  if (!profiling_ || rehearsing_) return;
   auto& marks = marks_[mark_parity_];
   // A step has a mark set of 64; a deeper model's extra sections fold into the one before (the
   // last mark is kept for the end of the step).

@@ -176,6 +176,9 @@ TEST(Model, StagedPipelineMatchesStepByStep) {
   for (const Batch& x : batches) a.train_step(x);
   constexpr std::size_t ahead = Model::kInputSlots;
   for (std::size_t k = 0; k < ahead; ++k) b.stage(batches[k]);
+  b.prepare();  // a rehearsal changes nothing (and takes no batch)
+  EXPECT_EQ(b.staged(), static_cast<int>(ahead));
+  EXPECT_EQ(b.step(), 0);
   for (std::size_t k = 0; k < batches.size(); ++k) {
     EXPECT_EQ(b.staged(), static_cast<int>(std::min(ahead, batches.size() - k)));
     b.train_staged();
@@ -197,6 +200,7 @@ TEST(Model, StagingMisuseIsAnError) {
   Batch b;
   data.batch(Split::train, 0, 8, b);
   EXPECT_THROW(model.train_staged(), Error);  // nothing staged
+  EXPECT_THROW(model.prepare(), Error);       // nothing staged: no shapes to rehearse
   model.stage(b);
   model.stage(b);
   EXPECT_THROW(model.stage(b), Error);  // both slots full

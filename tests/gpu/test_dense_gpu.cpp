@@ -949,8 +949,11 @@ std::filesystem::path model_path(const std::string& name) {
 }
 
 // Per-step losses of `steps` training steps of a fresh model on `backend`.
+// Losses of `steps` steps; with `prepare`, Model::prepare runs on the first batch before step 1
+// (after_prepare: the counters then).
 std::vector<float> train_losses(const ModelSpec& spec, Backend& backend, int steps, std::uint64_t seed,
-                                GpuBackend::Counters* after_first = nullptr) {
+                                GpuBackend::Counters* after_first = nullptr, bool prepare = false,
+                                GpuBackend::Counters* after_prepare = nullptr) {
   SyntheticData data(spec, seed);
   const std::int64_t batch = spec.batch_size;
   Model model(spec, backend, batch, seed);
@@ -958,7 +961,12 @@ std::vector<float> train_losses(const ModelSpec& spec, Backend& backend, int ste
   Batch b;
   for (int step = 0; step < steps; ++step) {
     data.batch(Split::train, step, batch, b);
-    model.train_step(b);
+    model.stage(b);
+    if (step == 0 && prepare) {
+      model.prepare();
+      if (after_prepare != nullptr) *after_prepare = static_cast<GpuBackend&>(backend).counters();
+    }
+    model.train_staged();
     losses.push_back(model.last_loss());
     if (step == 0 && after_first != nullptr) *after_first = static_cast<GpuBackend&>(backend).counters();
   }
@@ -1092,6 +1100,33 @@ TEST_P(GpuEngine, Bf16AndTf32TrackFp32For500Steps) {
       EXPECT_LE(d.max_rel, kLossTolerance) << "bf16";
       EXPECT_LE(d32.max_rel, kLossTolerance) << "tf32";
     }
+  }
+}
+
+// Model::prepare (a rehearsal of the step on the first batch's shapes) leaves the first step
+// nothing to allocate, grow or plan, and changes no value: the losses are the same bits as
+// without it. fp32 and bf16 dense math.
+TEST_P(GpuEngine, PrepareLeavesTheFirstStepNothingToAllocate) {
+  PARITY_REQUIRE_GPU();
+  const ModelSpec spec = load_model_spec(model_path(GetParam()));
+  constexpr int kSteps = 20;
+  for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
+    const std::string label = GetParam() + " " + std::string(dense_math_name(math));
+    GpuBackend plain(math), prepared(math);
+    const std::vector<float> ref = train_losses(spec, plain, kSteps, 11);
+    GpuBackend::Counters before = prepared.counters(), after_prepare, after_first;
+    const std::vector<float> got = train_losses(spec, prepared, kSteps, 11, &after_first, true, &after_prepare);
+    const GpuBackend::Counters last = prepared.counters();
+    ASSERT_EQ(got.size(), ref.size());
+    for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(got[i], ref[i]) << label << ": step " << i + 1;
+    EXPECT_GT(after_prepare.blas_plans, before.blas_plans) << label << ": the rehearsal planned nothing";
+    EXPECT_GT(after_prepare.scratch_growths, before.scratch_growths) << label << ": the rehearsal sized nothing";
+    for (const GpuBackend::Counters& c : {after_first, last}) {
+      EXPECT_EQ(c.allocations, after_prepare.allocations) << label << ": allocate() called in a step";
+      EXPECT_EQ(c.scratch_growths, after_prepare.scratch_growths) << label << ": scratch grew in a step";
+      EXPECT_EQ(c.blas_plans, after_prepare.blas_plans) << label << ": a BLAS plan was built in a step";
+    }
+    EXPECT_EQ(last.host_syncs, 0) << label;
   }
 }
 

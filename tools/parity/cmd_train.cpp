@@ -142,8 +142,9 @@ void print_profile(const TrainResult& r, const Plan* plan, std::int64_t batch) {
                plan != nullptr ? fmt::format("{:.3f}", plan->prediction.step_s * 1e3) : "");
   std::string first;
   for (std::size_t i = 0; i < r.first_steps_s.size(); ++i) first += fmt::format(", step {} {:.1f} ms", i + 1, 1e3 * r.first_steps_s[i]);
-  fmt::print("  one-time costs (not in the rates after warm-up): first batch staged {:.1f} ms{}\n", 1e3 * r.first_batch_s,
-             first);
+  fmt::print("  one-time costs (not in the rates after warm-up): first batch staged {:.1f} ms, step's workspaces and "
+             "plans prepared {:.1f} ms{}\n",
+             1e3 * r.first_batch_s, 1e3 * r.prepare_s, first);
 }
 
 }  // namespace

@@ -241,6 +241,7 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
                     alignment_of(g.d),
                     alignment_of(own_c ? g.c : g.d)};
   Plan& p = impl_->plan_for(key);
+  if (rehearsing()) return;  // planned, not enqueued (RehearsalScope)
   const bool fused = p.fused && key.epilogue == g.epilogue;
   if (fused && has_bias(g.epilogue)) check_blas(blas::desc_set_bias(p.desc, g.bias), "bias pointer", &key);
   const float alpha = 1.0f;

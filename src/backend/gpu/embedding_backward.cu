@@ -808,7 +808,9 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, W
   if (in.batch > ws.max_batch() || in.nnz > ws.max_nnz() || tables.max_dim() > ws.max_dim_) {
     throw InputError(cat(op, ": batch ", in.batch, " with ", in.nnz, " ids (max dim ", tables.max_dim(), ") exceeds the workspace (batch ", ws.max_batch(), ", ", ws.max_nnz(), " ids, dim ", ws.max_dim_, ")"));
   }
-  check(memset_async(ws.counters_.data(), 0, ws.counters_.bytes(), stream), "embedding_backward_update: counters");
+  if (!rehearsing()) {
+    check(memset_async(ws.counters_.data(), 0, ws.counters_.bytes(), stream), "embedding_backward_update: counters");
+  }
   ws.last_fit_group_ = 0;
   if (in.nnz == 0 || in.batch == 0) return;
 

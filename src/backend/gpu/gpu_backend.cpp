@@ -416,6 +416,14 @@ void GpuBackend::hold_constant(const void* p, std::size_t bytes) {
   impl_->held.push_back({b, b + bytes});
 }
 
+void GpuBackend::rehearse(const std::function<void()>& ops) {
+  {
+    const gpu::RehearsalScope scope;
+    ops();
+  }
+  release_constants();  // the rehearsal's held copies were never written
+}
+
 void GpuBackend::release_constants() {
   impl_->held.clear();
   for (auto& c : impl_->copies) c.valid = false;
@@ -525,7 +533,7 @@ void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, 
     im.scratch.count_growth();
   }
   gpu::UpdateOptions upd;
-  upd.step = im.emb_updates++;
+  upd.step = gpu::rehearsing() ? im.emb_updates : im.emb_updates++;  // a rehearsal takes no step
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, nnz};
   gpu::embedding_backward_update(im.s(), *im.emb_tables, {weights, DType::f32}, state, din, dout, opt, upd,
                                  *im.emb_workspace);

@@ -71,6 +71,7 @@ class GpuBackend final : public Backend {
   // Held memory's bf16 product operands are converted once and reused until release.
   void hold_constant(const void* p, std::size_t bytes) override;
   void release_constants() override;
+  void rehearse(const std::function<void()>& ops) override;
   // Timing marks are device events recorded on the compute stream.
   void timing_mark(int i) override;
   double timing_elapsed_ms(int i, int j) override;

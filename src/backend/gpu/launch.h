@@ -37,6 +37,7 @@ void launch(const char* name, void (*kernel)(KernelArgs...), const LaunchShape& 
             Args&&... args) {
   if (shape.grid == 0) return;  // nothing to do
   detail::validate_launch(name, reinterpret_cast<const void*>(kernel), shape);
+  if (rehearsing()) return;  // checked, not enqueued (RehearsalScope)
   kernel<<<dim3(static_cast<unsigned>(shape.grid)), dim3(static_cast<unsigned>(shape.block)), shape.smem,
            stream>>>(std::forward<Args>(args)...);
   detail::after_launch(name, stream);

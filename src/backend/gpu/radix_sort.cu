@@ -192,6 +192,7 @@ int RadixSorter::sort_pairs(Stream_t stream, std::uint32_t* const keys[2], std::
       throw GpuError(cat("radix sort: CUB needs ", bytes, " bytes of temporary storage, ", temp_bytes_, " were reserved"));
     }
     bytes = temp_bytes_;
+    if (rehearsing()) return 0;  // sized, not enqueued (RehearsalScope)
     check(cub::DeviceRadixSort::SortPairs(temp_.data(), bytes, k, v, static_cast<int>(n), 0, end_bit, stream),
           "cub::DeviceRadixSort::SortPairs");
     return k.selector;

@@ -232,4 +232,14 @@ void after_launch(const char* name, Stream_t stream) {
 
 }  // namespace detail
 
+// ------------------------------------------------------------- rehearsal --
+
+namespace {
+thread_local bool t_rehearsing = false;
+}  // namespace
+
+bool rehearsing() { return t_rehearsing; }
+RehearsalScope::RehearsalScope() : outer_(t_rehearsing) { t_rehearsing = true; }
+RehearsalScope::~RehearsalScope() { t_rehearsing = outer_; }
+
 }  // namespace parity::gpu

@@ -105,6 +105,24 @@ class Event {
   Event_t e_ = nullptr;
 };
 
+// -------------------------------------------------------------- rehearsal --
+
+// A rehearsal (GpuBackend::rehearse) runs a sequence of ops so that each sizes its scratch and
+// workspaces and plans its library calls, with nothing enqueued: while a RehearsalScope is open
+// on a thread, launch(), the BLAS products, the vendor sort and the ops' memsets on that thread
+// return without enqueuing work. Host-side preparation (allocation, plans) still happens.
+bool rehearsing();
+class RehearsalScope {
+ public:
+  RehearsalScope();
+  ~RehearsalScope();
+  RehearsalScope(const RehearsalScope&) = delete;
+  RehearsalScope& operator=(const RehearsalScope&) = delete;
+
+ private:
+  bool outer_;
+};
+
 // ---------------------------------------------------------------- buffers --
 
 namespace detail {
