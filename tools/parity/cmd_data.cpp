@@ -21,6 +21,15 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// The options every dataset writer shares: the model, the part-file size, the output directory.
+void add_writer_options(CLI::App* cmd, std::string& model, std::int64_t& per_file, std::string& out) {
+  cmd->add_option("--model", model, "Model YAML file or zoo name")->capture_default_str();
+  cmd->add_option("--examples-per-file", per_file, "Examples per part file")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--out", out, "Directory to create")->required();
+}
+
 void add_synth(CLI::App& data) {
   struct Args {
     std::string model = "tiny", out;
@@ -33,16 +42,12 @@ void add_synth(CLI::App& data) {
       "Write the model's synthetic planted-teacher data (the batches parity train makes on the fly\n"
       "for the same --seed) as a shard dataset.\n\n"
       "Example:\n  parity data synth --model mlperf-dlrmv2 --examples 8388608 --out data/mlperf-synth");
-  cmd->add_option("--model", args->model, "Model YAML file or zoo name")->capture_default_str();
+  add_writer_options(cmd, args->model, args->per_file, args->out);
   cmd->add_option("--examples", args->examples, "Training examples to write")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--eval-examples", args->eval_examples, "Held-out examples to write")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the synthetic data (as parity train --seed)")->capture_default_str();
-  cmd->add_option("--examples-per-file", args->per_file, "Examples per part file")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--out", args->out, "Directory to create")->required();
   cmd->callback([args] {
     const ModelSpec model = load_model_spec(resolve_model(args->model));
     const SyntheticData synth(model, args->seed);
@@ -75,16 +80,12 @@ void add_convert(CLI::App& data) {
       "convert",
       "Convert Criteo TSV files into a shard dataset (ids hashed into the model's tables).\n\n"
       "Example:\n  parity data convert --model criteo-small --data day_0.tsv --eval-data day_23.tsv --out data/criteo");
-  cmd->add_option("--model", args->model, "Model YAML file or zoo name")->capture_default_str();
+  add_writer_options(cmd, args->model, args->per_file, args->out);
   cmd->add_option("--data", args->train, "Criteo TSV files of the training split")->required();
   cmd->add_option("--eval-data", args->eval, "Criteo TSV files of the held-out split")->required();
   cmd->add_option("--on-bad-line", args->on_bad_line, "What to do with a malformed line: stop or skip")
       ->check(CLI::IsMember({"stop", "skip"}))
       ->capture_default_str();
-  cmd->add_option("--examples-per-file", args->per_file, "Examples per part file")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--out", args->out, "Directory to create")->required();
   cmd->callback([args] {
     const ModelSpec model = load_model_spec(resolve_model(args->model));
     ShardWriter writer(args->out, model, fmt::format("criteo tsv, model {}", model.name), args->per_file);
