@@ -25,7 +25,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 void add_writer_options(CLI::App* cmd, std::string& model, std::int64_t& per_file, std::string& out) {
   cmd->add_option("--model", model, "Model YAML file or zoo name")->capture_default_str();
   cmd->add_option("--examples-per-file", per_file, "Examples per part file")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_integer())
       ->capture_default_str();
   cmd->add_option("--out", out, "Directory to create")->required();
 }
@@ -43,9 +43,9 @@ void add_synth(CLI::App& data) {
       "for the same --seed) as a shard dataset.\n\n"
       "Example:\n  parity data synth --model mlperf-dlrmv2 --examples 8388608 --out data/mlperf-synth");
   add_writer_options(cmd, args->model, args->per_file, args->out);
-  cmd->add_option("--examples", args->examples, "Training examples to write")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--examples", args->examples, "Training examples to write")->required()->check(positive_integer());
   cmd->add_option("--eval-examples", args->eval_examples, "Held-out examples to write")
-      ->check(CLI::NonNegativeNumber)
+      ->check(nonnegative_integer())
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the synthetic data (as parity train --seed)")->capture_default_str();
   cmd->callback([args] {

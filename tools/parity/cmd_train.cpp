@@ -178,16 +178,16 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--steps", args->steps,
                   "Total steps (resumed ones included); default 1000 on synthetic data, one pass "
                   "over --data files")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonnegative_integer());
   cmd->add_option("--batch", args->batch, "Examples per step (default: the model's batch_size)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   cmd->add_option("--seed", args->seed, "Seed of initialisation and synthetic data")
       ->capture_default_str();
   cmd->add_option("--checkpoint", args->checkpoint,
                   "Directory for checkpoints (safetensors, written atomically)");
   cmd->add_option("--checkpoint-every", args->checkpoint_every,
                   "Steps between checkpoints (default: at the end only)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonnegative_integer());
   cmd->add_flag("--resume", args->resume, "Continue from the newest checkpoint in --checkpoint");
   cmd->add_option("--backend", args->backend,
                   "Backend: auto (the GPU where one is usable, else cpu), cpu, gpu (cuda)")
@@ -209,10 +209,10 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"stop", "skip"}))
       ->capture_default_str();
   cmd->add_option("--eval-examples", args->eval_examples, "Held-out examples to evaluate on")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_integer())
       ->capture_default_str();
   cmd->add_option("--eval-every", args->eval_every, "Steps between evaluations (0: at the end only)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(nonnegative_integer())
       ->capture_default_str();
   cmd->callback([args, model_opt] {
     TrainConfig cfg;
