@@ -117,9 +117,9 @@ class Model {
     SparseInput sparse;                  // device pointers into this slot
   };
   void check_batch(const Batch& batch) const;
-  // The slot's pinned staging memory holds at least `bytes` (and a full batch at the spec's
-  // pooling), reallocated when not.
-  void ensure_pinned(InputSlot& slot, std::size_t bytes);
+  // The slot's pinned staging memory exists and holds at least `bytes`; when (re)allocated, it
+  // is sized for a full batch of max(ids_capacity, nids) ids.
+  void ensure_pinned(InputSlot& slot, std::size_t bytes, std::int64_t nids);
   // The oldest staged slot, taken off the queue.
   int take_staged();
   // A staged slot in use by the step being enqueued: the compute queue waits for its copies, and

@@ -277,7 +277,7 @@ void Model::stage(const Batch& batch) {
   // at once, straight from the batch.
   const bool staging = backend_.copies_in_background();
   backend_.begin_input(index);  // the slot's last copies have read its pinned memory
-  if (staging) ensure_pinned(slot, at.total);  // first use (unless prepared), or ids beyond the capacity
+  if (staging) ensure_pinned(slot, at.total, nids);  // first use (unless prepared), or ids beyond the capacity
   if (nids > slot.ids_capacity) {  // variable pooling above the spec's sizes: grow once
     const std::int64_t capacity = nids + nids / 4;
     Buffer grown(backend_, static_cast<std::size_t>(capacity) * 8);  // may throw: the slot stays as it was
@@ -315,15 +315,15 @@ void Model::stage(const Batch& batch) {
   ++staged_count_;
 }
 
-void Model::ensure_pinned(InputSlot& slot, std::size_t bytes) {
-  if (bytes <= slot.pinned_bytes) return;
+void Model::ensure_pinned(InputSlot& slot, std::size_t bytes, std::int64_t nids) {
+  if (slot.pinned != nullptr && bytes <= slot.pinned_bytes) return;
   backend_.deallocate_pinned(slot.pinned);
   slot.pinned = nullptr;
   slot.pinned_bytes = 0;
   const auto B = static_cast<std::size_t>(max_batch_);
   const std::size_t full = pinned_layout(B * static_cast<std::size_t>(spec_.dense_features), B,
                                          B * static_cast<std::size_t>(spec_.num_tables()) + 1,
-                                         static_cast<std::size_t>(slot.ids_capacity))
+                                         static_cast<std::size_t>(std::max(slot.ids_capacity, nids)))
                                .total;
   const std::size_t want = std::max(bytes, full);
   slot.pinned = backend_.allocate_pinned(want);
@@ -335,7 +335,7 @@ void Model::prepare() {
   // Pinned staging memory for the slots not used yet (a used one was sized when staged).
   if (backend_.copies_in_background()) {
     for (InputSlot& slot : slots_)
-      if (slot.pinned_bytes == 0) ensure_pinned(slot, 0);
+      if (slot.pinned == nullptr) ensure_pinned(slot, 0, 0);
   }
   const int index = static_cast<int>((staged_total_ - staged_count_) % kInputSlots);  // the next to train
   in_ = &slots_[index];

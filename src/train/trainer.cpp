@@ -276,8 +276,7 @@ TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
     // Workspaces, scratch and library plans made on the first batch's shapes before the first
     // step (set-up, like building the model: not counted as training time).
     const auto p0 = Clock::now();
-    model.prepare();
-    backend->synchronize();
+    model.prepare();  // enqueues nothing: no synchronisation (the first batch's copy stays in step 1)
     const auto pause = Clock::now() - p0;
     result.prepare_s = std::chrono::duration<double>(pause).count();
     paused_seconds += result.prepare_s;

@@ -1121,7 +1121,9 @@ TEST_P(GpuEngine, PrepareLeavesTheFirstStepNothingToAllocate) {
     for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(got[i], ref[i]) << label << ": step " << i + 1;
     EXPECT_GT(after_prepare.blas_plans, before.blas_plans) << label << ": the rehearsal planned nothing";
     EXPECT_GT(after_prepare.scratch_growths, before.scratch_growths) << label << ": the rehearsal sized nothing";
+    EXPECT_EQ(after_prepare.pinned_allocations, Model::kInputSlots) << label << ": every input slot's pinned memory";
     for (const GpuBackend::Counters& c : {after_first, last}) {
+      EXPECT_EQ(c.pinned_allocations, after_prepare.pinned_allocations) << label << ": pinned memory allocated in a step";
       EXPECT_EQ(c.allocations, after_prepare.allocations) << label << ": allocate() called in a step";
       EXPECT_EQ(c.scratch_growths, after_prepare.scratch_growths) << label << ": scratch grew in a step";
       EXPECT_EQ(c.blas_plans, after_prepare.blas_plans) << label << ": a BLAS plan was built in a step";

@@ -761,13 +761,13 @@ int launch_update(Stream_t stream, const BackwardArgs& a, bool fit, BackwardProf
     case kAdagrad: fit_group = launch_rows<W, Gd, kVecs, kAdagrad>(stream, a, fit); break;
     default: fit_group = launch_rows<W, Gd, kVecs, kRowwise>(stream, a, fit); break;
   }
-  if (profile != nullptr) profile->events[4].record(stream);
+  if (profile != nullptr && !rehearsing()) profile->events[4].record(stream);
   auto chunks = embedding_backward_chunks_kernel<W, Gd, kVecs>;
   auto heavy = embedding_backward_heavy_kernel<W, Gd, kVecs>;
   const std::size_t smem = static_cast<std::size_t>(kBlock / a.group) * a.partial_ld * sizeof(float);
   launch("embedding_backward_chunks", chunks, {resident_blocks(chunks, kBlock, 0), kBlock, 0}, stream, a);
   launch("embedding_backward_heavy", heavy, {resident_blocks(heavy, kBlock, smem), kBlock, smem}, stream, a);
-  if (profile != nullptr) profile->events[5].record(stream);
+  if (profile != nullptr && !rehearsing()) profile->events[5].record(stream);
   return fit_group;
 }
 
@@ -815,7 +815,7 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, W
   if (in.nnz == 0 || in.batch == 0) return;
 
   auto mark = [&](int i) {
-    if (update.profile != nullptr) update.profile->events[i].record(stream);
+    if (update.profile != nullptr && !rehearsing()) update.profile->events[i].record(stream);
   };
   mark(0);
   const std::int64_t bags = in.batch * in.num_tables;

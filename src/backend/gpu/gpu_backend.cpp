@@ -247,6 +247,7 @@ struct GpuBackend::Impl {
 
   std::int64_t nnz_of(const SparseInput& in) {
     if (in.nnz >= 0) return in.nnz;  // the engine always says; other callers may not
+    if (gpu::rehearsing()) throw Error("GpuBackend::rehearse: an embedding op needs the id count (SparseInput::nnz)");
     std::int64_t v = 0;
     const std::int64_t* last = in.offsets + static_cast<std::int64_t>(in.num_tables) * in.batch;
     gpu::check(gpu::memcpy_async(&v, last, sizeof v, s()), "embedding: reading the id count");
@@ -373,7 +374,9 @@ void GpuBackend::synchronize() {
 // ---------------------------------------------------------- input pipeline --
 
 void* GpuBackend::allocate_pinned(std::size_t bytes) {
-  return bytes == 0 ? nullptr : gpu::detail::host_alloc(bytes, "GpuBackend::allocate_pinned");
+  if (bytes == 0) return nullptr;
+  ++impl_->counters.pinned_allocations;
+  return gpu::detail::host_alloc(bytes, "GpuBackend::allocate_pinned");
 }
 
 void GpuBackend::deallocate_pinned(void* p) noexcept {
@@ -417,11 +420,12 @@ void GpuBackend::hold_constant(const void* p, std::size_t bytes) {
 }
 
 void GpuBackend::rehearse(const std::function<void()>& ops) {
-  {
-    const gpu::RehearsalScope scope;
-    ops();
-  }
-  release_constants();  // the rehearsal's held copies were never written
+  struct Release {  // the rehearsal's held copies were never written (also when an op throws)
+    GpuBackend& b;
+    ~Release() { b.release_constants(); }
+  } release{*this};
+  const gpu::RehearsalScope scope;
+  ops();
 }
 
 void GpuBackend::release_constants() {

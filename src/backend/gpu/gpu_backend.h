@@ -117,6 +117,7 @@ class GpuBackend final : public Backend {
   // What the backend has done behind the interface, for tests and benchmarks.
   struct Counters {
     std::int64_t allocations = 0;      // allocate() calls
+    std::int64_t pinned_allocations = 0;  // allocate_pinned() calls (non-empty)
     std::int64_t scratch_growths = 0;  // internal scratch (re)allocations, embedding workspace included
     std::int64_t blas_plans = 0;       // cuBLASLt descriptors + algorithms built
     std::int64_t epilogue_fallbacks = 0;  // plans whose bias/ReLU could not be fused (blas.h)
