@@ -77,41 +77,46 @@ std::int64_t check_dot(const char* op, const V& dense, const V& emb, int num_tab
   return dense.cols + f * (f - 1) / 2;
 }
 
-// cross_forward: x0, xl, z, x_next [B, N]; v [r, N]; w [N, r]; u [B, r].
+// The operands a cross layer's forward and backward share: x0, xl, z [B, N]; v [r, N]; w [N, r];
+// u [B, r]. Returns {B, N, r}.
+struct CrossShape {
+  std::int64_t batch, n, rank;
+};
+template <class A, class P, class O>
+CrossShape check_cross_operands(const char* op, const A& x0, const A& xl, const P& v, const P& w, const O& u,
+                                const O& z) {
+  check_view(op, "x0", x0);
+  check_view(op, "v", v);
+  const CrossShape c{x0.rows, x0.cols, v.rows};
+  check_shape(op, "xl", xl, c.batch, c.n);
+  check_shape(op, "v", v, c.rank, c.n);
+  check_shape(op, "w", w, c.n, c.rank);
+  check_shape(op, "u", u, c.batch, c.rank);
+  check_shape(op, "z", z, c.batch, c.n);
+  return c;
+}
+
+// cross_forward: the shared operands, and x_next [B, N].
 template <class A, class P, class O>
 void check_cross_forward(const A& x0, const A& xl, const P& v, const P& w, const O& u, const O& z, const O& x_next) {
   constexpr const char* op = "cross_forward";
-  check_view(op, "x0", x0);
-  check_view(op, "v", v);
-  const std::int64_t batch = x0.rows, n = x0.cols, rank = v.rows;
-  check_shape(op, "xl", xl, batch, n);
-  check_shape(op, "v", v, rank, n);
-  check_shape(op, "w", w, n, rank);
-  check_shape(op, "u", u, batch, rank);
-  check_shape(op, "z", z, batch, n);
-  check_shape(op, "x_next", x_next, batch, n);
+  const CrossShape c = check_cross_operands(op, x0, xl, v, w, u, z);
+  check_shape(op, "x_next", x_next, c.batch, c.n);
 }
 
-// cross_backward: as cross_forward, with dx_next, dx0 and dxl (unless xl is x0) [B, N], dv [r, N],
-// dw [N, r] and du_scratch [B, r] unless it is empty.
+// cross_backward: the shared operands, and dx_next, dx0 and dxl (unless xl is x0) [B, N],
+// dv [r, N], dw [N, r] and du_scratch [B, r] unless it is empty.
 template <class A, class P, class G, class D, class M>
 void check_cross_backward(const A& x0, const A& xl, const P& v, const P& w, const A& u, const A& z, const G& dx_next,
                           const D& dx0, const D& dxl, const M& dv, const M& dw, const M& du_scratch, bool xl_is_x0) {
   constexpr const char* op = "cross_backward";
-  check_view(op, "x0", x0);
-  check_view(op, "v", v);
-  const std::int64_t batch = x0.rows, n = x0.cols, rank = v.rows;
-  check_shape(op, "xl", xl, batch, n);
-  check_shape(op, "v", v, rank, n);
-  check_shape(op, "w", w, n, rank);
-  check_shape(op, "u", u, batch, rank);
-  check_shape(op, "z", z, batch, n);
-  check_shape(op, "dx_next", dx_next, batch, n);
-  check_shape(op, "dx0", dx0, batch, n);
-  if (!xl_is_x0) check_shape(op, "dxl", dxl, batch, n);
-  check_shape(op, "dv", dv, rank, n);
-  check_shape(op, "dw", dw, n, rank);
-  if (du_scratch.data != nullptr) check_shape(op, "du_scratch", du_scratch, batch, rank);
+  const CrossShape c = check_cross_operands(op, x0, xl, v, w, u, z);
+  check_shape(op, "dx_next", dx_next, c.batch, c.n);
+  check_shape(op, "dx0", dx0, c.batch, c.n);
+  if (!xl_is_x0) check_shape(op, "dxl", dxl, c.batch, c.n);
+  check_shape(op, "dv", dv, c.rank, c.n);
+  check_shape(op, "dw", dw, c.n, c.rank);
+  if (du_scratch.data != nullptr) check_shape(op, "du_scratch", du_scratch, c.batch, c.rank);
 }
 
 // The storage types of a cross layer's typed views (backend.h): the activations share one, the

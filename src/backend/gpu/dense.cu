@@ -731,6 +731,15 @@ void round_to_dtype(Stream_t s, float* p, std::int64_t n, DType dtype) {
 }
 
 
+// The second pass of a folded kernel's column sums: out[c] = the lanes' partials of column c
+// (scratch, written by rows_with_column_sums) added in a fixed order.
+void folded_column_sums(Stream_t s, const char* name, const FoldShape& f, std::int64_t cols, void* scratch,
+                        float* out) {
+  const int cpb = final_columns_per_block(f.lanes(), cols);
+  launch(name, column_final_kernel, {ceil_div(cols, cpb), kBlock, 0}, s, static_cast<const double*>(scratch),
+         f.lanes(), cols, cpb, out);
+}
+
 void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, std::uint16_t* dz16, float* dbias, void* scratch,
                    bool dz_bf16_only) {
   if (dbias != nullptr && y.rows <= 0) {
@@ -752,9 +761,7 @@ void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, std::uint16_t* dz16
         const FoldShape f = fold_shape(y.rows, y.cols, V);
         launch("relu_backward_sum", relu_backward_sum_kernel<V, S, G>, {f.grid, kSumBlock, 0}, s, typed<S>(y),
                typed<G>(dy), dz_out, dz16, f.tpr, static_cast<double*>(scratch));
-        const int cpb = final_columns_per_block(f.lanes(), y.cols);
-        launch("relu_backward_bias", column_final_kernel, {ceil_div(y.cols, cpb), kBlock, 0}, s,
-               static_cast<const double*>(scratch), f.lanes(), y.cols, cpb, dbias);
+        folded_column_sums(s, "relu_backward_bias", f, y.cols, scratch, dbias);
         return;
       }
       const RowSpan span = row_span(y.cols / V);
@@ -865,9 +872,7 @@ void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, std::uin
         const FoldShape f = fold_shape(g.rows, g.cols, V);
         launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S, G>, {f.grid, kSumBlock, 0}, s, typed<G>(g),
                typed<S>(x0), typed<S>(z), dz, dz16, typed<G>(dx0), flags, f.tpr, static_cast<double*>(scratch));
-        const int cpb = final_columns_per_block(f.lanes(), g.cols);
-        launch("cross_gradients_bias", column_final_kernel, {ceil_div(g.cols, cpb), kBlock, 0}, s,
-               static_cast<const double*>(scratch), f.lanes(), g.cols, cpb, dbias);
+        folded_column_sums(s, "cross_gradients_bias", f, g.cols, scratch, dbias);
         return;
       }
       const RowSpan span = row_span(g.cols / V);
