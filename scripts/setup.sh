@@ -12,13 +12,18 @@ packages=(build-essential cmake ninja-build pkg-config
 # skipped, with a message, where it does not.
 optional=(hipcc libamdhip64-dev)
 
+# Tests on captured output, not `cmd | grep -q`: under pipefail, grep -q leaving early kills the
+# writer with SIGPIPE and the pipeline reads as false even when the line was found.
+installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == *"install ok installed"* ]]; }
+has_candidate() { [[ $(apt-cache policy "$1" 2>/dev/null) =~ Candidate:\ [0-9] ]]; }
+
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
 missing_optional=()
 for p in "${optional[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing_optional+=("$p")
+  installed "$p" || missing_optional+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ] && [ ${#missing_optional[@]} -eq 0 ]; then
   exit 0
@@ -38,7 +43,7 @@ fi
 if [ ${#missing_optional[@]} -gt 0 ]; then
   available=()
   for p in "${missing_optional[@]}"; do
-    apt-cache policy "$p" 2>/dev/null | grep -q "Candidate: [0-9]" && available+=("$p")
+    has_candidate "$p" && available+=("$p")
   done
   if [ ${#available[@]} -gt 0 ]; then
     echo "setup.sh: installing optional ${available[*]}"
