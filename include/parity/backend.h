@@ -237,6 +237,14 @@ class Backend {
   // with nothing to prepare (cpu) do not call `ops`.
   virtual void rehearse(const std::function<void()>& ops) { (void)ops; }
 
+  // ---- bad inputs recorded where they cannot be thrown ----
+  // Ops that run where they cannot throw (GPU kernels) skip a bad input (an id outside its table,
+  // offsets that decrease) and record the first one. raise_input_errors() waits for the work
+  // enqueued so far and throws the InputError the cpu backend throws at the op itself (naming the
+  // table, the bag and the id), clearing the record. Backends that throw at the op (cpu) have
+  // nothing to raise. The trainer calls it at every evaluation, checkpoint and at the end.
+  virtual void raise_input_errors() {}
+
   // ---- profiling: timing marks on the compute queue ----
   // timing_mark(i) records mark i (device events on GPUs: the time the queue reaches it; the
   // wall clock on the cpu, whose ops complete before they return). timing_elapsed_ms(i, j)

@@ -112,7 +112,7 @@ class GpuBackend final : public Backend {
                             const OptimizerParams& opt, std::int64_t step) override;
 
   // Synchronises; throws InputError if an embedding op met a bad id or offset since the last check.
-  void raise_input_errors();
+  void raise_input_errors() override;
 
   // What the backend has done behind the interface, for tests and benchmarks.
   struct Counters {
