@@ -29,5 +29,13 @@ float round_to_dtype(float v, DType t);
 // hold (the GPU kernels use the same rule).
 std::uint16_t bf16_bits(float v);
 float bf16_to_float(std::uint16_t bits);
+// IEEE binary16 storage bits of v (nearest even, overflow to infinity, subnormals kept; NaN stays
+// NaN) and back: the host's reference for fp16 tables (the GPU converts in hardware).
+std::uint16_t half_bits(float v);
+float half_to_float(std::uint16_t bits);
+
+// Element i of a buffer stored as t (fp32, fp16 or bf16) as float, and the store that rounds to t.
+float load_element(const void* p, DType t, std::int64_t i);
+void store_element(void* p, DType t, std::int64_t i, float v);
 
 }  // namespace parity

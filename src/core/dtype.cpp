@@ -50,7 +50,7 @@ std::optional<DType> parse_safetensors_dtype(std::string_view name) {
 float round_to_dtype(float v, DType t) {
   switch (t) {
     case DType::f32: return v;
-    case DType::f16: return static_cast<float>(static_cast<_Float16>(v));  // IEEE binary16, RNE
+    case DType::f16: return std::isnan(v) ? v : half_to_float(half_bits(v));
     case DType::bf16: {
       if (std::isnan(v)) return v;
       std::uint32_t u = std::bit_cast<std::uint32_t>(v);
@@ -68,5 +68,51 @@ std::uint16_t bf16_bits(float v) {
 }
 
 float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+
+std::uint16_t half_bits(float v) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  const std::uint32_t a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to infinity
+  if (a < 0x38800000u) {  // below 2^-14: the subnormal grid of 2^-24; the scaling is exact, rint is RNE
+    const float q = std::nearbyint(std::bit_cast<float>(a) * 16777216.0f);
+    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(q));
+  }
+  std::uint32_t h = ((((a >> 23) - 127u + 15u) << 10) | ((a & 0x7fffffu) >> 13));
+  const std::uint32_t rem = a & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // a carry into the exponent is right
+  return static_cast<std::uint16_t>(sign | h);
+}
+
+float half_to_float(std::uint16_t bits) {
+  const std::uint32_t sign = (static_cast<std::uint32_t>(bits) & 0x8000u) << 16;
+  const std::uint32_t e = (bits >> 10) & 0x1fu;
+  const std::uint32_t m = bits & 0x3ffu;
+  if (e == 0) {
+    const float v = static_cast<float>(m) * (1.0f / 16777216.0f);
+    return sign ? -v : v;
+  }
+  if (e == 31) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));
+  return std::bit_cast<float>(sign | ((e - 15u + 127u) << 23) | (m << 13));
+}
+
+float load_element(const void* p, DType t, std::int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f16: return half_to_float(static_cast<const std::uint16_t*>(p)[i]);
+    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(p)[i]);
+    default: throw std::invalid_argument("load_element: not a floating-point storage type");
+  }
+}
+
+void store_element(void* p, DType t, std::int64_t i, float v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(p)[i] = v; return;
+    case DType::f16: static_cast<std::uint16_t*>(p)[i] = half_bits(v); return;
+    case DType::bf16: static_cast<std::uint16_t*>(p)[i] = bf16_bits(v); return;
+    default: throw std::invalid_argument("store_element: not a floating-point storage type");
+  }
+}
 
 }  // namespace parity

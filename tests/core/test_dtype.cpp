@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "parity/dtype.h"
 #include "parity/error.h"
@@ -55,6 +57,45 @@ TEST(RoundToDtype, NearestEvenInFp16AndBf16) {
   // Idempotent.
   const float x = round_to_dtype(-0.1234567f, DType::bf16);
   EXPECT_EQ(round_to_dtype(x, DType::bf16), x);
+}
+
+// The integer fp16 conversion against the compiler's IEEE binary16 type, which rounds to nearest
+// even in hardware or libgcc: every pattern back and forth, and floats all over the range.
+TEST(DType, HalfBitsMatchTheCompilersBinary16) {
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+    const auto bits = static_cast<std::uint16_t>(h);
+    const float f = half_to_float(bits);
+    const float want = static_cast<float>(std::bit_cast<_Float16>(bits));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(f)) << std::hex << h;
+      continue;
+    }
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(f), std::bit_cast<std::uint32_t>(want)) << std::hex << h;
+    ASSERT_EQ(half_bits(f), bits) << std::hex << h;
+  }
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 1000000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const auto u = static_cast<std::uint32_t>(state >> 32);
+    // Exponents around fp16's range: subnormals, normals, ties, overflow.
+    const std::uint32_t e = 100u + (u >> 24) % 60u;
+    const float f = std::bit_cast<float>((u & 0x807fffffu) | (e << 23));
+    ASSERT_EQ(half_bits(f), std::bit_cast<std::uint16_t>(static_cast<_Float16>(f))) << f;
+  }
+  EXPECT_EQ(half_bits(65520.0f), 0x7c00u);  // halfway to 65536 rounds to even: infinity
+  EXPECT_EQ(half_bits(-0.0f), 0x8000u);
+  EXPECT_TRUE(std::isnan(half_to_float(half_bits(NAN))));
+}
+
+TEST(DType, LoadAndStoreElementsRoundOnce) {
+  std::uint16_t h[2];
+  store_element(h, DType::f16, 1, 1.0f / 3);
+  EXPECT_EQ(load_element(h, DType::f16, 1), round_to_dtype(1.0f / 3, DType::f16));
+  store_element(h, DType::bf16, 0, 1.0f / 3);
+  EXPECT_EQ(load_element(h, DType::bf16, 0), round_to_dtype(1.0f / 3, DType::bf16));
+  float f[1];
+  store_element(f, DType::f32, 0, 0.1f);
+  EXPECT_EQ(load_element(f, DType::f32, 0), 0.1f);
 }
 
 }  // namespace

@@ -132,8 +132,8 @@ inline std::vector<float> random_values(std::int64_t n, std::uint64_t seed, bool
   std::vector<float> v(static_cast<std::size_t>(n));
   for (auto& x : v) {
     x = integers ? static_cast<float>(rand.integer(-8, 8)) : rand.uniform(lo, hi);
-    if (dtype == DType::f16) x = half_to_float_host(float_to_half_host(x));
-    if (dtype == DType::bf16) x = bf16_to_float_host(float_to_bf16_host(x));
+    if (dtype == DType::f16) x = half_to_float(half_bits(x));
+    if (dtype == DType::bf16) x = bf16_to_float(bf16_bits(x));
   }
   return v;
 }
@@ -141,12 +141,12 @@ inline std::vector<float> random_values(std::int64_t n, std::uint64_t seed, bool
 // The values stored as `dtype` (2 or 4 bytes each).
 inline std::vector<std::uint8_t> encode(const std::vector<float>& v, DType dtype) {
   std::vector<std::uint8_t> out(v.size() * dtype_size(dtype));
-  for (std::size_t i = 0; i < v.size(); ++i) store_host(out.data(), dtype, static_cast<std::int64_t>(i), v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) store_element(out.data(), dtype, static_cast<std::int64_t>(i), v[i]);
   return out;
 }
 inline std::vector<float> decode(const std::vector<std::uint8_t>& bytes, DType dtype) {
   std::vector<float> out(bytes.size() / dtype_size(dtype));
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = load_host(bytes.data(), dtype, static_cast<std::int64_t>(i));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = load_element(bytes.data(), dtype, static_cast<std::int64_t>(i));
   return out;
 }
 

@@ -674,7 +674,7 @@ TEST(GpuEmbeddingBackward, NearestRoundingWhenAsked) {
                                         {dout.data(), p.batch, p.out_cols, p.ld}, opt);
   int bad = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
-    const float nearest = bf16_to_float_host(float_to_bf16_host(ref[i]));
+    const float nearest = bf16_to_float(bf16_bits(ref[i]));
     // fp32 (GPU) and double (CPU) steps may straddle a rounding midpoint: allow one ulp there.
     if (r.weights[i] != nearest && std::fabs(r.weights[i] - ref[i]) > ulp(ref[i], DType::bf16) * 0.5001 && ++bad <= 5) {
       ADD_FAILURE() << "weight " << i << " = " << r.weights[i] << ", nearest bf16 of " << ref[i] << " is " << nearest;

@@ -1,22 +1,24 @@
-// Element types of embedding tables and outputs on the GPU, their conversions to and from float
-// (round to nearest even, and stochastic rounding), and 16-byte vector loads and stores.
+// Element types the GPU kernels store (fp32, and fp16/bf16 as 16-bit patterns), their conversions
+// to and from float (round to nearest even, and stochastic rounding), and the one vocabulary of
+// vector loads and stores every kernel uses: N consecutive elements of a type, as floats.
 //
 // Why it is built this way:
 // - fp16 and bf16 are stored as 16-bit patterns (F16, Bf16 below), not as the vendors' half
 //   types: the patterns are the same on both vendors and on the host, so tests and checkpoints
-//   read them directly, and no vendor type leaks into host code.
+//   read them directly, and no vendor type leaks into host code. The host's reference conversions
+//   are dtype.h's (bf16_bits, half_bits and their inverses).
 // - Stochastic rounding adds random bits below the kept mantissa and truncates, which rounds up
 //   with probability equal to the dropped fraction: E[round(x)] = x. The random bits come from the
 //   caller (counter-based, random.h), so a given (seed, step, row, column) always rounds the same
 //   way. fp16 subnormals get the same treatment on their fixed 2^-24 grid.
-// - Vector loads are 16 bytes (4 floats or 8 halves) per thread; 8-byte accesses are used only for
-//   4 bf16 outputs. The caller guarantees the alignment (kernels check it per table and fall back
-//   to scalar accesses).
+// - Vector accesses are 16 bytes (4 floats or 8 halves) per instruction, or 8 bytes for 4 halves;
+//   a group of N elements of other widths (N = 1, say) is read and written element by element.
+//   The caller guarantees the alignment of a vector group (kernels check it on the host or per
+//   table and pick N accordingly).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "backend/gpu/port.h"
@@ -31,69 +33,6 @@ struct F16 {
 struct Bf16 {
   std::uint16_t bits;
 };
-
-// ------------------------------------------------------------------- host --
-// Reference conversions for host code (tests, initialisation): round to nearest even.
-
-inline std::uint32_t float_bits_host(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float bits_float_host(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline std::uint16_t float_to_bf16_host(float f) {
-  const std::uint32_t u = float_bits_host(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // NaN
-  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-inline float bf16_to_float_host(std::uint16_t h) { return bits_float_host(static_cast<std::uint32_t>(h) << 16); }
-
-inline std::uint16_t float_to_half_host(float f) {
-  const std::uint32_t u = float_bits_host(f);
-  const std::uint32_t sign = (u >> 16) & 0x8000u;
-  const std::uint32_t a = u & 0x7fffffffu;
-  if (a >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));
-  if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to infinity
-  if (a < 0x38800000u) {  // below 2^-14: subnormal grid of 2^-24, exact scaling, rint is RNE
-    const float q = std::nearbyint(bits_float_host(a) * 16777216.0f);
-    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(q));
-  }
-  std::uint32_t h = ((((a >> 23) - 127u + 15u) << 10) | ((a & 0x7fffffu) >> 13));
-  const std::uint32_t rem = a & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
-  return static_cast<std::uint16_t>(sign | h);
-}
-inline float half_to_float_host(std::uint16_t h) {
-  const std::uint32_t sign = (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
-  const std::uint32_t e = (h >> 10) & 0x1fu;
-  const std::uint32_t m = h & 0x3ffu;
-  if (e == 0) {
-    const float v = static_cast<float>(m) * (1.0f / 16777216.0f);
-    return sign ? -v : v;
-  }
-  if (e == 31) return bits_float_host(sign | 0x7f800000u | (m << 13));
-  return bits_float_host(sign | ((e - 15u + 127u) << 23) | (m << 13));
-}
-
-// Value of element i of a buffer of dtype t (f32, f16 or bf16), as float.
-inline float load_host(const void* p, DType t, std::int64_t i) {
-  switch (t) {
-    case DType::f16: return half_to_float_host(static_cast<const std::uint16_t*>(p)[i]);
-    case DType::bf16: return bf16_to_float_host(static_cast<const std::uint16_t*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-inline void store_host(void* p, DType t, std::int64_t i, float v) {
-  switch (t) {
-    case DType::f16: static_cast<std::uint16_t*>(p)[i] = float_to_half_host(v); break;
-    case DType::bf16: static_cast<std::uint16_t*>(p)[i] = float_to_bf16_host(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
 
 // ----------------------------------------------------------------- device --
 #if defined(PARITY_GPU_COMPILER)
@@ -220,14 +159,23 @@ __device__ __forceinline__ void raw_add(const std::uint32_t (&w)[RawWords<N, T>:
   }
 }
 
-// out[0..N) = p[0..N) as floats. p aligned to min(16, N * sizeof(T)) bytes.
+// Whether N elements of T move as vector accesses: 16-byte ones, or one 8-byte access for 4 halves.
+template <int N, class T>
+inline constexpr bool kVectorGroup = (N * sizeof(T)) % 16 == 0 || (sizeof(T) == 2 && N == 4);
+
+// out[0..N) = p[0..N) as floats. p aligned to min(16, N * sizeof(T)) bytes for a vector group.
 template <int N, class T, bool kStream = false>
 __device__ __forceinline__ void load_vec(const T* __restrict__ p, float (&out)[N]) {
-  std::uint32_t w[RawWords<N, T>::value];
-  load_raw<N, T, kStream>(p, w);
+  if constexpr (kVectorGroup<N, T>) {
+    std::uint32_t w[RawWords<N, T>::value];
+    load_raw<N, T, kStream>(p, w);
 #pragma unroll
-  for (int i = 0; i < N; ++i) out[i] = 0.0f;
-  raw_add<N, T>(w, out);
+    for (int i = 0; i < N; ++i) out[i] = 0.0f;
+    raw_add<N, T>(w, out);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = to_float(p[i]);
+  }
 }
 
 __device__ __forceinline__ std::uint32_t pack2(std::uint16_t a, std::uint16_t b) {
@@ -273,16 +221,19 @@ __device__ __forceinline__ void store_vec16(T* __restrict__ p, const std::uint16
   }
 }
 
-// Rounds v to T (nearest even) and stores N elements with vector stores.
-template <int N, class T>
+// Rounds v to T (nearest even) and stores N elements (vector stores for a vector group).
+template <int N, class T, bool kStream = false>
 __device__ __forceinline__ void store_vec_rn(T* __restrict__ p, const float (&v)[N]) {
-  if constexpr (std::is_same_v<T, float>) {
-    store_vec<N>(p, v);
+  if constexpr (!kVectorGroup<N, T>) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) p[i] = from_float_rn<T>(v[i]);
+  } else if constexpr (std::is_same_v<T, float>) {
+    store_vec<N, kStream>(p, v);
   } else {
     std::uint16_t h[N];
 #pragma unroll
     for (int i = 0; i < N; ++i) h[i] = from_float_rn<T>(v[i]).bits;
-    store_vec16<N>(p, h);
+    store_vec16<N, T, kStream>(p, h);
   }
 }
 
