@@ -23,13 +23,13 @@
 //   pipelining), in two stages: the segment range three segments ahead, the key and bags of the
 //   one two ahead from the range loaded an iteration earlier. Otherwise the chain segment start ->
 //   key -> row is three dependent round trips per row (and loading both links in one iteration
-//   still waited on the first: 4% of the MLPerf backward). The keys kernel and the scans read with
-//   coalesced, several-deep loads.
-// - The rows kernel is bound by instruction issue as much as by memory (ncu, MLPerf tables:
-//   ~700 instructions per warp and set of rows, 46% of issue slots used, 16 warps per SM). When
-//   every table of the launch fills a group exactly (every DLRM table of dim 128) a specialization
-//   with a compile-time group and no column bounds or per-row alignment tests (kFit) halves that
-//   and fits 5 blocks per SM instead of 4: 4.71-4.74 ms instead of 5.66 for the MLPerf backward.
+//   still waits on the first). The keys kernel and the scans read with coalesced, several-deep
+//   loads.
+// - The rows kernel is bound by instruction issue as much as by memory. When every table of the
+//   launch fills a group exactly (every DLRM table of dim 128) a specialization with a
+//   compile-time group and no column bounds or per-row alignment tests (kFit) issues about half
+//   the instructions and fits more blocks per multiprocessor (docs/perf/embedding.md has the
+//   measurements).
 #include "backend/gpu/embedding.h"
 #include "backend/gpu/embedding_common.cuh"
 #include "backend/gpu/launch.h"
@@ -201,9 +201,7 @@ struct RowRef {
 // state row is aligned for 16-byte vectors (checked on the host: rows_fit). The group is then a
 // compile-time kFit and a lane's columns are all inside the row, so the helpers below drop the
 // column bounds, the per-row alignment tests and the scalar paths. This is the DLRM case (every
-// table of dim 128); in the rows kernel, which is bound by instruction issue as much as by memory
-// (ncu: ~700 instructions per warp and row set, 46% issue slots used), it removes about half of
-// them. kFit = 0: any dims, run-time group.
+// table of dim 128). kFit = 0: any dims, run-time group.
 template <int kFit>
 __device__ __forceinline__ int group_of(const BackwardArgs& a) {
   return kFit > 0 ? kFit : a.group;
@@ -339,27 +337,26 @@ __device__ __forceinline__ int opt_of(const BackwardArgs& a) {
   return kOpt >= 0 ? kOpt : a.opt;
 }
 
-// Stores a lane's fp32 values of one row (weights or adagrad state): 16-byte vectors when the row
-// is aligned for them, else element by element; columns past dim are skipped.
+// Stores a lane's fp32 values of one row (weights or adagrad state), streaming.
 template <int kVecs, int V, int kFit = 0>
 __device__ __forceinline__ void store_row_f32(float* __restrict__ dst, const float (&vals)[kVecs][V],
                                               bool vec, int glane, int group, int dim) {
-  if (kFit > 0 || vec) {
+  detail::store_row<kVecs, V, kFit>(
+      dst, vals, vec, glane, group, dim,
+      [](float* p, const float(&x)[V], int) { store_vec<V, true>(p, x); },
+      [](float* p, float x, int) { *p = x; });
+}
+// Stores the lane's partial sums of a row (heavy rows), element by element in either layout.
+template <int kVecs, int V>
+__device__ __forceinline__ void store_partial(float* __restrict__ dst, const float (&vals)[kVecs][V],
+                                              bool vec, int glane, int group, int dim) {
+  detail::store_row<kVecs, V>(
+      dst, vals, vec, glane, group, dim,
+      [](float* p, const float(&x)[V], int) {
 #pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-      const int c = detail::vec_col(glane, v, 0, group, V);
-      if (in_row<kFit>(c, dim)) store_vec<V, true>(dst + c, vals[v]);
-    }
-  } else {
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const int c = detail::scalar_col(glane, v, e, group, V);
-        if (c < dim) dst[c] = vals[v][e];
-      }
-    }
-  }
+        for (int e = 0; e < V; ++e) p[e] = x[e];
+      },
+      [](float* p, float x, int) { *p = x; });
 }
 
 // Loads the row's weights and state (issued before the gradient loads, so they overlap).
@@ -460,37 +457,28 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
   } else {
     const std::uint64_t row_key =
         rng::key(a.sr_seed, a.sr_step, static_cast<std::uint64_t>(r.t), static_cast<std::uint64_t>(r.row));
-    if (kFit > 0 || r.vec) {
+    // A vector group's random bits: one 64-bit draw per 4 columns.
+    auto put = [&](W* p, const float(&x)[V], int c) {
+      std::uint16_t h[V];
+      if (a.sr) {
 #pragma unroll
-      for (int v = 0; v < kVecs; ++v) {
-        const int c = detail::vec_col(L.glane, v, 0, group, V);
-        if (!in_row<kFit>(c, dim)) continue;
-        std::uint16_t h[V];
-        if (a.sr) {
+        for (int e4 = 0; e4 < V; e4 += 4) {
+          const std::uint64_t bits = rng::bits(row_key, static_cast<std::uint64_t>(c + e4) >> 2);
 #pragma unroll
-          for (int e4 = 0; e4 < V; e4 += 4) {
-            const std::uint64_t bits = rng::bits(row_key, static_cast<std::uint64_t>(c + e4) >> 2);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              h[e4 + e] = from_float_sr<W>(wv[v][e4 + e], static_cast<std::uint32_t>(bits >> (16 * e))).bits;
-            }
+          for (int e = 0; e < 4; ++e) {
+            h[e4 + e] = from_float_sr<W>(x[e4 + e], static_cast<std::uint32_t>(bits >> (16 * e))).bits;
           }
-        } else {
-#pragma unroll
-          for (int e = 0; e < V; ++e) h[e] = from_float_rn<W>(wv[v][e]).bits;
         }
-        store_vec16<V, W, true>(w + c, h);
-      }
-    } else {
+      } else {
 #pragma unroll
-      for (int v = 0; v < kVecs; ++v) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const int c = detail::scalar_col(L.glane, v, e, group, V);
-          if (c < dim) w[c] = a.sr ? from_float_sr<W>(wv[v][e], random16(row_key, c)) : from_float_rn<W>(wv[v][e]);
-        }
+        for (int e = 0; e < V; ++e) h[e] = from_float_rn<W>(x[e]).bits;
       }
-    }
+      store_vec16<V, W, true>(p, h);
+    };
+    auto put_one = [&](W* p, float x, int c) {
+      *p = a.sr ? from_float_sr<W>(x, random16(row_key, c)) : from_float_rn<W>(x);
+    };
+    detail::store_row<kVecs, V, kFit>(w, wv, r.vec, L.glane, group, dim, put, put_one);
   }
 }
 
@@ -631,15 +619,7 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 2) void embedding_backward_chunks_kernel
     zero(g);
     const std::uint32_t first = p0 + L.glane < p1 ? a.bags[p0 + L.glane] : 0u;
     accumulate<Gd, kVecs, V>(a, r, p0, p1, first, L, g);
-    float* dst = a.partial + k * a.partial_ld;
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const int col = col_of(r.vec, L.glane, v, e, group, V);
-        if (col < r.m.dim) dst[col] = g[v][e];
-      }
-    }
+    store_partial<kVecs, V>(a.partial + k * a.partial_ld, g, r.vec, L.glane, group, r.m.dim);
   }
 }
 
@@ -677,15 +657,8 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 1) void embedding_backward_heavy_kernel(
         }
       }
     }
-    float* mine = sums + static_cast<std::int64_t>(gi) * a.partial_ld;
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const int col = col_of(r.vec, L.glane, v, e, group, V);
-        if (col < r.m.dim) mine[col] = g[v][e];
-      }
-    }
+    store_partial<kVecs, V>(sums + static_cast<std::int64_t>(gi) * a.partial_ld, g, r.vec, L.glane, group,
+                            r.m.dim);
     __syncthreads();
     if (gi == 0) {
       RowValues<kVecs, V> rv;

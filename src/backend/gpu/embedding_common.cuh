@@ -62,6 +62,33 @@ __device__ __forceinline__ int scalar_col(int glane, int v, int e, int group, in
   return glane + (v * V + e) * group;
 }
 
+// The row store of the embedding kernels, written once: a lane's values of one row (vals[v][e],
+// kVecs vectors of V elements at the lane's columns) go to row[column]. With vector access (vec;
+// always under kFit > 0, where every column of the lane lies in the row) put stores one vector
+// group, put(row + c, vals[v], c); else put_one stores one element, put_one(row + c, vals[v][e],
+// c). Columns past dim are skipped.
+template <int kVecs, int V, int kFit = 0, class T, class Put, class PutOne>
+__device__ __forceinline__ void store_row(T* __restrict__ row, const float (&vals)[kVecs][V],
+                                          bool vec, int glane, int group, int dim, Put&& put,
+                                          PutOne&& put_one) {
+  if (kFit > 0 || vec) {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+      const int c = vec_col(glane, v, 0, group, V);
+      if (kFit > 0 || c < dim) put(row + c, vals[v], c);
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const int c = scalar_col(glane, v, e, group, V);
+        if (c < dim) put_one(row + c, vals[v][e], c);
+      }
+    }
+  }
+}
+
 __device__ __forceinline__ void record_input_error(InputErrorRecord* rec, int code, int table, std::int64_t bag,
                                                    std::int64_t id) {
   if (*reinterpret_cast<volatile int*>(&rec->code) != 0) return;

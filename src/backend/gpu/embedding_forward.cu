@@ -128,22 +128,10 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void e
       for (int e = 0; e < V; ++e) acc[v][e] = acc[v][e] / count;
     }
   }
-  if (vec) {
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-      const int c = (glane + v * group) * V;
-      if (c < dim) store_vec_rn<V>(dst + c, acc[v]);
-    }
-  } else {
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const int c = detail::scalar_col(glane, v, e, group, V);
-        if (c < dim) dst[c] = from_float_rn<O>(acc[v][e]);
-      }
-    }
-  }
+  detail::store_row<kVecs, V>(
+      dst, acc, vec, glane, group, dim,
+      [](O* p, const float(&x)[V], int) { store_vec_rn<V>(p, x); },
+      [](O* p, float x, int) { *p = from_float_rn<O>(x); });
 }
 
 template <class W, class O, int kVecs>
