@@ -75,6 +75,9 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
 endif()
 
 # ---- HIP (a real build, when asked for) --------------------------------------------------------
+# Without cuda, the engine links it and make_backend("hip") creates it (hipBLASLt is needed for the
+# dense path; where its header is absent the backend refuses to start, saying so). With cuda too,
+# the engine uses cuda (both compile the same GpuBackend) and this library is built as a check.
 if("hip" IN_LIST PARITY_ENABLED_BACKENDS)
   find_program(PARITY_HIPCC hipcc REQUIRED)
   find_package(hip CONFIG REQUIRED)
@@ -109,8 +112,7 @@ if(PARITY_BUILD_TESTS)
   set_tests_properties(gpu.hip_compile PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
 endif()
 
-# ---- dense GPU path (blas.cpp, dense.cu, gpu_backend.cpp; added by the dense-path work) --------
-# cuBLASLt for the products; the engine's make_backend("cuda") and the engine-level GPU tests.
+# ---- the engine on CUDA: cuBLASLt for the products, make_backend("cuda"), the engine-level GPU tests -
 if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
   target_link_libraries(parity_backend_gpu PUBLIC CUDA::cublasLt)
   target_link_libraries(parity_engine PUBLIC parity_backend_gpu)
@@ -118,4 +120,10 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
   if(PARITY_BUILD_TESTS)
     target_link_libraries(test_backend_gpu PRIVATE parity_engine)
   endif()
+endif()
+
+# ---- make_backend("hip") in a build with hip and without cuda ------------------------------------
+if("hip" IN_LIST PARITY_ENABLED_BACKENDS AND NOT "cuda" IN_LIST PARITY_ENABLED_BACKENDS)
+  target_link_libraries(parity_engine PUBLIC parity_backend_hip)
+  target_compile_definitions(parity_engine PRIVATE PARITY_WITH_HIP_BACKEND=1)
 endif()
