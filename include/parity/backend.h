@@ -86,7 +86,6 @@ class Backend {
   virtual void deallocate(void* p) noexcept = 0;
   virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;  // synchronises
-  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;              // device to device
   virtual void fill(float* p, std::int64_t n, float value) = 0;
   // p[i] = lo + (hi - lo) * rng::uniform01(rng::key(seed, stream), i) for i in [0, n).
   virtual void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
@@ -179,8 +178,6 @@ class Backend {
                                float* dlogits, float* loss_out) = 0;
   // probs[i] = sigmoid(logits[i]).
   virtual void sigmoid(const float* logits, float* probs, std::int64_t n) = 0;
-  // y += x, elementwise over a [rows, cols] view.
-  virtual void add_inplace(Mat y, CMat x) = 0;
 
   // ---- dense optimizer ----
   // One step over a flat parameter buffer. state holds optimizer_state_per_element(kind) * n

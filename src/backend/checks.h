@@ -19,7 +19,7 @@ namespace parity::backend_checks {
 // Throws parity::Error "op: message".
 template <class... Args>
 [[noreturn]] void fail(const char* op, fmt::format_string<Args...> format, Args&&... args) {
-  throw Error(std::string(op) + ": " + fmt::format(format, std::forward<Args>(args)...));
+  throw Error(fmt::format("{}: {}", op, fmt::format(format, std::forward<Args>(args)...)));
 }
 
 // A view (MatView or TypedView) is well formed: non-negative shape, ld >= cols, data present

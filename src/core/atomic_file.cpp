@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -16,7 +18,7 @@ namespace parity {
 AtomicFile::AtomicFile(std::filesystem::path path, std::string what)
     : path_(std::move(path)), tmp_(path_.string() + ".tmp"), what_(std::move(what)) {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw Error("cannot create " + what_ + " '" + tmp_.string() + "': " + std::strerror(errno));
+  if (fd_ < 0) throw Error(fmt::format("cannot create {} '{}': {}", what_, tmp_.string(), std::strerror(errno)));
 }
 
 AtomicFile::~AtomicFile() {
@@ -27,7 +29,7 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::fail(const std::string& doing) {
   const std::string why = std::strerror(errno);
-  throw Error("cannot " + doing + " " + what_ + " '" + tmp_.string() + "': " + why);
+  throw Error(fmt::format("cannot {} {} '{}': {}", doing, what_, tmp_.string(), why));
 }
 
 void AtomicFile::write(const void* data, std::size_t bytes) {
@@ -49,7 +51,7 @@ void AtomicFile::commit() {
   if (::close(fd) != 0) fail("close");
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const std::string why = std::strerror(errno);
-    throw Error("cannot rename '" + tmp_.string() + "' to '" + path_.string() + "': " + why);
+    throw Error(fmt::format("cannot rename '{}' to '{}': {}", tmp_.string(), path_.string(), why));
   }
   const std::filesystem::path dir = path_.has_parent_path() ? path_.parent_path() : ".";
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

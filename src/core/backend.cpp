@@ -1,6 +1,8 @@
 // The Backend interface's defaults for backends that have one queue and no device events (the
 // cpu reference): pinned memory is ordinary host memory, and timing marks read the wall clock,
 // which is exact there because every op has finished when it returns.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <new>
 
@@ -16,7 +18,7 @@ void* Backend::allocate_pinned(std::size_t bytes) {
 void Backend::deallocate_pinned(void* p) noexcept { ::operator delete(p); }
 
 void Backend::timing_mark(int i) {
-  if (i < 0) throw Error("timing_mark: mark index must be >= 0, got " + std::to_string(i));
+  if (i < 0) throw Error(fmt::format("timing_mark: mark index must be >= 0, got {}", i));
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
   if (static_cast<std::size_t>(i) >= marks_.size()) marks_.resize(static_cast<std::size_t>(i) + 1, -1.0);
   marks_[static_cast<std::size_t>(i)] = std::chrono::duration<double, std::milli>(now).count();
@@ -25,7 +27,7 @@ void Backend::timing_mark(int i) {
 double Backend::timing_elapsed_ms(int i, int j) {
   auto at = [&](int k) {
     if (k < 0 || static_cast<std::size_t>(k) >= marks_.size() || marks_[static_cast<std::size_t>(k)] < 0)
-      throw Error("timing_elapsed_ms: mark " + std::to_string(k) + " was never recorded");
+      throw Error(fmt::format("timing_elapsed_ms: mark {} was never recorded", k));
     return marks_[static_cast<std::size_t>(k)];
   };
   return at(j) - at(i);

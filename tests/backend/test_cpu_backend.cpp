@@ -70,9 +70,8 @@ TEST(CpuBackendMemory, CopiesAndFills) {
   std::vector<float> host{1, 2, 3, 4, 5};
   Buffer a(be, 5 * sizeof(float)), b(be, 5 * sizeof(float));
   be.copy_to_device(a.get(), host.data(), 5 * sizeof(float));
-  be.copy(b.get(), a.get(), 5 * sizeof(float));
   std::vector<float> back(5, 0.0f);
-  be.copy_to_host(back.data(), b.get(), 5 * sizeof(float));
+  be.copy_to_host(back.data(), a.get(), 5 * sizeof(float));
   be.synchronize();
   EXPECT_EQ(back, host);
   be.fill(b.as<float>(), 5, -2.5f);
@@ -267,12 +266,6 @@ TEST_P(CpuFloatVsDouble, LossHeadsAndAdd) {
   be_.sigmoid(logits.f.ptr(), pf.ptr(), n);
   cpu::sigmoid<double>(logits.d.ptr(), pd.ptr(), n);
   expect_close(pf.cview(), pd.cview(), kFloatVsDouble, "probs");
-
-  Pair y = random_pair(rand, 7, 13);
-  const Pair x = random_pair(rand, 7, 13);
-  be_.add_inplace(y.f.view(), x.f.cview());
-  cpu::add_inplace<double>(y.d.view(), x.d.cview());
-  expect_close(y.f.cview(), y.d.cview(), kFloatVsDouble, "y + x");
 }
 
 TEST_P(CpuFloatVsDouble, DenseOptimizers) {
@@ -456,7 +449,7 @@ std::vector<std::vector<float>> run_every_op() {
     keep(u), keep(z), keep(xn), keep(dx0), keep(dxl), keep(dv), keep(dcw), keep(dcb), keep(du);
   }
 
-  // Loss, heads, add, dense optimizers, fills.
+  // Loss, heads, dense optimizers, fills.
   {
     const std::int64_t n = 50000;
     const Matrix<float> logits = random_matrix<float>(rand, 1, n, -10, 10);
@@ -465,9 +458,7 @@ std::vector<std::vector<float>> run_every_op() {
                   probs = nan_matrix<float>(1, n);
     be.bce_with_logits(logits.data.data(), labels.data.data(), n, dl.ptr(), loss.ptr());
     be.sigmoid(logits.data.data(), probs.ptr(), n);
-    Matrix<float> acc = random_matrix<float>(rand, 200, 100);
-    be.add_inplace(acc.view(), random_matrix<float>(rand, 200, 100).cview());
-    keep(dl), keep(loss), keep(probs), keep(acc);
+    keep(dl), keep(loss), keep(probs);
     for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::adam}) {
       OptimizerParams opt;
       opt.kind = kind;
@@ -556,7 +547,6 @@ TEST(CpuValidation, DenseShapes) {
                          Mat(p + 500, 2, 3), Mat(p + 600, 2, 4), Mat(p + 700, 2, 4));
       },
       {"cross_forward", "w"});
-  expect_error([&] { be.add_inplace(Mat(p, 2, 4), CMat(p + 100, 2, 5)); }, {"add_inplace", "x"});
   expect_error([&] { be.bce_with_logits(p, p, 0, p + 10, p + 20); }, {"bce_with_logits"});
   OptimizerParams opt;
   opt.kind = OptimizerKind::rowwise_adagrad;

@@ -16,8 +16,7 @@ namespace {
 constexpr std::size_t kAlignment = 64;
 
 [[noreturn]] void bad_dtype(const char* op, const char* name, DType t) {
-  throw Error(std::string(op) + ": " + name + " is stored as " + std::string(dtype_name(t)) +
-              "; activations are fp32 or bf16");
+  throw Error(fmt::format("{}: {} is stored as {}; activations are fp32 or bf16", op, name, dtype_name(t)));
 }
 
 // An fp32 view of a typed input: the view itself when it is fp32, else a widened copy.
@@ -94,8 +93,7 @@ void* CpuBackend::allocate(std::size_t bytes) {
   const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) {
-    throw Error("cpu allocate: could not allocate " + std::to_string(bytes) +
-                " bytes of host memory");
+    throw Error(fmt::format("cpu allocate: could not allocate {} bytes of host memory", bytes));
   }
   return p;
 }
@@ -110,10 +108,6 @@ void CpuBackend::copy_to_device(void* dst, const void* host_src, std::size_t byt
 
 void CpuBackend::copy_to_host(void* host_dst, const void* src, std::size_t bytes) {
   if (bytes > 0) std::memcpy(host_dst, src, bytes);
-}
-
-void CpuBackend::copy(void* dst, const void* src, std::size_t bytes) {
-  if (bytes > 0) std::memcpy(dst, src, bytes);
 }
 
 void CpuBackend::fill(float* p, std::int64_t n, float value) {
@@ -210,10 +204,6 @@ void CpuBackend::bce_with_logits(const float* logits, const float* labels, std::
 
 void CpuBackend::sigmoid(const float* logits, float* probs, std::int64_t n) {
   cpu::sigmoid(logits, probs, n);
-}
-
-void CpuBackend::add_inplace(Mat y, CMat x) {
-  cpu::add_inplace(y, x);
 }
 
 void CpuBackend::dense_optimizer_step(float* params, const float* grads, float* state,

@@ -26,7 +26,6 @@ class CpuBackend : public Backend {
   void deallocate(void* p) noexcept override;
   void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override;
-  void copy(void* dst, const void* src, std::size_t bytes) override;
   void fill(float* p, std::int64_t n, float value) override;
   void round_to_dtype(float* p, std::int64_t n, DType dtype) override;
   void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
@@ -55,7 +54,6 @@ class CpuBackend : public Backend {
   void bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
                        float* loss_out) override;
   void sigmoid(const float* logits, float* probs, std::int64_t n) override;
-  void add_inplace(Mat y, CMat x) override;
 
   void dense_optimizer_step(float* params, const float* grads, float* state, std::int64_t n,
                             const OptimizerParams& opt, std::int64_t step) override;

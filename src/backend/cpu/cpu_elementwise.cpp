@@ -87,21 +87,6 @@ void sigmoid(const T* logits, T* probs, std::int64_t n) {
 }
 
 template <class T>
-void add_inplace(MatView<T> y, MatView<const T> x) {
-  constexpr const char* op = "add_inplace";
-  detail::check_view(op, "y", y);
-  detail::check_shape(op, "x", x, y.rows, y.cols);
-#pragma omp parallel for schedule(static) if (y.rows * y.cols >= kParallelElements)
-  for (std::int64_t r = 0; r < y.rows; ++r) {
-    T* yr = y.row(r);
-    const T* xr = x.row(r);
-    for (std::int64_t c = 0; c < y.cols; ++c) {
-      yr[c] = static_cast<T>(static_cast<double>(yr[c]) + static_cast<double>(xr[c]));
-    }
-  }
-}
-
-template <class T>
 void dense_optimizer_step(T* params, const T* grads, T* state, std::int64_t n,
                           const OptimizerParams& opt, std::int64_t step) {
   constexpr const char* op = "dense_optimizer_step";
@@ -166,7 +151,6 @@ void dense_optimizer_step(T* params, const T* grads, T* state, std::int64_t n,
   template void fill_uniform<T>(T*, std::int64_t, T, T, std::uint64_t, std::uint64_t);          \
   template void bce_with_logits<T>(const T*, const T*, std::int64_t, T*, T*);                   \
   template void sigmoid<T>(const T*, T*, std::int64_t);                                         \
-  template void add_inplace<T>(MatView<T>, MatView<const T>);                                   \
   template void dense_optimizer_step<T>(T*, const T*, T*, std::int64_t, const OptimizerParams&, \
                                         std::int64_t);
 PARITY_INSTANTIATE(float)

@@ -7,6 +7,8 @@
 // Tiles at the edges are padded with zeros in the panels; padded outputs are never stored.
 #include "backend/cpu/cpu_gemm.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 
@@ -53,11 +55,10 @@ void gemm(Strided<TA> a, Strided<TB> b, double* c, std::int64_t ldc, Threads thr
   const std::int64_t n_total = b.cols;
   const std::int64_t k_total = a.cols;
   if (b.rows != k_total) {
-    throw Error("gemm: a has " + std::to_string(k_total) + " columns, b has " +
-                std::to_string(b.rows) + " rows");
+    throw Error(fmt::format("gemm: a has {} columns, b has {} rows", k_total, b.rows));
   }
   if (ldc < n_total) {
-    throw Error("gemm: ldc " + std::to_string(ldc) + " is less than n " + std::to_string(n_total));
+    throw Error(fmt::format("gemm: ldc {} is less than n {}", ldc, n_total));
   }
   if (m_total == 0 || n_total == 0) return;
   if (k_total == 0) {

@@ -125,9 +125,6 @@ template <class T>
 void bce_with_logits(const T* logits, const T* labels, std::int64_t n, T* dlogits, T* loss_out);
 template <class T>
 void sigmoid(const T* logits, T* probs, std::int64_t n);
-// y += x over a [rows, cols] view.
-template <class T>
-void add_inplace(MatView<T> y, MatView<const T> x);
 
 // -------------------------------------------------------- dense optimizer --
 

@@ -9,7 +9,8 @@
 #include <utility>
 
 #include "backend/gpu/blas_port.h"
-#include "backend/gpu/dense.h"
+#include "backend/gpu/convert.h"
+#include "backend/gpu/gemm_epilogue.h"
 #include "backend/gpu/runtime.h"
 
 namespace parity::gpu {
@@ -208,17 +209,12 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
   if (has_bias(g.epilogue) && g.bias == nullptr) throw Error("gemm: a bias epilogue without a bias pointer");
   const bool own_c = g.c != nullptr && g.c != g.d && g.beta != 0.0f;
   if (g.d_bf16 && math != GemmMath::bf16) throw Error("gemm: a bf16 output needs bf16 math");
+  const AMat d(g.d, g.d_bf16 ? DType::bf16 : DType::f32, g.m, g.n, g.ldd);
   if (g.k == 0) {
-    if (g.d_bf16) {
-      if (g.beta != 0.0f) throw Error("gemm: an empty product (k = 0) into a bf16 output with beta != 0 is not supported");
-      dense::gemm_empty_k_bf16(s, g.m, g.n, static_cast<std::uint16_t*>(g.d), g.ldd,
-                               has_bias(g.epilogue) ? static_cast<const std::uint16_t*>(g.bias) : nullptr, relu);
-      return;
-    }
-    auto* d = static_cast<float*>(g.d);
-    if (own_c) dense::convert(s, CMat(static_cast<const float*>(g.c), g.m, g.n, g.ldc), Mat(d, g.m, g.n, g.ldd));
-    dense::gemm_empty_k(s, g.m, g.n, g.beta, d, g.ldd, has_bias(g.epilogue) ? static_cast<const float*>(g.bias) : nullptr,
-                        relu);
+    if (g.d_bf16 && g.beta != 0.0f)
+      throw Error("gemm: an empty product (k = 0) into a bf16 output with beta != 0 is not supported");
+    if (own_c) convert(s, CAMat(g.c, DType::f32, g.m, g.n, g.ldc), d);
+    gemm_epilogue(s, d, g.beta, has_bias(g.epilogue) ? g.bias : nullptr, relu);
     return;
   }
   // The library may read the bias with vector loads: a bias that is not 16-byte aligned is
@@ -250,14 +246,7 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
                           g.d, p.ld,
                           p.algo, impl_->workspace.data(), impl_->workspace.bytes(), s),
              "matmul", &key);
-  if (!fused && g.epilogue != Epilogue::none) {
-    if (g.d_bf16)
-      dense::epilogue_bf16(s, g.m, g.n, static_cast<std::uint16_t*>(g.d), g.ldd,
-                           has_bias(g.epilogue) ? static_cast<const std::uint16_t*>(g.bias) : nullptr, relu);
-    else
-      dense::gemm_empty_k(s, g.m, g.n, 1.0f, static_cast<float*>(g.d), g.ldd,
-                          has_bias(g.epilogue) ? static_cast<const float*>(g.bias) : nullptr, relu);
-  }
+  if (!fused && g.epilogue != Epilogue::none) gemm_epilogue(s, d, 1.0f, has_bias(g.epilogue) ? g.bias : nullptr, relu);
 }
 
 std::int64_t Blas::epilogue_fallbacks() const { return impl_->fallbacks; }

@@ -15,7 +15,7 @@
 // - An epilogue the library has no algorithm for (or a bias that is not 16-byte aligned) falls
 //   back to the plain product plus a small kernel, counted by epilogue_fallbacks().
 // - Split-K reductions are limited to the out-of-place schemes, so a product gives the same bits
-//   on every run (determinism is a feature, DESIGN.md).
+//   on every run (the same seed and plan give the same losses, bit for bit).
 // - bf16 math takes operands that the caller already converted to bf16 (gpu_backend.cpp keeps
 //   fp32 master weights and converts per call) or stores in bf16 (activations); accumulation is
 //   fp32, and D (with C) is fp32 or, for activations stored in bf16, bf16 (rounded once from the

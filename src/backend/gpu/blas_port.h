@@ -128,7 +128,7 @@ inline constexpr EpilogueKind kEpilogueReluBias = CUBLASLT_EPILOGUE_RELU_BIAS;
 inline constexpr bool kHasAlignmentPreferences = true;
 inline constexpr bool kHasReductionSchemeMask = true;
 // Split-K reductions that keep partial sums in the workspace and add them in a fixed order
-// (the in-place scheme is left out: determinism is a feature, DESIGN.md).
+// (the in-place scheme, which sums the slices in the output buffer itself, is left out).
 inline constexpr std::uint32_t kDeterministicReductions =
     CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
 

@@ -1,9 +1,11 @@
-// Counter-based uniform fill (see fill.h). A grid-stride loop over elements; each value depends
-// only on (seed, stream, i), so the grid shape never changes the result.
+// Fills (see fill.h). Grid-stride loops over elements; each value depends only on its index (and
+// (seed, stream) for the uniform fill), so the grid shape never changes the result.
 #include "backend/gpu/fill.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "backend/gpu/elementwise.cuh"
 #include "backend/gpu/launch.h"
 #include "backend/gpu/numerics.h"
 #include "parity/random.h"
@@ -12,34 +14,81 @@ namespace parity::gpu {
 
 namespace {
 
+using elementwise::global_index;
+using elementwise::grid_for;
+using elementwise::grid_stride;
+using elementwise::kBlock;
+
+__global__ __launch_bounds__(kBlock) void fill_kernel(float* __restrict__ p, std::int64_t n,
+                                                      float value) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) p[i] = value;
+}
+
 template <class T>
-__global__ __launch_bounds__(256) void fill_uniform_kernel(T* __restrict__ p, std::int64_t n, float lo, float span,
-                                                           std::uint64_t key) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double v = static_cast<double>(lo) + static_cast<double>(span) * rng::uniform01(key, static_cast<std::uint64_t>(i));
+__global__ __launch_bounds__(kBlock) void fill_uniform_kernel(T* __restrict__ p, std::int64_t n,
+                                                              float lo, float span,
+                                                              std::uint64_t key) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const double v = static_cast<double>(lo) +
+                     static_cast<double>(span) * rng::uniform01(key, static_cast<std::uint64_t>(i));
     p[i] = from_float_rn<T>(static_cast<float>(v));
   }
 }
 
 template <class T>
-void launch_fill(Stream_t s, void* p, std::int64_t n, float lo, float hi, std::uint64_t key) {
+void launch_fill_uniform(Stream_t s, void* p, std::int64_t n, float lo, float hi,
+                         std::uint64_t key) {
   auto kernel = fill_uniform_kernel<T>;
-  const std::int64_t blocks = std::min<std::int64_t>(ceil_div(n, 256), resident_blocks(kernel, 256, 0) * 4);
-  launch("fill_uniform", kernel, {blocks, 256, 0}, s, static_cast<T*>(p), n, lo, hi - lo, key);
+  const std::int64_t blocks =
+      std::min<std::int64_t>(ceil_div(n, kBlock), resident_blocks(kernel, kBlock, 0) * 4);
+  launch("fill_uniform", kernel, {blocks, kBlock, 0}, s, static_cast<T*>(p), n, lo, hi - lo, key);
+}
+
+// T: the type whose nearest value replaces each element (Bf16 or F16); NaN stays as it is.
+template <class T>
+__global__ __launch_bounds__(kBlock) void round_kernel(float* __restrict__ p, std::int64_t n) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const float v = p[i];
+    if (v != v) continue;
+    p[i] = to_float(from_float_rn<T>(v));
+  }
 }
 
 }  // namespace
 
-void fill_uniform(Stream_t s, void* p, DType dtype, std::int64_t n, float lo, float hi, std::uint64_t seed,
-                  std::uint64_t stream) {
+void fill(Stream_t s, float* p, std::int64_t n, float value) {
+  if (n <= 0) return;
+  if (value == 0.0f && !std::signbit(value)) {  // +0.0f is all zero bits: the memset is fastest
+    if (!rehearsing()) {
+      check(memset_async(p, 0, static_cast<std::size_t>(n) * sizeof(float), s), "fill (memset)");
+    }
+    return;
+  }
+  launch("fill", fill_kernel, {grid_for(n), kBlock, 0}, s, p, n, value);
+}
+
+void fill_uniform(Stream_t s, void* p, DType dtype, std::int64_t n, float lo, float hi,
+                  std::uint64_t seed, std::uint64_t stream) {
   if (n <= 0) return;
   const std::uint64_t key = rng::key(seed, stream);
   switch (dtype) {
-    case DType::f16: return launch_fill<F16>(s, p, n, lo, hi, key);
-    case DType::bf16: return launch_fill<Bf16>(s, p, n, lo, hi, key);
-    case DType::f32: return launch_fill<float>(s, p, n, lo, hi, key);
-    default: throw GpuError(cat("fill_uniform: dtype ", static_cast<int>(dtype), " is not f32, f16 or bf16"));
+    case DType::f16: return launch_fill_uniform<F16>(s, p, n, lo, hi, key);
+    case DType::bf16: return launch_fill_uniform<Bf16>(s, p, n, lo, hi, key);
+    case DType::f32: return launch_fill_uniform<float>(s, p, n, lo, hi, key);
+    default:
+      throw GpuError(cat("fill_uniform: ", dtype_name(dtype), " is not fp32, fp16 or bf16"));
+  }
+}
+
+void round_to_dtype(Stream_t s, float* p, std::int64_t n, DType dtype) {
+  if (n <= 0 || dtype == DType::f32) return;
+  if (dtype == DType::bf16) {
+    launch("round_to_bf16", round_kernel<Bf16>, {grid_for(n), kBlock, 0}, s, p, n);
+  } else if (dtype == DType::f16) {
+    launch("round_to_f16", round_kernel<F16>, {grid_for(n), kBlock, 0}, s, p, n);
+  } else {
+    throw Error(cat("round_to_dtype: ", dtype_name(dtype),
+                    " is not a floating-point storage type (fp32, fp16, bf16)"));
   }
 }
 

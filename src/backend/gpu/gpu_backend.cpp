@@ -1,33 +1,44 @@
-// GpuBackend (see gpu_backend.h): shape checks, scratch, the mapping of each op onto cuBLASLt
-// products and dense.cu kernels, and the adapter to the embedding module.
+// GpuBackend (see gpu_backend.h): shape checks, the mapping of each op onto library products
+// (blas.h) and the kernels of the op files (one .cu/.h pair per op), and the adapter to the
+// embedding module. Scratch, held-operand copies and the input queue are their own classes
+// (scratch.h, operand_cache.h, input_queue.h).
 //
 // Products, in parity's row-major terms (blas.h maps them onto the column-major library):
 //   linear forward   y [B, out]  = x [B, in] · wᵀ            (+ bias, relu in the epilogue)
-//   linear backward  dw [out, in] = dzᵀ · x;  dx [B, in] = dz · w;  dbias = Σ_rows dz (dense.cu)
+//   linear backward  dw [out, in] = dzᵀ · x;  dx [B, in] = dz · w;  dbias = Σ_rows dz
 //   cross forward    u [B, r] = xl · vᵀ;  z [B, N] = u · wᵀ + bias;  x_next = x0 ⊙ z + xl
 //   cross backward   dw [N, r] = dzᵀ · u;  du [B, r] = dz · w;  dv [r, N] = duᵀ · xl;
 //                    dxl = g + du · v  (the product reads g as its addend C, beta 1)
 // Under DenseMath::bf16 an operand stored in bf16 (an activation) is read as it is; an fp32
 // operand is converted to a bf16 copy (rows 16-byte aligned), the original untouched. An fp32
 // operand in memory the engine holds constant (hold_constant) is converted once per step and
-// the copy reused.
+// the copy reused (operand_cache.h).
 #include "backend/gpu/gpu_backend.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
+#include <memory>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "backend/checks.h"
 #include "backend/gpu/blas.h"
-#include "backend/gpu/dense.h"
+#include "backend/gpu/column_sum.h"
+#include "backend/gpu/convert.h"
+#include "backend/gpu/cross.h"
+#include "backend/gpu/dense_optimizer.h"
+#include "backend/gpu/dot_interaction.h"
 #include "backend/gpu/embedding.h"
 #include "backend/gpu/fill.h"
+#include "backend/gpu/input_queue.h"
+#include "backend/gpu/linear.h"
+#include "backend/gpu/loss.h"
+#include "backend/gpu/operand_cache.h"
 #include "backend/gpu/port.h"
 #include "backend/gpu/runtime.h"
+#include "backend/gpu/scratch.h"
 #include "parity/error.h"
 
 namespace parity {
@@ -37,40 +48,8 @@ namespace {
 using backend_checks::check_shape;  // the CPU backend's checks and messages (backend/checks.h)
 using backend_checks::check_view;
 using backend_checks::fail;
-
-// Scratch purposes. An op may hold several slots at once, never the same slot twice.
-enum class Slot : int { a16, b16, dz, dz16, du, du16, bias16, reduce, count };
-constexpr std::array<const char*, static_cast<int>(Slot::count)> kSlotNames = {
-    "bf16 operand A", "bf16 operand B", "masked gradient", "masked gradient (bf16)", "cross du", "cross du (bf16)",
-    "bf16 bias", "column-sum partials"};
-
-// Per-purpose device scratch that only grows (by a quarter more than asked, so that a slowly
-// growing shape does not reallocate every call).
-class Scratch {
- public:
-  void* get(Slot slot, std::size_t bytes, gpu::Stream_t stream) {
-    auto& b = bufs_[static_cast<int>(slot)];
-    if (b.bytes() < bytes) {
-      // Kernels already enqueued may still read the old buffer.
-      gpu::check(gpu::stream_synchronize(stream), "GpuBackend scratch growth");
-      const std::size_t want = (bytes + bytes / 4 + 255) / 256 * 256;
-      b = gpu::DeviceBuffer<std::byte>();
-      b = gpu::DeviceBuffer<std::byte>(want, kSlotNames[static_cast<int>(slot)]);
-      ++growths_;
-    }
-    return b.data();
-  }
-  template <class T>
-  T* get_as(Slot slot, std::int64_t elements, gpu::Stream_t stream) {
-    return static_cast<T*>(get(slot, static_cast<std::size_t>(std::max<std::int64_t>(elements, 1)) * sizeof(T), stream));
-  }
-  std::int64_t growths() const { return growths_; }
-  void count_growth() { ++growths_; }
-
- private:
-  std::array<gpu::DeviceBuffer<std::byte>, static_cast<int>(Slot::count)> bufs_;
-  std::int64_t growths_ = 0;
-};
+using gpu::Bf16;
+using Slot = gpu::ScratchSlot;
 
 gpu::GemmMath gemm_math(DenseMath m) {
   switch (m) {
@@ -79,7 +58,8 @@ gpu::GemmMath gemm_math(DenseMath m) {
     case DenseMath::bf16: return gpu::GemmMath::bf16;
     case DenseMath::fp16: break;
   }
-  throw Error(fmt::format("GpuBackend: dense math {} is not implemented (use fp32, tf32 or bf16)", dense_math_name(m)));
+  throw Error(fmt::format("GpuBackend: dense math {} is not implemented (use fp32, tf32 or bf16)",
+                          dense_math_name(m)));
 }
 
 gpu::Epilogue epilogue_of(bool bias, Activation act) {
@@ -93,12 +73,17 @@ bool same_layouts(std::span<const TableLayout> a, const std::vector<TableLayout>
   for (std::size_t i = 0; i < a.size(); ++i) {
     const TableLayout& x = a[i];
     const TableLayout& y = b[i];
-    if (x.rows != y.rows || x.dim != y.dim || x.pooling != y.pooling || x.weight_offset != y.weight_offset ||
-        x.state_offset != y.state_offset || x.out_col != y.out_col || x.dtype != y.dtype)
+    if (x.rows != y.rows || x.dim != y.dim || x.pooling != y.pooling ||
+        x.weight_offset != y.weight_offset || x.state_offset != y.state_offset ||
+        x.out_col != y.out_col || x.dtype != y.dtype)
       return false;
   }
   return true;
 }
+
+// Rows of a bf16 copy start 16-byte aligned (8 elements): the library's fast kernels want aligned
+// rows, and a [B, 13] input packed at 26 bytes a row ran on a slow fallback kernel.
+std::int64_t copy_ld(std::int64_t cols) { return (cols + 7) / 8 * 8; }
 
 }  // namespace
 
@@ -106,103 +91,39 @@ struct GpuBackend::Impl {
   DenseMath math;
   gpu::Stream stream;
   gpu::Blas blas;
-  Scratch scratch;
+  gpu::Scratch scratch;
+  gpu::OperandCache held;
+  gpu::InputQueue input;
+  gpu::TimingMarks marks;
   gpu::DeviceBuffer<std::byte> loss_scratch;
   Counters counters;
+  std::unordered_map<const void*, std::size_t> sizes;  // bytes of each allocate()d block
   // Embedding module state, built on the first call with a given set of layouts.
-  std::vector<TableLayout> emb_layouts;  // as the engine passed them
+  std::vector<TableLayout> emb_layouts;              // as the engine passed them
   std::unique_ptr<gpu::EmbeddingTables> emb_tables;  // the same with fp32 storage
   std::unique_ptr<gpu::EmbeddingWorkspace> emb_workspace;
+  std::int64_t emb_growths = 0;  // tables and workspaces (re)built
   std::uint64_t emb_updates = 0;
-  // Input pipeline: the copy stream and, per input slot, "copies done" and "compute done with
-  // it" events (recorded flags: an event never recorded must not be waited on).
-  gpu::Stream copy_stream;
-  struct InputSlot {
-    gpu::Event copied, consumed;
-    bool copied_recorded = false, consumed_recorded = false;
-  };
-  std::vector<std::unique_ptr<InputSlot>> input_slots;
-  std::vector<std::unique_ptr<gpu::Event>> marks;
-  std::vector<bool> mark_recorded;
-  // Constant operands (hold_constant): the held ranges, and bf16 copies of views inside them,
-  // keyed by the view. Copies keep their buffers across steps (the shapes repeat), only their
-  // validity is reset by release_constants().
-  struct Held {
-    std::uintptr_t begin, end;
-  };
-  std::vector<Held> held;
-  struct OperandKey {
-    const float* data;
-    std::int64_t rows, cols, ld;
-    bool operator==(const OperandKey&) const = default;
-  };
-  struct OperandCopy {
-    OperandKey key;
-    gpu::DeviceBuffer<std::uint16_t> bf16;
-    bool valid = false;
-  };
-  std::vector<OperandCopy> copies;
-  std::unordered_map<const void*, std::size_t> sizes;  // bytes of each allocate()d block
-
-  // The bf16 copy slot for view m (made on first use; its contents not yet valid). Copies of
-  // another batch size that are not in use this step are freed first (an evaluation's short
-  // last batch would otherwise keep a second set of copies for the rest of the run).
-  OperandCopy& copy_slot(CMat m) {
-    const OperandKey key{m.data, m.rows, m.cols, m.ld};
-    for (auto& x : copies)
-      if (x.key == key) return x;
-    std::erase_if(copies, [&](const OperandCopy& x) { return !x.valid && x.key.rows != m.rows; });
-    copies.push_back({key, gpu::DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(m.rows * copy_ld(m.cols)),
-                                                            "bf16 copy of a held operand"),
-                      false});
-    ++counters.allocations;
-    return copies.back();
-  }
-
-  bool is_held(CMat m) const {
-    if (m.rows <= 0 || m.cols <= 0) return false;
-    const auto b = reinterpret_cast<std::uintptr_t>(m.data);
-    const auto e = reinterpret_cast<std::uintptr_t>(m.data + (m.rows - 1) * m.ld + m.cols);
-    for (const Held& h : held)
-      if (b >= h.begin && e <= h.end) return true;
-    return false;
-  }
-
-  // Rows of a bf16 copy start 16-byte aligned (8 elements): the library's fast kernels want
-  // aligned rows, and a [B, 13] input packed at 26 bytes a row ran on a slow fallback kernel.
-  static std::int64_t copy_ld(std::int64_t cols) { return (cols + 7) / 8 * 8; }
-
-  // The bf16 copy of m (leading dimension copy_ld): from the held-operand copies when m lies in
-  // held memory (converted on first use this step), else converted into the slot's scratch now.
-  const std::uint16_t* bf16_of(CMat m, Slot slot) {
-    if (is_held(m)) {
-      OperandCopy* c = &copy_slot(m);
-      if (!c->valid) {
-        gpu::dense::to_bf16(s(), m, c->bf16.data(), copy_ld(m.cols));
-        c->valid = true;
-      }
-      return c->bf16.data();
-    }
-    auto* p = scratch.get_as<std::uint16_t>(slot, m.rows * copy_ld(m.cols), s());
-    gpu::dense::to_bf16(s(), m, p, copy_ld(m.cols));
-    return p;
-  }
-
-  InputSlot& input_slot(int slot) {
-    if (slot < 0 || slot >= 64) fail("input pipeline", "slot {} out of range [0, 64)", slot);
-    while (input_slots.size() <= static_cast<std::size_t>(slot)) input_slots.push_back(std::make_unique<InputSlot>());
-    return *input_slots[static_cast<std::size_t>(slot)];
-  }
 
   explicit Impl(DenseMath m)
       : math(m),
-        loss_scratch(static_cast<std::size_t>(gpu::dense::bce_scratch_bytes()), "GpuBackend loss partials") {}
+        loss_scratch(static_cast<std::size_t>(gpu::bce_scratch_bytes()),
+                     "GpuBackend loss partials") {}
 
   gpu::Stream_t s() const { return stream.get(); }
 
+  // The bf16 copy of m (leading dimension copy_ld): the held copy when m lies in held memory,
+  // else converted into the slot's scratch now.
+  const Bf16* bf16_of(CMat m, Slot slot) {
+    if (const Bf16* h = held.find(m, copy_ld(m.cols), s())) return h;
+    auto* p = scratch.get_as<Bf16>(slot, m.rows * copy_ld(m.cols), s());
+    gpu::convert(s(), m, AMat(p, DType::bf16, m.rows, m.cols, copy_ld(m.cols)));
+    return p;
+  }
+
   // An operand as the library reads it: under bf16 math a view stored in bf16 as it is, given16
   // (a bf16 copy the caller made) or the bf16 copy of an fp32 view (bf16_of); else the fp32 view.
-  gpu::GemmOperand operand(CAMat m, bool transposed, Slot slot, const std::uint16_t* given16 = nullptr) {
+  gpu::GemmOperand operand(CAMat m, bool transposed, Slot slot, const Bf16* given16 = nullptr) {
     if (math == DenseMath::bf16) {
       if (given16 != nullptr) return {given16, m.cols, transposed};
       if (m.dtype == DType::bf16) return {m.data, m.ld, transposed};
@@ -217,12 +138,13 @@ struct GpuBackend::Impl {
   // D = op(a) · op(b) (+ beta C) (+ bias) (relu): a and b are the stored operands ([m, k] / [k, m]
   // and [k, n] / [n, k] by their transpose flags), fp32 or (under bf16 math) bf16; d is fp32, or
   // bf16 under bf16 math (an activation, or a gradient stored so; C, where given, of d's type).
-  void product(CAMat a, bool ta, CAMat b, bool tb, AMat d, float beta = 0.0f, gpu::Epilogue ep = gpu::Epilogue::none,
-               const float* bias = nullptr, const std::uint16_t* a16 = nullptr, CAMat c = CAMat()) {
+  void product(CAMat a, bool ta, CAMat b, bool tb, AMat d, float beta = 0.0f,
+               gpu::Epilogue ep = gpu::Epilogue::none, const float* bias = nullptr,
+               const Bf16* a16 = nullptr, CAMat c = CAMat()) {
     gpu::GemmArgs g;
     if (c.data != nullptr && c.dtype != d.dtype)
-      fail("matrix product", "the addend C is stored in {}, the output in {}: they must match", dtype_name(c.dtype),
-           dtype_name(d.dtype));
+      fail("matrix product", "the addend C is stored in {}, the output in {}: they must match",
+           dtype_name(c.dtype), dtype_name(d.dtype));
     g.c = c.data;
     g.ldc = c.ld;
     g.m = d.rows;
@@ -231,13 +153,14 @@ struct GpuBackend::Impl {
     g.beta = beta;
     g.d = d.data;
     g.d_bf16 = d.dtype == DType::bf16;
-    if (!d.is_f32() && !g.d_bf16) fail("matrix product", "an output stored in {}; fp32 or bf16 expected", dtype_name(d.dtype));
+    if (!d.is_f32() && !g.d_bf16)
+      fail("matrix product", "an output stored in {}; fp32 or bf16 expected", dtype_name(d.dtype));
     g.ldd = d.ld;
     g.epilogue = ep;
     g.bias = bias;
     if (g.d_bf16 && bias != nullptr) {  // a bf16 output takes a bf16 bias (blas.h)
-      auto* b16 = scratch.get_as<std::uint16_t>(Slot::bias16, d.cols, s());
-      gpu::dense::vector_to_bf16(s(), bias, b16, d.cols);
+      auto* b16 = scratch.get_as<Bf16>(Slot::bias16, d.cols, s());
+      gpu::convert(s(), CMat(bias, 1, d.cols), AMat(b16, DType::bf16, 1, d.cols));
       g.bias = b16;
     }
     g.a = operand(a, ta, Slot::a16, a16);
@@ -245,9 +168,12 @@ struct GpuBackend::Impl {
     blas.gemm(s(), gemm_math(math), g);
   }
 
+  // The id count of a batch: the caller's (the engine always gives it), else read back from the
+  // device (a host synchronisation, counted).
   std::int64_t nnz_of(const SparseInput& in) {
-    if (in.nnz >= 0) return in.nnz;  // the engine always says; other callers may not
-    if (gpu::rehearsing()) throw Error("GpuBackend::rehearse: an embedding op needs the id count (SparseInput::nnz)");
+    if (in.nnz >= 0) return in.nnz;
+    if (gpu::rehearsing())
+      throw Error("GpuBackend::rehearse: an embedding op needs the id count (SparseInput::nnz)");
     std::int64_t v = 0;
     const std::int64_t* last = in.offsets + static_cast<std::int64_t>(in.num_tables) * in.batch;
     gpu::check(gpu::memcpy_async(&v, last, sizeof v, s()), "embedding: reading the id count");
@@ -258,25 +184,40 @@ struct GpuBackend::Impl {
 
   void ensure_tables(std::span<const TableLayout> tables) {
     if (emb_tables != nullptr && same_layouts(tables, emb_layouts)) return;
-    gpu::check(gpu::stream_synchronize(s()), "embedding layout change");  // enqueued work may use the old ones
+    // Enqueued work may use the old ones.
+    gpu::check(gpu::stream_synchronize(s()), "embedding layout change");
     emb_layouts.assign(tables.begin(), tables.end());
     std::vector<TableLayout> f32(tables.begin(), tables.end());
     for (auto& t : f32) t.dtype = DType::f32;  // storage is fp32; narrow types are emulated
     emb_workspace.reset();
     emb_tables = std::make_unique<gpu::EmbeddingTables>(f32);
-    scratch.count_growth();
+    ++emb_growths;
+  }
+
+  // A workspace for batches of at least `batch` examples and `nnz` ids.
+  gpu::EmbeddingWorkspace& workspace_for(std::int64_t batch, std::int64_t nnz) {
+    gpu::EmbeddingWorkspace* w = emb_workspace.get();
+    if (w != nullptr && batch <= w->max_batch() && nnz <= w->max_nnz()) return *w;
+    const std::int64_t max_batch = std::max(batch, w != nullptr ? w->max_batch() : 0);
+    const std::int64_t max_nnz = std::max(nnz + nnz / 4, w != nullptr ? w->max_nnz() : 0);
+    // The old one may be in use.
+    gpu::check(gpu::stream_synchronize(s()), "embedding workspace growth");
+    emb_workspace.reset();
+    emb_workspace = std::make_unique<gpu::EmbeddingWorkspace>(*emb_tables, max_batch, max_nnz);
+    ++emb_growths;
+    return *emb_workspace;
   }
 };
 
 GpuBackend::GpuBackend(DenseMath math) {
   (void)gemm_math(math);  // throws for a math this backend does not implement
-  if (gpu::device_count() == 0) throw Error("GpuBackend: " + gpu::no_device_reason());
+  if (gpu::device_count() == 0) throw Error(fmt::format("GpuBackend: {}", gpu::no_device_reason()));
   impl_ = std::make_unique<Impl>(math);
 }
 
 GpuBackend::~GpuBackend() {
   if (impl_ != nullptr) {
-    (void)gpu::stream_synchronize(impl_->copy_stream.get());
+    (void)gpu::stream_synchronize(impl_->input.stream());
     (void)gpu::stream_synchronize(impl_->s());
   }
 }
@@ -293,7 +234,8 @@ DenseMath GpuBackend::dense_math() const { return impl_->math; }
 
 GpuBackend::Counters GpuBackend::counters() const {
   Counters c = impl_->counters;
-  c.scratch_growths = impl_->scratch.growths();
+  c.allocations += impl_->held.allocations();
+  c.scratch_growths = impl_->scratch.growths() + impl_->emb_growths;
   c.blas_plans = impl_->blas.plans();
   c.epilogue_fallbacks = impl_->blas.epilogue_fallbacks();
   return c;
@@ -311,23 +253,15 @@ void* GpuBackend::allocate(std::size_t bytes) {
 
 void GpuBackend::deallocate(void* p) noexcept {
   if (p == nullptr) return;
-  // Nothing derived from this memory may outlive it (the address may be handed out again): held
-  // ranges and bf16 copies of views inside the block are dropped.
-  const auto b = reinterpret_cast<std::uintptr_t>(p);
-  std::uintptr_t e = b + 1;
+  std::size_t bytes = 1;
   if (const auto it = impl_->sizes.find(p); it != impl_->sizes.end()) {
-    e = b + it->second;
+    bytes = it->second;
     impl_->sizes.erase(it);
   }
-  auto inside = [&](const void* q) {
-    const auto a = reinterpret_cast<std::uintptr_t>(q);
-    return a >= b && a < e;
-  };
-  std::erase_if(impl_->held, [&](const Impl::Held& h) { return h.begin < e && b < h.end; });
-  std::erase_if(impl_->copies, [&](const Impl::OperandCopy& c) { return inside(c.key.data); });
+  impl_->held.forget(p, bytes);
   // Work already enqueued may still use p (cudaFree waits for the device as well; this makes the
   // order explicit for runtimes that do not).
-  (void)gpu::stream_synchronize(impl_->copy_stream.get());
+  (void)gpu::stream_synchronize(impl_->input.stream());
   (void)gpu::stream_synchronize(impl_->s());
   gpu::detail::device_free(p);
 }
@@ -343,14 +277,10 @@ void GpuBackend::copy_to_host(void* host_dst, const void* src, std::size_t bytes
   gpu::check(gpu::stream_synchronize(impl_->s()), "copy_to_host");
 }
 
-void GpuBackend::copy(void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
-  gpu::check(gpu::memcpy_async(dst, src, bytes, impl_->s()), "copy");
-}
-
 void GpuBackend::fill(float* p, std::int64_t n, float value) {
-  if (n < 0 || (n > 0 && p == nullptr)) fail("fill", "bad buffer (n {}, p {})", n, static_cast<void*>(p));
-  gpu::dense::fill(impl_->s(), p, n, value);
+  if (n < 0 || (n > 0 && p == nullptr))
+    fail("fill", "bad buffer (n {}, p {})", n, static_cast<void*>(p));
+  gpu::fill(impl_->s(), p, n, value);
 }
 
 void GpuBackend::fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
@@ -362,12 +292,13 @@ void GpuBackend::fill_uniform(float* p, std::int64_t n, float lo, float hi, std:
 void GpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
   if (n < 0 || (n > 0 && p == nullptr)) fail("round_to_dtype", "bad buffer (n {})", n);
   if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
-    fail("round_to_dtype", "{} is not a floating-point storage type (fp32, fp16, bf16)", dtype_name(dtype));
-  gpu::dense::round_to_dtype(impl_->s(), p, n, dtype);
+    fail("round_to_dtype", "{} is not a floating-point storage type (fp32, fp16, bf16)",
+         dtype_name(dtype));
+  gpu::round_to_dtype(impl_->s(), p, n, dtype);
 }
 
 void GpuBackend::synchronize() {
-  impl_->copy_stream.synchronize();
+  gpu::check(gpu::stream_synchronize(impl_->input.stream()), "synchronize (input copies)");
   impl_->stream.synchronize();
 }
 
@@ -381,43 +312,20 @@ void* GpuBackend::allocate_pinned(std::size_t bytes) {
 
 void GpuBackend::deallocate_pinned(void* p) noexcept {
   if (p == nullptr) return;
-  (void)gpu::stream_synchronize(impl_->copy_stream.get());  // a copy may still read it
+  (void)gpu::stream_synchronize(impl_->input.stream());  // a copy may still read it
   gpu::detail::host_free(p);
 }
 
-void GpuBackend::begin_input(int slot) {
-  Impl::InputSlot& in = impl_->input_slot(slot);
-  if (in.copied_recorded) in.copied.synchronize();  // the pinned sources are free again
-  if (in.consumed_recorded) in.consumed.wait_on(impl_->copy_stream.get());
-}
-
+void GpuBackend::begin_input(int slot) { impl_->input.begin(slot); }
 void GpuBackend::input_copy(void* dst, const void* host_src, std::size_t bytes) {
-  if (bytes == 0) return;
-  gpu::check(gpu::memcpy_async(dst, host_src, bytes, impl_->copy_stream.get()), "input_copy");
+  impl_->input.copy(dst, host_src, bytes);
 }
+void GpuBackend::end_input(int slot) { impl_->input.end(slot); }
+void GpuBackend::use_input(int slot) { impl_->input.use(slot, impl_->s()); }
+void GpuBackend::release_input(int slot) { impl_->input.release(slot, impl_->s()); }
 
-void GpuBackend::end_input(int slot) {
-  Impl::InputSlot& in = impl_->input_slot(slot);
-  in.copied.record(impl_->copy_stream.get());
-  in.copied_recorded = true;
-}
-
-void GpuBackend::use_input(int slot) {
-  Impl::InputSlot& in = impl_->input_slot(slot);
-  if (in.copied_recorded) in.copied.wait_on(impl_->s());
-}
-
-void GpuBackend::release_input(int slot) {
-  Impl::InputSlot& in = impl_->input_slot(slot);
-  in.consumed.record(impl_->s());
-  in.consumed_recorded = true;
-}
-
-void GpuBackend::hold_constant(const void* p, std::size_t bytes) {
-  if (p == nullptr || bytes == 0) return;
-  const auto b = reinterpret_cast<std::uintptr_t>(p);
-  impl_->held.push_back({b, b + bytes});
-}
+void GpuBackend::hold_constant(const void* p, std::size_t bytes) { impl_->held.hold(p, bytes); }
+void GpuBackend::release_constants() { impl_->held.release(); }
 
 void GpuBackend::rehearse(const std::function<void()>& ops) {
   struct Release {  // the rehearsal's held copies were never written (also when an op throws)
@@ -428,32 +336,8 @@ void GpuBackend::rehearse(const std::function<void()>& ops) {
   ops();
 }
 
-void GpuBackend::release_constants() {
-  impl_->held.clear();
-  for (auto& c : impl_->copies) c.valid = false;
-}
-
-void GpuBackend::timing_mark(int i) {
-  if (i < 0 || i > 4096) fail("timing_mark", "mark index {} out of range [0, 4096]", i);
-  auto& m = impl_->marks;
-  while (m.size() <= static_cast<std::size_t>(i)) {
-    m.push_back(std::make_unique<gpu::Event>());
-    impl_->mark_recorded.push_back(false);
-  }
-  m[static_cast<std::size_t>(i)]->record(impl_->s());
-  impl_->mark_recorded[static_cast<std::size_t>(i)] = true;
-}
-
-double GpuBackend::timing_elapsed_ms(int i, int j) {
-  auto recorded = [&](int k) {
-    return k >= 0 && static_cast<std::size_t>(k) < impl_->marks.size() &&
-           impl_->mark_recorded[static_cast<std::size_t>(k)];
-  };
-  if (!recorded(i) || !recorded(j))
-    fail("timing_elapsed_ms", "mark {} was never recorded", recorded(i) ? j : i);
-  return gpu::Event::elapsed_ms(*impl_->marks[static_cast<std::size_t>(i)],
-                                *impl_->marks[static_cast<std::size_t>(j)]);
-}
+void GpuBackend::timing_mark(int i) { impl_->marks.record(i, impl_->s()); }
+double GpuBackend::timing_elapsed_ms(int i, int j) { return impl_->marks.elapsed_ms(i, j); }
 
 // ------------------------------------------------------------ dense layers --
 
@@ -477,21 +361,21 @@ void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation 
   // dz = dy ⊙ act'(y) [B, out]; under bf16 also its bf16 copy, shared by both products.
   // dbias = Σ_rows dz, summed in the ReLU pass where it can be (under bf16 that pass then writes only
   // the bf16 dz the products read).
-  std::uint16_t* dz16 = bf ? im.scratch.get_as<std::uint16_t>(Slot::dz16, batch * out, s) : nullptr;
+  Bf16* dz16 = bf ? im.scratch.get_as<Bf16>(Slot::dz16, batch * out, s) : nullptr;
   void* partial =
-      dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::dense::gradient_sums_scratch_bytes(batch, out), s) : nullptr;
+      dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::gradient_sums_scratch_bytes(batch, out), s) : nullptr;
   float* buf = im.scratch.get_as<float>(Slot::dz, batch * out, s);
   CMat dz(buf, batch, out);
   if (act == Activation::relu) {
-    gpu::dense::relu_backward(s, y, dy, buf, dz16, dbias, partial, bf);
+    gpu::relu_backward(s, y, dy, buf, dz16, dbias, partial, bf);
   } else {
     if (dy.is_f32()) {
       dz = dy.f32();
     } else {  // a bf16 gradient without activation: widened once (only the sums need fp32)
-      gpu::dense::convert(s, dy, Mat(buf, batch, out));
+      gpu::convert(s, dy, Mat(buf, batch, out));
     }
-    if (bf) gpu::dense::to_bf16(s, dz, dz16);
-    if (dbias != nullptr) gpu::dense::column_sum(s, dz, dbias, partial);
+    if (bf) gpu::convert(s, dz, AMat(dz16, DType::bf16, batch, out));
+    if (dbias != nullptr) gpu::column_sum(s, dz, dbias, partial);
   }
   im.product(dz, true, x, false, dw, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dw [out, in] = dzᵀ · x
   if (want_dx) im.product(dz, false, w, false, dx, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dx = dz · w
@@ -525,26 +409,16 @@ void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, 
   im.ensure_tables(tables);
   const std::int64_t nnz = im.nnz_of(in);
   if (nnz == 0) return;  // no row occurs: nothing is updated
-  if (im.emb_workspace == nullptr || in.batch > im.emb_workspace->max_batch() ||
-      nnz > im.emb_workspace->max_nnz()) {
-    const std::int64_t max_batch =
-        std::max(in.batch, im.emb_workspace != nullptr ? im.emb_workspace->max_batch() : std::int64_t{0});
-    const std::int64_t max_nnz = std::max(
-        nnz + nnz / 4, im.emb_workspace != nullptr ? im.emb_workspace->max_nnz() : std::int64_t{0});
-    gpu::check(gpu::stream_synchronize(im.s()), "embedding workspace growth");  // the old one may be in use
-    im.emb_workspace.reset();
-    im.emb_workspace = std::make_unique<gpu::EmbeddingWorkspace>(*im.emb_tables, max_batch, max_nnz);
-    im.scratch.count_growth();
-  }
+  gpu::EmbeddingWorkspace& workspace = im.workspace_for(in.batch, nnz);
   gpu::UpdateOptions upd;
   upd.step = gpu::rehearsing() ? im.emb_updates : im.emb_updates++;  // a rehearsal takes no step
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, nnz};
   gpu::embedding_backward_update(im.s(), *im.emb_tables, {weights, DType::f32}, state, din, dout, opt, upd,
-                                 *im.emb_workspace);
+                                 workspace);
   // Emulated fp16/bf16 storage: rounding a whole table is the same as rounding its updated rows,
   // since the others already hold representable values (the engine rounds them at initialisation).
   for (const TableLayout& t : tables) {
-    if (t.dtype != DType::f32) gpu::dense::round_to_dtype(im.s(), weights + t.weight_offset, t.rows * t.dim, t.dtype);
+    if (t.dtype != DType::f32) gpu::round_to_dtype(im.s(), weights + t.weight_offset, t.rows * t.dim, t.dtype);
   }
 }
 
@@ -557,7 +431,7 @@ void GpuBackend::raise_input_errors() {
 void GpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) {
   constexpr const char* op = "dot_interaction_forward";
   check_shape(op, "out", out, dense.rows, backend_checks::check_dot(op, dense, emb, num_tables));
-  gpu::dense::dot_forward(impl_->s(), dense, emb, num_tables, out);
+  gpu::dot_forward(impl_->s(), dense, emb, num_tables, out);
 }
 
 void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
@@ -566,7 +440,7 @@ void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, 
   check_shape(op, "dout", dout, dense.rows, backend_checks::check_dot(op, dense, emb, num_tables));
   check_shape(op, "ddense", ddense, dense.rows, dense.cols);
   check_shape(op, "demb", demb, dense.rows, emb.cols);
-  gpu::dense::dot_backward(impl_->s(), dense, emb, num_tables, dout, ddense, demb);
+  gpu::dot_backward(impl_->s(), dense, emb, num_tables, dout, ddense, demb);
 }
 
 void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
@@ -577,7 +451,7 @@ void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* 
   im.product(xl, false, v, true, u);  // u [B, r] = xl · vᵀ
   im.product(u, false, w, true, z, 0.0f, bias != nullptr ? gpu::Epilogue::bias : gpu::Epilogue::none,
              bias);  // z [B, N] = u · wᵀ + bias
-  gpu::dense::cross_combine(im.s(), x0, z, xl, x_next);
+  gpu::cross_combine(im.s(), x0, z, xl, x_next);
 }
 
 void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, AMat dx0, AMat dxl,
@@ -593,13 +467,13 @@ void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
 
   // dz = g ⊙ x0 [B, N] (and its bf16 copy); dx0 += g ⊙ z.
   float* dz_buf = im.scratch.get_as<float>(Slot::dz, batch * n, s);
-  std::uint16_t* dz16 = bf ? im.scratch.get_as<std::uint16_t>(Slot::dz16, batch * n, s) : nullptr;
+  Bf16* dz16 = bf ? im.scratch.get_as<Bf16>(Slot::dz16, batch * n, s) : nullptr;
   // dbias = Σ_rows dz, summed in the same pass.
-  void* partial = dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::dense::gradient_sums_scratch_bytes(batch, n), s)
+  void* partial = dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::gradient_sums_scratch_bytes(batch, n), s)
                                    : nullptr;
   // Under bf16 the products read dz16 only: the fp32 dz is then not written (where the bias
   // sum is folded into the pass).
-  gpu::dense::cross_gradients(s, dx_next, x0, z, dz_buf, dz16, dx0, dbias, partial,
+  gpu::cross_gradients(s, dx_next, x0, z, dz_buf, dz16, dx0, dbias, partial,
                               {mode.first_into_dx0, mode.xl_is_x0, bf});
   const CMat dz(dz_buf, batch, n);
 
@@ -612,10 +486,10 @@ void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
     im.product(dz, false, w, false, du32);
     du = du32;
   } else {
-    auto* du16 = im.scratch.get_as<std::uint16_t>(Slot::du16, batch * rank, s);
+    auto* du16 = im.scratch.get_as<Bf16>(Slot::du16, batch * rank, s);
     if (want_du) {
       im.product(dz, false, w, false, du_scratch, 0.0f, gpu::Epilogue::none, nullptr, dz16);
-      gpu::dense::to_bf16(s, du_scratch, du16);
+      gpu::convert(s, du_scratch, AMat(du16, DType::bf16, batch, rank));
     } else {
       im.product(dz, false, w, false, AMat(du16, DType::bf16, batch, rank), 0.0f, gpu::Epilogue::none, nullptr, dz16);
     }
@@ -638,19 +512,12 @@ void GpuBackend::bce_with_logits(const float* logits, const float* labels, std::
   if (n <= 0) fail(op, "n is {}, expected > 0", n);
   if (logits == nullptr || labels == nullptr || dlogits == nullptr) fail(op, "a buffer is null");
   if (loss_out == nullptr) fail(op, "loss_out is null");
-  gpu::dense::bce_with_logits(impl_->s(), logits, labels, n, dlogits, loss_out, impl_->loss_scratch.data());
+  gpu::bce_with_logits(impl_->s(), logits, labels, n, dlogits, loss_out, impl_->loss_scratch.data());
 }
 
 void GpuBackend::sigmoid(const float* logits, float* probs, std::int64_t n) {
   if (n < 0 || (n > 0 && (logits == nullptr || probs == nullptr))) fail("sigmoid", "bad buffers (n {})", n);
-  gpu::dense::sigmoid(impl_->s(), logits, probs, n);
-}
-
-void GpuBackend::add_inplace(Mat y, CMat x) {
-  constexpr const char* op = "add_inplace";
-  check_view(op, "y", y);
-  check_shape(op, "x", x, y.rows, y.cols);
-  gpu::dense::add_inplace(impl_->s(), y, x);
+  gpu::sigmoid(impl_->s(), logits, probs, n);
 }
 
 void GpuBackend::dense_optimizer_step(float* params, const float* grads, float* state, std::int64_t n,
@@ -661,7 +528,7 @@ void GpuBackend::dense_optimizer_step(float* params, const float* grads, float* 
   if ((opt.kind == OptimizerKind::adagrad || opt.kind == OptimizerKind::adam) && n > 0 && state == nullptr)
     fail(op, "state is null");
   if (opt.kind == OptimizerKind::adam && step < 1) fail(op, "adam step is {}, expected >= 1 (1-based)", step);
-  gpu::dense::optimizer_step(impl_->s(), params, grads, state, n, opt, step);
+  gpu::dense_optimizer_step(impl_->s(), params, grads, state, n, opt, step);
 }
 
 std::unique_ptr<Backend> make_gpu_backend(DenseMath math) { return std::make_unique<GpuBackend>(math); }

@@ -3,19 +3,21 @@
 // Why it is built this way:
 // - Every op enqueues on the backend's one stream and returns: a training step (forward,
 //   backward, update) is one stream-ordered sequence with no host synchronisation inside it. The
-//   exceptions are the copy_to_host family and synchronize(), as the interface says, and (until
-//   SparseInput carries the id count, see embedding_forward below) one 8-byte read per embedding
-//   op.
+//   exceptions are the copy_to_host family, synchronize() and raise_input_errors(), as the
+//   interface says, and an embedding op given no id count (SparseInput::nnz of -1; the engine
+//   always gives it), which reads it back.
 // - Matrix products go through cuBLASLt (blas.h) with the bias and ReLU fused into the product's
-//   epilogue; everything else is a kernel of dense.cu or of the embedding module (embedding.h).
+//   epilogue; everything else is a kernel of its op's .cu file (fill, convert, linear, cross,
+//   dot_interaction, loss, dense_optimizer, column_sum) or of the embedding module (embedding.h).
 // - DenseMath picks how products are computed: fp32 (exact fp32, the default: it tracks the CPU
 //   reference to rounding), tf32 (tensor cores read fp32 operands as tf32), bf16 (bf16 operands,
 //   fp32 accumulation; master weights, weight gradients and the optimizer stay fp32). Under bf16
 //   the activations are stored in bf16 too (activation_dtype; the engine stores the cross stack's
 //   gradients so as well): the products read them as they are and write them rounded once (with a
 //   bf16 bias), and the elementwise passes over them move half the bytes. fp32 operands (weights,
-//   fp32 gradients) are converted per call. Everything that is not a product computes in fp32 (or
-//   double) in every mode.
+//   fp32 gradients) are converted per call, or once per step where the engine holds them constant
+//   (operand_cache.h). Everything that is not a product computes in fp32 (or double) in every
+//   mode.
 // - Memory: parameters and activations come from allocate() (the engine allocates them once).
 //   The backend's own scratch (bf16 operand copies, masked gradients, reduction partials, the
 //   embedding backward's sort workspace) is kept per purpose and grows only when a larger shape
@@ -51,7 +53,6 @@ class GpuBackend final : public Backend {
   // before returning, so host_src may be reused at once).
   void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override;
-  void copy(void* dst, const void* src, std::size_t bytes) override;
   void fill(float* p, std::int64_t n, float value) override;
   void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
                     std::uint64_t stream) override;
@@ -85,9 +86,9 @@ class GpuBackend final : public Backend {
 
   // Through the embedding module (embedding.h) on fp32 weight storage; tables whose layout says
   // fp16/bf16 are emulated as the interface allows (every row of the table rounded to nearest
-  // even after the update). Ids out of range are skipped and recorded, not thrown: call
-  // raise_input_errors() where a check is wanted. The module needs the id count on the host;
-  // SparseInput does not carry it yet, so each call reads offsets[T*B] back (a small host sync).
+  // even after the update). Ids out of range are skipped and recorded, not thrown: they surface
+  // at raise_input_errors(). The module needs the id count on the host: SparseInput::nnz, or
+  // where that is -1 a read of offsets[T*B] (a host synchronisation, counted in host_syncs).
   void embedding_forward(std::span<const TableLayout> tables, const float* weights,
                          const SparseInput& in, AMat out) override;
   void embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
@@ -106,7 +107,6 @@ class GpuBackend final : public Backend {
   void bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
                        float* loss_out) override;
   void sigmoid(const float* logits, float* probs, std::int64_t n) override;
-  void add_inplace(Mat y, CMat x) override;
 
   void dense_optimizer_step(float* params, const float* grads, float* state, std::int64_t n,
                             const OptimizerParams& opt, std::int64_t step) override;
@@ -121,7 +121,7 @@ class GpuBackend final : public Backend {
     std::int64_t scratch_growths = 0;  // internal scratch (re)allocations, embedding workspace included
     std::int64_t blas_plans = 0;       // cuBLASLt descriptors + algorithms built
     std::int64_t epilogue_fallbacks = 0;  // plans whose bias/ReLU could not be fused (blas.h)
-    std::int64_t host_syncs = 0;       // id-count reads by the embedding ops
+    std::int64_t host_syncs = 0;       // id-count reads by the embedding ops (SparseInput::nnz -1)
   };
   Counters counters() const;
 

@@ -5,7 +5,7 @@
 // - Every resource has one owner that frees it in its destructor; the handles are move-only.
 //   Destructors never throw (a failed free during unwinding would terminate).
 // - Every runtime call goes through check(), which throws GpuError naming the call, the vendor
-//   error and what to do; library code never prints or exits (DESIGN.md, rules of the house).
+//   error and what to do; library code never prints or exits (only tools/ does).
 // - device_count() is the one call that does not throw: tests use it to skip cleanly where no
 //   GPU (or no driver) is present.
 // - DeviceInfo is read once per device from the runtime: warp size, multiprocessor count, L2 and

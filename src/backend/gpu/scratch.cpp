@@ -1,0 +1,24 @@
+#include "backend/gpu/scratch.h"
+
+namespace parity::gpu {
+
+namespace {
+constexpr std::array<const char*, static_cast<int>(ScratchSlot::count)> kSlotNames = {
+    "bf16 operand A",         "bf16 operand B", "masked gradient",
+    "masked gradient (bf16)", "cross du",       "cross du (bf16)",
+    "bf16 bias",              "column-sum partials"};
+}  // namespace
+
+void* Scratch::get(ScratchSlot slot, std::size_t bytes, Stream_t stream) {
+  auto& b = bufs_[static_cast<int>(slot)];
+  if (b.bytes() < bytes) {
+    check(stream_synchronize(stream), "GpuBackend scratch growth");
+    const std::size_t want = (bytes + bytes / 4 + 255) / 256 * 256;
+    b = DeviceBuffer<std::byte>();  // the old buffer goes before the new one is made
+    b = DeviceBuffer<std::byte>(want, kSlotNames[static_cast<int>(slot)]);
+    ++growths_;
+  }
+  return b.data();
+}
+
+}  // namespace parity::gpu

@@ -1,0 +1,36 @@
+// The GPU backend's own device scratch, one buffer per purpose, that only grows: after the first
+// step of a run (or Model::prepare's rehearsal) nothing is allocated. Host-only.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/gpu/port.h"
+#include "backend/gpu/runtime.h"
+
+namespace parity::gpu {
+
+// Scratch purposes. An op may hold several slots at once, never the same slot twice.
+enum class ScratchSlot : int { a16, b16, dz, dz16, du, du16, bias16, reduce, count };
+
+class Scratch {
+ public:
+  // The slot's buffer, at least `bytes` long. Growing waits for `stream` first (kernels already
+  // enqueued may still read the old buffer) and allocates a quarter more than asked, so that a
+  // slowly growing shape does not reallocate every call.
+  void* get(ScratchSlot slot, std::size_t bytes, Stream_t stream);
+  template <class T>
+  T* get_as(ScratchSlot slot, std::int64_t elements, Stream_t stream) {
+    const auto n = static_cast<std::size_t>(elements > 1 ? elements : 1);
+    return static_cast<T*>(get(slot, n * sizeof(T), stream));
+  }
+  // (Re)allocations so far.
+  std::int64_t growths() const { return growths_; }
+
+ private:
+  std::array<DeviceBuffer<std::byte>, static_cast<int>(ScratchSlot::count)> bufs_;
+  std::int64_t growths_ = 0;
+};
+
+}  // namespace parity::gpu
