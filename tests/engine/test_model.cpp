@@ -6,6 +6,7 @@
 // computed through predict(). The per-op backward passes are checked in double precision in
 // tests/backend; this test catches wrong views, slices and orderings. (It writes parameters through
 // host pointers, so it is the cpu's only.)
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -99,7 +100,7 @@ TEST_P(ModelGradient, StepMatchesFiniteDifferences) {
         ++kinks;
         continue;
       }
-      probes.push_back({p, fd, t.name + "[" + std::to_string(i) + "]"});
+      probes.push_back({p, fd, fmt::format("{}[{}]", t.name, i)});
     }
   }
   std::vector<float> before;

@@ -10,6 +10,7 @@
 // (Adagrad) are trained and reported but not held to it, because there the bound fails even
 // between two cpu runs one ulp apart (see with_sgd below). Predictions after 20 steps as
 // configured are asserted. "[ measured ]" lines record the deviations seen.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,7 +36,7 @@ namespace {
 using Counters = GpuBackend::Counters;
 
 std::filesystem::path model_path(const std::string& name) {
-  const std::string file = "configs/models/" + name + ".yaml";
+  const std::string file = fmt::format("configs/models/{}.yaml", name);
   // The source tree from this file's location, then the working directory (the device script runs
   // from the repository root), then PARITY_SOURCE_DIR.
   const std::filesystem::path here =
@@ -165,7 +166,7 @@ class EngineTraining : public ::testing::TestWithParam<std::tuple<std::string, s
   void SetUp() override { PARITY_REQUIRE_BACKEND(name()); }
   const std::string& name() const { return std::get<0>(GetParam()); }
   const std::string& model() const { return std::get<1>(GetParam()); }
-  std::string label() const { return name() + " " + model(); }
+  std::string label() const { return fmt::format("{} {}", name(), model()); }
   bool is_cpu() const { return name() == "cpu"; }
   std::unique_ptr<Backend> backend(DenseMath math = DenseMath::fp32) const {
     return make_backend(name(), math);
@@ -187,7 +188,7 @@ TEST_P(EngineTraining, Fp32TracksCpuFor500Steps) {
     const std::vector<float> ref = train(sgd, *cpu, kEngineSteps, 11).losses;
     const std::vector<float> got = train(sgd, *be, kEngineSteps, 11).losses;
     const Deviation d = compare_losses(got, ref);
-    report(label() + " (sgd) fp32 vs cpu, " + std::to_string(kEngineSteps) + " steps", d, got, ref);
+    report(fmt::format("{} (sgd) fp32 vs cpu, {} steps", label(), kEngineSteps), d, got, ref);
     EXPECT_LE(d.max_rel, kLossTolerance);
     EXPECT_LT(ref.back(), ref.front()) << "the reference run did not learn";
   }
@@ -196,11 +197,11 @@ TEST_P(EngineTraining, Fp32TracksCpuFor500Steps) {
   const TrainingRun run = train(configured, *be, kEngineSteps, 11);
   const Deviation d = compare_losses(run.losses, ref);
   // As configured (Adagrad): reported, not asserted (see with_sgd).
-  report(label() + " (as configured) fp32 vs cpu, " + std::to_string(kEngineSteps) + " steps", d,
+  report(fmt::format("{} (as configured) fp32 vs cpu, {} steps", label(), kEngineSteps), d,
          run.losses, ref);
   if (const std::optional<Counters> last = gpu_counters(*be)) {
     const Counters& first = *run.after_first;
-    expect_steady(label() + " fp32", first, *last);
+    expect_steady(fmt::format("{} fp32", label()), first, *last);
     std::cout << "[ measured ] " << label() << " gpu counters after step 1: " << first.allocations
               << " allocations, " << first.scratch_growths << " scratch growths, "
               << first.blas_plans << " BLAS plans; after " << kEngineSteps << ": "
@@ -215,7 +216,7 @@ TEST_P(EngineTraining, Bf16AndTf32TrackFp32For500Steps) {
   const ModelSpec configured = spec();
   for (const bool sgd : {true, false}) {
     const ModelSpec s = sgd ? with_sgd(configured) : configured;
-    const std::string what = label() + (sgd ? " (sgd)" : " (as configured)");
+    const std::string what = fmt::format("{} {}", label(), sgd ? "(sgd)" : "(as configured)");
     auto fp32 = backend(DenseMath::fp32), bf16 = backend(DenseMath::bf16),
          tf32 = backend(DenseMath::tf32);
     const std::vector<float> ref = train(s, *fp32, kEngineSteps, 11).losses;
@@ -223,12 +224,12 @@ TEST_P(EngineTraining, Bf16AndTf32TrackFp32For500Steps) {
     // bf16 storage too: after step 1 nothing is allocated, grown or planned, and nothing falls
     // back.
     if (const std::optional<Counters> last = gpu_counters(*bf16))
-      expect_steady(what + " bf16", *run.after_first, *last);
+      expect_steady(fmt::format("{} bf16", what), *run.after_first, *last);
     const Deviation d = compare_losses(run.losses, ref);
-    report(what + " bf16 vs fp32, " + std::to_string(kEngineSteps) + " steps", d, run.losses, ref);
+    report(fmt::format("{} bf16 vs fp32, {} steps", what, kEngineSteps), d, run.losses, ref);
     const std::vector<float> got32 = train(s, *tf32, kEngineSteps, 11).losses;
     const Deviation d32 = compare_losses(got32, ref);
-    report(what + " tf32 vs fp32, " + std::to_string(kEngineSteps) + " steps", d32, got32, ref);
+    report(fmt::format("{} tf32 vs fp32, {} steps", what, kEngineSteps), d32, got32, ref);
     if (sgd) {  // the per-step bound (asserted on the SGD variant; see with_sgd)
       EXPECT_LE(d.max_rel, kLossTolerance) << "bf16";
       EXPECT_LE(d32.max_rel, kLossTolerance) << "tf32";
@@ -247,7 +248,7 @@ TEST_P(EngineTraining, PrepareLeavesTheFirstStepNothingToAllocate) {
       is_cpu() ? std::vector<DenseMath>{DenseMath::fp32}
                : std::vector<DenseMath>{DenseMath::fp32, DenseMath::bf16};
   for (const DenseMath math : maths) {
-    const std::string what = label() + " " + std::string(dense_math_name(math));
+    const std::string what = fmt::format("{} {}", label(), dense_math_name(math));
     auto plain = backend(math), prepared = backend(math);
     const std::vector<float> ref = train(s, *plain, kSteps, 11).losses;
     const std::optional<Counters> before = gpu_counters(*prepared);
