@@ -5,7 +5,7 @@
 # - cuda in PARITY_ENABLED_BACKENDS: enables the CUDA language, builds parity_backend_gpu for
 #   PARITY_CUDA_GENCODE (default sm_90a: H100/H200), with -lineinfo and -Xptxas --warn-on-spills,
 #   host code at -Wall -Wextra -Werror; test_backend_gpu (skips where no GPU is present) and
-#   embedding_bench.
+#   embedding_bench; test_engine's engine tests then run on the cuda backend too.
 # - hip in PARITY_ENABLED_BACKENDS: the same .cu files compiled with hipcc for PARITY_HIP_ARCHS
 #   into parity_backend_hip. CMake 3.25's HIP language cannot use Debian 12's ROCm packages (it
 #   looks for hip-lang under /usr/lib/cmake, Debian installs it under the multiarch directory and
@@ -126,4 +126,16 @@ endif()
 if("hip" IN_LIST PARITY_ENABLED_BACKENDS AND NOT "cuda" IN_LIST PARITY_ENABLED_BACKENDS)
   target_link_libraries(parity_engine PUBLIC parity_backend_hip)
   target_compile_definitions(parity_engine PRIVATE PARITY_WITH_HIP_BACKEND=1)
+endif()
+
+# ---- engine tests on every backend (tests/engine) ----------------------------------------------
+# test_engine runs its engine tests on each backend the build has (cpu, and the GPU backend
+# through parity_engine's link above); its GPU-only checks read GpuBackend's counters through
+# tests/engine/gpu/counters_gpu.cpp where that backend is built, counters_none.cpp where not.
+if(PARITY_BUILD_TESTS AND TARGET test_engine)
+  if("cuda" IN_LIST PARITY_ENABLED_BACKENDS OR "hip" IN_LIST PARITY_ENABLED_BACKENDS)
+    target_sources(test_engine PRIVATE ${PROJECT_SOURCE_DIR}/tests/engine/gpu/counters_gpu.cpp)
+  else()
+    target_sources(test_engine PRIVATE ${PROJECT_SOURCE_DIR}/tests/engine/gpu/counters_none.cpp)
+  endif()
 endif()

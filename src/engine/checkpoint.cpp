@@ -4,6 +4,9 @@
 // checkpoint gives a message, not a crash.
 #include "parity/checkpoint.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -18,10 +21,12 @@ namespace parity {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr std::size_t kChunk = std::size_t{64} << 20;         // host staging buffer
+constexpr std::size_t kChunk = std::size_t{64} << 20;           // host staging buffer
 constexpr std::uint64_t kMaxHeader = std::uint64_t{100} << 20;  // safetensors' own limit
 
-std::string sys_error() { return std::strerror(errno); }
+std::string sys_error() {
+  return std::strerror(errno);
+}
 
 }  // namespace
 
@@ -31,7 +36,8 @@ void save_safetensors(const fs::path& file, const std::vector<TensorRef>& tensor
   header["__metadata__"] = metadata;
   std::uint64_t off = 0;
   for (const auto& t : tensors) {
-    if (header.contains(t.name)) throw Error("save_safetensors: duplicate tensor '" + t.name + "'");
+    if (header.contains(t.name))
+      throw Error(fmt::format("save_safetensors: duplicate tensor '{}'", t.name));
     header[t.name] = {{"dtype", std::string(dtype_safetensors_name(t.dtype))},
                       {"shape", t.shape},
                       {"data_offsets", {off, off + t.bytes()}}};
@@ -43,7 +49,9 @@ void save_safetensors(const fs::path& file, const std::vector<TensorRef>& tensor
   const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw Error("cannot create checkpoint directory '" + dir.string() + "': " + ec.message());
+  if (ec)
+    throw Error(
+        fmt::format("cannot create checkpoint directory '{}': {}", dir.string(), ec.message()));
   AtomicFile out(file, "checkpoint");
   std::uint8_t len[8];
   const std::uint64_t hs = h.size();
@@ -64,71 +72,77 @@ void save_safetensors(const fs::path& file, const std::vector<TensorRef>& tensor
 }
 
 SafetensorsHeader read_safetensors_header(const fs::path& file) {
-  const std::string where = "checkpoint '" + file.string() + "'";
+  const std::string where = fmt::format("checkpoint '{}'", file.string());
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw InputError("cannot read " + where + ": " + sys_error());
+  if (!in) throw InputError(fmt::format("cannot read {}: {}", where, sys_error()));
   std::error_code ec;
   const std::uint64_t file_size = fs::file_size(file, ec);
-  if (ec) throw InputError("cannot read " + where + ": " + ec.message());
+  if (ec) throw InputError(fmt::format("cannot read {}: {}", where, ec.message()));
   std::uint8_t len[8];
   if (!in.read(reinterpret_cast<char*>(len), 8))
-    throw InputError(where + ": file is " + std::to_string(file_size) +
-                     " bytes, too short for a safetensors header");
+    throw InputError(
+        fmt::format("{}: file is {} bytes, too short for a safetensors header", where, file_size));
   std::uint64_t hs = 0;
   for (int i = 0; i < 8; ++i) hs |= static_cast<std::uint64_t>(len[i]) << (8 * i);
   if (hs > kMaxHeader || hs + 8 > file_size)
-    throw InputError(where + ": header size " + std::to_string(hs) +
-                     " does not fit the file (" + std::to_string(file_size) +
-                     " bytes); the file is truncated or not safetensors");
+    throw InputError(fmt::format(
+        "{}: header size {} does not fit the file ({} bytes); the file is truncated or not "
+        "safetensors",
+        where, hs, file_size));
   std::string h(hs, '\0');
   if (!in.read(h.data(), static_cast<std::streamsize>(hs)))
-    throw InputError(where + ": cannot read the " + std::to_string(hs) + "-byte header");
+    throw InputError(fmt::format("{}: cannot read the {}-byte header", where, hs));
   nlohmann::json j = nlohmann::json::parse(h, nullptr, false);
   if (j.is_discarded() || !j.is_object())
-    throw InputError(where + ": header is not a JSON object; the file is corrupt");
+    throw InputError(fmt::format("{}: header is not a JSON object; the file is corrupt", where));
 
   SafetensorsHeader out;
   out.data_offset = 8 + hs;
   const std::uint64_t data_size = file_size - out.data_offset;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "__metadata__") {
-      if (!it->is_object()) throw InputError(where + ": __metadata__ is not an object");
+      if (!it->is_object())
+        throw InputError(fmt::format("{}: __metadata__ is not an object", where));
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string())
-          throw InputError(where + ": metadata '" + m.key() + "' is not a string");
+          throw InputError(fmt::format("{}: metadata '{}' is not a string", where, m.key()));
         out.metadata[m.key()] = m->get<std::string>();
       }
       continue;
     }
-    const std::string tw = where + ": tensor '" + it.key() + "'";
+    const std::string tw = fmt::format("{}: tensor '{}'", where, it.key());
     const auto& v = *it;
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
         !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
         !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
-      throw InputError(tw + ": expected {dtype, shape, data_offsets: [begin, end]}");
+      throw InputError(
+          fmt::format("{}: expected {{dtype, shape, data_offsets: [begin, end]}}", tw));
     SafetensorsEntry e;
     const auto dt = parse_safetensors_dtype(v["dtype"].get<std::string>());
-    if (!dt) throw InputError(tw + ": unknown dtype '" + v["dtype"].get<std::string>() + "'");
+    if (!dt)
+      throw InputError(fmt::format("{}: unknown dtype '{}'", tw, v["dtype"].get<std::string>()));
     e.dtype = *dt;
     std::uint64_t elems = 1;
     for (const auto& d : v["shape"]) {
       if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
-        throw InputError(tw + ": shape must hold non-negative integers");
+        throw InputError(fmt::format("{}: shape must hold non-negative integers", tw));
       e.shape.push_back(d.get<std::int64_t>());
       elems *= static_cast<std::uint64_t>(e.shape.back());
     }
     for (const auto& d : v["data_offsets"])
-      if (!d.is_number_unsigned()) throw InputError(tw + ": data_offsets must be non-negative integers");
+      if (!d.is_number_unsigned())
+        throw InputError(fmt::format("{}: data_offsets must be non-negative integers", tw));
     e.begin = v["data_offsets"][0].get<std::uint64_t>();
     e.end = v["data_offsets"][1].get<std::uint64_t>();
     if (e.begin > e.end || e.end > data_size)
-      throw InputError(tw + ": byte range [" + std::to_string(e.begin) + ", " +
-                       std::to_string(e.end) + ") lies outside the " + std::to_string(data_size) +
-                       "-byte data section; the file is truncated or corrupt");
+      throw InputError(fmt::format(
+          "{}: byte range [{}, {}) lies outside the {}-byte data section; the file is truncated "
+          "or corrupt",
+          tw, e.begin, e.end, data_size));
     if (e.end - e.begin != elems * dtype_size(e.dtype))
-      throw InputError(tw + ": byte range of " + std::to_string(e.end - e.begin) +
-                       " bytes does not match its shape and dtype (" +
-                       std::to_string(elems * dtype_size(e.dtype)) + " bytes)");
+      throw InputError(
+          fmt::format("{}: byte range of {} bytes does not match its shape and dtype ({} bytes)",
+                      tw, e.end - e.begin, elems * dtype_size(e.dtype)));
     out.tensors.emplace(it.key(), std::move(e));
   }
   return out;
@@ -138,32 +152,34 @@ std::map<std::string, std::string> load_safetensors(const fs::path& file,
                                                     const std::vector<TensorRef>& into,
                                                     Backend& backend, bool allow_extra) {
   const SafetensorsHeader h = read_safetensors_header(file);
-  const std::string where = "checkpoint '" + file.string() + "'";
+  const std::string where = fmt::format("checkpoint '{}'", file.string());
   auto shape_str = [](const std::vector<std::int64_t>& s) {
-    std::string r = "[";
-    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-    return r + "]";
+    return fmt::format("[{}]", fmt::join(s, ", "));
   };
   // Validate everything before touching the model, so a bad file changes nothing.
   for (const auto& t : into) {
     auto it = h.tensors.find(t.name);
     if (it == h.tensors.end())
-      throw InputError(where + ": tensor '" + t.name + "' is missing; the checkpoint is of another model");
+      throw InputError(fmt::format("{}: tensor '{}' is missing; the checkpoint is of another model",
+                                   where, t.name));
     if (it->second.dtype != t.dtype || it->second.shape != t.shape)
-      throw InputError(where + ": tensor '" + t.name + "' is " +
-                       std::string(dtype_name(it->second.dtype)) + shape_str(it->second.shape) +
-                       ", the model expects " + std::string(dtype_name(t.dtype)) +
-                       shape_str(t.shape));
+      throw InputError(fmt::format("{}: tensor '{}' is {}{}, the model expects {}{}", where, t.name,
+                                   dtype_name(it->second.dtype), shape_str(it->second.shape),
+                                   dtype_name(t.dtype), shape_str(t.shape)));
   }
   if (!allow_extra) {
     for (const auto& [name, e] : h.tensors) {
-      const bool known = std::any_of(into.begin(), into.end(), [&](const TensorRef& t) { return t.name == name; });
+      const bool known =
+          std::any_of(into.begin(), into.end(), [&](const TensorRef& t) { return t.name == name; });
       if (!known)
-        throw InputError(where + ": tensor '" + name + "' is not part of this model; the checkpoint is of another model or optimizer");
+        throw InputError(fmt::format(
+            "{}: tensor '{}' is not part of this model; the checkpoint is of another model or "
+            "optimizer",
+            where, name));
     }
   }
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw InputError("cannot read " + where);
+  if (!in) throw InputError(fmt::format("cannot read {}", where));
   std::vector<char> stage(kChunk);
   for (const auto& t : into) {
     const SafetensorsEntry& e = h.tensors.at(t.name);
@@ -172,7 +188,7 @@ std::map<std::string, std::string> load_safetensors(const fs::path& file,
     for (std::size_t done = 0; done < total;) {
       const std::size_t n = std::min(stage.size(), total - done);
       if (!in.read(stage.data(), static_cast<std::streamsize>(n)))
-        throw InputError(where + ": short read in tensor '" + t.name + "'");
+        throw InputError(fmt::format("{}: short read in tensor '{}'", where, t.name));
       backend.copy_to_device(static_cast<char*>(t.data) + done, stage.data(), n);
       done += n;
     }
@@ -181,7 +197,7 @@ std::map<std::string, std::string> load_safetensors(const fs::path& file,
 }
 
 fs::path checkpoint_path(const fs::path& dir, std::int64_t step) {
-  return dir / ("step-" + std::to_string(step) + ".safetensors");
+  return dir / fmt::format("step-{}.safetensors", step);
 }
 
 std::vector<std::int64_t> list_checkpoints(const fs::path& dir) {

@@ -1,13 +1,19 @@
-// Engine wiring checked end to end: with SGD at lr 1, one training step moves every
-// parameter by minus its gradient, which must match a finite difference of the loss
-// computed through predict(). The per-op backward passes are checked in double
-// precision in tests/backend; this test catches wrong views, slices and orderings.
+// The model on every backend this build has (backends.h): tensor names, initialisation, batch
+// checks, the input pipeline, the step profile and the rehearsal, one test body per backend.
+//
+// And, on the cpu, the engine's wiring checked end to end: with SGD at lr 1, one training step
+// moves every parameter by minus its gradient, which must match a finite difference of the loss
+// computed through predict(). The per-op backward passes are checked in double precision in
+// tests/backend; this test catches wrong views, slices and orderings. (It writes parameters through
+// host pointers, so it is the cpu's only.)
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "backends.h"
 #include "micro_model.h"
 #include "parity/data.h"
 #include "parity/engine.h"
@@ -81,7 +87,8 @@ TEST_P(ModelGradient, StepMatchesFiniteDifferences) {
     if (t.name.rfind("embedding.", 0) == 0) {
       const std::size_t ti = static_cast<std::size_t>(t.name[11] - '0');  // embedding.tN.weight
       for (std::int64_t r = 0; r < t.shape[0] && picks.size() < 6; ++r)
-        if (used[ti][static_cast<std::size_t>(r)]) picks.push_back(r * t.shape[1] + (r % t.shape[1]));
+        if (used[ti][static_cast<std::size_t>(r)])
+          picks.push_back(r * t.shape[1] + (r % t.shape[1]));
     } else {
       for (std::int64_t k = 0; k < std::min<std::int64_t>(n, 8); ++k)
         picks.push_back(static_cast<std::int64_t>(next_unit() * static_cast<double>(n)));
@@ -93,7 +100,7 @@ TEST_P(ModelGradient, StepMatchesFiniteDifferences) {
         ++kinks;
         continue;
       }
-      probes.push_back({p, fd, t.name + "[" + std::to_string(i) + "]"});
+      probes.push_back({p, fd, fmt::format("{}[{}]", t.name, i)});
     }
   }
   std::vector<float> before;
@@ -101,7 +108,8 @@ TEST_P(ModelGradient, StepMatchesFiniteDifferences) {
   model.train_step(b);
   int checked = 0;
   for (std::size_t k = 0; k < probes.size(); ++k) {
-    const double g = static_cast<double>(before[k]) - static_cast<double>(*probes[k].p);  // -Δw at lr 1
+    const double g =
+        static_cast<double>(before[k]) - static_cast<double>(*probes[k].p);  // -Δw at lr 1
     // fp32 forward: the difference quotient is good to ~5e-5 absolute (rounding of the
     // loss over 2h) plus O(h²) curvature; wiring bugs give errors of the gradient's size.
     EXPECT_LE(std::abs(g - probes[k].fd), 2e-4 + 1e-2 * std::abs(probes[k].fd))
@@ -115,15 +123,20 @@ TEST_P(ModelGradient, StepMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Interactions, ModelGradient,
                          ::testing::Values(InteractionKind::dcnv2, InteractionKind::dot));
 
-TEST(Model, TensorNamesAndCounts) {
-  const ModelSpec spec = testing::micro_model(InteractionKind::dcnv2, OptimizerKind::rowwise_adagrad,
-                                              OptimizerKind::adam, 0.01);
-  auto backend = make_backend("cpu");
-  Model model(spec, *backend, 8, 1);
+// ---- on every backend (backends.h) ----
+
+class EngineModel : public testing::OnEachBackend {};
+
+TEST_P(EngineModel, TensorNamesAndCounts) {
+  const ModelSpec spec = testing::micro_model(
+      InteractionKind::dcnv2, OptimizerKind::rowwise_adagrad, OptimizerKind::adam, 0.01);
+  auto be = backend();
+  Model model(spec, *be, 8, 1);
   std::int64_t dense = 0, emb = 0;
   bool has_dense_state = false;
   for (const auto& t : model.tensors()) {
-    if (t.name.rfind("embedding.", 0) == 0) emb += t.elements();
+    if (t.name.rfind("embedding.", 0) == 0)
+      emb += t.elements();
     else if (t.name == "optimizer.dense.state") {
       has_dense_state = true;
       EXPECT_EQ(t.shape, (std::vector<std::int64_t>{2, model.dense_parameter_count()}));
@@ -137,42 +150,50 @@ TEST(Model, TensorNamesAndCounts) {
   EXPECT_EQ(dense, spec.dense_parameters());
   EXPECT_EQ(emb, spec.embedding_parameters());
   EXPECT_EQ(model.dense_parameter_count(), spec.dense_parameters());
+  EXPECT_EQ(model.embedding_parameter_count(), spec.embedding_parameters());
 }
 
-TEST(Model, SameSeedSameInitDifferentSeedDifferent) {
+TEST_P(EngineModel, SameSeedSameInitDifferentSeedDifferent) {
   const ModelSpec spec = testing::micro_model(InteractionKind::dot);
-  auto backend = make_backend("cpu");
-  Model a(spec, *backend, 8, 5), b(spec, *backend, 8, 5), c(spec, *backend, 8, 6);
+  auto be = backend();
+  Model a(spec, *be, 8, 5), b(spec, *be, 8, 5), c(spec, *be, 8, 6);
   auto ta = a.tensors(), tb = b.tensors(), tc = c.tensors();
   bool any_diff = false;
   for (std::size_t i = 0; i < ta.size(); ++i) {
-    ASSERT_EQ(std::memcmp(ta[i].data, tb[i].data, ta[i].bytes()), 0) << ta[i].name;
+    const auto ha = testing::host_bytes(*be, ta[i]);
+    ASSERT_EQ(ha, testing::host_bytes(*be, tb[i])) << ta[i].name;
     if (ta[i].name.find("weight") != std::string::npos)
-      any_diff |= std::memcmp(ta[i].data, tc[i].data, ta[i].bytes()) != 0;
+      any_diff |= ha != testing::host_bytes(*be, tc[i]);
   }
   EXPECT_TRUE(any_diff);
 }
 
-TEST(Model, RejectsBatchThatDoesNotFit) {
+TEST_P(EngineModel, RejectsBatchThatDoesNotFit) {
   const ModelSpec spec = testing::micro_model(InteractionKind::dot);
-  auto backend = make_backend("cpu");
-  Model model(spec, *backend, 4, 1);
+  auto be = backend();
+  Model model(spec, *be, 4, 1);
   SyntheticData data(spec, 1);
   Batch b;
   data.batch(Split::train, 0, 8, b);
   EXPECT_THROW(model.train_step(b), Error);
+  Batch malformed;
+  data.batch(Split::train, 0, 4, malformed);
+  malformed.ids.pop_back();
+  EXPECT_THROW(model.train_step(malformed), Error);
+  EXPECT_EQ(model.staged(), 0);  // a rejected batch is not staged
 }
 
 // The input pipeline: with batches staged ahead in every slot (more than the trainer does), the
 // oldest is trained first and the parameters equal, bit for bit, training each batch as it comes.
-TEST(Model, StagedPipelineMatchesStepByStep) {
-  const ModelSpec spec = testing::micro_model(InteractionKind::dcnv2, OptimizerKind::rowwise_adagrad,
-                                              OptimizerKind::adam, 0.01);
-  auto backend = make_backend("cpu");
+TEST_P(EngineModel, StagedPipelineMatchesStepByStep) {
+  const ModelSpec spec = testing::micro_model(
+      InteractionKind::dcnv2, OptimizerKind::rowwise_adagrad, OptimizerKind::adam, 0.01);
+  auto be = backend();
   SyntheticData data(spec, 4);
   std::vector<Batch> batches(6);
-  for (std::size_t k = 0; k < batches.size(); ++k) data.batch(Split::train, static_cast<std::int64_t>(k), 8, batches[k]);
-  Model a(spec, *backend, 8, 9), b(spec, *backend, 8, 9);
+  for (std::size_t k = 0; k < batches.size(); ++k)
+    data.batch(Split::train, static_cast<std::int64_t>(k), 8, batches[k]);
+  Model a(spec, *be, 8, 9), b(spec, *be, 8, 9);
   for (const Batch& x : batches) a.train_step(x);
   constexpr std::size_t ahead = Model::kInputSlots;
   for (std::size_t k = 0; k < ahead; ++k) b.stage(batches[k]);
@@ -188,14 +209,14 @@ TEST(Model, StagedPipelineMatchesStepByStep) {
   EXPECT_EQ(a.step(), b.step());
   auto ta = a.tensors(), tb = b.tensors();
   for (std::size_t i = 0; i < ta.size(); ++i)
-    ASSERT_EQ(std::memcmp(ta[i].data, tb[i].data, ta[i].bytes()), 0) << ta[i].name;
+    ASSERT_EQ(testing::host_bytes(*be, ta[i]), testing::host_bytes(*be, tb[i])) << ta[i].name;
   EXPECT_EQ(a.last_loss(), b.last_loss());
 }
 
-TEST(Model, StagingMisuseIsAnError) {
+TEST_P(EngineModel, StagingMisuseIsAnError) {
   const ModelSpec spec = testing::micro_model(InteractionKind::dot);
-  auto backend = make_backend("cpu");
-  Model model(spec, *backend, 8, 1);
+  auto be = backend();
+  Model model(spec, *be, 8, 1);
   SyntheticData data(spec, 1);
   Batch b;
   data.batch(Split::train, 0, 8, b);
@@ -206,7 +227,7 @@ TEST(Model, StagingMisuseIsAnError) {
   EXPECT_THROW(model.stage(b), Error);  // both slots full
   std::vector<float> p(8);
   EXPECT_THROW(model.predict(b, p.data()), Error);  // a training batch is waiting
-  EXPECT_THROW(model.train_step(b), Error);  // would train the staged batch, not this one
+  EXPECT_THROW(model.train_step(b), Error);         // would train the staged batch, not this one
   model.train_staged();
   model.train_staged();
   model.predict(b, p.data());
@@ -215,12 +236,13 @@ TEST(Model, StagingMisuseIsAnError) {
   unlabelled.labels.clear();
   model.stage(unlabelled);
   EXPECT_THROW(model.train_staged(), Error);  // no labels to train on
+  EXPECT_EQ(model.staged(), 0);               // the unlabelled batch is taken all the same
 }
 
-TEST(Model, ProfileCoversEveryCategory) {
+TEST_P(EngineModel, ProfileCoversEveryCategory) {
   const ModelSpec spec = testing::micro_model(InteractionKind::dcnv2);
-  auto backend = make_backend("cpu");
-  Model model(spec, *backend, 8, 1);
+  auto be = backend();
+  Model model(spec, *be, 8, 1);
   SyntheticData data(spec, 1);
   Batch b;
   data.batch(Split::train, 0, 8, b);
@@ -230,13 +252,51 @@ TEST(Model, ProfileCoversEveryCategory) {
   model.predict(b, p.data());  // not part of the profile
   model.set_profiling(false);
   EXPECT_EQ(model.profiled_steps(), 3);
-  for (const char* c : {"input_wait", "mlp", "embedding_forward", "interaction", "loss", "embedding_backward",
-                        "dense_optimizer"}) {
+  for (const char* c : {"input_wait", "mlp", "embedding_forward", "interaction", "loss",
+                        "embedding_backward", "dense_optimizer"}) {
     ASSERT_TRUE(model.profile_ms().count(c)) << c;
     EXPECT_GE(model.profile_ms().at(c), 0.0) << c;
   }
   EXPECT_EQ(model.profile_ms().size(), 7u);
+  // Per op: every layer's forward and backward, once each (the micro model: 2 bottom, 2 cross and
+  // 2 top layers), and the single-op categories under their own name.
+  std::vector<std::string> ops;
+  for (const auto& [op, ms] : model.profile_ops_ms()) ops.push_back(op);
+  EXPECT_EQ(ops, (std::vector<std::string>{
+                     "dense_optimizer: dense_optimizer", "embedding_backward: embedding_backward",
+                     "embedding_forward: embedding_forward", "input_wait: input_wait",
+                     "interaction: cross.0 backward", "interaction: cross.0 forward",
+                     "interaction: cross.1 backward", "interaction: cross.1 forward", "loss: loss",
+                     "mlp: bottom.0 backward", "mlp: bottom.0 forward", "mlp: bottom.1 backward",
+                     "mlp: bottom.1 forward", "mlp: top.0 backward", "mlp: top.0 forward",
+                     "mlp: top.1 backward", "mlp: top.1 forward"}));
 }
+
+// A rehearsal (prepare) marks nothing in the profile and changes no value.
+TEST_P(EngineModel, PrepareIsNotProfiledAndChangesNothing) {
+  const ModelSpec spec =
+      testing::micro_model(InteractionKind::dot, OptimizerKind::adagrad, OptimizerKind::adam, 0.01);
+  auto be = backend();
+  SyntheticData data(spec, 2);
+  Batch b;
+  data.batch(Split::train, 0, 8, b);
+  Model plain(spec, *be, 8, 4), prepared(spec, *be, 8, 4);
+  prepared.set_profiling(true);
+  prepared.stage(b);
+  prepared.prepare();
+  prepared.set_profiling(false);
+  EXPECT_EQ(prepared.profiled_steps(), 0);
+  EXPECT_TRUE(prepared.profile_ms().empty());
+  prepared.train_staged();
+  plain.train_step(b);
+  auto ta = plain.tensors(), tb = prepared.tensors();
+  for (std::size_t i = 0; i < ta.size(); ++i)
+    ASSERT_EQ(testing::host_bytes(*be, ta[i]), testing::host_bytes(*be, tb[i])) << ta[i].name;
+  EXPECT_EQ(plain.last_loss(), prepared.last_loss());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, EngineModel, ::testing::ValuesIn(testing::engine_backends()),
+                         testing::backend_param_name);
 
 }  // namespace
 }  // namespace parity

@@ -1,0 +1,164 @@
+#include "engine/layout.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace parity::engine {
+namespace {
+
+OptimizerParams to_params(const OptimizerSpec& s) {
+  OptimizerParams p;
+  p.kind = s.kind;
+  p.lr = static_cast<float>(s.lr);
+  p.eps = static_cast<float>(s.eps);
+  p.beta1 = static_cast<float>(s.beta1);
+  p.beta2 = static_cast<float>(s.beta2);
+  p.weight_decay = static_cast<float>(s.weight_decay);
+  return p;
+}
+
+// Streams of the parameter initialiser, one per tensor kind, so that adding a layer
+// does not change the initial values of the others.
+enum InitStream : std::uint64_t { kBottom = 1, kCross = 2, kTop = 3, kEmbedding = 4 };
+
+}  // namespace
+
+ModelLayout::ModelLayout(const ModelSpec& spec)
+    : emb_opt(to_params(spec.embedding_optimizer)), dense_opt(to_params(spec.dense_optimizer)) {
+  // ---- dense parameters ----
+  std::int64_t off = 0;
+  auto add_linear = [&](std::vector<Linear>& v, const char* name, int in, int out, Activation act) {
+    Linear l;
+    l.forward_name = fmt::format("{}.{} forward", name, v.size());
+    l.backward_name = fmt::format("{}.{} backward", name, v.size());
+    l.in = in;
+    l.out = out;
+    l.act = act;
+    l.w = off;
+    off += static_cast<std::int64_t>(in) * out;
+    l.b = off;
+    off += out;
+    v.push_back(l);
+  };
+  dense_features = spec.dense_features;
+  int width = dense_features;
+  for (int out : spec.bottom_mlp) {
+    add_linear(bottom, "bottom", width, out, Activation::relu);
+    width = out;
+  }
+  bottom_out = width;
+  x0_cols = spec.interaction_input_dim();
+  inter_out = spec.interaction_output_dim();
+  if (spec.interaction.kind == InteractionKind::dcnv2) {
+    rank = spec.interaction.low_rank;
+    const std::int64_t N = x0_cols;
+    for (int l = 0; l < spec.interaction.cross_layers; ++l) {
+      Cross c;
+      c.forward_name = fmt::format("cross.{} forward", l);
+      c.backward_name = fmt::format("cross.{} backward", l);
+      c.v = off;
+      off += rank * N;
+      c.w = off;
+      off += N * rank;
+      c.b = off;
+      off += N;
+      cross.push_back(c);
+    }
+  }
+  width = inter_out;
+  for (std::size_t i = 0; i < spec.top_mlp.size(); ++i) {
+    const bool last = i + 1 == spec.top_mlp.size();
+    add_linear(top, "top", width, spec.top_mlp[i], last ? Activation::none : Activation::relu);
+    width = spec.top_mlp[i];
+  }
+  dense_count = off;
+
+  // ---- embeddings ----
+  std::int64_t woff = 0, soff = 0, col = 0;  // out_col is relative to the embedding block of x0
+  for (const auto& t : spec.tables) {
+    TableLayout l;
+    l.rows = t.rows;
+    l.dim = t.dim;
+    l.pooling = t.pooling;
+    l.weight_offset = woff;
+    l.state_offset = soff;
+    l.out_col = col;
+    l.dtype = t.dtype;
+    woff += t.rows * t.dim;
+    if (emb_opt.kind == OptimizerKind::adagrad) soff += t.rows * t.dim;
+    if (emb_opt.kind == OptimizerKind::rowwise_adagrad) soff += t.rows;
+    col += t.dim;
+    tables.push_back(l);
+  }
+  emb_count = woff;
+  emb_state_count = soff;
+}
+
+void ModelLayout::initialise(Backend& backend, float* params, float* emb_weights,
+                             std::uint64_t seed) const {
+  for (std::size_t i = 0; i < bottom.size() + top.size(); ++i) {
+    const bool is_bottom = i < bottom.size();
+    const Linear& l = is_bottom ? bottom[i] : top[i - bottom.size()];
+    const float a = std::sqrt(6.0f / static_cast<float>(l.in + l.out));  // Glorot uniform
+    const std::uint64_t stream =
+        (is_bottom ? kBottom : kTop) << 32 | (is_bottom ? i : i - bottom.size());
+    backend.fill_uniform(params + l.w, static_cast<std::int64_t>(l.in) * l.out, -a, a, seed,
+                         stream);
+    backend.fill(params + l.b, l.out, 0.0f);
+  }
+  for (std::size_t l = 0; l < cross.size(); ++l) {
+    const std::int64_t N = x0_cols;
+    const float a = std::sqrt(6.0f / static_cast<float>(N + rank));
+    backend.fill_uniform(params + cross[l].v, rank * N, -a, a, seed, kCross << 32 | (2 * l));
+    backend.fill_uniform(params + cross[l].w, N * rank, -a, a, seed, kCross << 32 | (2 * l + 1));
+    backend.fill(params + cross[l].b, N, 0.0f);
+  }
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const float a = 1.0f / std::sqrt(static_cast<float>(tables[t].rows));
+    float* w = emb_weights + tables[t].weight_offset;
+    backend.fill_uniform(w, tables[t].rows * tables[t].dim, -a, a, seed, kEmbedding << 32 | t);
+    if (tables[t].dtype != DType::f32)
+      backend.round_to_dtype(w, tables[t].rows * tables[t].dim, tables[t].dtype);
+  }
+}
+
+std::vector<TensorRef> ModelLayout::tensors(const ModelSpec& spec, float* params,
+                                            float* emb_weights, float* emb_state,
+                                            float* dense_state) const {
+  std::vector<TensorRef> out;
+  auto f32 = [&](std::string name, std::vector<std::int64_t> shape, float* p) {
+    out.push_back(TensorRef{std::move(name), DType::f32, std::move(shape), p});
+  };
+  for (std::size_t i = 0; i < bottom.size(); ++i) {
+    const auto& l = bottom[i];
+    f32(fmt::format("bottom_mlp.{}.weight", i), {l.out, l.in}, params + l.w);
+    f32(fmt::format("bottom_mlp.{}.bias", i), {l.out}, params + l.b);
+  }
+  const std::int64_t N = x0_cols;
+  for (std::size_t l = 0; l < cross.size(); ++l) {
+    f32(fmt::format("cross.{}.v", l), {rank, N}, params + cross[l].v);
+    f32(fmt::format("cross.{}.w", l), {N, rank}, params + cross[l].w);
+    f32(fmt::format("cross.{}.bias", l), {N}, params + cross[l].b);
+  }
+  for (std::size_t i = 0; i < top.size(); ++i) {
+    const auto& l = top[i];
+    f32(fmt::format("top_mlp.{}.weight", i), {l.out, l.in}, params + l.w);
+    f32(fmt::format("top_mlp.{}.bias", i), {l.out}, params + l.b);
+  }
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const auto& l = tables[t];
+    const std::string& name = spec.tables[t].name;
+    f32(fmt::format("embedding.{}.weight", name), {l.rows, l.dim}, emb_weights + l.weight_offset);
+    if (emb_opt.kind == OptimizerKind::adagrad)
+      f32(fmt::format("optimizer.embedding.{}.state", name), {l.rows, l.dim},
+          emb_state + l.state_offset);
+    if (emb_opt.kind == OptimizerKind::rowwise_adagrad)
+      f32(fmt::format("optimizer.embedding.{}.state", name), {l.rows}, emb_state + l.state_offset);
+  }
+  const int k = optimizer_state_per_element(dense_opt.kind);
+  if (k > 0) f32("optimizer.dense.state", {k, dense_count}, dense_state);
+  return out;
+}
+
+}  // namespace parity::engine

@@ -1,0 +1,64 @@
+// Where every parameter of the DLRM lives, computed from the spec alone; what the parameters
+// start as; and the names Model::tensors gives them (engine.h lists them).
+//
+// Layout (the way table-batched kernels want it):
+//   dense parameters   one flat buffer: bottom MLP, cross layers, top MLP, in that order
+//   dense gradients    one flat buffer with the same layout (one fused optimizer call)
+//   embedding weights  one buffer, table t at TableLayout::weight_offset, [rows, dim] row-major
+//   embedding state    one buffer, table t at TableLayout::state_offset (per element or per row)
+//   interaction input  x0 [B, D + Σ dims]: the bottom MLP writes columns [0, D), the embedding
+//                      forward writes the rest, so the concat costs nothing
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "parity/backend.h"
+#include "parity/engine.h"
+#include "parity/spec.h"
+
+namespace parity::engine {
+
+// A linear layer: its weight [out, in] and bias [out] at offsets into the dense parameters.
+struct Linear {
+  int in = 0, out = 0;
+  std::int64_t w = 0, b = 0;
+  Activation act = Activation::relu;
+  std::string forward_name, backward_name;  // in the step profile ("top.0 forward")
+};
+
+// A DCNv2 low-rank cross layer: v [r, N], w [N, r] and bias [N] at offsets into the dense
+// parameters.
+struct Cross {
+  std::int64_t v = 0, w = 0, b = 0;
+  std::string forward_name, backward_name;
+};
+
+struct ModelLayout {
+  explicit ModelLayout(const ModelSpec& spec);
+
+  std::vector<Linear> bottom, top;
+  std::vector<Cross> cross;  // empty with the dot interaction
+  std::vector<TableLayout> tables;
+  OptimizerParams emb_opt, dense_opt;
+  std::int64_t dense_count = 0;      // floats of dense parameters (and of their gradients)
+  std::int64_t emb_count = 0;        // floats of embedding weights
+  std::int64_t emb_state_count = 0;  // floats of embedding optimizer state
+  int dense_features = 0;            // F
+  int bottom_out = 0;                // D
+  int x0_cols = 0;                   // D + Σ dims (N of the cross layers)
+  int inter_out = 0;                 // interaction output width
+  int rank = 0;                      // low rank of the cross layers
+
+  // Initialises the parameters, deterministically in seed and on the backend: Glorot-uniform
+  // weights and zero biases for the MLPs and cross layers; tables uniform in ±1/sqrt(rows),
+  // rounded to the table's storage type.
+  void initialise(Backend& backend, float* params, float* emb_weights, std::uint64_t seed) const;
+
+  // The parameter and optimizer-state tensors in these buffers, named as Model::tensors says.
+  std::vector<TensorRef> tensors(const ModelSpec& spec, float* params, float* emb_weights,
+                                 float* emb_state, float* dense_state) const;
+};
+
+}  // namespace parity::engine
