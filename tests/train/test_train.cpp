@@ -134,17 +134,13 @@ TEST(Train, ShardsTrainLikeSyntheticAndResumeExactly) {
   // 40 steps (2560 examples, into the third epoch) straight, and 20 + 20 resumed. The straight
   // run warns once, when the data start repeating.
   cfg.steps = 40;
-  struct Warnings : TrainObserver {
-    std::vector<std::string> v;
-    void on_event(const TrainEvent& e) override {
-      if (e.kind == TrainEvent::Kind::warning) v.push_back(e.message);
-    }
-  } warnings;
-  train(cfg, &warnings);
-  ASSERT_EQ(warnings.v.size(), 1u);
-  EXPECT_NE(warnings.v[0].find("the training data ran out (at about step 15); epoch 2"),
+  test::Events events;
+  train(cfg, &events);
+  const std::vector<std::string> warnings = events.warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("the training data ran out (at about step 15); epoch 2"),
             std::string::npos)
-      << warnings.v[0];
+      << warnings[0];
   cfg.checkpoint_dir = halves;
   cfg.steps = 20;
   train(cfg);

@@ -88,16 +88,13 @@ TEST_F(CriteoTraining, MalformedLineStopsWithFileAndLineOrIsSkipped) {
     EXPECT_NE(std::string(e.what()).find("day_0.tsv:6001"), std::string::npos) << e.what();
   }
   cfg.on_bad_line = OnBadLine::skip;
-  struct Warnings : TrainObserver {
-    std::string text;
-    void on_event(const TrainEvent& e) override {
-      if (e.kind == TrainEvent::Kind::warning) text += e.message;
-    }
-  } warnings;
+  test::Events warnings;
   const TrainResult r = train(cfg, &warnings);
   EXPECT_GT(r.steps, 0);
-  EXPECT_NE(warnings.text.find("1 malformed lines skipped"), std::string::npos) << warnings.text;
-  EXPECT_NE(warnings.text.find("day_0.tsv:6001"), std::string::npos) << warnings.text;
+  EXPECT_NE(warnings.warning_text().find("1 malformed lines skipped"), std::string::npos)
+      << warnings.warning_text();
+  EXPECT_NE(warnings.warning_text().find("day_0.tsv:6001"), std::string::npos)
+      << warnings.warning_text();
 }
 
 // A resumed run skips what the earlier steps read, a malformed line among it too (skip mode), and
@@ -129,16 +126,12 @@ TEST_F(CriteoTraining, ResumeSkipsWhatEarlierStepsReadAndGivesIdenticalWeights) 
   train(cfg);
   cfg.steps = 20;
   cfg.resume = true;
-  struct Warnings : TrainObserver {
-    std::string text;
-    void on_event(const TrainEvent& e) override {
-      if (e.kind == TrainEvent::Kind::warning) text += e.message;
-    }
-  } warnings;
+  test::Events warnings;
   const TrainResult b = train(cfg, &warnings);
   EXPECT_EQ(b.start_step, 10);
   EXPECT_EQ(a.final_loss, b.final_loss);
-  EXPECT_NE(warnings.text.find("1 malformed lines skipped"), std::string::npos) << warnings.text;
+  EXPECT_NE(warnings.warning_text().find("1 malformed lines skipped"), std::string::npos)
+      << warnings.warning_text();
   const auto x = test::tensor_bytes(checkpoint_path(straight, 20));
   const auto y = test::tensor_bytes(checkpoint_path(halves, 20));
   ASSERT_EQ(x.size(), y.size());

@@ -13,10 +13,12 @@
 #include "parity/data.h"
 #include "parity/error.h"
 #include "parity/train.h"
+#include "train_test_util.h"
 
 namespace parity {
 namespace {
 namespace fs = std::filesystem;
+using test::Events;
 
 ModelSpec tiny() {
   return load_model_spec(fs::path(PARITY_SOURCE_DIR) / "configs/models/tiny.yaml");
@@ -39,24 +41,6 @@ class PlantedTeacherBatches : public BatchSource {
   SyntheticData data_;
   Split split_;
   std::int64_t position_ = 0;
-};
-
-// Every event, in order.
-struct Events : TrainObserver {
-  std::vector<TrainEvent> all;
-  void on_event(const TrainEvent& e) override { all.push_back(e); }
-  std::vector<double> losses() const {
-    std::vector<double> v;
-    for (const auto& e : all)
-      if (e.kind == TrainEvent::Kind::progress) v.push_back(e.loss);
-    return v;
-  }
-  std::vector<std::int64_t> steps_of(TrainEvent::Kind kind) const {
-    std::vector<std::int64_t> v;
-    for (const auto& e : all)
-      if (e.kind == kind) v.push_back(e.step);
-    return v;
-  }
 };
 
 TrainConfig small_run(std::uint64_t seed) {

@@ -1,12 +1,15 @@
-// Helpers of the training tests: scratch directories and the bytes of a checkpoint's tensors.
+// Helpers of the training tests: scratch directories, the bytes of a checkpoint's tensors, and an
+// observer that keeps every event.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "parity/checkpoint.h"
+#include "parity/train.h"
 
 namespace parity::test {
 
@@ -30,5 +33,34 @@ inline std::vector<std::vector<char>> tensor_bytes(const std::filesystem::path& 
   }
   return out;
 }
+
+// Every event of a run, in order.
+struct Events : TrainObserver {
+  std::vector<TrainEvent> all;
+  void on_event(const TrainEvent& e) override { all.push_back(e); }
+  std::vector<double> losses() const {
+    std::vector<double> v;
+    for (const auto& e : all)
+      if (e.kind == TrainEvent::Kind::progress) v.push_back(e.loss);
+    return v;
+  }
+  std::vector<std::int64_t> steps_of(TrainEvent::Kind kind) const {
+    std::vector<std::int64_t> v;
+    for (const auto& e : all)
+      if (e.kind == kind) v.push_back(e.step);
+    return v;
+  }
+  std::vector<std::string> warnings() const {
+    std::vector<std::string> v;
+    for (const auto& e : all)
+      if (e.kind == TrainEvent::Kind::warning) v.push_back(e.message);
+    return v;
+  }
+  std::string warning_text() const {
+    std::string text;
+    for (const auto& w : warnings()) text += w + "\n";
+    return text;
+  }
+};
 
 }  // namespace parity::test
