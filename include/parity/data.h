@@ -1,7 +1,8 @@
 // Training data: batches in the layout the backends want (dense [B, F] row-major,
 // labels [B], embedding ids in one table-major CSR, see SparseInput), a seeded
-// synthetic generator whose labels come from a planted teacher model, and a
-// Criteo TSV reader.
+// synthetic generator whose labels come from a planted teacher model, a Criteo TSV
+// reader, binary shard datasets, and the batch-source interface training reads them all
+// through.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,7 @@ struct Batch {
   std::vector<float> labels;          // [size], 0 or 1
   std::vector<std::int64_t> ids;      // CSR ids, table-major (see SparseInput)
   std::vector<std::int64_t> offsets;  // [num_tables*size + 1]
-  std::vector<float> teacher_prob;    // [size] the planted teacher's P(label=1); empty for real data
+  std::vector<float> teacher_prob;    // [size] the planted teacher's P(label=1); empty on real data
 };
 
 enum class Split : std::uint8_t { train, eval };
@@ -176,5 +177,48 @@ class ShardReader {
   std::int64_t epoch_ = 0;
   std::string source_;
 };
+
+// ---- batch sources: where training and evaluation read their batches ----
+// One interface for every kind of data, so that the training loop does not branch on it. train()
+// reads its training source from a background thread, one batch ahead, and its evaluation source
+// between steps; each source is used by one thread at a time. Built-in sources exist for
+// synthetic data, shard datasets and Criteo TSV files (make_*_source below); a library user can
+// give train() sources of their own (TrainConfig::train_data, eval_data).
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Fills out with the next examples, at most max_examples of them (fewer only where the data
+  // ends); false once no example is left.
+  virtual bool next(std::int64_t max_examples, Batch& out) = 0;
+  // Continues after the first `example` examples of the data. train() calls seek(k * batch) on
+  // its training source before reading (k: the step it resumes from, 0 in a fresh run), and
+  // seek(0) on its evaluation source before every evaluation. For a resumed run to be
+  // bit-identical to an uninterrupted one, the batches after seek(k * batch) must be the ones an
+  // uninterrupted run reads after its first k.
+  virtual void seek(std::int64_t example) = 0;
+  // Completed passes over the data, for sources that repeat it (0 otherwise): train() warns once
+  // when its training data starts a second pass.
+  virtual std::int64_t epoch() const { return 0; }
+  // What the data is, for the start of training ("synthetic data").
+  virtual std::string describe() const = 0;
+  // A short name of the kind of data, recorded in checkpoints ("synthetic", "shards", "criteo").
+  virtual std::string kind() const { return "custom"; }
+  // A warning to give once training ends (the malformed lines a reader skipped), or empty.
+  virtual std::string closing_warning() const { return {}; }
+};
+
+// The synthetic planted-teacher data of one split, made on the fly: no end; after seek(e) the
+// next call of next(n) makes examples [e, e + n), so batch k is a pure function of k.
+std::unique_ptr<BatchSource> make_synthetic_source(const ModelSpec& model, std::uint64_t seed,
+                                                   Split split);
+// A split of a shard dataset (ShardReader). With wrap, epochs follow each other (seek takes the
+// position modulo the split's size); without, one pass. InputError when the split is empty.
+std::unique_ptr<BatchSource> make_shard_source(const std::filesystem::path& dir,
+                                               const ModelSpec& model, Split split, bool wrap);
+// Criteo TSV files read in order, one pass; seek(e) reads them again from the start and skips e
+// examples (the malformed lines among them handled as options says). The closing warning counts
+// the lines skipped as malformed and describes the first options.max_reported of them.
+std::unique_ptr<BatchSource> make_criteo_source(std::vector<std::filesystem::path> files,
+                                                const ModelSpec& model, CriteoOptions options);
 
 }  // namespace parity

@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,29 +15,36 @@
 
 namespace parity {
 
+// Makes a batch source (data.h). train() calls it once per run, so that every run, a resumed one
+// too, starts from a fresh source and positions it with seek().
+using BatchSourceFactory = std::function<std::unique_ptr<BatchSource>()>;
+
 struct TrainConfig {
   ModelSpec model;
-  std::int64_t steps = 0;          // steps to train in total (counting resumed ones); 0: one pass
-                                   // over file data, or 1000 for synthetic data
-  std::int64_t batch = 0;          // examples per step; 0: the model's batch_size
-  std::uint64_t seed = 1;          // initialisation and synthetic data
+  // Steps to train in total (counting resumed ones); 0: one pass over file data or a source of
+  // your own, or 1000 for synthetic data.
+  std::int64_t steps = 0;
+  std::int64_t batch = 0;  // examples per step; 0: the model's batch_size
+  std::uint64_t seed = 1;  // initialisation and synthetic data
   std::string backend = "cpu";
   DenseMath dense_math = DenseMath::fp32;  // dense matrix products on GPU backends (a plan's)
-  // Data: a shard dataset when shard_dir is set (parity data synth / convert), else Criteo TSV
+  // Data: sources of your own when train_data is set (eval_data then too: the held-out data),
+  // else a shard dataset when shard_dir is set (parity data synth / convert), else Criteo TSV
   // files when train_files is set, else synthetic batches made on the fly.
+  BatchSourceFactory train_data, eval_data;
   std::filesystem::path shard_dir;
   std::vector<std::filesystem::path> train_files;
   std::vector<std::filesystem::path> eval_files;
   OnBadLine on_bad_line = OnBadLine::stop;
   // Evaluation on held-out data.
-  std::int64_t eval_examples = 32768;  // synthetic: examples of the eval split; files: cap
+  std::int64_t eval_examples = 32768;  // examples evaluated on (fewer where the eval data ends)
   std::int64_t eval_every = 0;         // steps between evaluations; 0: only at the end
   // Checkpoints: DIR/step-N.safetensors, written atomically.
   std::filesystem::path checkpoint_dir;  // empty: no checkpoints
   std::int64_t checkpoint_every = 0;     // steps between checkpoints; 0: only at the end
   int keep_checkpoints = 2;
-  bool resume = false;                   // continue from the newest checkpoint in checkpoint_dir
-  double report_interval_s = 0.25;       // how often progress events are sent
+  bool resume = false;              // continue from the newest checkpoint in checkpoint_dir
+  double report_interval_s = 0.25;  // how often progress events are sent
   // Profile the step by op category with device timing marks (from the third step on).
   bool profile = false;
 };
@@ -43,15 +52,15 @@ struct TrainConfig {
 struct TrainEvent {
   enum class Kind { start, progress, eval, checkpoint, warning, done } kind = Kind::progress;
   std::int64_t step = 0;
-  std::int64_t total_steps = 0;   // -1 when unknown (one pass over files)
-  double loss = 0;                // smoothed training loss
+  std::int64_t total_steps = 0;  // -1 when unknown (one pass over files)
+  double loss = 0;               // smoothed training loss
   double steps_per_s = 0;
   double examples_per_s = 0;
   double steady_examples_per_s = 0;  // done: after the first two steps (0 when there were none)
-  double auc = 0;                 // eval
-  double eval_log_loss = 0;       // eval
-  double teacher_auc = 0;         // eval on synthetic data: the ceiling; 0 otherwise
-  std::string message;            // start: a description; checkpoint: the path; warning: text
+  double auc = 0;                    // eval
+  double eval_log_loss = 0;          // eval
+  double teacher_auc = 0;            // eval on synthetic data: the ceiling; 0 otherwise
+  std::string message;               // start: a description; checkpoint: the path; warning: text
 };
 
 class TrainObserver {
@@ -61,14 +70,16 @@ class TrainObserver {
 };
 
 struct TrainResult {
-  std::int64_t steps = 0;          // global step reached
-  std::int64_t start_step = 0;     // step resumed from
+  std::int64_t steps = 0;       // global step reached
+  std::int64_t start_step = 0;  // step resumed from
   double final_loss = 0;
   double auc = 0;
   double eval_log_loss = 0;
   double teacher_auc = 0;
-  double examples_per_s = 0;       // training steps only (evaluation, checkpoints, Model::prepare excluded)
-  double steady_examples_per_s = 0;  // the same after the first two steps (one-time set-up excluded)
+  // Training steps only (evaluation, checkpoints, Model::prepare excluded); steady: the same
+  // after the first two steps (one-time set-up excluded).
+  double examples_per_s = 0;
+  double steady_examples_per_s = 0;
   std::filesystem::path last_checkpoint;
   // With TrainConfig::profile: milliseconds per step by op category (device timing marks),
   // averaged over profiled_steps.
@@ -84,7 +95,10 @@ struct TrainResult {
   double prepare_s = 0;
 };
 
-// Trains. Throws InputError on bad input (data, checkpoint), Error on other failures.
+// Trains. Throws InputError on bad input (data, checkpoint), Error on other failures. A bad input
+// that a GPU backend meets in a step (an id outside its table) is recorded there and thrown at the
+// next evaluation or checkpoint, or at the end, before anything is written or reported after it
+// (Backend::raise_input_errors); the cpu backend throws at the step itself.
 TrainResult train(const TrainConfig& config, TrainObserver* observer = nullptr);
 
 }  // namespace parity

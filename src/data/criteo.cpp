@@ -13,6 +13,8 @@
 //   file gives the same rows on every machine and every version: row = mix64(t << 32 | v) mod
 //   rows_t, with mix64 the splitmix64 finaliser of random.h. Changing it invalidates trained
 //   embeddings, so it is frozen.
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -24,6 +26,7 @@
 #include <system_error>
 #include <utility>
 
+#include "data/model_names.h"
 #include "parity/data.h"
 #include "parity/error.h"
 #include "parity/random.h"
@@ -37,10 +40,8 @@ constexpr int kNumFields = 1 + kNumDense + kNumTables;  // 40
 
 std::string field_name(int field) {  // field is 0-based
   if (field == 0) return "label";
-  // Appended rather than "I" + to_string(...): GCC 12 warns falsely (-Wrestrict) on the latter.
-  std::string name(1, field <= kNumDense ? 'I' : 'C');
-  name += std::to_string(field <= kNumDense ? field : field - kNumDense);
-  return name;
+  if (field <= kNumDense) return fmt::format("I{}", field);
+  return fmt::format("C{}", field - kNumDense);
 }
 
 // What went wrong on a line, formatted only when reported.
@@ -68,28 +69,31 @@ std::string quoted(std::string_view v) {
     }
   }
   if (v.size() > n) s += "...";
-  return "'" + s + "'";
+  return fmt::format("'{}'", s);
 }
 
 std::string describe(const LineError& e) {
-  const std::string at =
-      " (field " + std::to_string(e.field + 1) + " '" + field_name(e.field) + "')";
+  const std::string at = fmt::format(" (field {} '{}')", e.field + 1, field_name(e.field));
   switch (e.problem) {
     case Problem::field_count:
-      return std::to_string(e.field_count) + " tab-separated field" +
-             (e.field_count == 1 ? "" : "s") +
-             ", expected 40 (label, 13 integer features, 26 categorical features)";
+      return fmt::format(
+          "{} tab-separated field{}, expected 40 (label, 13 integer features, 26 categorical "
+          "features)",
+          e.field_count, e.field_count == 1 ? "" : "s");
     case Problem::label:
-      return "bad label " + quoted(e.value) + at + ", expected 0 or 1";
+      return fmt::format("bad label {}{}, expected 0 or 1", quoted(e.value), at);
     case Problem::integer:
-      return "bad integer feature " + quoted(e.value) + at +
-             ", expected a decimal integer or an empty field";
+      return fmt::format("bad integer feature {}{}, expected a decimal integer or an empty field",
+                         quoted(e.value), at);
     case Problem::integer_range:
-      return "integer feature " + quoted(e.value) + " out of range" + at +
-             ", expected an integer within the signed 64-bit range or an empty field";
+      return fmt::format(
+          "integer feature {} out of range{}, expected an integer within the signed 64-bit range "
+          "or an empty field",
+          quoted(e.value), at);
     case Problem::categorical:
-      return "bad categorical feature " + quoted(e.value) + at +
-             ", expected 1 to 8 hexadecimal digits or an empty field";
+      return fmt::format(
+          "bad categorical feature {}{}, expected 1 to 8 hexadecimal digits or an empty field",
+          quoted(e.value), at);
     case Problem::none:
       break;
   }
@@ -98,9 +102,9 @@ std::string describe(const LineError& e) {
 
 // "PATH: cannot open for reading (reason)".
 InputError open_error(const std::filesystem::path& f, int saved_errno) {
-  std::string message = f.string() + ": cannot open for reading";
-  if (saved_errno != 0) message += std::string(" (") + std::strerror(saved_errno) + ")";
-  return InputError(message);
+  if (saved_errno == 0) return InputError(fmt::format("{}: cannot open for reading", f.string()));
+  return InputError(
+      fmt::format("{}: cannot open for reading ({})", f.string(), std::strerror(saved_errno)));
 }
 
 // Row of categorical value v in table t: fixed forever (see the top of the file).
@@ -114,31 +118,31 @@ std::int64_t categorical_row(int t, std::uint32_t v, std::int64_t rows) {
 CriteoReader::CriteoReader(std::vector<std::filesystem::path> files, const ModelSpec& model,
                            CriteoOptions options)
     : files_(std::move(files)), options_(options) {
-  const std::string where = "model '" + model.name + "'" +
-                            (model.source_file.empty() ? "" : " (" + model.source_file + ")");
+  const std::string where = data_detail::model_where(model);
   require(model.dense_features == kNumDense, where,
-          "the Criteo reader needs 13 dense features, the model has " +
-              std::to_string(model.dense_features));
+          fmt::format("the Criteo reader needs 13 dense features, the model has {}",
+                      model.dense_features));
   require(model.num_tables() == kNumTables, where,
-          "the Criteo reader needs 26 embedding tables, the model has " +
-              std::to_string(model.num_tables()));
+          fmt::format("the Criteo reader needs 26 embedding tables, the model has {}",
+                      model.num_tables()));
   for (int t = 0; t < kNumTables; ++t) {
     const TableSpec& spec = model.tables[t];
-    const std::string twhere = where + ": table '" + spec.name + "' (#" + std::to_string(t) + ")";
+    const std::string twhere = data_detail::table_where(model, t);
     require(spec.pooling_size == 1, twhere,
-            "the Criteo reader needs pooling_size 1 (one categorical value per table), got " +
-                std::to_string(spec.pooling_size));
-    require(spec.rows > 0, twhere, "rows must be > 0, got " + std::to_string(spec.rows));
+            fmt::format(
+                "the Criteo reader needs pooling_size 1 (one categorical value per table), got {}",
+                spec.pooling_size));
+    require(spec.rows > 0, twhere, fmt::format("rows must be > 0, got {}", spec.rows));
     table_rows_.push_back(spec.rows);
   }
   if (files_.empty()) throw InputError("CriteoReader: no input files given");
   require(options_.max_reported >= 0, "CriteoReader",
-          "max_reported must be >= 0, got " + std::to_string(options_.max_reported));
+          fmt::format("max_reported must be >= 0, got {}", options_.max_reported));
   // Fail before training starts rather than hours in.
   for (const auto& f : files_) {
     std::error_code ec;
     if (std::filesystem::is_directory(f, ec)) {
-      throw InputError(f.string() + ": is a directory, expected a Criteo TSV file");
+      throw InputError(fmt::format("{}: is a directory, expected a Criteo TSV file", f.string()));
     }
     errno = 0;
     std::ifstream probe(f, std::ios::binary);
@@ -160,7 +164,7 @@ bool CriteoReader::open_next() {
 
 bool CriteoReader::next(std::int64_t batch_size, Batch& out) {
   if (batch_size <= 0) {
-    throw Error("CriteoReader::next: batch_size must be > 0, got " + std::to_string(batch_size));
+    throw Error(fmt::format("CriteoReader::next: batch_size must be > 0, got {}", batch_size));
   }
   const std::size_t cap = static_cast<std::size_t>(batch_size);
   out.num_dense = kNumDense;
@@ -176,8 +180,8 @@ bool CriteoReader::next(std::int64_t batch_size, Batch& out) {
   while (n < batch_size) {
     if (!in_.is_open() || !std::getline(in_, line)) {
       if (in_.is_open() && in_.bad()) {
-        throw InputError(files_[file_index_ - 1].string() + ":" + std::to_string(line_no_ + 1) +
-                         ": read error");
+        throw InputError(
+            fmt::format("{}:{}: read error", files_[file_index_ - 1].string(), line_no_ + 1));
       }
       if (!open_next()) break;
       continue;
@@ -254,7 +258,7 @@ bool CriteoReader::next(std::int64_t batch_size, Batch& out) {
                         static_cast<std::int64_t>(warnings_.size()) < options_.max_reported;
     if (report) {
       std::string message =
-          files_[file_index_ - 1].string() + ":" + std::to_string(line_no_) + ": " + describe(err);
+          fmt::format("{}:{}: {}", files_[file_index_ - 1].string(), line_no_, describe(err));
       // Stop mode: the examples of this call are dropped with the batch; the run is stopping.
       if (options_.on_bad_line == OnBadLine::stop) throw InputError(message);
       warnings_.push_back(std::move(message));

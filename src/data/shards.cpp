@@ -26,6 +26,7 @@
 //                                are ids[offsets[t][e] .. offsets[t][e + 1])
 //   ids      u32 or u64 [ids in the file]
 #include <fcntl.h>
+#include <fmt/core.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,7 +71,9 @@ static_assert(sizeof(Header) == 64, "the shard header is 64 bytes");
 struct Sections {
   std::uint64_t labels, teacher, dense, offsets, ids, end;
 };
-constexpr std::uint64_t align8(std::uint64_t x) { return (x + 7) / 8 * 8; }
+constexpr std::uint64_t align8(std::uint64_t x) {
+  return (x + 7) / 8 * 8;
+}
 Sections sections_of(const Header& h) {
   const auto n = static_cast<std::uint64_t>(h.examples);
   Sections s{};
@@ -88,7 +91,9 @@ Sections sections_of(const Header& h) {
   return s;
 }
 
-std::string split_name(Split s) { return s == Split::train ? "train" : "eval"; }
+std::string split_name(Split s) {
+  return s == Split::train ? "train" : "eval";
+}
 
 }  // namespace
 
@@ -97,16 +102,20 @@ std::string split_name(Split s) { return s == Split::train ? "train" : "eval"; }
 struct ShardWriter::Pending {
   std::int64_t n = 0;
   std::vector<float> labels, teacher, dense;
-  std::vector<std::vector<std::int64_t>> ids;  // per table, concatenated over examples
+  std::vector<std::vector<std::int64_t>> ids;   // per table, concatenated over examples
   std::vector<std::vector<std::int64_t>> lens;  // per table, ids per example
 };
 
 ShardWriter::ShardWriter(std::filesystem::path dir, const ModelSpec& model, std::string source,
                          std::int64_t examples_per_file)
-    : dir_(std::move(dir)), model_(model), source_(std::move(source)), per_file_(examples_per_file) {
+    : dir_(std::move(dir)),
+      model_(model),
+      source_(std::move(source)),
+      per_file_(examples_per_file) {
   if (per_file_ <= 0) throw InputError("examples per shard file must be positive");
   if (std::filesystem::exists(dir_ / "meta.json"))
-    throw InputError("'" + dir_.string() + "' already holds a dataset (meta.json); choose a new directory");
+    throw InputError(fmt::format("'{}' already holds a dataset (meta.json); choose a new directory",
+                                 dir_.string()));
   std::filesystem::create_directories(dir_);
   id_bytes_ = 4;
   for (const auto& t : model_.tables)
@@ -118,7 +127,8 @@ ShardWriter::~ShardWriter() = default;
 void ShardWriter::write(Split split, const Batch& b) {
   if (b.num_dense != model_.dense_features || b.num_tables != model_.num_tables() ||
       b.labels.size() != static_cast<std::size_t>(b.size) ||
-      b.offsets.size() != static_cast<std::size_t>(b.num_tables) * static_cast<std::size_t>(b.size) + 1 ||
+      b.offsets.size() !=
+          static_cast<std::size_t>(b.num_tables) * static_cast<std::size_t>(b.size) + 1 ||
       b.dense.size() != static_cast<std::size_t>(b.size) * static_cast<std::size_t>(b.num_dense))
     throw Error("ShardWriter: the batch does not have the model's shape (or lacks labels)");
   auto& pending = pending_[static_cast<int>(split)];
@@ -134,8 +144,10 @@ void ShardWriter::write(Split split, const Batch& b) {
     const std::int64_t take = std::min(b.size - e, per_file_ - p.n);
     p.labels.insert(p.labels.end(), b.labels.begin() + e, b.labels.begin() + e + take);
     if (!b.teacher_prob.empty())
-      p.teacher.insert(p.teacher.end(), b.teacher_prob.begin() + e, b.teacher_prob.begin() + e + take);
-    p.dense.insert(p.dense.end(), b.dense.begin() + e * b.num_dense, b.dense.begin() + (e + take) * b.num_dense);
+      p.teacher.insert(p.teacher.end(), b.teacher_prob.begin() + e,
+                       b.teacher_prob.begin() + e + take);
+    p.dense.insert(p.dense.end(), b.dense.begin() + e * b.num_dense,
+                   b.dense.begin() + (e + take) * b.num_dense);
     for (int t = 0; t < T; ++t) {
       const std::int64_t first = b.offsets[static_cast<std::size_t>(t * b.size + e)];
       const std::int64_t last = b.offsets[static_cast<std::size_t>(t * b.size + e + take)];
@@ -174,7 +186,8 @@ void ShardWriter::flush(Split split) {
   AtomicFile f(dir_ / name, "shard file");
   const Sections sec = sections_of(h);
   std::uint64_t written = 0;
-  auto put = [&](std::uint64_t at, const void* data, std::size_t bytes) {  // zero padding up to `at`
+  auto put = [&](std::uint64_t at, const void* data,
+                 std::size_t bytes) {  // zero padding up to `at`
     static const char zeros[8] = {};
     if (at < written || at - written > 8) throw Error("ShardWriter: section layout out of order");
     f.write(zeros, static_cast<std::size_t>(at - written));
@@ -190,7 +203,9 @@ void ShardWriter::flush(Split split) {
   for (int t = 0; t < T; ++t) {
     const auto& lens = p.lens[static_cast<std::size_t>(t)];
     offsets[0] = at;
-    for (std::int64_t k = 0; k < p.n; ++k) offsets[static_cast<std::size_t>(k + 1)] = offsets[static_cast<std::size_t>(k)] + lens[static_cast<std::size_t>(k)];
+    for (std::int64_t k = 0; k < p.n; ++k)
+      offsets[static_cast<std::size_t>(k + 1)] =
+          offsets[static_cast<std::size_t>(k)] + lens[static_cast<std::size_t>(k)];
     at = offsets.back();
     if (t == 0) put(sec.offsets, nullptr, 0);  // the section's padding
     f.write(offsets.data(), offsets.size() * 8);
@@ -232,7 +247,7 @@ void ShardWriter::finish() {
     }
     meta["splits"][split_name(s)] = {{"examples", total}, {"files", files}};
   }
-  const std::string text = meta.dump(2) + "\n";
+  const std::string text = fmt::format("{}\n", meta.dump(2));
   AtomicFile f(dir_ / "meta.json", "dataset description");
   f.write(text.data(), text.size());
   f.commit();
@@ -263,32 +278,40 @@ bool is_shard_dataset(const std::filesystem::path& p) {
 ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& model, Split split)
     : dir_(dir), split_(split) {
   const auto meta_path = dir / "meta.json";
-  auto where = [&](const std::string& field) { return "'" + meta_path.string() + "': field '" + field + "'"; };
+  const std::string meta_name = meta_path.string();
+  auto where = [&](const std::string& field) {
+    return fmt::format("'{}': field '{}'", meta_name, field);
+  };
   std::ifstream in(meta_path);
-  if (!in) throw InputError("cannot read '" + meta_path.string() + "': not a parity shard dataset (no meta.json)");
+  if (!in)
+    throw InputError(
+        fmt::format("cannot read '{}': not a parity shard dataset (no meta.json)", meta_name));
   nlohmann::json meta;
   try {
     meta = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw InputError("'" + meta_path.string() + "': not valid JSON: " + e.what());
+    throw InputError(fmt::format("'{}': not valid JSON: {}", meta_name, e.what()));
   }
   try {
     if (meta.value("format", std::string()) != kFormat)
-      throw InputError(where("format") + ": expected '" + kFormat + "', got " + meta.value("format", std::string("nothing")));
+      throw InputError(fmt::format("{}: expected '{}', got {}", where("format"), kFormat,
+                                   meta.value("format", std::string("nothing"))));
     const int dense = meta.at("dense_features").get<int>();
     if (dense != model.dense_features)
-      throw InputError(where("dense_features") + ": the data has " + std::to_string(dense) + ", model '" +
-                       model.name + "' expects " + std::to_string(model.dense_features));
+      throw InputError(fmt::format("{}: the data has {}, model '{}' expects {}",
+                                   where("dense_features"), dense, model.name,
+                                   model.dense_features));
     const auto& tables = meta.at("tables");
     if (!tables.is_array() || tables.size() != model.tables.size())
-      throw InputError(where("tables") + ": the data has " + std::to_string(tables.size()) + " tables, model '" +
-                       model.name + "' has " + std::to_string(model.tables.size()));
+      throw InputError(fmt::format("{}: the data has {} tables, model '{}' has {}", where("tables"),
+                                   tables.size(), model.name, model.tables.size()));
     for (std::size_t t = 0; t < tables.size(); ++t) {
       const auto rows = tables[t].at("rows").get<std::int64_t>();
       if (rows > model.tables[t].rows)
-        throw InputError(where("tables[" + std::to_string(t) + "].rows") + ": the data's ids go up to " +
-                         std::to_string(rows) + " rows, table '" + model.tables[t].name + "' of model '" +
-                         model.name + "' has " + std::to_string(model.tables[t].rows));
+        throw InputError(
+            fmt::format("{}: the data's ids go up to {} rows, table '{}' of model '{}' has {}",
+                        where(fmt::format("tables[{}].rows", t)), rows, model.tables[t].name,
+                        model.name, model.tables[t].rows));
       rows_.push_back(model.tables[t].rows);
     }
     source_ = meta.value("source", std::string());
@@ -301,55 +324,61 @@ ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& mode
       files_.push_back(std::move(file));
     }
   } catch (const nlohmann::json::exception& e) {
-    throw InputError("'" + meta_path.string() + "': " + e.what());
+    throw InputError(fmt::format("'{}': {}", meta_name, e.what()));
   }
 }
 
 ShardReader::~ShardReader() = default;
 
 void ShardReader::open_file(File& f, std::int64_t expected_examples, const ModelSpec& model) {
-  const std::string name = "'" + f.path.string() + "'";
+  const std::string name = fmt::format("'{}'", f.path.string());
   const int fd = ::open(f.path.c_str(), O_RDONLY);
-  if (fd < 0) throw InputError("cannot read " + name + ": " + std::strerror(errno));
+  if (fd < 0) throw InputError(fmt::format("cannot read {}: {}", name, std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
-    throw InputError("cannot stat " + name + ": " + std::strerror(errno));
+    throw InputError(fmt::format("cannot stat {}: {}", name, std::strerror(errno)));
   }
   f.bytes = static_cast<std::size_t>(st.st_size);
   if (f.bytes < sizeof(Header)) {
     ::close(fd);
-    throw InputError(name + ": " + std::to_string(f.bytes) + " bytes, shorter than the 64-byte header (truncated?)");
+    throw InputError(
+        fmt::format("{}: {} bytes, shorter than the 64-byte header (truncated?)", name, f.bytes));
   }
   f.map = ::mmap(nullptr, f.bytes, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
   if (f.map == MAP_FAILED) {
     f.map = nullptr;
-    throw InputError("cannot map " + name + ": " + std::strerror(errno));
+    throw InputError(fmt::format("cannot map {}: {}", name, std::strerror(errno)));
   }
   std::memcpy(&f.h, f.map, sizeof(Header));
   const Header& h = f.h;
-  if (std::memcmp(h.magic, kMagic, 8) != 0) throw InputError(name + ": not a parity shard file (bad magic)");
+  if (std::memcmp(h.magic, kMagic, 8) != 0)
+    throw InputError(fmt::format("{}: not a parity shard file (bad magic)", name));
   if (h.version != kVersion)
-    throw InputError(name + ": header field 'version' is " + std::to_string(h.version) + ", expected " + std::to_string(kVersion));
+    throw InputError(
+        fmt::format("{}: header field 'version' is {}, expected {}", name, h.version, kVersion));
   if (h.id_bytes != 4 && h.id_bytes != 8)
-    throw InputError(name + ": header field 'id_bytes' is " + std::to_string(h.id_bytes) + ", expected 4 or 8");
+    throw InputError(
+        fmt::format("{}: header field 'id_bytes' is {}, expected 4 or 8", name, h.id_bytes));
   if (h.examples != expected_examples || h.examples <= 0)
-    throw InputError(name + ": header field 'examples' is " + std::to_string(h.examples) + ", meta.json says " +
-                     std::to_string(expected_examples));
+    throw InputError(fmt::format("{}: header field 'examples' is {}, meta.json says {}", name,
+                                 h.examples, expected_examples));
   if (h.dense_features != model.dense_features || h.tables != model.num_tables())
-    throw InputError(name + ": header says " + std::to_string(h.dense_features) + " dense features and " +
-                     std::to_string(h.tables) + " tables, expected " + std::to_string(model.dense_features) +
-                     " and " + std::to_string(model.num_tables()));
+    throw InputError(
+        fmt::format("{}: header says {} dense features and {} tables, expected {} and {}", name,
+                    h.dense_features, h.tables, model.dense_features, model.num_tables()));
   // Bound every count by the file's size before any product of them (no overflow below).
   const auto bytes = static_cast<std::int64_t>(f.bytes);
-  if (h.ids < 0 || h.ids > bytes / static_cast<std::int64_t>(h.id_bytes) || h.examples > bytes / 4 ||
-      h.has_teacher > 1)
-    throw InputError(name + ": header fields 'ids', 'examples' or 'has_teacher' are out of range (corrupt file)");
+  if (h.ids < 0 || h.ids > bytes / static_cast<std::int64_t>(h.id_bytes) ||
+      h.examples > bytes / 4 || h.has_teacher > 1)
+    throw InputError(fmt::format(
+        "{}: header fields 'ids', 'examples' or 'has_teacher' are out of range (corrupt file)",
+        name));
   const Sections sec = sections_of(h);
   if (sec.end != f.bytes)
-    throw InputError(name + ": " + std::to_string(f.bytes) + " bytes, the header implies " + std::to_string(sec.end) +
-                     " (truncated or corrupt)");
+    throw InputError(fmt::format("{}: {} bytes, the header implies {} (truncated or corrupt)", name,
+                                 f.bytes, sec.end));
   const auto* base = static_cast<const char*>(f.map);
   const auto n = static_cast<std::size_t>(h.examples);
   f.labels = reinterpret_cast<const float*>(base + sec.labels);
@@ -365,14 +394,17 @@ void ShardReader::open_file(File& f, std::int64_t expected_examples, const Model
     bool ok = o[0] == at;
     for (std::size_t e = 0; e < n && ok; ++e) ok = o[e + 1] >= o[e];
     if (!ok || o[n] > h.ids)
-      throw InputError(name + ": offsets of table " + std::to_string(t) + " are inconsistent (corrupt file)");
+      throw InputError(
+          fmt::format("{}: offsets of table {} are inconsistent (corrupt file)", name, t));
     at = o[n];
   }
-  if (at != h.ids) throw InputError(name + ": the offsets cover " + std::to_string(at) + " ids, the header says " + std::to_string(h.ids));
+  if (at != h.ids)
+    throw InputError(
+        fmt::format("{}: the offsets cover {} ids, the header says {}", name, at, h.ids));
 }
 
 void ShardReader::seek(std::int64_t example, bool wrap) {
-  if (example < 0) throw InputError("ShardReader::seek: negative example " + std::to_string(example));
+  if (example < 0) throw InputError(fmt::format("ShardReader::seek: negative example {}", example));
   file_ = 0;
   pos_ = 0;
   epoch_ = 0;
@@ -421,14 +453,19 @@ bool ShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
   out.num_tables = T;
   out.labels.resize(static_cast<std::size_t>(n));
   out.dense.resize(static_cast<std::size_t>(n * F));
-  const bool teacher = std::all_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.f->teacher != nullptr; });
+  const bool teacher = std::all_of(pieces.begin(), pieces.end(),
+                                   [](const Piece& p) { return p.f->teacher != nullptr; });
   out.teacher_prob.resize(teacher ? static_cast<std::size_t>(n) : 0);
   out.offsets.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(n) + 1);
   std::int64_t at = 0;
   for (const Piece& p : pieces) {
-    std::memcpy(out.labels.data() + at, p.f->labels + p.first, static_cast<std::size_t>(p.count) * 4);
-    if (teacher) std::memcpy(out.teacher_prob.data() + at, p.f->teacher + p.first, static_cast<std::size_t>(p.count) * 4);
-    std::memcpy(out.dense.data() + at * F, p.f->dense + p.first * F, static_cast<std::size_t>(p.count * F) * 4);
+    std::memcpy(out.labels.data() + at, p.f->labels + p.first,
+                static_cast<std::size_t>(p.count) * 4);
+    if (teacher)
+      std::memcpy(out.teacher_prob.data() + at, p.f->teacher + p.first,
+                  static_cast<std::size_t>(p.count) * 4);
+    std::memcpy(out.dense.data() + at * F, p.f->dense + p.first * F,
+                static_cast<std::size_t>(p.count * F) * 4);
     at += p.count;
   }
   // Offsets (table-major) and where each table's ids go in the batch.
@@ -436,10 +473,13 @@ bool ShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
   for (int t = 0; t < T; ++t) {
     std::int64_t ids = 0, e = 0;
     for (const Piece& p : pieces) {
-      const std::int64_t* o = p.f->offsets + static_cast<std::size_t>(t) * static_cast<std::size_t>(p.f->h.examples + 1);
+      const std::int64_t* o = p.f->offsets + static_cast<std::size_t>(t) *
+                                                 static_cast<std::size_t>(p.f->h.examples + 1);
       const std::int64_t base = table_start[static_cast<std::size_t>(t)] + ids - o[p.first];
-      std::int64_t* dst = out.offsets.data() + static_cast<std::size_t>(t) * static_cast<std::size_t>(n) + e;
-      for (std::int64_t k = 0; k < p.count; ++k) dst[k] = base + o[p.first + k];  // checked monotone at open
+      std::int64_t* dst =
+          out.offsets.data() + static_cast<std::size_t>(t) * static_cast<std::size_t>(n) + e;
+      for (std::int64_t k = 0; k < p.count; ++k)
+        dst[k] = base + o[p.first + k];  // checked monotone at open
       ids += o[p.first + p.count] - o[p.first];
       e += p.count;
     }
@@ -459,9 +499,11 @@ bool ShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
   for (int t = 0; t < T; ++t) {
     std::int64_t dst = table_start[static_cast<std::size_t>(t)];
     for (const Piece& p : pieces) {
-      const std::int64_t* o = p.f->offsets + static_cast<std::size_t>(t) * static_cast<std::size_t>(p.f->h.examples + 1);
+      const std::int64_t* o = p.f->offsets + static_cast<std::size_t>(t) *
+                                                 static_cast<std::size_t>(p.f->h.examples + 1);
       const std::int64_t first = o[p.first], count = o[p.first + p.count] - first;
-      for (std::int64_t k = 0; k < count; k += kRun) runs.push_back({t, p.f, first + k, std::min(kRun, count - k), dst + k});
+      for (std::int64_t k = 0; k < count; k += kRun)
+        runs.push_back({t, p.f, first + k, std::min(kRun, count - k), dst + k});
       dst += count;
     }
   }
@@ -492,8 +534,9 @@ bool ShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
     }
   }
   if (bad_table >= 0)
-    throw InputError("'" + dir_.string() + "': an id of table " + std::to_string(bad_table) + " is >= its " +
-                     std::to_string(rows_[static_cast<std::size_t>(bad_table)]) + " rows (corrupt file or another model's data)");
+    throw InputError(fmt::format(
+        "'{}': an id of table {} is >= its {} rows (corrupt file or another model's data)",
+        dir_.string(), bad_table, rows_[static_cast<std::size_t>(bad_table)]));
   return true;
 }
 

@@ -21,6 +21,8 @@
 // - One pass per example writes its ids straight into the table-major CSR (bag offsets are
 //   fixed by the pooling sizes, so every example knows where its bags go) and computes the
 //   teacher on the fly; the only scratch is a per-thread vector of T doubles kept across calls.
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "data/hash_normal.h"
+#include "data/model_names.h"
 #include "data/row_scatter.h"
 #include "parity/data.h"
 #include "parity/error.h"
@@ -188,27 +191,25 @@ struct SyntheticData::Impl {
 };
 
 SyntheticData::SyntheticData(const ModelSpec& model, std::uint64_t seed) {
-  const std::string where = "model '" + model.name + "'" +
-                            (model.source_file.empty() ? "" : " (" + model.source_file + ")");
-  require(model.dense_features >= 0, where,
-          "dense_features must be >= 0, got " + std::to_string(model.dense_features));
+  require(model.dense_features >= 0, data_detail::model_where(model),
+          fmt::format("dense_features must be >= 0, got {}", model.dense_features));
   auto impl = std::make_shared<Impl>();
   impl->num_dense = model.dense_features;
   const int num_tables = model.num_tables();
   impl->tables.resize(num_tables);
   for (int t = 0; t < num_tables; ++t) {
     const TableSpec& spec = model.tables[t];
-    const std::string twhere = where + ": table '" + spec.name + "' (#" + std::to_string(t) + ")";
-    require(spec.rows > 0, twhere, "rows must be > 0, got " + std::to_string(spec.rows));
+    const std::string twhere = data_detail::table_where(model, t);
+    require(spec.rows > 0, twhere, fmt::format("rows must be > 0, got {}", spec.rows));
     require(spec.pooling_size >= 0, twhere,
-            "pooling_size must be >= 0, got " + std::to_string(spec.pooling_size));
+            fmt::format("pooling_size must be >= 0, got {}", spec.pooling_size));
     TableGen& g = impl->tables[t];
     g.rows = spec.rows;
     g.pooling = spec.pooling_size;
     if (spec.distribution == IdDistribution::zipf) {
       require(spec.zipf_alpha > 0.0 && std::isfinite(spec.zipf_alpha), twhere,
-              "zipf_alpha must be a finite number > 0 for a zipf table, got " +
-                  std::to_string(spec.zipf_alpha));
+              fmt::format("zipf_alpha must be a finite number > 0 for a zipf table, got {:f}",
+                          spec.zipf_alpha));
       g.zipf.emplace(spec.rows, spec.zipf_alpha);
       g.zipf_alpha = spec.zipf_alpha;
       g.scatter = data_detail::RowScatter(spec.rows, rng::key(seed, kScatterStream, t));
@@ -318,8 +319,8 @@ SyntheticData::SyntheticData(const ModelSpec& model, std::uint64_t seed) {
 
 void SyntheticData::make(Split split, std::int64_t first, std::int64_t count, Batch& out) const {
   if (first < 0 || count < 0) {
-    throw Error("SyntheticData::make: first and count must be >= 0, got first=" +
-                std::to_string(first) + " count=" + std::to_string(count));
+    throw Error(fmt::format(
+        "SyntheticData::make: first and count must be >= 0, got first={} count={}", first, count));
   }
   const Impl& m = *impl_;
   const int nt = static_cast<int>(m.tables.size());

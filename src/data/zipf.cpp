@@ -15,6 +15,8 @@
 // Numerics: H(x) = (x^(1-a) - 1)/(1-a) and its inverse are written through log1p(t)/t and
 // expm1(t)/t with a series near t = 0, so alpha == 1 (H = log) and alpha within 1e-12 of 1 take
 // the same path with no cancellation. Everything is double; n up to 2^53 is exact in double.
+#include <fmt/core.h>
+
 #include <bit>
 #include <cmath>
 #include <string>
@@ -41,9 +43,9 @@ double expm1_over(double t) {
 }  // namespace
 
 ZipfSampler::ZipfSampler(std::int64_t n, double alpha) : n_(n), alpha_(alpha) {
-  if (n < 1) throw Error("ZipfSampler: n must be >= 1, got " + std::to_string(n));
+  if (n < 1) throw Error(fmt::format("ZipfSampler: n must be >= 1, got {}", n));
   if (!(alpha > 0.0) || !std::isfinite(alpha)) {
-    throw Error("ZipfSampler: alpha must be a finite number > 0, got " + std::to_string(alpha));
+    throw Error(fmt::format("ZipfSampler: alpha must be a finite number > 0, got {:f}", alpha));
   }
   // The hat's integral runs from h_x1_ (chosen so that k = 1 owns exactly h(1) = 1 of it and is
   // always accepted) to H(n + 1/2).

@@ -4,8 +4,8 @@
 
 namespace parity {
 
-Prefetcher::Prefetcher(std::function<bool(Batch&)> produce)
-    : produce_(std::move(produce)), thread_([this] { run(); }) {}
+Prefetcher::Prefetcher(BatchSource& source, std::int64_t batch_size, std::int64_t limit)
+    : source_(source), batch_size_(batch_size), limit_(limit), thread_([this] { run(); }) {}
 
 Prefetcher::~Prefetcher() {
   {
@@ -18,11 +18,13 @@ Prefetcher::~Prefetcher() {
 
 void Prefetcher::run() {
   Batch work;
-  for (;;) {
+  for (std::int64_t read = 0;; ++read) {
     bool more = false;
+    std::int64_t epoch = 0;
     std::exception_ptr err;
     try {
-      more = produce_(work);
+      more = (limit_ < 0 || read < limit_) && source_.next(batch_size_, work);
+      epoch = source_.epoch();
     } catch (...) {
       err = std::current_exception();
     }
@@ -36,6 +38,7 @@ void Prefetcher::run() {
       return;
     }
     std::swap(slot_, work);
+    slot_epoch_ = epoch;
     full_ = true;
     cv_.notify_all();
   }
@@ -46,6 +49,7 @@ bool Prefetcher::next(Batch& out) {
   cv_.wait(lock, [this] { return full_ || done_; });
   if (full_) {
     std::swap(out, slot_);
+    epoch_ = slot_epoch_;
     full_ = false;
     cv_.notify_all();
     return true;

@@ -1,11 +1,11 @@
-// A one-batch-ahead loader: a background thread makes batch k+1 while the caller
-// trains on batch k. Batches come out in the order the producer makes them, so
-// training stays deterministic. Exceptions in the producer reach the caller.
+// A one-batch-ahead loader: a background thread reads batch k+1 from a BatchSource while the
+// caller trains on batch k. Batches come out in the order the source gives them, so training
+// stays deterministic. Exceptions in the source reach the caller.
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -15,20 +15,25 @@ namespace parity {
 
 class Prefetcher {
  public:
-  // produce(batch) fills batch and returns false when the data is exhausted.
-  explicit Prefetcher(std::function<bool(Batch&)> produce);
+  // Reads batches of batch_size examples from source until it ends or `limit` batches were read
+  // (limit < 0: no limit). Only the loader thread touches the source until the Prefetcher is gone.
+  Prefetcher(BatchSource& source, std::int64_t batch_size, std::int64_t limit);
   ~Prefetcher();
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
   // Swaps the next batch into out; false at the end of the data.
   bool next(Batch& out);
+  // The source's epoch() right after it gave the batch last returned by next().
+  std::int64_t epoch() const { return epoch_; }
 
  private:
   void run();
-  std::function<bool(Batch&)> produce_;
+  BatchSource& source_;
+  const std::int64_t batch_size_, limit_;
   std::mutex mu_;
   std::condition_variable cv_;
   Batch slot_;
+  std::int64_t slot_epoch_ = 0, epoch_ = 0;
   bool full_ = false, done_ = false, stop_ = false;
   std::exception_ptr error_;
   std::thread thread_;

@@ -1,14 +1,21 @@
-// The training loop. Data come one batch ahead from a background thread; the
-// host reads the loss only when it reports progress, so on a GPU backend the
-// steps between reports run without a host synchronisation.
+// The training loop. Data come one batch ahead from a background thread; the host reads the loss
+// only when it reports progress, so on a GPU backend the steps between reports run without a host
+// synchronisation.
+//
+// train() settles the configuration and picks the data sources (the only place that knows what
+// kind of data it is), then a Trainer runs: resume, the step loop, and between steps evaluation
+// and checkpoints. Both read their data through BatchSource.
+#include <fmt/core.h>
+
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "parity/checkpoint.h"
 #include "parity/engine.h"
@@ -16,369 +23,365 @@
 #include "parity/metrics.h"
 #include "parity/train.h"
 #include "prefetch.h"
+#include "run_record.h"
 
 namespace parity {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
+  return seconds(Clock::now() - t);
 }
 
-constexpr const char* kFormat = "parity-checkpoint-1";
+// The first steps warm caches and the loader: the profile and the after-warm-up rate start after
+// them (the rate's clock at the end of step start + kWarmupSteps, the device drained once there).
+constexpr std::int64_t kWarmupSteps = 2;
 
-struct EvalResult {
-  double auc = 0, log_loss = 0, teacher_auc = 0;
-};
-
-EvalResult evaluate(Model& model, const TrainConfig& cfg, std::int64_t batch,
-                    const SyntheticData* synth, ShardReader* shards) {
-  std::vector<float> probs, labels, teacher;
-  Batch b;
-  std::vector<float> p(static_cast<std::size_t>(batch));
-  auto consume = [&](const Batch& bb) {
-    model.predict(bb, p.data());
-    probs.insert(probs.end(), p.begin(), p.begin() + bb.size);
-    labels.insert(labels.end(), bb.labels.begin(), bb.labels.end());
-    teacher.insert(teacher.end(), bb.teacher_prob.begin(), bb.teacher_prob.end());
-  };
-  if (shards != nullptr) {
-    shards->seek(0);
-    std::int64_t seen = 0;
-    while (seen < cfg.eval_examples && shards->next(std::min(batch, cfg.eval_examples - seen), b)) {
-      consume(b);
-      seen += b.size;
-    }
-  } else if (synth != nullptr) {
-    for (std::int64_t first = 0; first < cfg.eval_examples; first += batch) {
-      synth->make(Split::eval, first, std::min(batch, cfg.eval_examples - first), b);
-      consume(b);
-    }
-  } else {
-    CriteoReader reader(cfg.eval_files, cfg.model, CriteoOptions{cfg.on_bad_line, 10});
-    std::int64_t seen = 0;
-    while (seen < cfg.eval_examples && reader.next(std::min(batch, cfg.eval_examples - seen), b)) {
-      consume(b);
-      seen += b.size;
-    }
-  }
-  EvalResult r;
-  r.auc = roc_auc(probs, labels);
-  r.log_loss = log_loss(probs, labels);
-  if (teacher.size() == labels.size() && !teacher.empty()) r.teacher_auc = roc_auc(teacher, labels);
-  return r;
-}
-
-}  // namespace
-
-TrainResult train(const TrainConfig& cfg_in, TrainObserver* observer) {
-  TrainConfig cfg = cfg_in;
-  auto emit = [&](TrainEvent e) {
-    if (observer != nullptr) observer->on_event(e);
-  };
-  const ModelSpec& spec = cfg.model;
-  const bool sharded = !cfg.shard_dir.empty();
-  const bool synthetic = !sharded && cfg.train_files.empty();
-  const std::int64_t batch = cfg.batch > 0 ? cfg.batch : spec.batch_size;
-  if (batch <= 0) throw InputError("batch size must be positive, got " + std::to_string(batch));
-  if (cfg.steps < 0) throw InputError("--steps must be >= 0, got " + std::to_string(cfg.steps));
+// The configuration with its defaults filled in (batch, steps, held-out files) and checked.
+TrainConfig settle(const TrainConfig& in) {
+  TrainConfig cfg = in;
+  const bool custom = static_cast<bool>(cfg.train_data);
+  if (custom != static_cast<bool>(cfg.eval_data))
+    throw InputError(
+        "data of your own needs both sources, TrainConfig::train_data and eval_data (the built-in "
+        "data bring their own held-out split)");
+  if (custom && (!cfg.shard_dir.empty() || !cfg.train_files.empty() || !cfg.eval_files.empty()))
+    throw InputError(
+        "give either batch sources of your own (train_data, eval_data) or a shard dataset or "
+        "files, not both");
+  cfg.batch = cfg.batch > 0 ? cfg.batch : cfg.model.batch_size;
+  if (cfg.batch <= 0)
+    throw InputError(fmt::format("batch size must be positive, got {}", cfg.batch));
+  if (cfg.steps < 0) throw InputError(fmt::format("--steps must be >= 0, got {}", cfg.steps));
   if (cfg.eval_examples <= 0) throw InputError("eval examples must be positive");
+  const bool files = !custom && cfg.shard_dir.empty() && !cfg.train_files.empty();
+  const bool synthetic = !custom && cfg.shard_dir.empty() && cfg.train_files.empty();
   if (synthetic && cfg.steps == 0) cfg.steps = 1000;
-  if (!synthetic && !sharded && cfg.eval_files.empty()) {
+  if (files && cfg.eval_files.empty()) {
     if (cfg.train_files.size() < 2)
-      throw InputError("training on files needs held-out data: give eval files (--eval-data) or "
-                       "at least two data files (the last one is held out)");
+      throw InputError(
+          "training on files needs held-out data: give eval files (--eval-data) or at least two "
+          "data files (the last one is held out)");
     cfg.eval_files.push_back(cfg.train_files.back());
     cfg.train_files.pop_back();
   }
   if (cfg.resume && cfg.checkpoint_dir.empty())
     throw InputError("--resume needs a checkpoint directory (--checkpoint DIR)");
+  return cfg;
+}
 
-  auto backend = make_backend(cfg.backend, cfg.dense_math);
-  Model model(spec, *backend, batch, cfg.seed);
-  std::optional<SyntheticData> synth;
-  if (synthetic) synth.emplace(spec, cfg.seed);
-  std::unique_ptr<ShardReader> shard_train, shard_eval;
-  if (sharded) {
-    shard_train = std::make_unique<ShardReader>(cfg.shard_dir, spec, Split::train);
-    shard_eval = std::make_unique<ShardReader>(cfg.shard_dir, spec, Split::eval);
-    if (shard_train->examples() == 0)
-      throw InputError("'" + cfg.shard_dir.string() + "' holds no training examples");
-    if (shard_eval->examples() == 0)
-      throw InputError("'" + cfg.shard_dir.string() + "' holds no held-out (eval) examples; write some with "
-                       "parity data synth --eval-examples N");
+struct Sources {
+  std::unique_ptr<BatchSource> train, eval;
+};
+
+// The training and evaluation data the configuration names: the user's sources, a shard dataset,
+// Criteo TSV files or synthetic data.
+Sources make_sources(const TrainConfig& cfg) {
+  const ModelSpec& spec = cfg.model;
+  Sources s;
+  if (cfg.train_data) {
+    s.train = cfg.train_data();
+    s.eval = cfg.eval_data();
+    if (!s.train || !s.eval)
+      throw InputError(
+          "TrainConfig::train_data or eval_data made no batch source (a null pointer)");
+  } else if (!cfg.shard_dir.empty()) {  // with a step count epochs follow each other; else one pass
+    s.train = make_shard_source(cfg.shard_dir, spec, Split::train, /*wrap=*/cfg.steps > 0);
+    s.eval = make_shard_source(cfg.shard_dir, spec, Split::eval, /*wrap=*/false);
+  } else if (!cfg.train_files.empty()) {
+    const CriteoOptions options{cfg.on_bad_line, 10};
+    s.train = make_criteo_source(cfg.train_files, spec, options);
+    s.eval = make_criteo_source(cfg.eval_files, spec, options);
+  } else {
+    s.train = make_synthetic_source(spec, cfg.seed, Split::train);
+    s.eval = make_synthetic_source(spec, cfg.seed, Split::eval);
+  }
+  return s;
+}
+
+// Wall-clock accounting of the step loop. Time spent outside training steps (Model::prepare,
+// evaluation, checkpoints) is taken out of every rate; the steady rate starts after the warm-up.
+struct StepClock {
+  Clock::time_point start = Clock::now(), window = start, last_report = start;
+  std::optional<Clock::time_point> steady;
+  double paused_s = 0, steady_paused_s = 0;
+  std::int64_t examples = 0, steady_examples = 0, window_steps = 0, window_examples = 0;
+
+  void pause(Clock::duration d) {
+    paused_s += seconds(d);
+    if (steady) steady_paused_s += seconds(d);
+    window += d;  // the progress rate counts training time only
+    last_report += d;
+  }
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& cfg, Sources data, TrainObserver* observer)
+      : cfg_(cfg),
+        observer_(observer),
+        train_data_(std::move(data.train)),
+        eval_data_(std::move(data.eval)),
+        backend_(make_backend(cfg.backend, cfg.dense_math)),
+        model_(cfg.model, *backend_, cfg.batch, cfg.seed),
+        record_{cfg.model.name,
+                cfg.batch,
+                cfg.seed,
+                std::string(optimizer_name(cfg.model.embedding_optimizer.kind)),
+                std::string(optimizer_name(cfg.model.dense_optimizer.kind)),
+                std::string(dense_math_name(cfg.dense_math)),
+                train_data_->kind()},
+        total_(cfg.steps > 0 ? cfg.steps : -1) {}
+
+  TrainResult run() {
+    resume();
+    start_ = model_.step();
+    train_data_->seek(start_ * cfg_.batch);
+    announce();
+    train_steps();
+    // The end of training: checkpoint() and evaluate() raise the bad inputs the last steps met.
+    if (!cfg_.checkpoint_dir.empty() && model_.step() > start_) checkpoint(model_.step());
+    evaluate(model_.step());
+    if (const std::string w = train_data_->closing_warning(); !w.empty()) warn(result_.steps, w);
+    TrainEvent done = event(TrainEvent::Kind::done, result_.steps);
+    done.loss = result_.final_loss;
+    done.examples_per_s = result_.examples_per_s;
+    done.steady_examples_per_s = result_.steady_examples_per_s;
+    done.auc = result_.auc;
+    done.teacher_auc = result_.teacher_auc;
+    emit(done);
+    return result_;
   }
 
-  TrainResult result;
-  auto metadata = [&](std::int64_t step) {
-    return std::map<std::string, std::string>{
-        {"format", kFormat},
-        {"model", spec.name},
-        {"step", std::to_string(step)},
-        {"batch", std::to_string(batch)},
-        {"seed", std::to_string(cfg.seed)},
-        {"examples_seen", std::to_string(step * batch)},
-        {"embedding_optimizer", std::string(optimizer_name(spec.embedding_optimizer.kind))},
-        {"dense_math", std::string(dense_math_name(cfg.dense_math))},
-        {"dense_optimizer", std::string(optimizer_name(spec.dense_optimizer.kind))},
-        {"data", sharded ? "shards" : synthetic ? "synthetic" : "criteo"}};
-  };
+ private:
+  TrainEvent event(TrainEvent::Kind kind, std::int64_t step) const {
+    TrainEvent e;
+    e.kind = kind;
+    e.step = step;
+    e.total_steps = total_;
+    return e;
+  }
+  void emit(const TrainEvent& e) const {
+    if (observer_ != nullptr) observer_->on_event(e);
+  }
+  void warn(std::int64_t step, std::string message) const {
+    TrainEvent e = event(TrainEvent::Kind::warning, step);
+    e.message = std::move(message);
+    emit(e);
+  }
 
-  // ---- resume ----
-  if (cfg.resume) {
-    const auto steps = list_checkpoints(cfg.checkpoint_dir);
+  // Continues from the newest checkpoint in the checkpoint directory, if asked to.
+  void resume() {
+    if (!cfg_.resume) return;
+    const auto steps = list_checkpoints(cfg_.checkpoint_dir);
     if (steps.empty()) {
-      TrainEvent w;
-      w.kind = TrainEvent::Kind::warning;
-      w.message = "no checkpoint in '" + cfg.checkpoint_dir.string() + "': starting from step 0";
-      emit(w);
-    } else {
-      const auto path = checkpoint_path(cfg.checkpoint_dir, steps.back());
-      const SafetensorsHeader h = read_safetensors_header(path);
-      auto meta = [&](const std::string& k) {
-        auto it = h.metadata.find(k);
-        if (it == h.metadata.end())
-          throw InputError("checkpoint '" + path.string() + "': metadata '" + k + "' is missing");
-        return it->second;
-      };
-      if (meta("format") != kFormat)
-        throw InputError("checkpoint '" + path.string() + "': format '" + meta("format") +
-                         "', expected '" + kFormat + "'");
-      if (meta("model") != spec.name)
-        throw InputError("checkpoint '" + path.string() + "' is of model '" + meta("model") +
-                         "', not '" + spec.name + "'");
-      if (meta("batch") != std::to_string(batch) || meta("seed") != std::to_string(cfg.seed))
-        throw InputError("checkpoint '" + path.string() + "' was trained with batch " +
-                         meta("batch") + " and seed " + meta("seed") +
-                         "; resume with the same --batch and --seed (the data order depends on both)");
-      // The recipe must be the one the checkpoint was trained with (a plan made again may differ).
-      for (const auto& [key, now] : {std::pair<std::string, std::string>{"embedding_optimizer",
-                                                                         optimizer_name(spec.embedding_optimizer.kind)},
-                                     {"dense_math", std::string(dense_math_name(cfg.dense_math))}}) {
-        const auto it = h.metadata.find(key);
-        if (it != h.metadata.end() && it->second != now)
-          throw InputError("checkpoint '" + path.string() + "' was trained with " + key + " " + it->second +
-                           ", this run has " + now + "; resume with the same plan (--plan) or recipe");
-      }
-      load_safetensors(path, model.tensors(), *backend);
-      std::int64_t step = 0;
-      try {
-        step = std::stoll(meta("step"));
-      } catch (const std::exception&) {
-        throw InputError("checkpoint '" + path.string() + "': metadata 'step' is not a number");
-      }
-      model.set_step(step);
-      result.start_step = step;
-      result.last_checkpoint = path;
+      warn(0, fmt::format("no checkpoint in '{}': starting from step 0",
+                          cfg_.checkpoint_dir.string()));
+      return;
     }
+    const auto path = checkpoint_path(cfg_.checkpoint_dir, steps.back());
+    const std::int64_t step = train_detail::resumable_step(path, record_);
+    load_safetensors(path, model_.tensors(), *backend_);
+    model_.set_step(step);
+    result_.start_step = step;
+    result_.last_checkpoint = path;
   }
-  const std::int64_t start = model.step();
-  const std::int64_t total = cfg.steps > 0 ? cfg.steps : -1;
 
-  // ---- data ----
-  std::unique_ptr<CriteoReader> reader;
-  if (sharded) shard_train->seek(start * batch, /*wrap=*/total >= 0);
-  if (!synthetic && !sharded) {
-    reader = std::make_unique<CriteoReader>(cfg.train_files, spec,
-                                            CriteoOptions{cfg.on_bad_line, 10});
-    Batch skip;  // resume: skip what earlier steps consumed
-    for (std::int64_t s = 0; s < start; ++s)
-      if (!reader->next(batch, skip)) break;
-  }
-  std::int64_t next_index = start;
-  std::atomic<bool> data_repeats{false};  // set by the loader thread when the shards start their second pass
-  Prefetcher loader([&](Batch& b) {
-    if (total >= 0 && next_index >= total) return false;
-    if (synthetic) {
-      synth->batch(Split::train, next_index++, batch, b);
-      return true;
-    }
-    if (sharded) {  // with a step count, epochs follow each other; without, one pass
-      ++next_index;
-      const std::int64_t epoch = shard_train->epoch();
-      const bool more = shard_train->next(batch, b, /*wrap=*/total >= 0);
-      if (shard_train->epoch() == 1 && epoch == 0) data_repeats.store(true);  // said once, at the first repeat
-      return more;
-    }
-    ++next_index;
-    return reader->next(batch, b);
-  });
-
-  {
-    TrainEvent e;
-    e.kind = TrainEvent::Kind::start;
-    e.step = start;
-    e.total_steps = total;
-    e.message = "model " + spec.name + " (" + std::to_string(model.dense_parameter_count()) +
-                " dense + " + std::to_string(model.embedding_parameter_count()) +
-                " embedding parameters), batch " + std::to_string(batch) + ", backend " +
-                backend->name() +
-                (backend->name() == "cpu" ? "" : " (dense math " + std::string(dense_math_name(cfg.dense_math)) + ")") +
-                ", " + std::to_string(model.allocated_bytes() / 1000000) + " MB of model buffers, " +
-                (sharded ? "shards " + cfg.shard_dir.string() + " (" + std::to_string(shard_train->examples()) + " examples)"
-                         : synthetic ? "synthetic data" : "Criteo data") +
-                (start > 0 ? ", resumed at step " + std::to_string(start) : "");
+  void announce() const {
+    TrainEvent e = event(TrainEvent::Kind::start, start_);
+    const std::string math =
+        backend_->name() == "cpu"
+            ? std::string()
+            : fmt::format(" (dense math {})", dense_math_name(cfg_.dense_math));
+    e.message = fmt::format(
+        "model {} ({} dense + {} embedding parameters), batch {}, backend {}{}, {} MB of model "
+        "buffers, {}{}",
+        cfg_.model.name, model_.dense_parameter_count(), model_.embedding_parameter_count(),
+        cfg_.batch, backend_->name(), math, model_.allocated_bytes() / 1000000,
+        train_data_->describe(),
+        start_ > 0 ? fmt::format(", resumed at step {}", start_) : std::string());
     emit(e);
   }
 
-  auto save = [&](std::int64_t step) {
-    const auto path = checkpoint_path(cfg.checkpoint_dir, step);
-    save_safetensors(path, model.tensors(), metadata(step), *backend);
-    prune_checkpoints(cfg.checkpoint_dir, cfg.keep_checkpoints);
-    result.last_checkpoint = path;
-    TrainEvent e;
-    e.kind = TrainEvent::Kind::checkpoint;
-    e.step = step;
-    e.total_steps = total;
-    e.message = path.string();
-    emit(e);
-  };
-  auto run_eval = [&](std::int64_t step) {
-    const EvalResult r = evaluate(model, cfg, batch, synth ? &*synth : nullptr, shard_eval.get());
-    result.auc = r.auc;
-    result.eval_log_loss = r.log_loss;
-    result.teacher_auc = r.teacher_auc;
-    TrainEvent e;
-    e.kind = TrainEvent::Kind::eval;
-    e.step = step;
-    e.total_steps = total;
-    e.auc = r.auc;
-    e.eval_log_loss = r.log_loss;
-    e.teacher_auc = r.teacher_auc;
-    emit(e);
-  };
-
-  // ---- steps ----
   // The pipeline: batch k+1 is staged (copied to pinned memory, its device copy started on the
   // copy queue) right after step k is enqueued, while the device runs step k; evaluation and
   // checkpoints happen between the two, when no batch is staged.
-  Batch b;
-  double paused_seconds = 0, smoothed = NAN;  // paused: evaluation and checkpoints
-  std::int64_t examples = 0, window_steps = 0, window_examples = 0;
-  const auto loop_start = Clock::now();
-  auto window_start = loop_start, last_report = loop_start;
-  // The first steps warm caches and the loader: the profile and the after-warm-up rate
-  // start after them (the rate's clock at the end of step start + kWarmupSteps, the device drained
-  // once there) and exclude evaluation and checkpoints.
-  constexpr std::int64_t kWarmupSteps = 2;
-  std::optional<Clock::time_point> steady_start;
-  double steady_paused = 0;
-  std::int64_t steady_examples = 0;
-  bool have = loader.next(b);
-  if (have) model.stage(b);
-  auto mark = Clock::now();  // --profile: the one-time costs, measured with the device drained
-  if (cfg.profile) {
-    backend->synchronize();
-    result.first_batch_s = seconds_since(loop_start);
-    mark = Clock::now();
-  }
-  if (have) {
-    // Workspaces, scratch and library plans made on the first batch's shapes before the first
-    // step (set-up, like building the model: not counted as training time).
-    const auto p0 = Clock::now();
-    model.prepare();  // enqueues nothing: no synchronisation (the first batch's copy stays in step 1)
-    const auto pause = Clock::now() - p0;
-    result.prepare_s = std::chrono::duration<double>(pause).count();
-    paused_seconds += result.prepare_s;
-    window_start += pause;  // the progress rate counts training time only
-    last_report += pause;
-    mark = Clock::now();
-  }
-  while (have) {
-    const std::int64_t n = b.size;
-    if (steady_start) steady_examples += n;
-    if (cfg.profile && model.step() == start + kWarmupSteps) model.set_profiling(true);  // after warm-up
-    model.train_staged();
-    examples += n;
-    window_examples += n;
-    ++window_steps;
-    const std::int64_t step = model.step();
-    if (cfg.profile && step <= start + kWarmupSteps) {
-      backend->synchronize();
-      result.first_steps_s.push_back(seconds_since(mark));
+  void train_steps() {
+    std::int64_t epoch = train_data_->epoch();  // read before the loader thread owns the source
+    Prefetcher loader(*train_data_, cfg_.batch,
+                      total_ >= 0 ? std::max<std::int64_t>(0, total_ - start_) : -1);
+    auto note_epoch = [&](std::int64_t step) {  // warned once, at the first repeat
+      if (epoch == 0 && loader.epoch() > 0)
+        warn(step, fmt::format("the training data ran out (at about step {}); epoch 2 and later "
+                               "ones repeat it (recommendation models often overfit on a second "
+                               "pass: watch the held-out AUC)",
+                               step));
+      epoch = loader.epoch();
+    };
+    clock_ = StepClock{};
+    Batch b;
+    bool have = loader.next(b);
+    if (have) {
+      model_.stage(b);
+      note_epoch(start_);
+    }
+    auto mark = Clock::now();  // --profile: the one-time costs, measured with the device drained
+    if (cfg_.profile) {
+      backend_->synchronize();
+      result_.first_batch_s = seconds_since(clock_.start);
       mark = Clock::now();
     }
-    if (step == start + kWarmupSteps && !steady_start) {
-      backend->synchronize();
-      steady_start = Clock::now();
-    }
-    const bool last = total >= 0 && step >= total;
-    const bool eval_now = cfg.eval_every > 0 && step % cfg.eval_every == 0 && !last;
-    const bool ckpt_now = !cfg.checkpoint_dir.empty() && cfg.checkpoint_every > 0 &&
-                          step % cfg.checkpoint_every == 0 && !last;
-    if (eval_now || ckpt_now) {
+    if (have) {
+      // Workspaces, scratch and library plans made on the first batch's shapes before the first
+      // step (set-up, like building the model: not counted as training time). It enqueues
+      // nothing: no synchronisation (the first batch's copy stays in step 1).
       const auto p0 = Clock::now();
-      backend->synchronize();
-      if (eval_now) run_eval(step);  // predict() keeps evaluation out of the step profile
-      if (ckpt_now) save(step);
+      model_.prepare();
       const auto pause = Clock::now() - p0;
-      paused_seconds += std::chrono::duration<double>(pause).count();
-      if (steady_start) steady_paused += std::chrono::duration<double>(pause).count();
-      window_start += pause;  // the progress rate counts training time only
-      last_report += pause;
+      result_.prepare_s = seconds(pause);
+      clock_.pause(pause);
+      mark = Clock::now();
     }
-    have = loader.next(b);
-    if (have) model.stage(b);
-    if (data_repeats.exchange(false)) {
-      TrainEvent w;
-      w.kind = TrainEvent::Kind::warning;
-      w.step = step;
-      w.message = "the training data ran out (at about step " + std::to_string(step) +
-                  "); epoch 2 and later ones repeat it (recommendation models often overfit on a second pass: "
-                  "watch the held-out AUC)";
-      emit(w);
+    while (have) {
+      const std::int64_t n = b.size;
+      if (clock_.steady) clock_.steady_examples += n;
+      if (cfg_.profile && model_.step() == start_ + kWarmupSteps) model_.set_profiling(true);
+      model_.train_staged();
+      clock_.examples += n;
+      clock_.window_examples += n;
+      ++clock_.window_steps;
+      const std::int64_t step = model_.step();
+      if (cfg_.profile && step <= start_ + kWarmupSteps) {
+        backend_->synchronize();
+        result_.first_steps_s.push_back(seconds_since(mark));
+        mark = Clock::now();
+      }
+      if (step == start_ + kWarmupSteps && !clock_.steady) {
+        backend_->synchronize();
+        clock_.steady = Clock::now();
+      }
+      const bool last = total_ >= 0 && step >= total_;
+      if (!last) between_steps(step);
+      have = loader.next(b);
+      if (have) {
+        model_.stage(b);
+        note_epoch(step);
+      }
+      if (last || seconds_since(clock_.last_report) >= cfg_.report_interval_s) report(step);
     }
-    if (last || seconds_since(last_report) >= cfg.report_interval_s) {
-      const double loss = model.last_loss();  // synchronises: only when reporting
-      smoothed = std::isnan(smoothed) ? loss : 0.8 * smoothed + 0.2 * loss;
-      const double dt = seconds_since(window_start);
-      TrainEvent e;
-      e.kind = TrainEvent::Kind::progress;
-      e.step = step;
-      e.total_steps = total;
-      e.loss = smoothed;
-      e.steps_per_s = dt > 0 ? window_steps / dt : 0;
-      e.examples_per_s = dt > 0 ? window_examples / dt : 0;
-      emit(e);
-      window_steps = window_examples = 0;
-      window_start = last_report = Clock::now();
+    record_rates();
+  }
+
+  // Evaluation and checkpoints when they are due after `step` (before the last step's).
+  void between_steps(std::int64_t step) {
+    const bool eval_now = cfg_.eval_every > 0 && step % cfg_.eval_every == 0;
+    const bool ckpt_now = !cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 &&
+                          step % cfg_.checkpoint_every == 0;
+    if (!eval_now && !ckpt_now) return;
+    const auto p0 = Clock::now();
+    backend_->synchronize();
+    if (eval_now) evaluate(step);  // predict() keeps evaluation out of the step profile
+    if (ckpt_now) checkpoint(step);
+    clock_.pause(Clock::now() - p0);
+  }
+
+  void report(std::int64_t step) {
+    const double loss = model_.last_loss();  // synchronises: only when reporting
+    smoothed_loss_ = std::isnan(smoothed_loss_) ? loss : 0.8 * smoothed_loss_ + 0.2 * loss;
+    const double dt = seconds_since(clock_.window);
+    TrainEvent e = event(TrainEvent::Kind::progress, step);
+    e.loss = smoothed_loss_;
+    e.steps_per_s = dt > 0 ? clock_.window_steps / dt : 0;
+    e.examples_per_s = dt > 0 ? clock_.window_examples / dt : 0;
+    emit(e);
+    clock_.window_steps = clock_.window_examples = 0;
+    clock_.window = clock_.last_report = Clock::now();
+  }
+
+  // The run's rates, final loss and step profile, once the step loop is over.
+  void record_rates() {
+    model_.set_profiling(false);
+    result_.profiled_steps = model_.profiled_steps();
+    const auto per_step = [&](const std::map<std::string, double>& ms,
+                              std::map<std::string, double>& out) {
+      if (result_.profiled_steps == 0) return;
+      for (const auto& [name, total] : ms)
+        out[name] = total / static_cast<double>(result_.profiled_steps);
+    };
+    per_step(model_.profile_ms(), result_.profile_ms_per_step);
+    per_step(model_.profile_ops_ms(), result_.profile_ops_ms_per_step);
+    backend_->synchronize();
+    const double train_seconds = seconds_since(clock_.start) - clock_.paused_s;
+    result_.steps = model_.step();
+    result_.final_loss = model_.step() > start_ ? model_.last_loss() : NAN;
+    result_.examples_per_s = train_seconds > 0 ? clock_.examples / train_seconds : 0;
+    if (clock_.steady && clock_.steady_examples > 0) {
+      const double t = seconds_since(*clock_.steady) - clock_.steady_paused_s;
+      result_.steady_examples_per_s = t > 0 ? clock_.steady_examples / t : 0;
     }
   }
-  model.set_profiling(false);
-  result.profiled_steps = model.profiled_steps();
-  for (const auto& [category, ms] : model.profile_ms())
-    if (result.profiled_steps > 0) result.profile_ms_per_step[category] = ms / static_cast<double>(result.profiled_steps);
-  for (const auto& [op, ms] : model.profile_ops_ms())
-    if (result.profiled_steps > 0) result.profile_ops_ms_per_step[op] = ms / static_cast<double>(result.profiled_steps);
-  backend->synchronize();
-  const double train_seconds = seconds_since(loop_start) - paused_seconds;
-  result.steps = model.step();
-  result.final_loss = model.step() > start ? model.last_loss() : NAN;
-  result.examples_per_s = train_seconds > 0 ? examples / train_seconds : 0;
-  if (steady_start && steady_examples > 0) {
-    const double t = std::chrono::duration<double>(Clock::now() - *steady_start).count() - steady_paused;
-    result.steady_examples_per_s = t > 0 ? steady_examples / t : 0;
-  }
-  if (!cfg.checkpoint_dir.empty() && model.step() > start) save(model.step());
-  run_eval(model.step());
-  if (reader && reader->bad_lines() > 0) {
-    TrainEvent e;
-    e.kind = TrainEvent::Kind::warning;
-    e.message = std::to_string(reader->bad_lines()) + " malformed lines skipped";
-    for (const auto& w : reader->warnings()) e.message += "\n  " + w;
+
+  // AUC and log loss on the evaluation data (its first eval_examples examples).
+  void evaluate(std::int64_t step) {
+    backend_->raise_input_errors();  // nothing is reported after a step that met bad input
+    std::vector<float> probs, labels, teacher, p(static_cast<std::size_t>(cfg_.batch));
+    eval_data_->seek(0);
+    Batch b;
+    for (std::int64_t seen = 0;
+         seen < cfg_.eval_examples &&
+         eval_data_->next(std::min(cfg_.batch, cfg_.eval_examples - seen), b);
+         seen += b.size) {
+      model_.predict(b, p.data());
+      probs.insert(probs.end(), p.begin(), p.begin() + b.size);
+      labels.insert(labels.end(), b.labels.begin(), b.labels.end());
+      teacher.insert(teacher.end(), b.teacher_prob.begin(), b.teacher_prob.end());
+    }
+    backend_->raise_input_errors();  // nor after evaluation data that was bad
+    result_.auc = roc_auc(probs, labels);
+    result_.eval_log_loss = log_loss(probs, labels);
+    result_.teacher_auc =
+        teacher.size() == labels.size() && !teacher.empty() ? roc_auc(teacher, labels) : 0;
+    TrainEvent e = event(TrainEvent::Kind::eval, step);
+    e.auc = result_.auc;
+    e.eval_log_loss = result_.eval_log_loss;
+    e.teacher_auc = result_.teacher_auc;
     emit(e);
   }
-  TrainEvent done;
-  done.kind = TrainEvent::Kind::done;
-  done.step = result.steps;
-  done.total_steps = total;
-  done.loss = result.final_loss;
-  done.examples_per_s = result.examples_per_s;
-  done.steady_examples_per_s = result.steady_examples_per_s;
-  done.auc = result.auc;
-  done.teacher_auc = result.teacher_auc;
-  emit(done);
-  return result;
+
+  void checkpoint(std::int64_t step) {
+    backend_->raise_input_errors();  // never a checkpoint after a step that met bad input
+    const auto path = checkpoint_path(cfg_.checkpoint_dir, step);
+    save_safetensors(path, model_.tensors(), train_detail::checkpoint_metadata(record_, step),
+                     *backend_);
+    prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep_checkpoints);
+    result_.last_checkpoint = path;
+    TrainEvent e = event(TrainEvent::Kind::checkpoint, step);
+    e.message = path.string();
+    emit(e);
+  }
+
+  const TrainConfig& cfg_;
+  TrainObserver* observer_;
+  std::unique_ptr<BatchSource> train_data_, eval_data_;
+  std::unique_ptr<Backend> backend_;
+  Model model_;
+  train_detail::RunRecord record_;
+  std::int64_t total_;      // steps to train to; -1: until the training data ends
+  std::int64_t start_ = 0;  // the step resumed from
+  TrainResult result_;
+  StepClock clock_;
+  double smoothed_loss_ = NAN;
+};
+
+}  // namespace
+
+TrainResult train(const TrainConfig& config, TrainObserver* observer) {
+  const TrainConfig cfg = settle(config);
+  Trainer trainer(cfg, make_sources(cfg), observer);
+  return trainer.run();
 }
 
 }  // namespace parity

@@ -9,17 +9,16 @@
 #include "parity/data.h"
 #include "parity/error.h"
 #include "parity/train.h"
+#include "train_test_util.h"
 
 namespace parity {
 namespace {
 namespace fs = std::filesystem;
+using test::temp_dir;
+using test::tensor_bytes;
 
-ModelSpec tiny() { return load_model_spec(fs::path(PARITY_SOURCE_DIR) / "configs/models/tiny.yaml"); }
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("parity-train-" + name);
-  fs::remove_all(d);
-  return d;
+ModelSpec tiny() {
+  return load_model_spec(fs::path(PARITY_SOURCE_DIR) / "configs/models/tiny.yaml");
 }
 
 // The learning test: the tiny model on planted-teacher data. The teacher's own AUC on the
@@ -47,19 +46,6 @@ TEST(Train, TinyModelLearnsThePlantedTeacher) {
   EXPECT_GE(r.auc, r.teacher_auc - 0.06) << "teacher ceiling " << r.teacher_auc;
   EXPECT_LE(r.auc, r.teacher_auc + 0.01);
   EXPECT_GT(r.examples_per_s, 0);
-}
-
-std::vector<std::vector<char>> tensor_bytes(const fs::path& file) {
-  const SafetensorsHeader h = read_safetensors_header(file);
-  std::ifstream in(file, std::ios::binary);
-  std::vector<std::vector<char>> out;
-  for (const auto& [name, e] : h.tensors) {
-    std::vector<char> v(e.end - e.begin);
-    in.seekg(static_cast<std::streamoff>(h.data_offset + e.begin));
-    in.read(v.data(), static_cast<std::streamsize>(v.size()));
-    out.push_back(std::move(v));
-  }
-  return out;
 }
 
 // --profile: the steady steps are timed by category, the one-time costs (first batch, the first
@@ -145,9 +131,16 @@ TEST(Train, ShardsTrainLikeSyntheticAndResumeExactly) {
     ASSERT_EQ(a.size(), b.size());
     for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << "tensor " << i;
   }
-  // 40 steps (2560 examples, into the third epoch) straight, and 20 + 20 resumed.
+  // 40 steps (2560 examples, into the third epoch) straight, and 20 + 20 resumed. The straight
+  // run warns once, when the data start repeating.
   cfg.steps = 40;
-  train(cfg);
+  test::Events events;
+  train(cfg, &events);
+  const std::vector<std::string> warnings = events.warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("the training data ran out (at about step 15); epoch 2"),
+            std::string::npos)
+      << warnings[0];
   cfg.checkpoint_dir = halves;
   cfg.steps = 20;
   train(cfg);

@@ -4,9 +4,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
 
+#include "parity/checkpoint.h"
 #include "parity/error.h"
 #include "parity/train.h"
+#include "train_test_util.h"
 
 namespace parity {
 namespace {
@@ -29,11 +32,14 @@ void write_tsv(const fs::path& file, int lines, unsigned seed) {
     const int i0 = static_cast<int>((next() >> 8) % 20);
     const bool label = ((c0 % 3 == 0) != (i0 > 14)) != ((next() >> 8) % 10 == 0);
     out << (label ? 1 : 0);
-    for (int k = 0; k < 13; ++k) out << '\t' << (k == 0 ? i0 : static_cast<int>((next() >> 8) % 100));
+    for (int k = 0; k < 13; ++k)
+      out << '\t' << (k == 0 ? i0 : static_cast<int>((next() >> 8) % 100));
     for (int k = 0; k < 26; ++k) {
       out << '\t';
-      if (k == 0) out << std::hex << (0x1000 + c0) << std::dec;
-      else if ((next() >> 8) % 7 != 0) out << std::hex << ((next() >> 8) % 5000) << std::dec;
+      if (k == 0)
+        out << std::hex << (0x1000 + c0) << std::dec;
+      else if ((next() >> 8) % 7 != 0)
+        out << std::hex << ((next() >> 8) % 5000) << std::dec;
     }
     out << '\n';
   }
@@ -43,7 +49,8 @@ class CriteoTraining : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("parity-criteo-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("parity-criteo-" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     write_tsv(dir_ / "day_0.tsv", 6000, 1);
@@ -81,16 +88,56 @@ TEST_F(CriteoTraining, MalformedLineStopsWithFileAndLineOrIsSkipped) {
     EXPECT_NE(std::string(e.what()).find("day_0.tsv:6001"), std::string::npos) << e.what();
   }
   cfg.on_bad_line = OnBadLine::skip;
-  struct Warnings : TrainObserver {
-    std::string text;
-    void on_event(const TrainEvent& e) override {
-      if (e.kind == TrainEvent::Kind::warning) text += e.message;
-    }
-  } warnings;
+  test::Events warnings;
   const TrainResult r = train(cfg, &warnings);
   EXPECT_GT(r.steps, 0);
-  EXPECT_NE(warnings.text.find("1 malformed lines skipped"), std::string::npos) << warnings.text;
-  EXPECT_NE(warnings.text.find("day_0.tsv:6001"), std::string::npos) << warnings.text;
+  EXPECT_NE(warnings.warning_text().find("1 malformed lines skipped"), std::string::npos)
+      << warnings.warning_text();
+  EXPECT_NE(warnings.warning_text().find("day_0.tsv:6001"), std::string::npos)
+      << warnings.warning_text();
+}
+
+// A resumed run skips what the earlier steps read, a malformed line among it too (skip mode), and
+// ends with the weights of an uninterrupted run.
+TEST_F(CriteoTraining, ResumeSkipsWhatEarlierStepsReadAndGivesIdenticalWeights) {
+  {
+    std::ifstream in(dir_ / "day_0.tsv");
+    std::ofstream out(dir_ / "day_0_bad.tsv");
+    std::string line;
+    for (int i = 0; std::getline(in, line); ++i) {
+      if (i == 300) out << "1\t2\tnot-a-number\n";
+      out << line << '\n';
+    }
+  }
+  const fs::path straight = test::temp_dir("criteo-straight"),
+                 halves = test::temp_dir("criteo-halves");
+  TrainConfig cfg;
+  cfg.model = criteo_model();
+  cfg.batch = 128;
+  cfg.eval_examples = 1024;
+  cfg.on_bad_line = OnBadLine::skip;
+  cfg.train_files = {dir_ / "day_0_bad.tsv"};
+  cfg.eval_files = {dir_ / "day_1.tsv"};
+  cfg.steps = 20;
+  cfg.checkpoint_dir = straight;
+  const TrainResult a = train(cfg);
+  cfg.checkpoint_dir = halves;
+  cfg.steps = 10;
+  train(cfg);
+  cfg.steps = 20;
+  cfg.resume = true;
+  test::Events warnings;
+  const TrainResult b = train(cfg, &warnings);
+  EXPECT_EQ(b.start_step, 10);
+  EXPECT_EQ(a.final_loss, b.final_loss);
+  EXPECT_NE(warnings.warning_text().find("1 malformed lines skipped"), std::string::npos)
+      << warnings.warning_text();
+  const auto x = test::tensor_bytes(checkpoint_path(straight, 20));
+  const auto y = test::tensor_bytes(checkpoint_path(halves, 20));
+  ASSERT_EQ(x.size(), y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(x[i] == y[i]) << "tensor " << i;
+  fs::remove_all(straight);
+  fs::remove_all(halves);
 }
 
 TEST_F(CriteoTraining, ModelThatDoesNotFitTheFormatIsRejected) {

@@ -53,7 +53,8 @@ void print_plan(const Plan& p, const DeviceSpec& dev, bool verbose) {
              rate(pr.examples_per_s), rate(pr.examples_per_s_per_gpu));
   fmt::print("\n  step time by category        ms    share\n");
   std::vector<std::pair<std::string, double>> times(pr.time_s.begin(), pr.time_s.end());
-  std::stable_sort(times.begin(), times.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  std::stable_sort(times.begin(), times.end(),
+                   [](auto& a, auto& b) { return a.second > b.second; });
   for (const auto& [k, v] : times)
     fmt::print("    {:<26}{:>7.3f}  {:>5.1f}%\n", k, v * 1e3, 100 * v / pr.step_s);
   fmt::print("\n  memory on device {} (fullest)    GB\n", pr.peak_device);
@@ -70,8 +71,8 @@ void print_plan(const Plan& p, const DeviceSpec& dev, bool verbose) {
   for (const auto& c : p.changes)
     fmt::print("    - {}: {} -> {}\n      because {}\n", c.what, c.from, c.to, c.reason);
   if (verbose) {
-    fmt::print("\n  tables\n    {:<22}{:>6}{:>11}{:>6}{:>14}  shards (device: rows / cols)\n", "name",
-               "dtype", "sharding", "place", "cache rows");
+    fmt::print("\n  tables\n    {:<22}{:>6}{:>11}{:>6}{:>14}  shards (device: rows / cols)\n",
+               "name", "dtype", "sharding", "place", "cache rows");
     for (const auto& t : p.tables) {
       std::string shards;
       for (std::size_t i = 0; i < t.shards.size() && i < 4; ++i)
@@ -81,7 +82,7 @@ void print_plan(const Plan& p, const DeviceSpec& dev, bool verbose) {
       if (t.shards.size() > 4) shards += fmt::format(", ... ({} shards)", t.shards.size());
       fmt::print("    {:<22}{:>6}{:>11}{:>6}{:>14}  {}\n", t.name, dtype_name(t.dtype),
                  sharding_name(t.sharding), placement_name(t.placement),
-                 t.placement == Placement::host ? std::to_string(t.cache_rows) : "-", shards);
+                 t.placement == Placement::host ? fmt::format("{}", t.cache_rows) : "-", shards);
     }
     fmt::print("\n  GEMM kernels (first-ranked tile of the analytical model)\n");
     for (const auto& k : p.kernels)
@@ -101,13 +102,15 @@ void print_port(const Plan& source, const Plan& port, const Plan& co, const Devi
   auto row = [](const std::string& k, const std::string& x, const std::string& y) {
     fmt::print("  {:<26}{:<42}{}{}\n", k, x, y, x == y ? "" : "   *");
   };
-  row("batch per device", std::to_string(port.per_device_batch), std::to_string(co.per_device_batch));
-  row("dense math", std::string(dense_math_name(port.dense_math)), std::string(dense_math_name(co.dense_math)));
+  row("batch per device", fmt::format("{}", port.per_device_batch),
+      fmt::format("{}", co.per_device_batch));
+  row("dense math", std::string(dense_math_name(port.dense_math)),
+      std::string(dense_math_name(co.dense_math)));
   row("embedding optimizer", std::string(optimizer_name(port.embedding_optimizer)),
       std::string(optimizer_name(co.embedding_optimizer)));
   row("table precision", join_counts(a.dtypes), join_counts(b.dtypes));
   row("sharding", join_counts(a.sharding), join_counts(b.sharding));
-  row("tables in host memory", std::to_string(a.host), std::to_string(b.host));
+  row("tables in host memory", fmt::format("{}", a.host), fmt::format("{}", b.host));
   row("peak memory / HBM",
       fmt::format("{:.1f} / {:.1f} GB{}", port.prediction.peak_memory_bytes / 1e9,
                   port.prediction.memory_budget_bytes / 1e9, port_fits ? "" : " DOES NOT FIT"),
@@ -118,7 +121,8 @@ void print_port(const Plan& source, const Plan& port, const Plan& co, const Devi
   row("examples/s per GPU", rate(port.prediction.examples_per_s_per_gpu),
       rate(co.prediction.examples_per_s_per_gpu));
   fmt::print("\n  the {} recipe on {} itself: {:.2f} ms/step, {} examples/s per GPU\n", src.name,
-             src.name, source.prediction.step_s * 1e3, rate(source.prediction.examples_per_s_per_gpu));
+             src.name, source.prediction.step_s * 1e3,
+             rate(source.prediction.examples_per_s_per_gpu));
   if (port_fits)
     fmt::print("  predicted gain of co-design over the direct port: {:.2f}x\n",
                co.prediction.examples_per_s / port.prediction.examples_per_s);
@@ -126,19 +130,21 @@ void print_port(const Plan& source, const Plan& port, const Plan& co, const Devi
     fmt::print("  the direct port does not fit: it needs {:.1f} GB more on device {}\n",
                (port.prediction.peak_memory_bytes - port.prediction.memory_budget_bytes) / 1e9,
                port.prediction.peak_device);
-  const bool same = port.per_device_batch == co.per_device_batch && port.dense_math == co.dense_math &&
+  const bool same = port.per_device_batch == co.per_device_batch &&
+                    port.dense_math == co.dense_math &&
                     port.embedding_optimizer == co.embedding_optimizer && a.dtypes == b.dtypes &&
                     a.sharding == b.sharding && a.host == b.host;
   if (same)
-    fmt::print("  the {} recipe is also the best the planner finds for {}: nothing it chose was\n"
-               "  limited by {}'s memory or precisions, so porting it costs nothing here\n",
-               src.name, dst.name, src.name);
+    fmt::print(
+        "  the {} recipe is also the best the planner finds for {}: nothing it chose was\n"
+        "  limited by {}'s memory or precisions, so porting it costs nothing here\n",
+        src.name, dst.name, src.name);
   fmt::print("\n  why (rows marked * differ):\n");
   for (const auto& c : port.changes)
     fmt::print("    - port: {} {} -> {}: {}\n", c.what, c.from, c.to, c.reason);
   if (port.per_device_batch != co.per_device_batch)
-    fmt::print("    - batch: {} per device on {} vs {} on {}: {}\n", port.per_device_batch, src.name,
-               co.per_device_batch, dst.name,
+    fmt::print("    - batch: {} per device on {} vs {} on {}: {}\n", port.per_device_batch,
+               src.name, co.per_device_batch, dst.name,
                co.prediction.memory_budget_bytes > port.prediction.memory_budget_bytes
                    ? "the larger HBM holds the larger batch"
                    : "the smaller HBM holds a smaller batch");
@@ -150,7 +156,8 @@ void print_port(const Plan& source, const Plan& port, const Plan& co, const Devi
     fmt::print("    - tables in host memory: {} on the port, {} co-designed: {}\n", a.host, b.host,
                b.host < a.host ? "the device's HBM holds them" : "they do not fit in HBM");
   for (const auto& c : co.changes)
-    fmt::print("    - co-designed recipe vs the model's: {} {} -> {}: {}\n", c.what, c.from, c.to, c.reason);
+    fmt::print("    - co-designed recipe vs the model's: {} {} -> {}: {}\n", c.what, c.from, c.to,
+               c.reason);
 }
 
 }  // namespace
@@ -174,7 +181,9 @@ void add_plan_command(CLI::App& app) {
       "  parity plan --model tiny --device h200 --out plan.json && parity train --plan plan.json");
   cmd->add_option("--model", args->model, "Model YAML file or zoo name")->capture_default_str();
   cmd->add_option("--device", args->device, "Device catalog key (configs/devices) or YAML file");
-  cmd->add_option("--gpus", args->gpus, "Number of GPUs")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--gpus", args->gpus, "Number of GPUs")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
   cmd->add_option("--port-from", args->port_from,
                   "Compare with the recipe planned for this device, run unchanged on --device");
   cmd->add_option("--out", args->out, "Write the plan as JSON (input of parity train --plan)");
@@ -194,10 +203,11 @@ void add_plan_command(CLI::App& app) {
         try {
           const Plan p = make_plan(model, dev, args->gpus, opt);
           const Summary s = summarize(p);
-          fmt::print("  {:<24}{:>10}{:>7}{:>17}{:>9}{:>8}{:>11.1f}{:>13}\n", dev.display_name.substr(0, 23),
-                     p.per_device_batch, dense_math_name(p.dense_math),
-                     optimizer_name(p.embedding_optimizer), join_counts(s.dtypes).substr(0, 8), s.host,
-                     p.prediction.peak_memory_bytes / 1e9, rate(p.prediction.examples_per_s_per_gpu));
+          fmt::print(
+              "  {:<24}{:>10}{:>7}{:>17}{:>9}{:>8}{:>11.1f}{:>13}\n",
+              dev.display_name.substr(0, 23), p.per_device_batch, dense_math_name(p.dense_math),
+              optimizer_name(p.embedding_optimizer), join_counts(s.dtypes).substr(0, 8), s.host,
+              p.prediction.peak_memory_bytes / 1e9, rate(p.prediction.examples_per_s_per_gpu));
         } catch (const InfeasibleError&) {
           fmt::print("  {:<24}  does not fit on {} GPUs (parity plan --device {} says why)\n",
                      dev.display_name.substr(0, 23), args->gpus, dev.name);
@@ -217,7 +227,7 @@ void add_plan_command(CLI::App& app) {
     if (!args->out.empty()) {
       std::ofstream out(args->out);
       out << plan_to_json(plan);
-      if (!out) throw InputError("cannot write '" + args->out + "'");
+      if (!out) throw InputError(fmt::format("cannot write '{}'", args->out));
       fmt::print("\nwrote {}\n", args->out);
     }
   });

@@ -42,10 +42,9 @@ class ConsoleObserver : public TrainObserver {
         break;
       case K::eval:
         end_bar();
-        fmt::print("eval  step {:>7}  AUC {:.4f}  log loss {:.4f}{}\n", e.step, e.auc,
-                   e.eval_log_loss,
-                   e.teacher_auc > 0 ? fmt::format("  (teacher ceiling AUC {:.4f})", e.teacher_auc)
-                                     : "");
+        fmt::print(
+            "eval  step {:>7}  AUC {:.4f}  log loss {:.4f}{}\n", e.step, e.auc, e.eval_log_loss,
+            e.teacher_auc > 0 ? fmt::format("  (teacher ceiling AUC {:.4f})", e.teacher_auc) : "");
         break;
       case K::checkpoint:
         end_bar();
@@ -59,8 +58,9 @@ class ConsoleObserver : public TrainObserver {
         end_bar();
         fmt::print("done  {} steps  {} examples/s{}  final loss {:.4f}  AUC {:.4f}\n", e.step,
                    si(e.examples_per_s),
-                   e.steady_examples_per_s > 0 ? fmt::format(" ({} after the first 2 steps)", si(e.steady_examples_per_s))
-                                               : std::string(),
+                   e.steady_examples_per_s > 0
+                       ? fmt::format(" ({} after the first 2 steps)", si(e.steady_examples_per_s))
+                       : std::string(),
                    e.loss, e.auc);
         break;
     }
@@ -76,8 +76,8 @@ class ConsoleObserver : public TrainObserver {
       if (e.total_steps > 0) {
         constexpr int kWidth = 30;
         const int filled = static_cast<int>(kWidth * e.step / e.total_steps);
-        bar = "[" + std::string(filled, '#') + std::string(kWidth - filled, '-') + "] " +
-              fmt::format("{}/{}", e.step, e.total_steps);
+        bar = fmt::format("[{}{}] {}/{}", std::string(filled, '#'),
+                          std::string(kWidth - filled, '-'), e.step, e.total_steps);
       } else {
         bar = fmt::format("step {}", e.step);
       }
@@ -110,11 +110,12 @@ class ConsoleObserver : public TrainObserver {
 // The step by op category (device timing marks) beside the plan's prediction for it.
 void print_profile(const TrainResult& r, const Plan* plan, std::int64_t batch) {
   if (r.profiled_steps == 0) {
-    fmt::print("profile: no step was profiled (the first two steps are warm-up; train more steps)\n");
+    fmt::print(
+        "profile: no step was profiled (the first two steps are warm-up; train more steps)\n");
     return;
   }
-  fmt::print("\nstep profile: device timing marks, mean of {} steps (ms per step){}\n", r.profiled_steps,
-             plan != nullptr ? ", beside the plan's prediction" : "");
+  fmt::print("\nstep profile: device timing marks, mean of {} steps (ms per step){}\n",
+             r.profiled_steps, plan != nullptr ? ", beside the plan's prediction" : "");
   std::map<std::string, double> predicted;
   if (plan != nullptr) predicted = plan->prediction.time_s;
   std::set<std::string> names;
@@ -125,8 +126,10 @@ void print_profile(const TrainResult& r, const Plan* plan, std::int64_t batch) {
   for (const auto& name : names) {
     const auto m = r.profile_ms_per_step.find(name);
     const auto p = predicted.find(name);
-    const std::string ms = m != r.profile_ms_per_step.end() ? fmt::format("{:.3f}", m->second) : "-";
-    const std::string ps = p != predicted.end() ? fmt::format("{:.3f}", p->second * 1e3) : (plan ? "-" : "");
+    const std::string ms =
+        m != r.profile_ms_per_step.end() ? fmt::format("{:.3f}", m->second) : "-";
+    const std::string ps =
+        p != predicted.end() ? fmt::format("{:.3f}", p->second * 1e3) : (plan ? "-" : "");
     if (m != r.profile_ms_per_step.end()) measured_total += m->second;
     if (p != predicted.end()) predicted_total += p->second * 1e3;
     fmt::print("  {:<26} {:>10} {:>10}\n", name, ms, ps);
@@ -134,32 +137,149 @@ void print_profile(const TrainResult& r, const Plan* plan, std::int64_t batch) {
   fmt::print("  {:<26} {:>10.3f} {:>10}\n", "sum of categories", measured_total,
              plan != nullptr ? fmt::format("{:.3f}", predicted_total) : "");
   fmt::print("  by op:\n");
-  for (const auto& [op, ms] : r.profile_ops_ms_per_step) fmt::print("    {:<40} {:>10.3f}\n", op, ms);
+  for (const auto& [op, ms] : r.profile_ops_ms_per_step)
+    fmt::print("    {:<40} {:>10.3f}\n", op, ms);
   // The profiled steps are the steady ones: their wall time is the steady rate's.
   const double rate = r.steady_examples_per_s > 0 ? r.steady_examples_per_s : r.examples_per_s;
   if (rate > 0)
-    fmt::print("  {:<26} {:>10.3f} {:>10}\n", "wall time per step", 1e3 * static_cast<double>(batch) / rate,
+    fmt::print("  {:<26} {:>10.3f} {:>10}\n", "wall time per step",
+               1e3 * static_cast<double>(batch) / rate,
                plan != nullptr ? fmt::format("{:.3f}", plan->prediction.step_s * 1e3) : "");
   std::string first;
-  for (std::size_t i = 0; i < r.first_steps_s.size(); ++i) first += fmt::format(", step {} {:.1f} ms", i + 1, 1e3 * r.first_steps_s[i]);
-  fmt::print("  one-time costs (not in the rates after warm-up): first batch staged {:.1f} ms, step's workspaces and "
-             "plans prepared {:.1f} ms{}\n",
-             1e3 * r.first_batch_s, 1e3 * r.prepare_s, first);
+  for (std::size_t i = 0; i < r.first_steps_s.size(); ++i)
+    first += fmt::format(", step {} {:.1f} ms", i + 1, 1e3 * r.first_steps_s[i]);
+  fmt::print(
+      "  one-time costs (not in the rates after warm-up): first batch staged {:.1f} ms, step's "
+      "workspaces and "
+      "plans prepared {:.1f} ms{}\n",
+      1e3 * r.first_batch_s, 1e3 * r.prepare_s, first);
+}
+
+struct TrainArgs {
+  std::string model = "tiny";
+  std::int64_t steps = 0, batch = 0, eval_examples = 32768, eval_every = 250;
+  std::int64_t checkpoint_every = 0;
+  std::uint64_t seed = 1;
+  std::string checkpoint, backend = "auto", on_bad_line = "stop", plan;
+  bool resume = false, profile = false, no_plan = false;
+  std::vector<std::string> data, eval_data;
+};
+
+// Trains `model` with the recipe of `plan` (its batch, table precisions, optimizer and dense
+// math); apply_plan scales the learning rates when --batch overrides the plan's batch.
+void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan,
+                      std::int64_t batch) {
+  cfg.model = apply_plan(model, plan, batch);
+  cfg.batch = plan.global_batch;
+  cfg.dense_math = plan.dense_math;
+}
+
+// The model and its recipe: a plan given with --plan; on a GPU without one, the plan made for the
+// detected device (co-design) unless --no-plan; else the model's own recipe. Returns the plan
+// trained with, if any.
+std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, TrainConfig& cfg) {
+  if (!args.plan.empty()) {
+    auto plan = std::make_shared<Plan>(load_plan(args.plan));
+    const std::string model =
+        model_given || plan->model_file.empty() ? args.model : plan->model_file;
+    train_as_planned(cfg, load_model_spec(resolve_model(model)), *plan, args.batch);
+    fmt::print(
+        "parity train: plan {} ({} x {}): global batch {}, embedding optimizer {}, dense "
+        "math {} (GPU backends; the cpu backend computes in fp32); placement and "
+        "sharding are for multi-GPU runs\n",
+        args.plan, plan->gpus, plan->device, plan->global_batch,
+        optimizer_name(plan->embedding_optimizer), dense_math_name(plan->dense_math));
+    return plan;
+  }
+  cfg.model = load_model_spec(resolve_model(args.model));
+  const std::string gpu = args.backend == "cpu" || args.no_plan ? std::string() : detect_gpu();
+  if (gpu.empty()) return nullptr;
+  const auto devices_dir = configs_dir() / "devices";
+  const auto dev = match_device(gpu, devices_dir);
+  if (!dev) {
+    fmt::print(
+        "parity train: the detected GPU '{}' is not in the device catalog ({}): training the "
+        "model's own recipe; add a device file there to get a co-designed plan\n",
+        gpu, devices_dir.string());
+    return nullptr;
+  }
+  PlannerOptions opt;
+  opt.configs_dir = configs_dir();
+  std::shared_ptr<Plan> plan;
+  try {
+    plan = std::make_shared<Plan>(make_plan(cfg.model, *dev, 1, opt));
+  } catch (const InfeasibleError& e) {
+    fmt::print(
+        "parity train: the planner finds no recipe for {} on one {}: training the model's own "
+        "recipe (it may not fit either). The planner says: {}\n",
+        cfg.model.name, dev->display_name, e.what());
+    return nullptr;
+  }
+  train_as_planned(cfg, cfg.model, *plan, args.batch);
+  fmt::print(
+      "parity train: planned for the detected {} as {} ({}): batch {}, embedding optimizer {}, "
+      "dense math {}, predicted {:.2f} ms/step (--no-plan trains the model's own recipe)\n",
+      gpu, dev->display_name, dev->source_file, plan->global_batch,
+      optimizer_name(plan->embedding_optimizer), dense_math_name(plan->dense_math),
+      plan->prediction.step_s * 1e3);
+  return plan;
+}
+
+// --data and --eval-data: one shard dataset directory, or Criteo TSV files (none: synthetic).
+void choose_data(const TrainArgs& args, TrainConfig& cfg) {
+  if (args.data.size() == 1 && is_shard_dataset(args.data.front())) {
+    cfg.shard_dir = args.data.front();
+    if (!args.eval_data.empty())
+      throw InputError(
+          "--eval-data is for Criteo TSV files; a shard dataset holds its own eval split");
+    return;
+  }
+  for (const auto& f : args.data) {
+    if (std::filesystem::is_directory(f))
+      throw InputError(fmt::format(
+          "--data '{}' is a directory without meta.json: not a parity shard dataset (make one "
+          "with parity data synth)",
+          f));
+    cfg.train_files.emplace_back(f);
+  }
+  for (const auto& f : args.eval_data) cfg.eval_files.emplace_back(f);
+  if (!cfg.eval_files.empty() && cfg.train_files.empty())
+    throw InputError(
+        "--eval-data needs --data (synthetic runs evaluate on their own held-out split)");
+}
+
+void run_train(const TrainArgs& args, bool model_given) {
+  TrainConfig cfg;
+  const std::shared_ptr<Plan> plan = choose_recipe(args, model_given, cfg);
+  cfg.steps = args.steps;
+  if (args.batch > 0) {
+    cfg.batch = args.batch;
+    if (plan && args.batch != plan->global_batch)  // apply_plan scaled the learning rates
+      fmt::print(
+          "parity train: --batch {} instead of the plan's {}: learning rates {:.4g} (embedding) "
+          "and {:.4g} (dense), scaled linearly from the model's batch as the plan does\n",
+          args.batch, plan->global_batch, cfg.model.embedding_optimizer.lr,
+          cfg.model.dense_optimizer.lr);
+  }
+  cfg.seed = args.seed;
+  cfg.backend = args.backend;
+  cfg.checkpoint_dir = args.checkpoint;
+  cfg.checkpoint_every = args.checkpoint_every;
+  cfg.resume = args.resume;
+  choose_data(args, cfg);
+  cfg.on_bad_line = args.on_bad_line == "skip" ? OnBadLine::skip : OnBadLine::stop;
+  cfg.eval_examples = args.eval_examples;
+  cfg.eval_every = args.eval_every;
+  cfg.profile = args.profile;
+  ConsoleObserver console;
+  const TrainResult r = train(cfg, &console);
+  if (cfg.profile) print_profile(r, plan.get(), cfg.batch > 0 ? cfg.batch : cfg.model.batch_size);
 }
 
 }  // namespace
 
 void add_train_command(CLI::App& app) {
-  struct Args {
-    std::string model = "tiny";
-    std::int64_t steps = 0, batch = 0, eval_examples = 32768, eval_every = 250;
-    std::int64_t checkpoint_every = 0;
-    std::uint64_t seed = 1;
-    std::string checkpoint, backend = "auto", on_bad_line = "stop", plan;
-    bool resume = false, profile = false, no_plan = false;
-    std::vector<std::string> data, eval_data;
-  };
-  auto args = std::make_shared<Args>();
+  auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand(
       "train",
       "Train a model. With no arguments: the tiny model on synthetic data whose labels come\n"
@@ -169,9 +289,9 @@ void add_train_command(CLI::App& app) {
       "  parity train --model configs/models/tiny-dot.yaml --steps 2000 --checkpoint runs/a\n"
       "  parity train --checkpoint runs/a --resume --steps 4000\n"
       "  parity train --model criteo-small --data day_0.tsv day_1.tsv --eval-data day_23.tsv");
-  CLI::Option* model_opt =
-      cmd->add_option("--model", args->model, "Model YAML file or zoo name (configs/models/NAME.yaml)")
-          ->capture_default_str();
+  CLI::Option* model_opt = cmd->add_option("--model", args->model,
+                                           "Model YAML file or zoo name (configs/models/NAME.yaml)")
+                               ->capture_default_str();
   cmd->add_option("--plan", args->plan,
                   "Train as a plan from `parity plan --out` says (batch, table precision, "
                   "optimizer; the model is the plan's unless --model is given)");
@@ -196,9 +316,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--data", args->data,
                   "A shard dataset directory (parity data synth) or Criteo TSV files to train on "
                   "(default: synthetic batches made on the fly)");
-  cmd->add_flag("--no-plan", args->no_plan,
-                "On a GPU without --plan: train the model's own recipe instead of the plan made for the "
-                "detected device");
+  cmd->add_flag(
+      "--no-plan", args->no_plan,
+      "On a GPU without --plan: train the model's own recipe instead of the plan made for the "
+      "detected device");
   cmd->add_flag("--profile", args->profile,
                 "Time the step by op category with device events and print it beside the plan's "
                 "prediction");
@@ -211,93 +332,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--eval-examples", args->eval_examples, "Held-out examples to evaluate on")
       ->check(positive_integer())
       ->capture_default_str();
-  cmd->add_option("--eval-every", args->eval_every, "Steps between evaluations (0: at the end only)")
+  cmd->add_option("--eval-every", args->eval_every,
+                  "Steps between evaluations (0: at the end only)")
       ->check(nonnegative_integer())
       ->capture_default_str();
-  cmd->callback([args, model_opt] {
-    TrainConfig cfg;
-    std::shared_ptr<Plan> plan;
-    if (!args->plan.empty()) {
-      plan = std::make_shared<Plan>(load_plan(args->plan));
-      const std::string model = model_opt->count() > 0 || plan->model_file.empty() ? args->model
-                                                                                   : plan->model_file;
-      cfg.model = apply_plan(load_model_spec(resolve_model(model)), *plan, args->batch);
-      cfg.batch = plan->global_batch;
-      cfg.dense_math = plan->dense_math;
-      fmt::print("parity train: plan {} ({} x {}): global batch {}, embedding optimizer {}, dense "
-                 "math {} (GPU backends; the cpu backend computes in fp32); placement and "
-                 "sharding are for multi-GPU runs\n",
-                 args->plan, plan->gpus, plan->device, plan->global_batch,
-                 optimizer_name(plan->embedding_optimizer), dense_math_name(plan->dense_math));
-    } else {
-      cfg.model = load_model_spec(resolve_model(args->model));
-      // On a GPU, train the recipe the planner makes for it (co-design), unless told not to.
-      const std::string gpu = args->backend == "cpu" || args->no_plan ? std::string() : detect_gpu();
-      if (!gpu.empty()) {
-        const auto devices_dir = configs_dir() / "devices";
-        if (const auto dev = match_device(gpu, devices_dir)) {
-          PlannerOptions opt;
-          opt.configs_dir = configs_dir();
-          try {
-            plan = std::make_shared<Plan>(make_plan(cfg.model, *dev, 1, opt));
-          } catch (const InfeasibleError& e) {
-            fmt::print("parity train: the planner finds no recipe for {} on one {}: training the model's own recipe "
-                       "(it may not fit either). The planner says: {}\n",
-                       cfg.model.name, dev->display_name, e.what());
-          }
-          if (plan) {
-            cfg.model = apply_plan(cfg.model, *plan, args->batch);
-            cfg.batch = plan->global_batch;
-            cfg.dense_math = plan->dense_math;
-            fmt::print("parity train: planned for the detected {} as {} ({}): batch {}, embedding optimizer {}, dense "
-                       "math {}, predicted {:.2f} ms/step (--no-plan trains the model's own recipe)\n",
-                       gpu, dev->display_name, dev->source_file, plan->global_batch,
-                       optimizer_name(plan->embedding_optimizer), dense_math_name(plan->dense_math),
-                       plan->prediction.step_s * 1e3);
-          }
-        } else {
-          fmt::print("parity train: the detected GPU '{}' is not in the device catalog ({}): training the model's "
-                     "own recipe; add a device file there to get a co-designed plan\n",
-                     gpu, devices_dir.string());
-        }
-      }
-    }
-    cfg.steps = args->steps;
-    if (args->batch > 0) {
-      cfg.batch = args->batch;
-      if (plan && args->batch != plan->global_batch)  // apply_plan scaled the learning rates to --batch
-        fmt::print("parity train: --batch {} instead of the plan's {}: learning rates {:.4g} (embedding) and {:.4g} "
-                   "(dense), scaled linearly from the model's batch as the plan does\n",
-                   args->batch, plan->global_batch, cfg.model.embedding_optimizer.lr, cfg.model.dense_optimizer.lr);
-    }
-    cfg.seed = args->seed;
-    cfg.backend = args->backend;
-    cfg.checkpoint_dir = args->checkpoint;
-    cfg.checkpoint_every = args->checkpoint_every;
-    cfg.resume = args->resume;
-    if (args->data.size() == 1 && is_shard_dataset(args->data.front())) {
-      cfg.shard_dir = args->data.front();
-      if (!args->eval_data.empty())
-        throw InputError("--eval-data is for Criteo TSV files; a shard dataset holds its own eval split");
-    } else {
-      for (const auto& f : args->data) {
-        if (std::filesystem::is_directory(f))
-          throw InputError("--data '" + f + "' is a directory without meta.json: not a parity shard dataset "
-                           "(make one with parity data synth)");
-        cfg.train_files.emplace_back(f);
-      }
-    }
-    for (const auto& f : args->eval_data) cfg.eval_files.emplace_back(f);
-    if (!cfg.eval_files.empty() && cfg.train_files.empty())
-      throw InputError("--eval-data needs --data (synthetic runs evaluate on their own held-out split)");
-    cfg.on_bad_line = args->on_bad_line == "skip" ? OnBadLine::skip : OnBadLine::stop;
-    cfg.eval_examples = args->eval_examples;
-    cfg.eval_every = args->eval_every;
-    cfg.profile = args->profile;
-    ConsoleObserver console;
-    const TrainResult r = train(cfg, &console);
-    if (cfg.profile) print_profile(r, plan.get(), cfg.batch > 0 ? cfg.batch : cfg.model.batch_size);
-  });
+  cmd->callback([args, model_opt] { run_train(*args, model_opt->count() > 0); });
 }
 
 }  // namespace parity::cli

@@ -1,9 +1,11 @@
 // Shared helpers of the parity subcommands.
 #pragma once
 
+#include <fmt/core.h>
+
 #include <CLI/CLI.hpp>
-#include <filesystem>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 namespace parity::cli {
@@ -25,14 +27,18 @@ inline CLI::Validator integer_at_least(long long lo, const std::string& what) {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != s.size()) return "'" + s + "' is not an integer";
-        if (v < lo) return s + " is not " + what;
+        if (used == 0 || used != s.size()) return fmt::format("'{}' is not an integer", s);
+        if (v < lo) return fmt::format("{} is not {}", s, what);
         return std::string();
       },
       lo > 0 ? "POSITIVE" : "NONNEGATIVE");
 }
-inline CLI::Validator positive_integer() { return integer_at_least(1, "a positive integer"); }
-inline CLI::Validator nonnegative_integer() { return integer_at_least(0, "a non-negative integer"); }
+inline CLI::Validator positive_integer() {
+  return integer_at_least(1, "a positive integer");
+}
+inline CLI::Validator nonnegative_integer() {
+  return integer_at_least(0, "a non-negative integer");
+}
 
 void add_train_command(CLI::App& app);
 void add_check_command(CLI::App& app);

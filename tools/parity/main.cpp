@@ -1,8 +1,8 @@
 // parity: co-designed training of recommendation models.
 #include <fmt/core.h>
 
-#include <CLI/CLI.hpp>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdlib>
 #include <cstring>
@@ -26,7 +26,7 @@ std::filesystem::path resolve_model(const std::string& name_or_path) {
   if (name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".yaml") ||
       fs::exists(name_or_path, ec))
     return name_or_path;
-  return configs_dir() / "models" / (name_or_path + ".yaml");
+  return configs_dir() / "models" / fmt::format("{}.yaml", name_or_path);
 }
 
 }  // namespace parity::cli
@@ -42,7 +42,8 @@ namespace {
 // once, unless the user chose a policy; only for the subcommands that run OpenMP (train, data).
 void prefer_passive_openmp(int argc, char** argv) {
   if (argc < 2 || (std::strcmp(argv[1], "train") != 0 && std::strcmp(argv[1], "data") != 0)) return;
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("PARITY_NO_REEXEC") != nullptr) return;
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("PARITY_NO_REEXEC") != nullptr)
+    return;
   if (::setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
   ::execv("/proc/self/exe", argv);  // returns only on failure: go on with the default policy
 }

@@ -1,0 +1,115 @@
+// The built-in batch sources (data.h): synthetic data, shard datasets and Criteo TSV files behind
+// the one interface that training and evaluation read through. Each is a thin adapter: what a
+// batch holds and how the data is checked stay with SyntheticData, ShardReader and CriteoReader.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "parity/data.h"
+#include "parity/error.h"
+
+namespace parity {
+namespace {
+
+class SyntheticSource final : public BatchSource {
+ public:
+  SyntheticSource(const ModelSpec& model, std::uint64_t seed, Split split)
+      : data_(model, seed), split_(split) {}
+  bool next(std::int64_t max_examples, Batch& out) override {
+    data_.make(split_, position_, max_examples, out);
+    position_ += max_examples;
+    return true;
+  }
+  void seek(std::int64_t example) override { position_ = example; }
+  std::string describe() const override { return "synthetic data"; }
+  std::string kind() const override { return "synthetic"; }
+
+ private:
+  SyntheticData data_;
+  Split split_;
+  std::int64_t position_ = 0;
+};
+
+class ShardSource final : public BatchSource {
+ public:
+  ShardSource(const std::filesystem::path& dir, const ModelSpec& model, Split split, bool wrap)
+      : dir_(dir), reader_(dir, model, split), wrap_(wrap) {
+    if (reader_.examples() > 0) return;
+    if (split == Split::train)
+      throw InputError(fmt::format("'{}' holds no training examples", dir.string()));
+    throw InputError(
+        fmt::format("'{}' holds no held-out (eval) examples; write some with parity data synth "
+                    "--eval-examples N",
+                    dir.string()));
+  }
+  bool next(std::int64_t max_examples, Batch& out) override {
+    return reader_.next(max_examples, out, wrap_);
+  }
+  void seek(std::int64_t example) override { reader_.seek(example, wrap_); }
+  std::int64_t epoch() const override { return reader_.epoch(); }
+  std::string describe() const override {
+    return fmt::format("shards {} ({} examples)", dir_.string(), reader_.examples());
+  }
+  std::string kind() const override { return "shards"; }
+
+ private:
+  std::filesystem::path dir_;
+  ShardReader reader_;
+  bool wrap_;
+};
+
+class CriteoSource final : public BatchSource {
+ public:
+  CriteoSource(std::vector<std::filesystem::path> files, const ModelSpec& model,
+               CriteoOptions options)
+      : files_(std::move(files)), model_(model), options_(options) {
+    seek(0);  // the reader checks the model against the format now, before any step
+  }
+  bool next(std::int64_t max_examples, Batch& out) override {
+    return reader_->next(max_examples, out);
+  }
+  void seek(std::int64_t example) override {
+    reader_ = std::make_unique<CriteoReader>(files_, model_, options_);
+    constexpr std::int64_t kChunk = 65536;  // examples read and dropped at a time
+    Batch skipped;
+    for (std::int64_t left = example; left > 0; left -= skipped.size)
+      if (!reader_->next(std::min(left, kChunk), skipped)) break;
+  }
+  std::string describe() const override { return "Criteo data"; }
+  std::string kind() const override { return "criteo"; }
+  std::string closing_warning() const override {
+    if (reader_->bad_lines() == 0) return {};
+    std::string text = fmt::format("{} malformed lines skipped", reader_->bad_lines());
+    for (const auto& w : reader_->warnings()) text += fmt::format("\n  {}", w);
+    return text;
+  }
+
+ private:
+  std::vector<std::filesystem::path> files_;
+  ModelSpec model_;
+  CriteoOptions options_;
+  std::unique_ptr<CriteoReader> reader_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchSource> make_synthetic_source(const ModelSpec& model, std::uint64_t seed,
+                                                   Split split) {
+  return std::make_unique<SyntheticSource>(model, seed, split);
+}
+
+std::unique_ptr<BatchSource> make_shard_source(const std::filesystem::path& dir,
+                                               const ModelSpec& model, Split split, bool wrap) {
+  return std::make_unique<ShardSource>(dir, model, split, wrap);
+}
+
+std::unique_ptr<BatchSource> make_criteo_source(std::vector<std::filesystem::path> files,
+                                                const ModelSpec& model, CriteoOptions options) {
+  return std::make_unique<CriteoSource>(std::move(files), model, options);
+}
+
+}  // namespace parity
