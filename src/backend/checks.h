@@ -16,10 +16,16 @@
 
 namespace parity::backend_checks {
 
-// Throws parity::Error "op: message".
+// Throws parity::Error "op: message": the caller broke the op's contract.
 template <class... Args>
 [[noreturn]] void fail(const char* op, fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format("{}: {}", op, fmt::format(format, std::forward<Args>(args)...)));
+}
+// Throws parity::InputError "op: message": the data are bad (an id outside its table, offsets
+// that decrease), as a GPU backend reports them at raise_input_errors().
+template <class... Args>
+[[noreturn]] void fail_input(const char* op, fmt::format_string<Args...> format, Args&&... args) {
+  throw InputError(fmt::format("{}: {}", op, fmt::format(format, std::forward<Args>(args)...)));
 }
 
 // A view (MatView or TypedView) is well formed: non-negative shape, ld >= cols, data present

@@ -310,8 +310,9 @@ void add_train_command(CLI::App& app) {
       ->check(nonnegative_integer());
   cmd->add_flag("--resume", args->resume, "Continue from the newest checkpoint in --checkpoint");
   cmd->add_option("--backend", args->backend,
-                  "Backend: auto (the GPU where one is usable, else cpu), cpu, gpu (cuda)")
-      ->check(CLI::IsMember({"auto", "cpu", "gpu", "cuda"}))
+                  "Backend: auto (the GPU where one is usable, else cpu), cpu, gpu (the GPU "
+                  "backend this build has: cuda, or hip)")
+      ->check(CLI::IsMember({"auto", "cpu", "gpu", "cuda", "hip"}))
       ->capture_default_str();
   cmd->add_option("--data", args->data,
                   "A shard dataset directory (parity data synth) or Criteo TSV files to train on "

@@ -22,6 +22,7 @@
 namespace parity::cpu {
 
 using detail::fail;
+using backend_checks::fail_input;
 
 void validate_sparse_input(const char* op, std::span<const TableLayout> tables,
                            const SparseInput& in, std::int64_t out_rows, std::int64_t out_cols) {
@@ -44,10 +45,10 @@ void validate_sparse_input(const char* op, std::span<const TableLayout> tables,
   }
   const std::int64_t bags = in.batch * in.num_tables;
   if (in.offsets == nullptr) fail(op, "offsets is null");
-  if (in.offsets[0] != 0) fail(op, "offsets[0] is {}, expected 0", in.offsets[0]);
+  if (in.offsets[0] != 0) fail_input(op, "offsets[0] is {}, expected 0", in.offsets[0]);
   if (in.ids == nullptr && in.offsets[bags] > 0) fail(op, "ids is null");
   if (in.nnz >= 0 && in.nnz != in.offsets[bags]) {
-    fail(op, "nnz is {}, but the offsets end at {}", in.nnz, in.offsets[bags]);
+    fail_input(op, "nnz is {}, but the offsets end at {}", in.nnz, in.offsets[bags]);
   }
   for (int t = 0; t < in.num_tables; ++t) {
     const std::int64_t rows = tables[t].rows;
@@ -55,12 +56,12 @@ void validate_sparse_input(const char* op, std::span<const TableLayout> tables,
       const std::int64_t lo = in.offsets[t * in.batch + b];
       const std::int64_t hi = in.offsets[t * in.batch + b + 1];
       if (hi < lo) {
-        fail(op, "table {}, bag {}: offsets decrease from {} to {}", t, b, lo, hi);
+        fail_input(op, "table {}, bag {}: offsets decrease from {} to {}", t, b, lo, hi);
       }
       for (std::int64_t j = lo; j < hi; ++j) {
         const std::int64_t id = in.ids[j];
         if (id < 0 || id >= rows) {
-          fail(op, "table {}, bag {}: id {} is outside [0, {})", t, b, id, rows);
+          fail_input(op, "table {}, bag {}: id {} is outside [0, {})", t, b, id, rows);
         }
       }
     }
