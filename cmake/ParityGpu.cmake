@@ -112,14 +112,11 @@ if(PARITY_BUILD_TESTS)
   set_tests_properties(gpu.hip_compile PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
 endif()
 
-# ---- the engine on CUDA: cuBLASLt for the products, make_backend("cuda"), the engine-level GPU tests -
+# ---- the engine on CUDA: cuBLASLt for the products, make_backend("cuda") ----------------------
 if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
   target_link_libraries(parity_backend_gpu PUBLIC CUDA::cublasLt)
   target_link_libraries(parity_engine PUBLIC parity_backend_gpu)
   target_compile_definitions(parity_engine PRIVATE PARITY_WITH_CUDA_BACKEND=1)
-  if(PARITY_BUILD_TESTS)
-    target_link_libraries(test_backend_gpu PRIVATE parity_engine)
-  endif()
 endif()
 
 # ---- make_backend("hip") in a build with hip and without cuda ------------------------------------
