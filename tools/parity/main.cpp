@@ -36,8 +36,7 @@ namespace {
 // OpenMP's default wait policy spins between parallel regions. parity runs two OpenMP teams (the
 // data loader's thread and the training thread), and machines are often shared: spinning threads
 // then take the cores the working ones need, and every small parallel region waits for a
-// scheduler slice. Measured on 2 cores, two concurrent `parity train` runs: 14.9 s with the
-// default, 3.1 s with OMP_WAIT_POLICY=PASSIVE (one run alone: the same 3.0 s either way). The
+// scheduler slice (docs/architecture.md, "Threads on the host", has the measurement). The
 // runtime reads the policy when the program loads, so parity sets it and starts itself again,
 // once, unless the user chose a policy; only for the subcommands that run OpenMP (train, data).
 void prefer_passive_openmp(int argc, char** argv) {

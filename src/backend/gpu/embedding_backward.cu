@@ -537,13 +537,11 @@ __device__ __forceinline__ SegmentIndex load_segment(const BackwardArgs& a, Segm
 // loaded ahead (two stages, see the top), and a group of 8 lanes (dim-128 fp32) owns a row so that
 // a warp has four rows in flight. Weight rows and state are read and written with cache-streaming
 // hints (they pass through once; the output gradients, read once per occurrence, should stay in
-// L2); measured neutral on the 10M-row case. With kFit the kernel waits mostly on the weight and
-// gradient loads (ncu: long-scoreboard stalls 9.5 of 14 cycles per issue): it moves ~2.6 TB/s of
-// row traffic where a bare read-modify-write of the same rows reaches ~3.7 TB/s
-// (bench/lab/row_probe.cu), limited by rows in flight (registers). Two ways of keeping more weight rows in flight were
-// measured and dropped (docs/perf/embedding.md): an L2 prefetch of the rows two segments ahead
-// (cp.async.bulk.prefetch) and asynchronous copies of the next two rows into shared memory
-// (cp.async); both were slower than this plain version.
+// L2). With kFit the kernel waits mostly on the weight and gradient loads: it is limited by the
+// rows in flight, which registers bound (bench/lab/row_probe.cu measures the bare
+// read-modify-write of the same rows). An L2 prefetch of the rows two segments ahead and
+// asynchronous copies of the next rows into shared memory were both slower than this plain
+// version (docs/perf/embedding.md has the measurements).
 template <class W, class Gd, int kVecs, int kOpt, int kFit>
 __global__ PARITY_LAUNCH_BOUNDS(kRowsBlock, (rows_min_blocks<W, kVecs, kOpt, kFit>())) void embedding_backward_rows_kernel(BackwardArgs a) {
   constexpr int V = VecWidth<W>::value;
