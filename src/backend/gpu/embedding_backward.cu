@@ -621,6 +621,20 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 2) void embedding_backward_chunks_kernel
   }
 }
 
+// g += a partial row of a heavy row (a chunk's sum, or a group's), in either layout.
+template <int kVecs, int V>
+__device__ __forceinline__ void add_partial(const float* __restrict__ src, const RowRef& r, const Lanes& L,
+                                            int group, float (&g)[kVecs][V]) {
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const int col = col_of(r.vec, L.glane, v, e, group, V);
+      if (col < r.m.dim) g[v][e] += src[col];
+    }
+  }
+}
+
 // One block per heavy row: group i sums a fixed range of the row's chunk sums in order, then
 // group 0 sums the groups' results in order and applies the update.
 template <class W, class Gd, int kVecs>
@@ -644,17 +658,7 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 1) void embedding_backward_heavy_kernel(
     const std::int64_t hi = (gi + 1) * n / groups_per_block;
     float g[kVecs][V];
     zero(g);
-    for (std::int64_t q = lo; q < hi; ++q) {
-      const float* src = a.partial + (base + q) * a.partial_ld;
-#pragma unroll
-      for (int v = 0; v < kVecs; ++v) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const int col = col_of(r.vec, L.glane, v, e, group, V);
-          if (col < r.m.dim) g[v][e] += src[col];
-        }
-      }
-    }
+    for (std::int64_t q = lo; q < hi; ++q) add_partial(a.partial + (base + q) * a.partial_ld, r, L, group, g);
     store_partial<kVecs, V>(sums + static_cast<std::int64_t>(gi) * a.partial_ld, g, r.vec, L.glane, group,
                             r.m.dim);
     __syncthreads();
@@ -662,17 +666,7 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 1) void embedding_backward_heavy_kernel(
       RowValues<kVecs, V> rv;
       load_row<W, kVecs, V, kAnyOpt>(a, r, L, rv);
       zero(g);
-      for (int i = 0; i < groups_per_block; ++i) {
-        const float* src = sums + static_cast<std::int64_t>(i) * a.partial_ld;
-#pragma unroll
-        for (int v = 0; v < kVecs; ++v) {
-#pragma unroll
-          for (int e = 0; e < V; ++e) {
-            const int col = col_of(r.vec, L.glane, v, e, group, V);
-            if (col < r.m.dim) g[v][e] += src[col];
-          }
-        }
-      }
+      for (int i = 0; i < groups_per_block; ++i) add_partial(sums + static_cast<std::int64_t>(i) * a.partial_ld, r, L, group, g);
       update_row<W, kVecs, V, kAnyOpt>(a, r, L, g, rv);
     }
     __syncthreads();

@@ -81,6 +81,15 @@ bool same_layouts(std::span<const TableLayout> a, const std::vector<TableLayout>
   return true;
 }
 
+// The checks both embedding ops make before the module's own (`m`: the output or its gradient).
+void check_embedding_call(const char* op, const char* name, CAMat m, const SparseInput& in,
+                          std::span<const TableLayout> tables) {
+  check_view(op, name, m);
+  if (m.rows != in.batch) fail(op, "{} has {} rows, the batch is {}", name, m.rows, in.batch);
+  if (in.num_tables != static_cast<int>(tables.size()))
+    fail(op, "the input has {} tables, the layout {}", in.num_tables, tables.size());
+}
+
 // Rows of a bf16 copy start 16-byte aligned (8 elements): the library's fast kernels want aligned
 // rows, and a [B, 13] input packed at 26 bytes a row ran on a slow fallback kernel.
 std::int64_t copy_ld(std::int64_t cols) { return (cols + 7) / 8 * 8; }
@@ -385,11 +394,7 @@ void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation 
 
 void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const float* weights,
                                    const SparseInput& in, AMat out) {
-  constexpr const char* op = "embedding_forward";
-  check_view(op, "out", out);
-  if (out.rows != in.batch) fail(op, "out has {} rows, the batch is {}", out.rows, in.batch);
-  if (in.num_tables != static_cast<int>(tables.size()))
-    fail(op, "the input has {} tables, the layout {}", in.num_tables, tables.size());
+  check_embedding_call("embedding_forward", "out", out, in, tables);
   if (tables.empty() || in.batch == 0) return;
   Impl& im = *impl_;
   im.ensure_tables(tables);
@@ -399,11 +404,7 @@ void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const fl
 
 void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
                                            const SparseInput& in, CAMat dout, const OptimizerParams& opt) {
-  constexpr const char* op = "embedding_backward_update";
-  check_view(op, "dout", dout);
-  if (dout.rows != in.batch) fail(op, "dout has {} rows, the batch is {}", dout.rows, in.batch);
-  if (in.num_tables != static_cast<int>(tables.size()))
-    fail(op, "the input has {} tables, the layout {}", in.num_tables, tables.size());
+  check_embedding_call("embedding_backward_update", "dout", dout, in, tables);
   if (tables.empty() || in.batch == 0) return;
   Impl& im = *impl_;
   im.ensure_tables(tables);

@@ -56,6 +56,22 @@ __device__ __forceinline__ LaneMask match_digit(std::uint32_t digit, bool valid)
   return valid ? peers : LaneMask{0};
 }
 
+// The first index of this lane's items in its block's tile: each warp loads kSortItems rounds of
+// kWarpSize consecutive keys (coalesced), lane l taking item l of each round.
+__device__ __forceinline__ std::int64_t tile_base(int warp, int lane) {
+  return static_cast<std::int64_t>(blockIdx.x) * kSortTile +
+         static_cast<std::int64_t>(warp) * kWarpSize * kSortItems + lane;
+}
+// v[r] = src[base + r * kWarpSize], or 0 past n.
+__device__ __forceinline__ void load_items(const std::uint32_t* __restrict__ src, std::int64_t base,
+                                           std::int64_t n, std::uint32_t (&v)[kSortItems]) {
+#pragma unroll
+  for (int r = 0; r < kSortItems; ++r) {
+    const std::int64_t i = base + static_cast<std::int64_t>(r) * kWarpSize;
+    v[r] = i < n ? src[i] : 0u;
+  }
+}
+
 // Digit counts of one tile: hist[digit * tiles + tile].
 __global__ __launch_bounds__(kSortThreads) void radix_upsweep_kernel(const std::uint32_t* __restrict__ keys,
                                                                      std::int64_t n, int shift,
@@ -66,14 +82,9 @@ __global__ __launch_bounds__(kSortThreads) void radix_upsweep_kernel(const std::
   __syncthreads();
   const int lane = lane_id();
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const std::int64_t base =
-      static_cast<std::int64_t>(blockIdx.x) * kSortTile + static_cast<std::int64_t>(warp) * kWarpSize * kSortItems + lane;
+  const std::int64_t base = tile_base(warp, lane);
   std::uint32_t key[kSortItems];
-#pragma unroll
-  for (int r = 0; r < kSortItems; ++r) {
-    const std::int64_t i = base + static_cast<std::int64_t>(r) * kWarpSize;
-    key[r] = i < n ? keys[i] : 0u;
-  }
+  load_items(keys, base, n, key);
 #pragma unroll
   for (int r = 0; r < kSortItems; ++r) {
     const bool valid = base + static_cast<std::int64_t>(r) * kWarpSize < n;
@@ -97,17 +108,12 @@ __global__ __launch_bounds__(kSortThreads) void radix_downsweep_kernel(
   __syncthreads();
   const int lane = lane_id();
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const std::int64_t base =
-      static_cast<std::int64_t>(blockIdx.x) * kSortTile + static_cast<std::int64_t>(warp) * kWarpSize * kSortItems + lane;
+  const std::int64_t base = tile_base(warp, lane);
   std::uint32_t key[kSortItems];
   std::uint32_t value[kSortItems];
   std::uint32_t rank[kSortItems];
-#pragma unroll
-  for (int r = 0; r < kSortItems; ++r) {
-    const std::int64_t i = base + static_cast<std::int64_t>(r) * kWarpSize;
-    key[r] = i < n ? keys_in[i] : 0u;
-    value[r] = i < n ? values_in[i] : 0u;
-  }
+  load_items(keys_in, base, n, key);
+  load_items(values_in, base, n, value);
 #pragma unroll
   for (int r = 0; r < kSortItems; ++r) {
     const bool valid = base + static_cast<std::int64_t>(r) * kWarpSize < n;
