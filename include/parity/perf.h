@@ -17,8 +17,8 @@ namespace parity {
 
 // ------------------------------------------------------------ calibration --
 
-// Achieved fractions and fixed costs on one device. Defaults come from named tables per
-// architecture family (src/perf/calibration.cpp, each value with its origin); a
+// Achieved fractions and fixed costs on one device. Defaults come from one table with an
+// NVIDIA and an AMD value per field (src/perf/calibration.cpp, each with its origin); a
 // calibration file measured on the device overrides any of them.
 struct Calibration {
   std::string source;  // where the values came from
