@@ -103,6 +103,8 @@ double expected_unique_rows(std::int64_t rows, IdDistribution dist, double alpha
 double hot_fraction(std::int64_t rows, IdDistribution dist, double alpha, double cached);
 
 enum class Placement : std::uint8_t { hbm, host };
+inline constexpr NamedValue<Placement> kPlacementNames[] = {{"hbm", Placement::hbm},
+                                                            {"host", Placement::host}};
 std::string_view placement_name(Placement p);
 
 // The work of one table shard on one device for one step.

@@ -19,6 +19,10 @@
 namespace parity {
 
 enum class Sharding : std::uint8_t { table, row, column, replicated };
+inline constexpr NamedValue<Sharding> kShardingNames[] = {{"table", Sharding::table},
+                                                          {"row", Sharding::row},
+                                                          {"column", Sharding::column},
+                                                          {"replicated", Sharding::replicated}};
 std::string_view sharding_name(Sharding s);
 
 struct ShardPlan {

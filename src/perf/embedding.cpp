@@ -10,8 +10,8 @@
 namespace parity {
 namespace {
 
-constexpr int kExactRanks = 64;     // ranks summed term by term before the tail integral
-constexpr int kTailSteps = 64;      // Simpson intervals (even) over log(rank) in the tail
+constexpr int kExactRanks = 64;  // ranks summed term by term before the tail integral
+constexpr int kTailSteps = 64;   // Simpson intervals (even) over log(rank) in the tail
 
 // Generalised harmonic number sum_{k=1..n} k^-alpha: exact head, then Euler-Maclaurin
 // (integral, end-point and first-derivative corrections) for the tail.
@@ -50,7 +50,9 @@ double tail_integral(double lo, double hi, F f) {
 
 }  // namespace
 
-std::string_view placement_name(Placement p) { return p == Placement::hbm ? "hbm" : "host"; }
+std::string_view placement_name(Placement p) {
+  return name_in(kPlacementNames, p);
+}
 
 double expected_unique_rows(std::int64_t rows, IdDistribution dist, double alpha, double draws) {
   if (rows <= 0 || draws <= 0) return 0;
@@ -77,10 +79,14 @@ double hot_fraction(std::int64_t rows, IdDistribution dist, double alpha, double
 
 double optimizer_state_bytes_per_row(OptimizerKind k, int dim) {
   switch (k) {
-    case OptimizerKind::sgd: return 0;
-    case OptimizerKind::rowwise_adagrad: return 4;
-    case OptimizerKind::adagrad: return 4.0 * dim;
-    case OptimizerKind::adam: return 8.0 * dim;
+    case OptimizerKind::sgd:
+      return 0;
+    case OptimizerKind::rowwise_adagrad:
+      return 4;
+    case OptimizerKind::adagrad:
+      return 4.0 * dim;
+    case OptimizerKind::adam:
+      return 8.0 * dim;
   }
   return 0;
 }
@@ -94,8 +100,7 @@ EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& devi
   constexpr double kIdBytes = 8;
   const double io = static_cast<double>(dtype_size(w.io_dtype));  // an output and its gradient
   // Forward: ids and offsets read, every looked-up row read, pooled outputs written.
-  c.forward_bytes = w.lookups * kIdBytes + w.bags * kIdBytes + w.lookups * d * sw +
-                    w.bags * d * io;
+  c.forward_bytes = w.lookups * kIdBytes + w.bags * kIdBytes + w.lookups * d * sw + w.bags * d * io;
   // Backward fused with the update: output gradients read once per bag, ids sorted,
   // each distinct row and its optimizer state read and written once.
   c.unique_rows = expected_unique_rows(w.rows, w.distribution, w.zipf_alpha, w.lookups);
@@ -103,7 +108,8 @@ EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& devi
   c.backward_bytes = w.bags * d * io + w.lookups * (kIdBytes + cal.sort_bytes_per_id) +
                      2 * c.unique_rows * (d * sw + state);
   const double copy_bw = device.hbm_bandwidth.value * cal.hbm_efficiency;
-  c.forward_s = c.forward_bytes / (copy_bw * cal.embedding_forward_efficiency) + cal.kernel_launch_s;
+  c.forward_s =
+      c.forward_bytes / (copy_bw * cal.embedding_forward_efficiency) + cal.kernel_launch_s;
   constexpr int kBackwardKernels = 3;  // sort, segment, reduce-and-update
   c.backward_s = c.backward_bytes / (copy_bw * cal.embedding_backward_efficiency) +
                  kBackwardKernels * cal.kernel_launch_s;
@@ -111,9 +117,10 @@ EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& devi
     // Rows missing from the HBM cache come over the host link and go back updated. The
     // cold ids are treated as uniform over the cold rows (an upper bound for Zipf).
     const double hit = hot_fraction(w.rows, w.distribution, w.zipf_alpha, w.cache_rows);
-    const auto cold_rows = static_cast<std::int64_t>(std::max(1.0, static_cast<double>(w.rows) - w.cache_rows));
-    const double missed = expected_unique_rows(cold_rows, IdDistribution::uniform, 0,
-                                               w.lookups * (1 - hit));
+    const auto cold_rows =
+        static_cast<std::int64_t>(std::max(1.0, static_cast<double>(w.rows) - w.cache_rows));
+    const double missed =
+        expected_unique_rows(cold_rows, IdDistribution::uniform, 0, w.lookups * (1 - hit));
     c.host_bytes = 2 * missed * (d * sw + state);
     c.host_s = c.host_bytes / (device.host_link_bandwidth.value * cal.host_link_efficiency);
   }

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "dense_cost.h"
 #include "parity/backend.h"
 #include "parity/error.h"
@@ -42,35 +44,26 @@ DenseTime dense_time(const std::vector<OpCost>& ops) {
 const TableSpec& table_of(const ModelSpec& m, const std::string& name, const std::string& where) {
   for (const auto& t : m.tables)
     if (t.name == name) return t;
-  throw InputError(where + ": table '" + name + "' is not in model '" + m.name + "'");
+  throw InputError(fmt::format("{}: table '{}' is not in model '{}'", where, name, m.name));
 }
 
 }  // namespace
 
 std::string_view sharding_name(Sharding s) {
-  switch (s) {
-    case Sharding::table:
-      return "table";
-    case Sharding::row:
-      return "row";
-    case Sharding::column:
-      return "column";
-    case Sharding::replicated:
-      return "replicated";
-  }
-  return "?";
+  return name_in(kShardingNames, s);
 }
 
 Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec& dev,
                          const Calibration& cal) {
-  const std::string where = "plan for model '" + plan.model + "'";
+  const std::string where = fmt::format("plan for model '{}'", plan.model);
   if (plan.gpus < 1) throw InputError(where + ": gpus must be >= 1");
   if (plan.per_device_batch < 1) throw InputError(where + ": per_device_batch must be >= 1");
   if (plan.tables.size() != m.tables.size())
-    throw InputError(where + ": has " + std::to_string(plan.tables.size()) + " tables, model '" +
-                     m.name + "' has " + std::to_string(m.tables.size()));
+    throw InputError(fmt::format("{}: has {} tables, model '{}' has {}", where, plan.tables.size(),
+                                 m.name, m.tables.size()));
   if (plan.dense_math == DenseMath::tf32 && !dev.has_tf32())
-    throw InputError(where + ": dense math tf32 on " + dev.display_name + ", which has no TF32");
+    throw InputError(
+        fmt::format("{}: dense math tf32 on {}, which has no TF32", where, dev.display_name));
   const int W = plan.gpus;
   const double b = static_cast<double>(plan.per_device_batch);
   const double G = b * W;
@@ -109,7 +102,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   for (std::size_t i = 0; i < plan.tables.size(); ++i) {
     const TablePlan& tp = plan.tables[i];
     const TableSpec& ts = table_of(m, tp.name, where);
-    const std::string tw = where + ": table '" + tp.name + "'";
+    const std::string tw = fmt::format("{}: table '{}'", where, tp.name);
     if (tp.shards.empty()) throw InputError(tw + ": has no shards");
     if (tp.dtype != DType::f32 && tp.dtype != DType::f16 && tp.dtype != DType::bf16)
       throw InputError(tw + ": dtype must be fp32, fp16 or bf16");
@@ -118,8 +111,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
     auto add_shard = [&](int d, std::int64_t rows, int dim, double bags, double lookups,
                          bool exchanged) {
       if (d < 0 || d >= W)
-        throw InputError(tw + ": shard on device " + std::to_string(d) + ", expected 0.." +
-                         std::to_string(W - 1));
+        throw InputError(fmt::format("{}: shard on device {}, expected 0..{}", tw, d, W - 1));
       const EmbeddingShardWork w = detail::shard_work(tp, ts, rows, dim, bags, lookups, emb_io);
       // Row shards of one table share (rows, lookups): compute their cost once.
       const bool same = i == memo_table && rows == memo.rows && dim == memo.dim &&
@@ -153,9 +145,9 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
     };
     auto whole = [&](const ShardPlan& s) {
       if (s.row_begin != 0 || s.row_end != ts.rows || s.col_begin != 0 || s.col_end != ts.dim)
-        throw InputError(tw + ": a " + std::string(sharding_name(tp.sharding)) +
-                         "-sharded table's shard must hold rows [0, " + std::to_string(ts.rows) +
-                         ") and columns [0, " + std::to_string(ts.dim) + ")");
+        throw InputError(
+            fmt::format("{}: a {}-sharded table's shard must hold rows [0, {}) and columns [0, {})",
+                        tw, sharding_name(tp.sharding), ts.rows, ts.dim));
     };
     switch (tp.sharding) {
       case Sharding::table: {
@@ -170,14 +162,14 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
         for (const auto& s : tp.shards) {
           if (s.col_end <= s.col_begin) throw InputError(tw + ": a column shard is empty");
           if (s.row_begin != 0 || s.row_end != ts.rows || s.col_end > ts.dim)
-            throw InputError(tw + ": a column shard must hold every row and columns within [0, " +
-                             std::to_string(ts.dim) + ")");
+            throw InputError(fmt::format(
+                "{}: a column shard must hold every row and columns within [0, {})", tw, ts.dim));
           cols += s.col_end - s.col_begin;
           add_shard(s.device, ts.rows, s.col_end - s.col_begin, G, G * L, true);
         }
         if (cols != ts.dim)
-          throw InputError(tw + ": column shards cover " + std::to_string(cols) + " of " +
-                           std::to_string(ts.dim) + " columns");
+          throw InputError(
+              fmt::format("{}: column shards cover {} of {} columns", tw, cols, ts.dim));
         break;
       }
       case Sharding::row: {
@@ -186,22 +178,21 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
           const std::int64_t r = s.row_end - s.row_begin;
           if (r <= 0) throw InputError(tw + ": a row shard is empty");
           if (s.col_begin != 0 || s.col_end != ts.dim || s.row_end > ts.rows)
-            throw InputError(tw + ": a row shard must hold every column and rows within [0, " +
-                             std::to_string(ts.rows) + ")");
+            throw InputError(fmt::format(
+                "{}: a row shard must hold every column and rows within [0, {})", tw, ts.rows));
           rows += r;
           add_shard(s.device, r, ts.dim, G, G * L * static_cast<double>(r) / ts.rows, false);
           rs_bytes[s.device] += G * ts.dim * 4;
           io_mem[s.device] += 2 * G * ts.dim * 4;
         }
         if (rows != ts.rows)
-          throw InputError(tw + ": row shards cover " + std::to_string(rows) + " of " +
-                           std::to_string(ts.rows) + " rows");
+          throw InputError(fmt::format("{}: row shards cover {} of {} rows", tw, rows, ts.rows));
         break;
       }
       case Sharding::replicated: {
         if (tp.shards.size() != static_cast<std::size_t>(W))
-          throw InputError(tw + ": a replicated table needs one shard per GPU (" +
-                           std::to_string(W) + ")");
+          throw InputError(
+              fmt::format("{}: a replicated table needs one shard per GPU ({})", tw, W));
         for (const auto& s : tp.shards) whole(s);
         for (int d = 0; d < W; ++d) add_shard(d, ts.rows, ts.dim, b, b * L, false);
         // Every replica's gradient is all-reduced and every row updated.
