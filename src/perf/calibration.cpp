@@ -30,7 +30,7 @@ struct Field {
 
 // The built-in values are estimates until a device is measured; the measured H200 file
 // (configs/calibration/h200.yaml) is where the NVIDIA estimates are anchored.
-constexpr std::array<Field, 17> kFields{{
+constexpr std::array<Field, 16> kFields{{
     {"gemm_efficiency_fp32", &Calibration::gemm_efficiency_fp32, 0.01, 1.0, 0.70, 0.60,
      "below the 0.75 measured on one H200 at 8192^3 (configs/calibration/h200.yaml); "
      "hipBLASLt reaches a lower fraction of the (higher) datasheet peaks than cuBLASLt on Hopper"},
@@ -50,8 +50,6 @@ constexpr std::array<Field, 17> kFields{{
      0.40,
      "the target of the backward fused with the update, 50% of the copy rate (0.62 measured on "
      "one H200); wave64 kernels start lower until measured"},
-    {"sort_bytes_per_id", &Calibration::sort_bytes_per_id, 0.0, 4096.0, 96, 96,
-     "4 radix passes x (8 B key + 4 B position) read and written"},
     {"host_link_efficiency", &Calibration::host_link_efficiency, 0.01, 1.0, 0.80, 0.80,
      "PCIe and C2C copies reach about 0.8 of the link rate"},
     {"scale_up_efficiency", &Calibration::scale_up_efficiency, 0.01, 1.0, 0.80, 0.70,

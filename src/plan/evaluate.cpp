@@ -97,6 +97,18 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
       dense_operand_bytes(plan.dense_math) < 4.0 && m.interaction.kind == InteractionKind::dcnv2
           ? DType::bf16
           : DType::f32;
+  // The rows each device holds: its embedding kernels sort keys over all of them.
+  std::vector<double> device_rows(W, 0);
+  for (std::size_t i = 0; i < plan.tables.size(); ++i) {
+    const TablePlan& tp = plan.tables[i];
+    if (tp.sharding == Sharding::replicated) {
+      for (double& r : device_rows) r += static_cast<double>(table_of(m, tp.name, where).rows);
+      continue;
+    }
+    for (const ShardPlan& s : tp.shards)
+      if (s.device >= 0 && s.device < W)
+        device_rows[s.device] += static_cast<double>(s.row_end - s.row_begin);
+  }
   EmbeddingShardWork memo;
   EmbeddingCost memo_cost;
   for (std::size_t i = 0; i < plan.tables.size(); ++i) {
@@ -112,10 +124,11 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
                          bool exchanged) {
       if (d < 0 || d >= W)
         throw InputError(fmt::format("{}: shard on device {}, expected 0..{}", tw, d, W - 1));
-      const EmbeddingShardWork w = detail::shard_work(tp, ts, rows, dim, bags, lookups, emb_io);
+      const EmbeddingShardWork w = detail::shard_work(tp, ts, rows, dim, bags, lookups,
+                                                      embedding_key_bits(device_rows[d]), emb_io);
       // Row shards of one table share (rows, lookups): compute their cost once.
       const bool same = i == memo_table && rows == memo.rows && dim == memo.dim &&
-                        bags == memo.bags && lookups == memo.lookups;
+                        bags == memo.bags && lookups == memo.lookups && w.key_bits == memo.key_bits;
       if (!same) {
         memo_cost = embedding_cost(w, dev, cal);
         memo_table = i;

@@ -12,7 +12,11 @@ namespace {
 class Sharder {
  public:
   Sharder(const ModelSpec& m, const DeviceSpec& dev, const Calibration& cal, int gpus)
-      : m_(m), dev_(dev), cal_(cal), W_(gpus) {}
+      : m_(m),
+        dev_(dev),
+        cal_(cal),
+        W_(gpus),
+        key_bits_(embedding_key_bits(static_cast<double>(m.embedding_rows()))) {}
 
   void shard(Plan& p, const ShardingVariant& variant) const;
 
@@ -22,8 +26,8 @@ class Sharder {
                  double lookups) const {
     TablePlan in_hbm = tp;
     in_hbm.placement = Placement::hbm;
-    const EmbeddingCost c =
-        embedding_cost(detail::shard_work(in_hbm, ts, rows, dim, bags, lookups), dev_, cal_);
+    const EmbeddingCost c = embedding_cost(
+        detail::shard_work(in_hbm, ts, rows, dim, bags, lookups, key_bits_), dev_, cal_);
     return c.forward_s + c.backward_s;
   }
 
@@ -31,6 +35,7 @@ class Sharder {
   const DeviceSpec& dev_;
   const Calibration& cal_;
   int W_;
+  int key_bits_;  // of the sort keys, as if one device held every table
 };
 
 void Sharder::shard(Plan& p, const ShardingVariant& variant) const {
