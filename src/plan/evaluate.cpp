@@ -5,7 +5,9 @@
 //        + max(0, dense all-reduce - allreduce_overlap * dense backward)
 // Embedding work is the slowest device's (the all-to-all waits for it). Only the dense
 // all-reduce overlaps with compute (bucketed during the backward, as DDP does); the
-// embedding exchange is on the critical path, as in the engine today.
+// embedding exchange is on the critical path, as in the engine today. The dense terms are the
+// sums of the per-op list of dense_op_costs (dense_cost.cpp), the embedding terms embedding_cost
+// per shard, with sort keys as wide as the rows the shard's device holds.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
