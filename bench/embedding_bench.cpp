@@ -11,7 +11,7 @@
 // ids, outputs and gradients rotate among several sets (each set ~43 MB, several times L2 in
 // total for the single table; one set is 0.9 GB for mlperf); weights and gradients are random and
 // non-zero (device-side counter-based fill).
-// Bytes that must move (embedding.h has the formulas):
+// Bytes that must move: embedding_traffic (parity/perf.h), the count the planner predicts with:
 //   forward  = ids + offsets read + every looked-up row read + outputs written;
 //   backward = ids + offsets read, (key, bag) pairs written and read, radix-sort passes, segment
 //              starts; dout read once per (bag, table); each distinct row's weights and optimizer
@@ -35,6 +35,7 @@
 #include "backend/gpu/runtime.h"
 #include "lab/row_probe.h"
 #include "parity/data.h"
+#include "parity/perf.h"
 #include "parity/random.h"
 #include "parity/spec.h"
 
@@ -158,6 +159,21 @@ struct HostBatch {
   std::vector<std::int64_t> nnz_per_table;
   std::vector<std::int64_t> unique_per_table;
 };
+
+// The bytes the kernels move on this batch (the performance model's count), the forward writing
+// fp32 outputs and the backward reading grad_dtype gradients.
+parity::EmbeddingTraffic traffic(const TableSet& set, const HostBatch& h, DType weights, DType io,
+                                 OptimizerKind kind, pg::SortMethod sort, int key_bits) {
+  std::vector<parity::EmbeddingBatch::Table> tables;
+  for (std::size_t t = 0; t < set.tables.size(); ++t) {
+    tables.push_back({set.tables[t].dim, static_cast<double>(h.nnz_per_table[t]),
+                      static_cast<double>(h.unique_per_table[t])});
+  }
+  const auto method =
+      sort == pg::SortMethod::portable ? parity::RadixSort::portable : parity::RadixSort::vendor;
+  return parity::embedding_traffic(
+      {tables, static_cast<double>(set.batch), weights, io, kind, method, key_bits});
+}
 
 // Fixed pooling per table; ids uniform, or Zipf(alpha) scattered over the rows.
 HostBatch make_batch(const TableSet& set, double zipf_alpha, std::uint64_t seed) {
@@ -283,7 +299,9 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
                               {outs[r].data(), DType::f32, set.batch, set.out_cols, set.out_cols});
       });
       tables.raise_input_errors(s.get());
-      report({name, "forward", tag, ms, pg::embedding_forward_bytes(set.tables, v.wdtype, DType::f32, set.batch, host[0].nnz_per_table)});
+      report(
+          {name, "forward", tag, ms,
+           traffic(set, host[0], v.wdtype, DType::f32, v.kind, v.sort, tables.key_bits()).forward});
     }
     if (v.backward) {
       // Gradients: reuse the output buffers (of o.grad_dtype: a bf16 gradient takes the first half
@@ -320,10 +338,9 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
         // Bytes: averaged over the rotations (their distinct-row counts differ slightly).
         double bytes = 0, sort = 0;
         for (const auto& h : host) {
-          const auto b = pg::embedding_backward_bytes(set.tables, v.wdtype, o.grad_dtype, v.kind, set.batch,
-                                                      static_cast<std::int64_t>(h.ids.size()), h.unique_per_table,
-                                                      ws.sort_method(), tables.key_bits());
-          bytes += b.total() / rotations;
+          const auto b =
+              traffic(set, h, v.wdtype, o.grad_dtype, v.kind, ws.sort_method(), tables.key_bits());
+          bytes += b.backward() / rotations;
           sort += b.sort / rotations;
         }
         pg::BackwardProfile prof;

@@ -61,7 +61,7 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
     -Xcompiler=-Wall,-Wextra,-Werror>)
   add_executable(embedding_bench ${PROJECT_SOURCE_DIR}/bench/embedding_bench.cpp)
   target_link_libraries(embedding_bench PRIVATE parity_options parity_bench_lab parity_backend_gpu parity_backend_cpu
-                        parity_data)
+                        parity_data parity_perf)
   target_compile_definitions(embedding_bench PRIVATE PARITY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   target_include_directories(embedding_bench PRIVATE ${PROJECT_SOURCE_DIR}/bench)
 

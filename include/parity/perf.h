@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,11 +18,11 @@ namespace parity {
 
 // ------------------------------------------------------------ calibration --
 
-// Achieved fractions and fixed costs on one device. Defaults come from named tables per
-// architecture family (src/perf/calibration.cpp, each value with its origin); a
+// Achieved fractions and fixed costs on one device. Defaults come from one table with an
+// NVIDIA and an AMD value per field (src/perf/calibration.cpp, each with its origin); a
 // calibration file measured on the device overrides any of them.
 struct Calibration {
-  std::string source;                      // where the values came from
+  std::string source;  // where the values came from
   // Dense matrix products: achieved fraction of the datasheet peak at large sizes.
   double gemm_efficiency_fp32 = 0;
   double gemm_efficiency_tf32 = 0;
@@ -32,20 +33,17 @@ struct Calibration {
   // Table-batched embedding kernels: achieved fraction of the *copy* bandwidth.
   double embedding_forward_efficiency = 0;
   double embedding_backward_efficiency = 0;
-  // Bytes of device-memory traffic per id for sorting ids in the backward (radix sort
-  // of (key, position) pairs, all passes, reads and writes).
-  double sort_bytes_per_id = 0;
-  double host_link_efficiency = 0;         // achieved fraction of host_link_bandwidth
-  double scale_up_efficiency = 0;          // nccl-tests busbw / link bandwidth, scale-up
-  double scale_out_efficiency = 0;         // same across domains
-  double collective_latency_up_s = 0;      // fixed cost of one collective within a domain
-  double collective_latency_out_s = 0;     // across domains
-  double kernel_launch_s = 0;              // per kernel launch (no graph capture)
-  double allreduce_overlap = 0;            // fraction of dense backward time that hides the
-                                           // dense-gradient all-reduce (bucketed, as DDP)
-  double workspace_bytes = 0;              // GEMM workspace, sort temporaries
-  double reserved_bytes = 0;               // runtime context, collective buffers, allocator
-                                           // slack: absolute bytes, not a percentage
+  double host_link_efficiency = 0;      // achieved fraction of host_link_bandwidth
+  double scale_up_efficiency = 0;       // nccl-tests busbw / link bandwidth, scale-up
+  double scale_out_efficiency = 0;      // same across domains
+  double collective_latency_up_s = 0;   // fixed cost of one collective within a domain
+  double collective_latency_out_s = 0;  // across domains
+  double kernel_launch_s = 0;           // per kernel launch (no graph capture)
+  double allreduce_overlap = 0;         // fraction of dense backward time that hides the
+                                        // dense-gradient all-reduce (bucketed, as DDP)
+  double workspace_bytes = 0;           // GEMM workspace, sort temporaries
+  double reserved_bytes = 0;            // runtime context, collective buffers, allocator
+                                        // slack: absolute bytes, not a percentage
 
   double gemm_efficiency(DenseMath m) const;
 };
@@ -73,11 +71,11 @@ struct GemmTile {
 
 struct GemmEstimate {
   double seconds = 0;
-  double compute_s = 0;     // with tile and wave quantization
+  double compute_s = 0;  // with tile and wave quantization
   double memory_s = 0;
-  GemmTile tile;            // the candidate ranked first
+  GemmTile tile;  // the candidate ranked first
   double waves = 0;
-  double flops = 0;         // 2mnk
+  double flops = 0;  // 2mnk
   double bytes = 0;
 };
 
@@ -88,6 +86,9 @@ GemmEstimate gemm_time(const GemmShape& s, const GemmTile& tile, const DeviceSpe
                        const Calibration& cal);
 // The fastest candidate; deterministic (ties go to the earlier candidate).
 GemmEstimate gemm_best(const GemmShape& s, const DeviceSpec& device, const Calibration& cal);
+
+// Bytes of one product operand under a dense math: 2 for bf16 and fp16, 4 for fp32 and tf32.
+double dense_operand_bytes(DenseMath m);
 
 // A memory-bound pass moving `bytes` (plus one launch).
 double memory_pass_time(double bytes, const DeviceSpec& device, const Calibration& cal);
@@ -100,21 +101,78 @@ double expected_unique_rows(std::int64_t rows, IdDistribution dist, double alpha
 double hot_fraction(std::int64_t rows, IdDistribution dist, double alpha, double cached);
 
 enum class Placement : std::uint8_t { hbm, host };
+inline constexpr NamedValue<Placement> kPlacementNames[] = {{"hbm", Placement::hbm},
+                                                            {"host", Placement::host}};
 std::string_view placement_name(Placement p);
+
+// ------------------------------------------------------ embedding traffic --
+//
+// The bytes of device memory the table-batched embedding kernels move (src/backend/gpu/
+// embedding.h) for one group of tables and one batch, stage by stage. One count for all: the
+// planner predicts with it, and embedding_bench divides it by the measured time (the
+// calibration's embedding efficiencies are that rate over the copy bandwidth).
+
+// How the backward sorts its (key, bag) pairs (src/backend/gpu/radix_sort.h): the vendor's
+// radix sort (CUB's, on CUDA) or the portable LSD sort (the only one on HIP).
+enum class RadixSort : std::uint8_t { vendor, portable };
+// The sort the GPU backend takes on the device by default: vendor on NVIDIA, portable on AMD.
+RadixSort default_radix_sort(const DeviceSpec& device);
+// Pairs per tile of the portable sort, whose digit counts are kept per tile (256 threads x 16
+// pairs; src/backend/gpu/radix_sort.cu asserts it).
+inline constexpr std::int64_t kPortableSortTile = 4096;
+// Bytes a stable radix sort of n (uint32 key, uint32 value) pairs by key bits [0, key_bits)
+// reads and writes: 8-bit digits, one pass per digit. The vendor figure is our count of CUB's
+// one-sweep sort (one histogram pass over the keys, then each pass reads and writes the pairs);
+// the portable sort per pass reads the keys (up-sweep), reads and writes the pairs (down-sweep)
+// and scans its per-tile digit counts (read twice, written once).
+double radix_sort_bytes(RadixSort sort, double n, int key_bits);
+// Bits of the linearised (table, row) sort keys of a group holding `rows` rows in all: keys are
+// in [0, rows] (rows marks a skipped id).
+int embedding_key_bits(double rows);
+
+// One group of tables (one weight buffer) and one batch.
+struct EmbeddingBatch {
+  struct Table {
+    int dim = 0;
+    double ids = 0;          // ids looked up
+    double unique_rows = 0;  // distinct rows among them
+  };
+  std::span<const Table> tables;
+  double batch = 0;  // bags per table
+  DType weight_dtype = DType::f32;
+  DType io_dtype = DType::f32;  // the pooled outputs, and the gradients the backward reads
+  OptimizerKind optimizer = OptimizerKind::rowwise_adagrad;
+  RadixSort sort = RadixSort::vendor;
+  int key_bits = 32;  // embedding_key_bits of the group's rows
+};
+
+struct EmbeddingTraffic {
+  double forward = 0;  // ids and offsets read, every looked-up row read, pooled outputs written
+  // The backward fused with the optimizer update, by stage:
+  double ids_and_keys = 0;  // ids and offsets read, (key, bag) pairs written; segment starts
+                            // found and written; sorted pairs and starts read by the update
+  double sort = 0;          // radix_sort_bytes of the pairs
+  double gradients = 0;     // output gradients read once per bag
+  double rows = 0;          // each distinct row's weights and optimizer state read and written
+  double backward() const { return ids_and_keys + sort + gradients + rows; }
+};
+EmbeddingTraffic embedding_traffic(const EmbeddingBatch& b);
 
 // The work of one table shard on one device for one step.
 struct EmbeddingShardWork {
-  std::int64_t rows = 0;       // rows in the shard
-  int dim = 0;                 // columns in the shard
-  double bags = 0;             // pooled outputs produced per step
-  double lookups = 0;          // ids looked up per step
+  std::int64_t rows = 0;  // rows in the shard
+  int dim = 0;            // columns in the shard
+  double bags = 0;        // pooled outputs produced per step
+  double lookups = 0;     // ids looked up per step
   DType weight_dtype = DType::f32;
-  DType io_dtype = DType::f32;  // the pooled outputs and their gradients (bf16 under bf16 math with DCNv2)
+  // The pooled outputs and their gradients (bf16 under bf16 math with DCNv2).
+  DType io_dtype = DType::f32;
   OptimizerKind optimizer = OptimizerKind::rowwise_adagrad;
   Placement placement = Placement::hbm;
-  double cache_rows = 0;       // host placement: rows cached in HBM
+  double cache_rows = 0;  // host placement: rows cached in HBM
   IdDistribution distribution = IdDistribution::uniform;
   double zipf_alpha = 0;
+  int key_bits = 32;  // of the sort keys of the tables the device holds (embedding_key_bits)
 };
 
 struct EmbeddingCost {

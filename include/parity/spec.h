@@ -28,83 +28,100 @@ struct NamedValue {
   std::string_view name;
   E value;
 };
-inline constexpr NamedValue<Pooling> kPoolingNames[] = {{"sum", Pooling::sum}, {"mean", Pooling::mean}};
-inline constexpr NamedValue<IdDistribution> kDistributionNames[] = {{"uniform", IdDistribution::uniform},
-                                                                    {"zipf", IdDistribution::zipf}};
-inline constexpr NamedValue<InteractionKind> kInteractionNames[] = {{"dot", InteractionKind::dot},
-                                                                    {"dcnv2", InteractionKind::dcnv2}};
-inline constexpr NamedValue<OptimizerKind> kOptimizerNames[] = {{"sgd", OptimizerKind::sgd},
-                                                                {"adagrad", OptimizerKind::adagrad},
-                                                                {"rowwise_adagrad", OptimizerKind::rowwise_adagrad},
-                                                                {"adam", OptimizerKind::adam}};
+inline constexpr NamedValue<Pooling> kPoolingNames[] = {{"sum", Pooling::sum},
+                                                        {"mean", Pooling::mean}};
+inline constexpr NamedValue<IdDistribution> kDistributionNames[] = {
+    {"uniform", IdDistribution::uniform}, {"zipf", IdDistribution::zipf}};
+inline constexpr NamedValue<InteractionKind> kInteractionNames[] = {
+    {"dot", InteractionKind::dot}, {"dcnv2", InteractionKind::dcnv2}};
+inline constexpr NamedValue<OptimizerKind> kOptimizerNames[] = {
+    {"sgd", OptimizerKind::sgd},
+    {"adagrad", OptimizerKind::adagrad},
+    {"rowwise_adagrad", OptimizerKind::rowwise_adagrad},
+    {"adam", OptimizerKind::adam}};
 
-std::string_view pooling_name(Pooling p);                // "sum", "mean"
-std::string_view distribution_name(IdDistribution d);    // "uniform", "zipf"
-std::string_view interaction_name(InteractionKind k);    // "dot", "dcnv2"
-std::string_view optimizer_name(OptimizerKind k);        // "sgd", "adagrad", "rowwise_adagrad", "adam"
+// The name of `value` in an enum's name table ("?" when it has none).
+template <class E, std::size_t N>
+constexpr std::string_view name_in(const NamedValue<E> (&names)[N], E value) {
+  for (const auto& n : names)
+    if (n.value == value) return n.name;
+  return "?";
+}
+// The storage precisions of a table, as model specs and plans spell them.
+inline constexpr NamedValue<DType> kTableDTypeNames[] = {
+    {"fp32", DType::f32}, {"fp16", DType::f16}, {"bf16", DType::bf16}};
+
+std::string_view pooling_name(Pooling p);              // "sum", "mean"
+std::string_view distribution_name(IdDistribution d);  // "uniform", "zipf"
+std::string_view interaction_name(InteractionKind k);  // "dot", "dcnv2"
+std::string_view optimizer_name(OptimizerKind k);  // "sgd", "adagrad", "rowwise_adagrad", "adam"
 
 struct TableSpec {
   std::string name;
-  std::int64_t rows = 0;         // > 0
-  int dim = 0;                   // > 0
-  int pooling_size = 1;          // ids per bag (multi-hot size), >= 0
+  std::int64_t rows = 0;  // > 0
+  int dim = 0;            // > 0
+  int pooling_size = 1;   // ids per bag (multi-hot size), >= 0
   Pooling pooling = Pooling::sum;
   IdDistribution distribution = IdDistribution::uniform;
-  double zipf_alpha = 0.0;       // > 0 when distribution is zipf
-  DType dtype = DType::f32;      // storage precision: f32, f16 or bf16
+  double zipf_alpha = 0.0;   // > 0 when distribution is zipf
+  DType dtype = DType::f32;  // storage precision: f32, f16 or bf16
 };
 
 struct InteractionSpec {
   InteractionKind kind = InteractionKind::dcnv2;
-  int cross_layers = 0;          // dcnv2: number of low-rank cross layers (>= 1)
-  int low_rank = 0;              // dcnv2: rank r of each layer's W·V factorisation (>= 1)
+  int cross_layers = 0;  // dcnv2: number of low-rank cross layers (>= 1)
+  int low_rank = 0;      // dcnv2: rank r of each layer's W·V factorisation (>= 1)
 };
 
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::sgd;
-  double lr = 0.01;              // > 0
-  double eps = 1e-8;             // adagrad, rowwise_adagrad, adam
-  double beta1 = 0.9;            // adam
-  double beta2 = 0.999;          // adam
-  double weight_decay = 0.0;     // >= 0; decoupled (w -= lr*wd*w) for adam, L2 (g += wd*w) otherwise
+  double lr = 0.01;           // > 0
+  double eps = 1e-8;          // adagrad, rowwise_adagrad, adam
+  double beta1 = 0.9;         // adam
+  double beta2 = 0.999;       // adam
+  double weight_decay = 0.0;  // >= 0; decoupled (w -= lr*wd*w) for adam, L2 (g += wd*w) otherwise
 };
 
 // Dense math precisions. tf32 is a math mode, not a storage type, hence its own enum.
 enum class DenseMath : std::uint8_t { fp32, tf32, bf16, fp16 };
-inline constexpr NamedValue<DenseMath> kDenseMathNames[] = {
-    {"fp32", DenseMath::fp32}, {"tf32", DenseMath::tf32}, {"bf16", DenseMath::bf16}, {"fp16", DenseMath::fp16}};
-std::string_view dense_math_name(DenseMath m);   // "fp32", "tf32", "bf16", "fp16"
+inline constexpr NamedValue<DenseMath> kDenseMathNames[] = {{"fp32", DenseMath::fp32},
+                                                            {"tf32", DenseMath::tf32},
+                                                            {"bf16", DenseMath::bf16},
+                                                            {"fp16", DenseMath::fp16}};
+std::string_view dense_math_name(DenseMath m);  // "fp32", "tf32", "bf16", "fp16"
 
 struct ModelSpec {
   std::string name;
   std::string description;
-  std::string source_file;                 // where it was loaded from ("<string>" if parsed from text)
-  int dense_features = 0;                  // > 0
-  std::vector<TableSpec> tables;           // >= 1, unique names
-  std::vector<int> bottom_mlp;             // output sizes of the bottom MLP layers, >= 1 layer
-  std::vector<int> top_mlp;                // output sizes of the top MLP layers, last == 1
+  std::string source_file;        // where it was loaded from ("<string>" if parsed from text)
+  int dense_features = 0;         // > 0
+  std::vector<TableSpec> tables;  // >= 1, unique names
+  std::vector<int> bottom_mlp;    // output sizes of the bottom MLP layers, >= 1 layer
+  std::vector<int> top_mlp;       // output sizes of the top MLP layers, last == 1
   InteractionSpec interaction;
-  OptimizerSpec embedding_optimizer;       // sgd, adagrad or rowwise_adagrad
-  OptimizerSpec dense_optimizer;           // sgd, adagrad or adam
+  OptimizerSpec embedding_optimizer;  // sgd, adagrad or rowwise_adagrad
+  OptimizerSpec dense_optimizer;      // sgd, adagrad or adam
   // Recipe changes that alter the numerics and that a planner may make ("recipe:" in YAML).
-  bool allow_rowwise_adagrad = false;                       // a table's adagrad -> rowwise_adagrad
-  std::vector<DType> allowed_table_dtypes{DType::f32};      // table storage precisions allowed
-                                                            // (parsed: the tables' own dtypes
-                                                            // unless recipe.table_dtypes says)
+  bool allow_rowwise_adagrad = false;                   // a table's adagrad -> rowwise_adagrad
+  std::vector<DType> allowed_table_dtypes{DType::f32};  // table storage precisions allowed
+                                                        // (parsed: the tables' own dtypes
+                                                        // unless recipe.table_dtypes says)
   std::vector<DenseMath> allowed_dense_math{DenseMath::fp32};  // dense math precisions allowed
-  std::int64_t max_global_batch = 0;       // largest global batch a planner may use (lr scaled
-                                           // linearly); parsed specs default to batch_size
-  std::int64_t batch_size = 0;             // the reference global batch size the lr is tuned for (> 0)
+  std::int64_t max_global_batch = 0;  // largest global batch a planner may use (lr scaled
+                                      // linearly); parsed specs default to batch_size
+  std::int64_t batch_size = 0;        // the reference global batch size the lr is tuned for (> 0)
 
   // Derived quantities.
   int num_tables() const { return static_cast<int>(tables.size()); }
-  std::int64_t embedding_rows() const;          // sum of rows
-  std::int64_t embedding_parameters() const;    // sum of rows * dim
-  std::int64_t lookups_per_example() const;     // sum of pooling_size
-  int embedding_output_dim() const;             // sum of dims
-  int interaction_input_dim() const;            // bottom_mlp.back() + embedding_output_dim()
-  int interaction_output_dim() const;           // dot: D + F(F-1)/2 with F = tables+1; dcnv2: interaction_input_dim()
-  std::int64_t dense_parameters() const;        // bottom + interaction (cross layers) + top, weights and biases
+  std::int64_t embedding_rows() const;        // sum of rows
+  std::int64_t embedding_parameters() const;  // sum of rows * dim
+  std::int64_t lookups_per_example() const;   // sum of pooling_size
+  int embedding_output_dim() const;           // sum of dims
+  int interaction_input_dim() const;          // bottom_mlp.back() + embedding_output_dim()
+  int interaction_output_dim()
+      const;  // dot: D + F(F-1)/2 with F = tables+1; dcnv2: interaction_input_dim()
+  std::int64_t dense_parameters()
+      const;  // bottom + interaction (cross layers) + top, weights and biases
 };
 
 // Loads and validates a model spec. Throws InputError naming file, line and field.
@@ -115,7 +132,9 @@ ModelSpec parse_model_spec(std::string_view yaml_text, const std::string& origin
 // --------------------------------------------------------------- device ----
 
 enum class Vendor : std::uint8_t { nvidia, amd };
-std::string_view vendor_name(Vendor v);   // "nvidia", "amd"
+inline constexpr NamedValue<Vendor> kVendorNames[] = {{"nvidia", Vendor::nvidia},
+                                                      {"amd", Vendor::amd}};
+std::string_view vendor_name(Vendor v);  // "nvidia", "amd"
 
 // A number with the public source it was taken from.
 struct Sourced {
@@ -123,32 +142,34 @@ struct Sourced {
   std::string source;
 };
 
-enum class Fp8Format : std::uint8_t { ocp, fnuz };   // OCP e4m3/e5m2 (NVIDIA, CDNA4) or FNUZ (CDNA3)
+enum class Fp8Format : std::uint8_t { ocp, fnuz };  // OCP e4m3/e5m2 (NVIDIA, CDNA4) or FNUZ (CDNA3)
+inline constexpr NamedValue<Fp8Format> kFp8FormatNames[] = {{"ocp", Fp8Format::ocp},
+                                                            {"fnuz", Fp8Format::fnuz}};
 
 struct DeviceSpec {
-  std::string name;                        // catalog key, e.g. "h200"
-  std::string display_name;                // e.g. "NVIDIA H200 SXM"
+  std::string name;          // catalog key, e.g. "h200"
+  std::string display_name;  // e.g. "NVIDIA H200 SXM"
   std::string source_file;
   Vendor vendor = Vendor::nvidia;
-  std::string arch;                        // "sm_90", "sm_100", "gfx942", "gfx950"
-  Sourced hbm_bytes;                       // bytes of device memory
-  Sourced hbm_bandwidth;                   // bytes/s, peak
-  Sourced fp32_flops;                      // dense peak FLOP/s, no sparsity
-  std::optional<Sourced> tf32_flops;       // absent where the device has no TF32
+  std::string arch;                   // "sm_90", "sm_100", "gfx942", "gfx950"
+  Sourced hbm_bytes;                  // bytes of device memory
+  Sourced hbm_bandwidth;              // bytes/s, peak
+  Sourced fp32_flops;                 // dense peak FLOP/s, no sparsity
+  std::optional<Sourced> tf32_flops;  // absent where the device has no TF32
   Sourced bf16_flops;
   Sourced fp16_flops;
   std::optional<Sourced> fp8_flops;
-  std::optional<Fp8Format> fp8_format;     // present iff fp8_flops
-  Sourced compute_units;                   // SMs (NVIDIA) or CUs (AMD)
-  Sourced warp_size;                       // 32 or 64
+  std::optional<Fp8Format> fp8_format;  // present iff fp8_flops
+  Sourced compute_units;                // SMs (NVIDIA) or CUs (AMD)
+  Sourced warp_size;                    // 32 or 64
   Sourced l2_bytes;
-  Sourced llc_bytes;                       // last-level cache beyond L2 (AMD Infinity Cache); 0 if none
-  Sourced shared_memory_per_cu;            // bytes of shared memory / LDS per SM / CU
-  Sourced scale_up_bandwidth;              // bytes/s per GPU per direction in the scale-up domain
-  Sourced scale_up_domain;                 // GPUs in one scale-up domain
-  Sourced scale_out_bandwidth;             // bytes/s per GPU per direction across domains (NIC)
-  Sourced host_link_bandwidth;             // bytes/s per direction between device and host memory
-  Sourced host_memory_bytes;               // host memory available per GPU for host-placed tables
+  Sourced llc_bytes;             // last-level cache beyond L2 (AMD Infinity Cache); 0 if none
+  Sourced shared_memory_per_cu;  // bytes of shared memory / LDS per SM / CU
+  Sourced scale_up_bandwidth;    // bytes/s per GPU per direction in the scale-up domain
+  Sourced scale_up_domain;       // GPUs in one scale-up domain
+  Sourced scale_out_bandwidth;   // bytes/s per GPU per direction across domains (NIC)
+  Sourced host_link_bandwidth;   // bytes/s per direction between device and host memory
+  Sourced host_memory_bytes;     // host memory available per GPU for host-placed tables
 
   bool has_tf32() const { return tf32_flops.has_value(); }
   // Peak for a dense math precision; throws parity::Error for tf32 on a device without it.
@@ -164,6 +185,7 @@ DeviceSpec find_device(std::string_view key_or_path, const std::filesystem::path
 // The catalog device a runtime's device name stands for: the one whose key is a word of the name
 // ("NVIDIA H200" -> h200, "AMD Instinct MI300X" -> mi300x, case-insensitive; the longest key
 // wins; a PCIe or NVL part matches only an entry of that form factor). nullopt when none matches.
-std::optional<DeviceSpec> match_device(std::string_view runtime_name, const std::filesystem::path& catalog_dir);
+std::optional<DeviceSpec> match_device(std::string_view runtime_name,
+                                       const std::filesystem::path& catalog_dir);
 
 }  // namespace parity

@@ -3,6 +3,7 @@
 // per step (what the fused update reads and writes) come from the id distribution:
 // uniform exactly, Zipf by summing the first ranks and integrating the tail.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "parity/perf.h"
@@ -10,8 +11,8 @@
 namespace parity {
 namespace {
 
-constexpr int kExactRanks = 64;     // ranks summed term by term before the tail integral
-constexpr int kTailSteps = 64;      // Simpson intervals (even) over log(rank) in the tail
+constexpr int kExactRanks = 64;  // ranks summed term by term before the tail integral
+constexpr int kTailSteps = 64;   // Simpson intervals (even) over log(rank) in the tail
 
 // Generalised harmonic number sum_{k=1..n} k^-alpha: exact head, then Euler-Maclaurin
 // (integral, end-point and first-derivative corrections) for the tail.
@@ -50,7 +51,9 @@ double tail_integral(double lo, double hi, F f) {
 
 }  // namespace
 
-std::string_view placement_name(Placement p) { return p == Placement::hbm ? "hbm" : "host"; }
+std::string_view placement_name(Placement p) {
+  return name_in(kPlacementNames, p);
+}
 
 double expected_unique_rows(std::int64_t rows, IdDistribution dist, double alpha, double draws) {
   if (rows <= 0 || draws <= 0) return 0;
@@ -77,12 +80,58 @@ double hot_fraction(std::int64_t rows, IdDistribution dist, double alpha, double
 
 double optimizer_state_bytes_per_row(OptimizerKind k, int dim) {
   switch (k) {
-    case OptimizerKind::sgd: return 0;
-    case OptimizerKind::rowwise_adagrad: return 4;
-    case OptimizerKind::adagrad: return 4.0 * dim;
-    case OptimizerKind::adam: return 8.0 * dim;
+    case OptimizerKind::sgd:
+      return 0;
+    case OptimizerKind::rowwise_adagrad:
+      return 4;
+    case OptimizerKind::adagrad:
+      return 4.0 * dim;
+    case OptimizerKind::adam:
+      return 8.0 * dim;
   }
   return 0;
+}
+
+RadixSort default_radix_sort(const DeviceSpec& device) {
+  return device.vendor == Vendor::nvidia ? RadixSort::vendor : RadixSort::portable;
+}
+
+double radix_sort_bytes(RadixSort sort, double n, int key_bits) {
+  constexpr double kPairBytes = 8, kKeyBytes = 4, kCountBytes = 4;
+  constexpr int kDigits = 256;
+  const int passes = (std::min(key_bits, 32) + 7) / 8;
+  if (sort == RadixSort::vendor) return kKeyBytes * n + passes * 2 * kPairBytes * n;
+  const double tiles = std::max(1.0, std::ceil(n / static_cast<double>(kPortableSortTile)));
+  return passes * (kKeyBytes * n + 2 * kPairBytes * n + 3 * kCountBytes * kDigits * tiles);
+}
+
+int embedding_key_bits(double rows) {
+  return static_cast<int>(std::bit_width(static_cast<std::uint64_t>(std::max(rows, 0.0))));
+}
+
+EmbeddingTraffic embedding_traffic(const EmbeddingBatch& b) {
+  constexpr double kIdBytes = 8;    // ids and offsets are int64
+  constexpr double kWordBytes = 4;  // keys, bag indices and segment starts are uint32
+  const double sw = static_cast<double>(dtype_size(b.weight_dtype));
+  const double io = static_cast<double>(dtype_size(b.io_dtype));
+  const double offsets = kIdBytes * (static_cast<double>(b.tables.size()) * b.batch + 1);
+  EmbeddingTraffic t;
+  double ids = 0, unique = 0;
+  t.forward = offsets;
+  for (const auto& tb : b.tables) {
+    ids += tb.ids;
+    unique += tb.unique_rows;
+    t.forward += kIdBytes * tb.ids + tb.ids * tb.dim * sw + b.batch * tb.dim * io;
+    t.gradients += b.batch * tb.dim * io;
+    t.rows +=
+        2 * tb.unique_rows * (tb.dim * sw + optimizer_state_bytes_per_row(b.optimizer, tb.dim));
+  }
+  // Keys: read ids and offsets, write (key, bag) pairs. Segments: read the sorted keys, write
+  // each distinct row's start. Update: read the starts (begin and end) and the sorted pairs.
+  t.ids_and_keys = kIdBytes * ids + offsets + 2 * kWordBytes * ids + kWordBytes * ids +
+                   kWordBytes * unique + 2 * kWordBytes * unique + 2 * kWordBytes * ids;
+  t.sort = radix_sort_bytes(b.sort, ids, b.key_bits);
+  return t;
 }
 
 EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& device,
@@ -91,19 +140,22 @@ EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& devi
   if (w.rows <= 0 || w.dim <= 0) return c;
   const double sw = static_cast<double>(dtype_size(w.weight_dtype));
   const double d = w.dim;
-  constexpr double kIdBytes = 8;
-  const double io = static_cast<double>(dtype_size(w.io_dtype));  // an output and its gradient
-  // Forward: ids and offsets read, every looked-up row read, pooled outputs written.
-  c.forward_bytes = w.lookups * kIdBytes + w.bags * kIdBytes + w.lookups * d * sw +
-                    w.bags * d * io;
-  // Backward fused with the update: output gradients read once per bag, ids sorted,
-  // each distinct row and its optimizer state read and written once.
+  // The shard as a group of its own, its sort keys as wide as the device's tables need.
   c.unique_rows = expected_unique_rows(w.rows, w.distribution, w.zipf_alpha, w.lookups);
+  const EmbeddingBatch::Table table{w.dim, w.lookups, c.unique_rows};
+  const EmbeddingTraffic t = embedding_traffic({{&table, 1},
+                                                w.bags,
+                                                w.weight_dtype,
+                                                w.io_dtype,
+                                                w.optimizer,
+                                                default_radix_sort(device),
+                                                w.key_bits});
+  c.forward_bytes = t.forward;
+  c.backward_bytes = t.backward();
   const double state = optimizer_state_bytes_per_row(w.optimizer, w.dim);
-  c.backward_bytes = w.bags * d * io + w.lookups * (kIdBytes + cal.sort_bytes_per_id) +
-                     2 * c.unique_rows * (d * sw + state);
   const double copy_bw = device.hbm_bandwidth.value * cal.hbm_efficiency;
-  c.forward_s = c.forward_bytes / (copy_bw * cal.embedding_forward_efficiency) + cal.kernel_launch_s;
+  c.forward_s =
+      c.forward_bytes / (copy_bw * cal.embedding_forward_efficiency) + cal.kernel_launch_s;
   constexpr int kBackwardKernels = 3;  // sort, segment, reduce-and-update
   c.backward_s = c.backward_bytes / (copy_bw * cal.embedding_backward_efficiency) +
                  kBackwardKernels * cal.kernel_launch_s;
@@ -111,9 +163,10 @@ EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& devi
     // Rows missing from the HBM cache come over the host link and go back updated. The
     // cold ids are treated as uniform over the cold rows (an upper bound for Zipf).
     const double hit = hot_fraction(w.rows, w.distribution, w.zipf_alpha, w.cache_rows);
-    const auto cold_rows = static_cast<std::int64_t>(std::max(1.0, static_cast<double>(w.rows) - w.cache_rows));
-    const double missed = expected_unique_rows(cold_rows, IdDistribution::uniform, 0,
-                                               w.lookups * (1 - hit));
+    const auto cold_rows =
+        static_cast<std::int64_t>(std::max(1.0, static_cast<double>(w.rows) - w.cache_rows));
+    const double missed =
+        expected_unique_rows(cold_rows, IdDistribution::uniform, 0, w.lookups * (1 - hit));
     c.host_bytes = 2 * missed * (d * sw + state);
     c.host_s = c.host_bytes / (device.host_link_bandwidth.value * cal.host_link_efficiency);
   }

@@ -1,5 +1,8 @@
 // Plan <-> JSON. Reading validates every field and names the one that is wrong, so an
 // edited plan gets a clear message, never a crash.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -15,22 +18,23 @@ using json = nlohmann::json;
 
 constexpr const char* kFormat = "parity-plan-1";
 
-std::string math_str(DenseMath m) { return std::string(dense_math_name(m)); }
-
 class Reader {
  public:
   Reader(const json& j, std::string path, const std::string& origin)
       : j_(j), path_(std::move(path)), origin_(origin) {}
   [[noreturn]] void fail(const std::string& msg) const {
-    throw InputError(origin_ + ": field '" + path_ + "': " + msg);
+    throw InputError(fmt::format("{}: field '{}': {}", origin_, path_, msg));
   }
   Reader at(const std::string& key) const {
     if (!j_.is_object()) fail("expected an object");
-    if (!j_.contains(key)) Reader(j_, path_.empty() ? key : path_ + "." + key, origin_).fail("missing");
-    return Reader(j_.at(key), path_.empty() ? key : path_ + "." + key, origin_);
+    const std::string path = path_.empty() ? key : fmt::format("{}.{}", path_, key);
+    if (!j_.contains(key)) Reader(j_, path, origin_).fail("missing");
+    return Reader(j_.at(key), path, origin_);
   }
   bool has(const std::string& key) const { return j_.is_object() && j_.contains(key); }
-  Reader at(std::size_t i) const { return Reader(j_.at(i), path_ + "[" + std::to_string(i) + "]", origin_); }
+  Reader at(std::size_t i) const {
+    return Reader(j_.at(i), fmt::format("{}[{}]", path_, i), origin_);
+  }
   std::size_t size() const {
     if (!j_.is_array()) fail("expected a list");
     return j_.size();
@@ -42,32 +46,24 @@ class Reader {
   std::int64_t integer(std::int64_t lo, std::int64_t hi) const {
     if (!j_.is_number_integer()) fail("expected an integer");
     const auto v = j_.get<std::int64_t>();
-    if (v < lo || v > hi) fail("expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
+    if (v < lo || v > hi) fail(fmt::format("expected an integer in [{}, {}], got {}", lo, hi, v));
     return v;
   }
   double number() const {
     if (!j_.is_number()) fail("expected a number");
     return j_.get<double>();
   }
+  // One of the values of an enum's name table (spec.h), those `allowed` accepts.
   template <class E, std::size_t N>
-  E choice(const NamedValue<E> (&options)[N]) const {  // an enum's name table (spec.h)
+  E choice(const NamedValue<E> (&options)[N], bool (*allowed)(E) = nullptr) const {
     const std::string s = str();
-    std::string names;
+    std::vector<std::string_view> names;
     for (const auto& o : options) {
+      if (allowed && !allowed(o.value)) continue;
       if (s == o.name) return o.value;
-      names += (names.empty() ? "" : ", ") + std::string(o.name);
+      names.push_back(o.name);
     }
-    fail("expected one of " + names + ", got '" + s + "'");
-  }
-  template <class E>
-  E choice(std::initializer_list<std::pair<const char*, E>> options) const {
-    const std::string s = str();
-    std::string names;
-    for (const auto& [n, v] : options) {
-      if (s == n) return v;
-      names += (names.empty() ? "" : ", ") + std::string(n);
-    }
-    fail("expected one of " + names + ", got '" + s + "'");
+    fail(fmt::format("expected one of {}, got '{}'", fmt::join(names, ", "), s));
   }
 
  private:
@@ -76,16 +72,10 @@ class Reader {
   const std::string& origin_;
 };
 
-DType read_dtype(const Reader& r) {
-  return r.choice<DType>({{"fp32", DType::f32}, {"fp16", DType::f16}, {"bf16", DType::bf16}});
-}
-DenseMath read_math(const Reader& r) {
-  return r.choice(kDenseMathNames);
-}
+// The table optimizers (Adam is for the dense layers only).
 OptimizerKind read_emb_opt(const Reader& r) {
-  return r.choice<OptimizerKind>({{"sgd", OptimizerKind::sgd},
-                                  {"adagrad", OptimizerKind::adagrad},
-                                  {"rowwise_adagrad", OptimizerKind::rowwise_adagrad}});
+  return r.choice(
+      kOptimizerNames, +[](OptimizerKind k) { return k != OptimizerKind::adam; });
 }
 
 }  // namespace
@@ -99,7 +89,7 @@ std::string plan_to_json(const Plan& p) {
   j["gpus"] = p.gpus;
   j["per_device_batch"] = p.per_device_batch;
   j["global_batch"] = p.global_batch;
-  j["dense_math"] = math_str(p.dense_math);
+  j["dense_math"] = std::string(dense_math_name(p.dense_math));
   j["embedding_optimizer"] = std::string(optimizer_name(p.embedding_optimizer));
   j["tables"] = ordered_json::array();
   for (const auto& t : p.tables) {
@@ -112,17 +102,23 @@ std::string plan_to_json(const Plan& p) {
     if (t.placement == Placement::host) tj["cache_rows"] = t.cache_rows;
     tj["shards"] = ordered_json::array();
     for (const auto& s : t.shards)
-      tj["shards"].push_back({{"device", s.device}, {"rows", {s.row_begin, s.row_end}},
+      tj["shards"].push_back({{"device", s.device},
+                              {"rows", {s.row_begin, s.row_end}},
                               {"cols", {s.col_begin, s.col_end}}});
     j["tables"].push_back(tj);
   }
   j["changes"] = ordered_json::array();
   for (const auto& c : p.changes)
-    j["changes"].push_back({{"what", c.what}, {"from", c.from}, {"to", c.to}, {"reason", c.reason}});
+    j["changes"].push_back(
+        {{"what", c.what}, {"from", c.from}, {"to", c.to}, {"reason", c.reason}});
   j["kernels"] = ordered_json::array();
   for (const auto& k : p.kernels)
-    j["kernels"].push_back({{"op", k.op}, {"m", k.m}, {"n", k.n}, {"k", k.k},
-                            {"tile", {k.tile_m, k.tile_n}}, {"predicted_s", k.predicted_s}});
+    j["kernels"].push_back({{"op", k.op},
+                            {"m", k.m},
+                            {"n", k.n},
+                            {"k", k.k},
+                            {"tile", {k.tile_m, k.tile_n}},
+                            {"predicted_s", k.predicted_s}});
   const auto& pr = p.prediction;
   ordered_json pj;
   pj["step_s"] = pr.step_s;
@@ -141,10 +137,9 @@ std::string plan_to_json(const Plan& p) {
 
 Plan plan_from_json(const std::string& text, const std::string& origin) {
   json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) throw InputError(origin + ": not valid JSON");
+  if (j.is_discarded()) throw InputError(fmt::format("{}: not valid JSON", origin));
   const Reader r(j, "", origin);
-  if (r.at("format").str() != kFormat)
-    r.at("format").fail(std::string("expected '") + kFormat + "'");
+  if (r.at("format").str() != kFormat) r.at("format").fail(fmt::format("expected '{}'", kFormat));
   Plan p;
   p.model = r.at("model").str();
   if (r.has("model_file")) p.model_file = r.at("model_file").str();
@@ -153,25 +148,23 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
   p.per_device_batch = r.at("per_device_batch").integer(1, std::int64_t{1} << 40);
   p.global_batch = r.at("global_batch").integer(1, std::int64_t{1} << 50);
   if (p.global_batch != p.per_device_batch * p.gpus)
-    r.at("global_batch").fail("must equal per_device_batch x gpus (" +
-                              std::to_string(p.per_device_batch * p.gpus) + ")");
-  p.dense_math = read_math(r.at("dense_math"));
+    r.at("global_batch")
+        .fail(fmt::format("must equal per_device_batch x gpus ({})", p.per_device_batch * p.gpus));
+  p.dense_math = r.at("dense_math").choice(kDenseMathNames);
   p.embedding_optimizer = read_emb_opt(r.at("embedding_optimizer"));
   const Reader tables = r.at("tables");
   for (std::size_t i = 0; i < tables.size(); ++i) {
     const Reader t = tables.at(i);
     TablePlan tp;
     tp.name = t.at("name").str();
-    tp.dtype = read_dtype(t.at("dtype"));
+    tp.dtype = t.at("dtype").choice(kTableDTypeNames);
     tp.optimizer = read_emb_opt(t.at("optimizer"));
     if (tp.optimizer != p.embedding_optimizer)
-      t.at("optimizer").fail("every table uses the plan's embedding_optimizer (" +
-                             std::string(optimizer_name(p.embedding_optimizer)) + ")");
-    tp.sharding = t.at("sharding").choice<Sharding>({{"table", Sharding::table},
-                                                      {"row", Sharding::row},
-                                                      {"column", Sharding::column},
-                                                      {"replicated", Sharding::replicated}});
-    tp.placement = t.at("placement").choice<Placement>({{"hbm", Placement::hbm}, {"host", Placement::host}});
+      t.at("optimizer")
+          .fail(fmt::format("every table uses the plan's embedding_optimizer ({})",
+                            optimizer_name(p.embedding_optimizer)));
+    tp.sharding = t.at("sharding").choice(kShardingNames);
+    tp.placement = t.at("placement").choice(kPlacementNames);
     if (t.has("cache_rows")) tp.cache_rows = t.at("cache_rows").integer(0, std::int64_t{1} << 62);
     const Reader shards = t.at("shards");
     for (std::size_t s = 0; s < shards.size(); ++s) {
@@ -194,7 +187,8 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
     const Reader changes = r.at("changes");
     for (std::size_t i = 0; i < changes.size(); ++i) {
       const Reader c = changes.at(i);
-      p.changes.push_back({c.at("what").str(), c.at("from").str(), c.at("to").str(), c.at("reason").str()});
+      p.changes.push_back(
+          {c.at("what").str(), c.at("from").str(), c.at("to").str(), c.at("reason").str()});
     }
   }
   if (r.has("kernels")) {
@@ -239,7 +233,7 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
 
 Plan load_plan(const std::filesystem::path& file) {
   std::ifstream in(file);
-  if (!in) throw InputError("cannot read plan '" + file.string() + "'");
+  if (!in) throw InputError(fmt::format("cannot read plan '{}'", file.string()));
   std::stringstream ss;
   ss << in.rdbuf();
   return plan_from_json(ss.str(), file.string());

@@ -6,9 +6,12 @@
 
 namespace parity::detail {
 
+// key_bits: of the sort keys of all the tables the shard's device holds (embedding_key_bits).
 inline EmbeddingShardWork shard_work(const TablePlan& tp, const TableSpec& ts, std::int64_t rows,
-                                     int dim, double bags, double lookups, DType io_dtype = DType::f32) {
+                                     int dim, double bags, double lookups, int key_bits,
+                                     DType io_dtype = DType::f32) {
   EmbeddingShardWork w;
+  w.key_bits = key_bits;
   w.io_dtype = io_dtype;
   w.rows = rows;
   w.dim = dim;

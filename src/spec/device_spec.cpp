@@ -3,10 +3,11 @@
 // in such a table: a sparse peak where a dense one belongs (bf16 below fp32, or
 // tf32 above bf16), a missing unit factor, a warp size copied from the other
 // vendor, an NVIDIA arch on an AMD part.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -20,13 +21,7 @@
 namespace parity {
 
 std::string_view vendor_name(Vendor v) {
-  switch (v) {
-    case Vendor::nvidia:
-      return "nvidia";
-    case Vendor::amd:
-      return "amd";
-  }
-  return "?";
+  return name_in(kVendorNames, v);
 }
 
 double DeviceSpec::dense_flops(DenseMath m) const {
@@ -35,8 +30,9 @@ double DeviceSpec::dense_flops(DenseMath m) const {
       return fp32_flops.value;
     case DenseMath::tf32:
       if (!tf32_flops)
-        throw Error("device '" + name + "' (" + display_name +
-                    ") has no TF32 math; use fp32 or bf16 dense math on it");
+        throw Error(
+            fmt::format("device '{}' ({}) has no TF32 math; use fp32 or bf16 dense math on it",
+                        name, display_name));
       return tf32_flops->value;
     case DenseMath::bf16:
       return bf16_flops.value;
@@ -59,12 +55,6 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-std::string number_text(double v) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%g", v);
-  return buffer;
-}
-
 // What a number is, for the rules applied to it.
 enum class Kind { rate, count, bytes_or_zero };
 
@@ -77,12 +67,14 @@ struct ReadNumber {
 ReadNumber read_sourced(const MapView& parent, std::string_view key, std::string_view meaning,
                         Kind kind) {
   const Field f =
-      parent.require(key, "expected {value: N, source: \"...\"}: " + std::string(meaning));
+      parent.require(key, fmt::format("expected {{value: N, source: \"...\"}}: {}", meaning));
   if (f.node().IsScalar())
-    f.fail("expected {value: N, source: \"...\"}, got '" + f.node().Scalar() +
-           "' (every device number needs the public source it was taken from)");
+    f.fail(fmt::format(
+        "expected {{value: N, source: \"...\"}}, got '{}' (every device number needs the public "
+        "source it was taken from)",
+        f.node().Scalar()));
   const MapView m = f.as_map({"value", "source"}, "{value: N, source: \"...\"}");
-  const Field v = m.require("value", "expected " + std::string(meaning));
+  const Field v = m.require("value", fmt::format("expected {}", meaning));
   const Field s =
       m.require("source", "every device number needs the public source it was taken from");
   ReadNumber out{{}, f, v};
@@ -124,10 +116,10 @@ bool is_amd_arch(std::string_view a) {
 void require_at_least(const ReadNumber& big, std::string_view big_name, const ReadNumber& small,
                       std::string_view small_name) {
   if (big.value.value < small.value.value)
-    big.field.fail(std::string(big_name) + " peak (" + number_text(big.value.value) +
-                   " FLOP/s) is below the " + std::string(small_name) + " peak (" +
-                   number_text(small.value.value) +
-                   "); give dense peaks without sparsity, in FLOP/s");
+    big.field.fail(
+        fmt::format("{} peak ({:g} FLOP/s) is below the {} peak ({:g}); give dense peaks without "
+                    "sparsity, in FLOP/s",
+                    big_name, big.value.value, small_name, small.value.value));
 }
 
 DeviceSpec parse_device(const YAML::Node& root, const std::string& origin) {
@@ -144,16 +136,16 @@ DeviceSpec parse_device(const YAML::Node& root, const std::string& origin) {
       name.fail_expected("a device key made of letters, digits, '_', '-' or '.'");
   d.display_name = m.require("display_name", "expected a readable name, e.g. NVIDIA H200 SXM")
                        .as_nonempty_string("a non-empty display name");
-  d.vendor = m.require("vendor", "expected nvidia or amd")
-                 .as_choice<Vendor>({{"nvidia", Vendor::nvidia}, {"amd", Vendor::amd}});
+  d.vendor = m.require("vendor", "expected nvidia or amd").as_choice(kVendorNames);
   const Field arch = m.require("arch", "expected sm_NN for nvidia or gfxNNN for amd");
   d.arch = arch.as_nonempty_string("an architecture such as sm_90 or gfx942");
   if (d.vendor == Vendor::nvidia && !is_nvidia_arch(d.arch))
-    arch.fail("expected an NVIDIA architecture such as sm_90 or sm_100 (vendor is nvidia), got '" +
-              d.arch + "'");
+    arch.fail(fmt::format(
+        "expected an NVIDIA architecture such as sm_90 or sm_100 (vendor is nvidia), got '{}'",
+        d.arch));
   if (d.vendor == Vendor::amd && !is_amd_arch(d.arch))
-    arch.fail("expected an AMD architecture such as gfx942 or gfx950 (vendor is amd), got '" +
-              d.arch + "'");
+    arch.fail(fmt::format(
+        "expected an AMD architecture such as gfx942 or gfx950 (vendor is amd), got '{}'", d.arch));
 
   // ---- memory ----
   const MapView mem =
@@ -184,9 +176,8 @@ DeviceSpec parse_device(const YAML::Node& root, const std::string& origin) {
   d.warp_size = warp.value;
   const int want_warp = d.vendor == Vendor::nvidia ? 32 : 64;
   if (warp.value.value != want_warp)
-    warp.value_field.fail(std::string(d.vendor == Vendor::nvidia ? "an nvidia" : "an amd") +
-                          " GPU has warp size " + std::to_string(want_warp) + ", got " +
-                          number_text(warp.value.value));
+    warp.value_field.fail(fmt::format("an {} GPU has warp size {}, got {:g}", vendor_name(d.vendor),
+                                      want_warp, warp.value.value));
   const ReadNumber fp32 = read_sourced(comp, "fp32_flops", "dense fp32 FLOP/s", Kind::rate);
   const ReadNumber bf16 = read_sourced(comp, "bf16_flops", "dense bf16 FLOP/s", Kind::rate);
   const ReadNumber fp16 = read_sourced(comp, "fp16_flops", "dense fp16 FLOP/s", Kind::rate);
@@ -198,10 +189,10 @@ DeviceSpec parse_device(const YAML::Node& root, const std::string& origin) {
   if (comp.has("tf32_flops")) {
     const ReadNumber tf32 = read_sourced(comp, "tf32_flops", "dense tf32 FLOP/s", Kind::rate);
     if (tf32.value.value < fp32.value.value || tf32.value.value > bf16.value.value)
-      tf32.field.fail("tf32 peak (" + number_text(tf32.value.value) +
-                      " FLOP/s) must lie between the fp32 peak (" + number_text(fp32.value.value) +
-                      ") and the bf16 peak (" + number_text(bf16.value.value) +
-                      "); give dense peaks without sparsity, in FLOP/s");
+      tf32.field.fail(fmt::format(
+          "tf32 peak ({:g} FLOP/s) must lie between the fp32 peak ({:g}) and the bf16 peak "
+          "({:g}); give dense peaks without sparsity, in FLOP/s",
+          tf32.value.value, fp32.value.value, bf16.value.value));
     d.tf32_flops = tf32.value;
   }
   const auto format_field = comp.get("fp8_format");
@@ -213,8 +204,7 @@ DeviceSpec parse_device(const YAML::Node& root, const std::string& origin) {
       comp.fail_missing("fp8_format",
                         "a device with fp8_flops needs its FP8 format: ocp (NVIDIA, CDNA4) or fnuz "
                         "(CDNA3)");
-    d.fp8_format =
-        format_field->as_choice<Fp8Format>({{"ocp", Fp8Format::ocp}, {"fnuz", Fp8Format::fnuz}});
+    d.fp8_format = format_field->as_choice(kFp8FormatNames);
   } else if (format_field) {
     format_field->fail("fp8_format is given but fp8_flops is not; give both or neither");
   }
@@ -254,21 +244,15 @@ DeviceSpec parse_device(const YAML::Node& root, const std::string& origin) {
 }  // namespace
 
 DeviceSpec parse_device_spec(std::string_view yaml_text, const std::string& origin) {
-  const YAML::Node root = spec_yaml::parse_document(yaml_text, origin, "device spec");
-  try {
-    return parse_device(root, origin);
-  } catch (const YAML::Exception& e) {
-    throw InputError(spec_yaml::location(origin, e.mark) + ": cannot read device spec: " + e.msg);
-  }
+  return spec_yaml::parse_spec(yaml_text, origin, "device spec", parse_device);
 }
 
 DeviceSpec load_device_spec(const std::filesystem::path& file) {
-  const std::string text = spec_yaml::read_text_file(file, "device spec");
-  return parse_device_spec(text, file.string());
+  return parse_device_spec(spec_yaml::read_text_file(file, "device spec"), file.string());
 }
 
 std::vector<DeviceSpec> load_device_catalog(const std::filesystem::path& dir) {
-  const std::string prefix = "cannot read device catalog '" + dir.string() + "': ";
+  const std::string prefix = fmt::format("cannot read device catalog '{}': ", dir.string());
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw InputError(prefix + "no such directory");
   std::vector<std::filesystem::path> files;
@@ -284,8 +268,9 @@ std::vector<DeviceSpec> load_device_catalog(const std::filesystem::path& dir) {
     DeviceSpec d = load_device_spec(f);
     for (const auto& other : devices)
       if (lower(other.name) == lower(d.name))
-        throw InputError(f.string() + ": device name '" + d.name + "' is also used by " +
-                         other.source_file + " (catalog keys must be unique)");
+        throw InputError(
+            fmt::format("{}: device name '{}' is also used by {} (catalog keys must be unique)",
+                        f.string(), d.name, other.source_file));
     devices.push_back(std::move(d));
   }
   std::sort(devices.begin(), devices.end(),
@@ -305,12 +290,14 @@ DeviceSpec find_device(std::string_view key_or_path, const std::filesystem::path
     if (lower(d.name) == key) return std::move(d);
     names.push_back(d.name);
   }
-  throw InputError("unknown device '" + std::string(key_or_path) + "'" +
-                   spec_yaml::did_you_mean(key, names) + "; available in " + catalog_dir.string() +
-                   ": " + spec_yaml::join_or(names) + " (or give the path to a device .yaml)");
+  throw InputError(
+      fmt::format("unknown device '{}'{}; available in {}: {} (or give the path to a device .yaml)",
+                  key_or_path, spec_yaml::did_you_mean(key, names), catalog_dir.string(),
+                  spec_yaml::join_or(names)));
 }
 
-std::optional<DeviceSpec> match_device(std::string_view runtime_name, const std::filesystem::path& catalog_dir) {
+std::optional<DeviceSpec> match_device(std::string_view runtime_name,
+                                       const std::filesystem::path& catalog_dir) {
   std::set<std::string> words;  // the name's lower-case words
   std::string w;
   for (char c : lower(runtime_name) + " ") {

@@ -5,6 +5,8 @@
 // checked locally; the checks that tie fields together (dot interaction vs
 // table dims, recipe dtypes vs table dtypes, totals that must fit the types in
 // spec.h) run at the end, while the nodes are still at hand to point at.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <climits>
 #include <functional>
@@ -18,20 +20,21 @@
 
 namespace parity {
 
-namespace {
-template <class E, std::size_t N>
-std::string_view name_in(const NamedValue<E> (&names)[N], E value) {
-  for (const auto& n : names)
-    if (n.value == value) return n.name;
-  return "?";
+std::string_view pooling_name(Pooling p) {
+  return name_in(kPoolingNames, p);
 }
-}  // namespace
-
-std::string_view pooling_name(Pooling p) { return name_in(kPoolingNames, p); }
-std::string_view distribution_name(IdDistribution d) { return name_in(kDistributionNames, d); }
-std::string_view interaction_name(InteractionKind k) { return name_in(kInteractionNames, k); }
-std::string_view optimizer_name(OptimizerKind k) { return name_in(kOptimizerNames, k); }
-std::string_view dense_math_name(DenseMath m) { return name_in(kDenseMathNames, m); }
+std::string_view distribution_name(IdDistribution d) {
+  return name_in(kDistributionNames, d);
+}
+std::string_view interaction_name(InteractionKind k) {
+  return name_in(kInteractionNames, k);
+}
+std::string_view optimizer_name(OptimizerKind k) {
+  return name_in(kOptimizerNames, k);
+}
+std::string_view dense_math_name(DenseMath m) {
+  return name_in(kDenseMathNames, m);
+}
 
 // ------------------------------------------------------ derived values ----
 
@@ -129,7 +132,7 @@ bool is_identifier(const std::string& s) {
 }
 
 std::string read_identifier(const Field& f, std::string_view what) {
-  const std::string expected = std::string(what) + " made of letters, digits, '_', '-' or '.'";
+  const std::string expected = fmt::format("{} made of letters, digits, '_', '-' or '.'", what);
   if (!f.node().IsScalar()) f.fail_expected(expected);
   const std::string s = f.node().Scalar();
   if (!is_identifier(s)) f.fail_expected(expected);
@@ -149,9 +152,9 @@ double read_non_negative(const Field& f) {
 }
 
 std::vector<int> read_layers(const Field& f, std::string_view example) {
-  const std::string expected = "a list of layer sizes, e.g. " + std::string(example);
+  const std::string expected = fmt::format("a list of layer sizes, e.g. {}", example);
   const auto items = f.as_list(expected);
-  if (items.empty()) f.fail("expected at least one layer size, e.g. " + std::string(example));
+  if (items.empty()) f.fail(fmt::format("expected at least one layer size, e.g. {}", example));
   std::vector<int> sizes;
   for (const auto& item : items)
     sizes.push_back(
@@ -160,7 +163,7 @@ std::vector<int> read_layers(const Field& f, std::string_view example) {
 }
 
 DType read_table_dtype(const Field& f) {
-  return f.as_choice<DType>({{"fp32", DType::f32}, {"fp16", DType::f16}, {"bf16", DType::bf16}});
+  return f.as_choice(kTableDTypeNames);
 }
 
 // The per-table fields that may come from the entry itself or from table_defaults.
@@ -175,6 +178,15 @@ struct TableFields {
   std::optional<DType> dtype;
 };
 
+// A field every table needs: its own value, else the one in table_defaults.
+template <class T>
+T required(const std::optional<T>& own, const std::optional<T>& fallback, const MapView& entry,
+           std::string_view key) {
+  if (own) return *own;
+  if (fallback) return *fallback;
+  entry.fail_missing(key, "expected a positive integer, here or in table_defaults");
+}
+
 TableFields read_table_fields(const MapView& m) {
   TableFields t;
   if (auto f = m.get("rows"))
@@ -184,10 +196,8 @@ TableFields read_table_fields(const MapView& m) {
   if (auto f = m.get("pooling_size"))
     t.pooling_size = static_cast<int>(
         f->as_int(0, kMaxPoolingSize, "an integer >= 0 (ids per bag) up to 1048576"));
-  if (auto f = m.get("pooling"))
-    t.pooling = f->as_choice(kPoolingNames);
-  if (auto f = m.get("distribution"))
-    t.distribution = f->as_choice(kDistributionNames);
+  if (auto f = m.get("pooling")) t.pooling = f->as_choice(kPoolingNames);
+  if (auto f = m.get("distribution")) t.distribution = f->as_choice(kDistributionNames);
   if (auto f = m.get("zipf_alpha")) {
     t.zipf_alpha = read_positive(*f);
     t.zipf_alpha_field = *f;
@@ -206,12 +216,11 @@ InteractionSpec read_interaction(const Field& f) {
                              "a map such as {kind: dcnv2, cross_layers: 3, low_rank: 512} or "
                              "{kind: dot}");
   InteractionSpec spec;
-  spec.kind = m.require("kind", "expected dot or dcnv2")
-                  .as_choice(kInteractionNames);
+  spec.kind = m.require("kind", "expected dot or dcnv2").as_choice(kInteractionNames);
   if (spec.kind == InteractionKind::dot) {
     for (std::string_view key : {"cross_layers", "low_rank"})
       if (auto g = m.get(key))
-        g->fail("only dcnv2 takes " + std::string(key) + " (this interaction is dot)");
+        g->fail(fmt::format("only dcnv2 takes {} (this interaction is dot)", key));
     return spec;
   }
   spec.cross_layers = static_cast<int>(
@@ -246,8 +255,8 @@ OptimizerSpec read_optimizer(const Field& f, bool embedding) {
     auto g = m.get(key);
     if (!g) continue;
     if (spec.kind != OptimizerKind::adam)
-      g->fail("only adam takes " + std::string(key) + " (this optimizer is " +
-              std::string(optimizer_name(spec.kind)) + ")");
+      g->fail(
+          fmt::format("only adam takes {} (this optimizer is {})", key, optimizer_name(spec.kind)));
     const double b = g->as_number("a number in [0, 1)");
     if (!(b >= 0.0 && b < 1.0)) g->fail_expected("a number in [0, 1)");
     (key == "beta1" ? spec.beta1 : spec.beta2) = b;
@@ -260,12 +269,12 @@ template <class T>
 std::vector<T> read_unique_list(const Field& f, std::string_view expected,
                                 const std::function<T(const Field&)>& read_one) {
   const auto items = f.as_list(expected);
-  if (items.empty()) f.fail("expected a non-empty list, e.g. " + std::string(expected));
+  if (items.empty()) f.fail(fmt::format("expected a non-empty list, e.g. {}", expected));
   std::vector<T> out;
   for (const auto& item : items) {
     const T v = read_one(item);
     if (std::find(out.begin(), out.end(), v) != out.end())
-      item.fail("'" + item.node().Scalar() + "' is listed twice");
+      item.fail(fmt::format("'{}' is listed twice", item.node().Scalar()));
     out.push_back(v);
   }
   return out;
@@ -294,7 +303,7 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
     const MapView d = f->as_map(kTableKeys, "a map of table fields, e.g. {dim: 128, pooling: sum}");
     for (std::string_view key : {"name", "count"})
       if (auto g = d.get(key))
-        g->fail(std::string(key) + " cannot have a default (give it on each table)");
+        g->fail(fmt::format("{} cannot have a default (give it on each table)", key));
     defaults = read_table_fields(d);
     if (defaults.zipf_alpha_field && defaults.distribution == IdDistribution::uniform)
       defaults.zipf_alpha_field->fail(
@@ -318,18 +327,8 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
 
     TableSpec t;
     t.name = name;
-    if (own.rows)
-      t.rows = *own.rows;
-    else if (defaults.rows)
-      t.rows = *defaults.rows;
-    else
-      e.fail_missing("rows", "expected a positive integer, here or in table_defaults");
-    if (own.dim)
-      t.dim = *own.dim;
-    else if (defaults.dim)
-      t.dim = *defaults.dim;
-    else
-      e.fail_missing("dim", "expected a positive integer, here or in table_defaults");
+    t.rows = required(own.rows, defaults.rows, e, "rows");
+    t.dim = required(own.dim, defaults.dim, e, "dim");
     t.pooling_size = own.pooling_size.value_or(defaults.pooling_size.value_or(1));
     t.pooling = own.pooling.value_or(defaults.pooling.value_or(Pooling::sum));
     t.distribution =
@@ -354,11 +353,11 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
       entry.fail("too many tables: at most 100000 after count: expansion");
     for (std::size_t k = 0; k < copies; ++k) {
       TableSpec copy = t;
-      if (count > 0) copy.name = name + "_" + std::to_string(k);
+      if (count > 0) copy.name = fmt::format("{}_{}", name, k);
       if (auto it = first_index.find(copy.name); it != first_index.end()) {
-        const std::string via = count > 0 ? " (made by count: " + std::to_string(count) + ")" : "";
-        name_field.fail("duplicate table name '" + copy.name + "'" + via + ", also " +
-                        origins[it->second].entry_path);
+        const std::string via = count > 0 ? fmt::format(" (made by count: {})", count) : "";
+        name_field.fail(fmt::format("duplicate table name '{}'{}, also {}", copy.name, via,
+                                    origins[it->second].entry_path));
       }
       first_index.emplace(copy.name, spec.tables.size());
       spec.tables.push_back(std::move(copy));
@@ -373,9 +372,8 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
       m.require("top_mlp", "expected a list of layer sizes ending in 1, e.g. [1024, 512, 256, 1]");
   spec.top_mlp = read_layers(top_field, "[1024, 512, 256, 1]");
   if (spec.top_mlp.back() != 1)
-    top_field.as_list("").back().fail(
-        "the last top_mlp layer must have size 1 (the click logit), got " +
-        std::to_string(spec.top_mlp.back()));
+    top_field.as_list("").back().fail(fmt::format(
+        "the last top_mlp layer must have size 1 (the click logit), got {}", spec.top_mlp.back()));
 
   const Field interaction_field = m.require(
       "interaction", "expected {kind: dcnv2, cross_layers: 3, low_rank: 512} or {kind: dot}");
@@ -409,20 +407,22 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
       tables_field.fail("the tables hold more than 2^62 parameters in total");
   }
   if (dims + spec.bottom_mlp.back() > INT_MAX)
-    tables_field.fail("the table dims plus the last bottom_mlp size add up to " +
-                      std::to_string(dims + spec.bottom_mlp.back()) + ", more than 2147483647");
+    tables_field.fail(fmt::format(
+        "the table dims plus the last bottom_mlp size add up to {}, more than 2147483647",
+        dims + spec.bottom_mlp.back()));
   if (spec.interaction.kind == InteractionKind::dot) {
     const std::int64_t f = spec.num_tables() + 1;
     if (spec.bottom_mlp.back() + f * (f - 1) / 2 > INT_MAX)
-      interaction_field.fail("dot interaction over " + std::to_string(spec.num_tables()) +
-                             " tables has more than 2147483647 outputs; use dcnv2");
+      interaction_field.fail(
+          fmt::format("dot interaction over {} tables has more than 2147483647 outputs; use dcnv2",
+                      spec.num_tables()));
     for (std::size_t i = 0; i < spec.tables.size(); ++i) {
       const auto& t = spec.tables[i];
       if (t.dim != spec.bottom_mlp.back())
-        interaction_field.fail("dot interaction needs every table dim (" + origins[i].entry_path +
-                               " '" + t.name + "' has " + std::to_string(t.dim) +
-                               ") equal to the last bottom_mlp size (" +
-                               std::to_string(spec.bottom_mlp.back()) + ")");
+        interaction_field.fail(
+            fmt::format("dot interaction needs every table dim ({} '{}' has {}) equal to the last "
+                        "bottom_mlp size ({})",
+                        origins[i].entry_path, t.name, t.dim, spec.bottom_mlp.back()));
     }
   }
 
@@ -439,15 +439,15 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
   spec.allow_rowwise_adagrad = false;
   spec.max_global_batch = spec.batch_size;
   if (auto f = m.get("recipe")) {
-    const MapView r = f->as_map({"allow_rowwise_adagrad", "table_dtypes", "dense_math",
-                                 "max_global_batch"},
-                                "a map such as {allow_rowwise_adagrad: true, table_dtypes: [fp32, "
-                                "bf16], dense_math: [fp32, bf16]}");
+    const MapView r =
+        f->as_map({"allow_rowwise_adagrad", "table_dtypes", "dense_math", "max_global_batch"},
+                  "a map such as {allow_rowwise_adagrad: true, table_dtypes: [fp32, "
+                  "bf16], dense_math: [fp32, bf16]}");
     if (auto g = r.get("allow_rowwise_adagrad")) spec.allow_rowwise_adagrad = g->as_bool();
     if (auto g = r.get("max_global_batch"))
-      spec.max_global_batch = g->as_int(spec.batch_size, std::int64_t{1} << 40,
-                                        "an integer >= batch_size (" +
-                                            std::to_string(spec.batch_size) + ")");
+      spec.max_global_batch =
+          g->as_int(spec.batch_size, std::int64_t{1} << 40,
+                    fmt::format("an integer >= batch_size ({})", spec.batch_size));
     if (auto g = r.get("table_dtypes")) {
       spec.allowed_table_dtypes = read_unique_list<DType>(
           *g, "[fp32, fp16, bf16]", [](const Field& x) { return read_table_dtype(x); });
@@ -455,15 +455,13 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
         const auto& t = spec.tables[i];
         const auto& allowed = spec.allowed_table_dtypes;
         if (std::find(allowed.begin(), allowed.end(), t.dtype) == allowed.end())
-          g->fail("must include every table's own dtype: " + origins[i].entry_path + " '" + t.name +
-                  "' is " + std::string(dtype_name(t.dtype)));
+          g->fail(fmt::format("must include every table's own dtype: {} '{}' is {}",
+                              origins[i].entry_path, t.name, dtype_name(t.dtype)));
       }
     }
     if (auto g = r.get("dense_math"))
-      spec.allowed_dense_math =
-          read_unique_list<DenseMath>(*g, "[fp32, tf32, bf16]", [](const Field& x) {
-            return x.as_choice(kDenseMathNames);
-          });
+      spec.allowed_dense_math = read_unique_list<DenseMath>(
+          *g, "[fp32, tf32, bf16]", [](const Field& x) { return x.as_choice(kDenseMathNames); });
   }
   return spec;
 }
@@ -471,18 +469,11 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
 }  // namespace
 
 ModelSpec parse_model_spec(std::string_view yaml_text, const std::string& origin) {
-  const YAML::Node root = spec_yaml::parse_document(yaml_text, origin, "model spec");
-  try {
-    return parse_model(root, origin);
-  } catch (const YAML::Exception& e) {
-    // Not expected: every read goes through spec_yaml; keep the promise of a clear error anyway.
-    throw InputError(spec_yaml::location(origin, e.mark) + ": cannot read model spec: " + e.msg);
-  }
+  return spec_yaml::parse_spec(yaml_text, origin, "model spec", parse_model);
 }
 
 ModelSpec load_model_spec(const std::filesystem::path& file) {
-  const std::string text = spec_yaml::read_text_file(file, "model spec");
-  return parse_model_spec(text, file.string());
+  return parse_model_spec(spec_yaml::read_text_file(file, "model spec"), file.string());
 }
 
 }  // namespace parity

@@ -10,6 +10,8 @@
 #include <memory>
 #include <system_error>
 
+#include <fmt/format.h>
+
 #include "parity/error.h"
 
 namespace parity::spec_yaml {
@@ -50,18 +52,13 @@ std::optional<double> parse_double(std::string_view text) {
 
 std::string location(const std::string& origin, const YAML::Mark& mark) {
   if (mark.is_null() || mark.line < 0 || mark.column < 0) return origin;
-  return origin + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+  return fmt::format("{}:{}:{}", origin, mark.line + 1, mark.column + 1);
 }
 
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar: {
-      // Appended piecewise: "'" + s + "'" trips a GCC 12 -Wrestrict false positive.
-      std::string out(1, '\'');
-      out += shown(node.Scalar());
-      out += '\'';
-      return out;
-    }
+    case YAML::NodeType::Scalar:
+      return fmt::format("'{}'", shown(node.Scalar()));
     case YAML::NodeType::Sequence:
       return "a list";
     case YAML::NodeType::Map:
@@ -122,7 +119,7 @@ std::optional<std::string> closest_match(std::string_view word,
 std::string did_you_mean(std::string_view word, const std::vector<std::string_view>& candidates) {
   const auto match = closest_match(word, candidates);
   if (!match || *match == word) return "";
-  return " (did you mean '" + *match + "'?)";
+  return fmt::format(" (did you mean '{}'?)", *match);
 }
 
 std::string join_or(const std::vector<std::string_view>& words) {
@@ -135,7 +132,7 @@ std::string join_or(const std::vector<std::string_view>& words) {
 }
 
 std::string read_text_file(const std::filesystem::path& file, std::string_view what) {
-  const std::string prefix = "cannot read " + std::string(what) + " '" + file.string() + "': ";
+  const std::string prefix = fmt::format("cannot read {} '{}': ", what, file.string());
   std::error_code ec;
   const auto status = std::filesystem::status(file, ec);
   if (ec || !std::filesystem::exists(status)) throw InputError(prefix + "no such file");
@@ -156,33 +153,32 @@ YAML::Node parse_document(std::string_view text, const std::string& origin, std:
   try {
     docs = YAML::LoadAll(std::string(text));
   } catch (const YAML::ParserException& e) {
-    throw InputError(location(origin, e.mark) + ": YAML syntax error: " + e.msg);
+    throw InputError(fmt::format("{}: YAML syntax error: {}", location(origin, e.mark), e.msg));
   } catch (const YAML::Exception& e) {
-    throw InputError(location(origin, e.mark) + ": cannot parse YAML: " + e.msg);
+    throw InputError(fmt::format("{}: cannot parse YAML: {}", location(origin, e.mark), e.msg));
   }
   if (docs.empty() || (docs.size() == 1 && docs[0].IsNull()))
-    throw InputError(origin + ": the " + std::string(what) +
-                     " is empty (expected a map of fields; see docs/configs.md)");
+    throw InputError(fmt::format(
+        "{}: the {} is empty (expected a map of fields; see docs/configs.md)", origin, what));
   if (docs.size() > 1)
-    throw InputError(location(origin, docs[1].Mark()) + ": expected one YAML document in the " +
-                     std::string(what) + ", found a second one here (remove the '---')");
+    throw InputError(fmt::format(
+        "{}: expected one YAML document in the {}, found a second one here (remove the '---')",
+        location(origin, docs[1].Mark()), what));
   if (!docs[0].IsMap())
-    throw InputError(location(origin, docs[0].Mark()) + ": expected a map of " + std::string(what) +
-                     " fields at the top level, got " + describe(docs[0]));
+    throw InputError(fmt::format("{}: expected a map of {} fields at the top level, got {}",
+                                 location(origin, docs[0].Mark()), what, describe(docs[0])));
   return docs[0];
 }
 
 // ---------------------------------------------------------------- Field ----
 
 void Field::fail(std::string_view message) const {
-  std::string text = where() + ": ";
-  if (!path_.empty()) text += "field '" + path_ + "': ";
-  text += message;
-  throw InputError(text);
+  throw InputError(path_.empty() ? fmt::format("{}: {}", where(), message)
+                                 : fmt::format("{}: field '{}': {}", where(), path_, message));
 }
 
 void Field::fail_expected(std::string_view expected) const {
-  fail("expected " + std::string(expected) + ", got " + describe(node_));
+  fail(fmt::format("expected {}, got {}", expected, describe(node_)));
 }
 
 std::string Field::as_string() const {
@@ -239,7 +235,7 @@ std::vector<Field> Field::as_list(std::string_view expected) const {
   out.reserve(node_.size());
   std::size_t i = 0;
   for (auto it = node_.begin(); it != node_.end(); ++it, ++i)
-    out.emplace_back(*it, path_ + "[" + std::to_string(i) + "]", origin_);
+    out.emplace_back(*it, fmt::format("{}[{}]", path_, i), origin_);
   return out;
 }
 
@@ -252,22 +248,23 @@ MapView Field::as_map(std::vector<std::string_view> known, std::string_view expe
 MapView::MapView(const Field& self, std::vector<std::string_view> known, std::string_view expected)
     : self_(self) {
   if (!self.node().IsMap()) self.fail_expected(expected);
-  const std::string in = self.path().empty() ? "" : " in '" + self.path() + "'";
+  const std::string in = self.path().empty() ? "" : fmt::format(" in '{}'", self.path());
   for (auto it = self.node().begin(); it != self.node().end(); ++it) {
     const YAML::Node key = it->first;  // a copy: it-> yields a temporary
     const std::string key_where = location(self.origin(), key.Mark());
     if (!key.IsScalar())
-      throw InputError(key_where + ": expected a field name" + in + ", got " + describe(key));
+      throw InputError(
+          fmt::format("{}: expected a field name{}, got {}", key_where, in, describe(key)));
     const std::string name = key.Scalar();
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       std::string hint = did_you_mean(name, known);
-      if (hint.empty()) hint = " (expected one of " + join_or(known) + ")";
-      throw InputError(key_where + ": unknown field '" + shown(name) + "'" + in + hint);
+      if (hint.empty()) hint = fmt::format(" (expected one of {})", join_or(known));
+      throw InputError(fmt::format("{}: unknown field '{}'{}{}", key_where, shown(name), in, hint));
     }
     for (const auto& [seen, field] : entries_)
       if (seen == name)
-        throw InputError(key_where + ": duplicate field '" + name + "'" + in +
-                         " (first given at line " + std::to_string(field.line()) + ")");
+        throw InputError(fmt::format("{}: duplicate field '{}'{} (first given at line {})",
+                                     key_where, name, in, field.line()));
     entries_.emplace_back(name, Field(it->second, child_path(name), &self.origin()));
   }
 }
@@ -288,13 +285,14 @@ Field MapView::require(std::string_view key, std::string_view hint) const {
 }
 
 void MapView::fail_missing(std::string_view key, std::string_view hint) const {
-  std::string text = self_.where() + ": missing field '" + child_path(key) + "'";
-  if (!hint.empty()) text += " (" + std::string(hint) + ")";
-  throw InputError(text);
+  throw InputError(
+      hint.empty()
+          ? fmt::format("{}: missing field '{}'", self_.where(), child_path(key))
+          : fmt::format("{}: missing field '{}' ({})", self_.where(), child_path(key), hint));
 }
 
 std::string MapView::child_path(std::string_view key) const {
-  return self_.path().empty() ? std::string(key) : self_.path() + "." + std::string(key);
+  return self_.path().empty() ? std::string(key) : fmt::format("{}.{}", self_.path(), key);
 }
 
 }  // namespace parity::spec_yaml

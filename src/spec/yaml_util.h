@@ -13,17 +13,18 @@
 // public interface.
 #pragma once
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
 #include <filesystem>
-#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "parity/error.h"
 #include "parity/spec.h"
 
 namespace parity::spec_yaml {
@@ -54,6 +55,20 @@ std::string read_text_file(const std::filesystem::path& file, std::string_view w
 // YAML syntax errors become InputError "origin:line:col: YAML syntax error: ...".
 // what names the document in messages ("model spec").
 YAML::Node parse_document(std::string_view text, const std::string& origin, std::string_view what);
+
+// A spec (`what`: "model spec", "device spec") read from YAML text by parse(root, origin). Every
+// read goes through Field, so yaml-cpp's own exceptions are not expected; should one escape, it
+// still becomes an InputError naming the place.
+template <class Parse>
+auto parse_spec(std::string_view text, const std::string& origin, std::string_view what,
+                Parse parse) {
+  const YAML::Node root = parse_document(text, origin, what);
+  try {
+    return parse(root, origin);
+  } catch (const YAML::Exception& e) {
+    throw InputError(fmt::format("{}: cannot read {}: {}", location(origin, e.mark), what, e.msg));
+  }
+}
 
 class MapView;
 
@@ -87,24 +102,16 @@ class Field {
   double as_number(std::string_view expected) const;
   // true/false (any case) or yes/no.
   bool as_bool() const;
-  // A scalar equal to one of the names; the message lists them and suggests the closest.
-  template <class T>
-  T as_choice(std::initializer_list<std::pair<std::string_view, T>> choices) const;
-  // The same from an enum's name table (spec.h).
+  // A scalar equal to one of the names of an enum's name table (spec.h); the message lists
+  // them and suggests the closest.
   template <class T, std::size_t N>
-  T as_choice(const NamedValue<T> (&choices)[N]) const {
-    std::vector<std::pair<std::string_view, T>> v;
-    for (const auto& c : choices) v.emplace_back(c.name, c.value);
-    return choose(v);
-  }
+  T as_choice(const NamedValue<T> (&choices)[N]) const;
   // A list; each element's path is path[i].
   std::vector<Field> as_list(std::string_view expected) const;
   // A map with only the given keys; see MapView.
   MapView as_map(std::vector<std::string_view> known, std::string_view expected) const;
 
  private:
-  template <class T>
-  T choose(const std::vector<std::pair<std::string_view, T>>& choices) const;
   YAML::Node node_;
   std::string path_;
   const std::string* origin_;
@@ -133,21 +140,17 @@ class MapView {
   std::vector<std::pair<std::string, Field>> entries_;
 };
 
-template <class T>
-T Field::as_choice(std::initializer_list<std::pair<std::string_view, T>> choices) const {
-  return choose(std::vector<std::pair<std::string_view, T>>(choices));
-}
-
-template <class T>
-T Field::choose(const std::vector<std::pair<std::string_view, T>>& choices) const {
+template <class T, std::size_t N>
+T Field::as_choice(const NamedValue<T> (&choices)[N]) const {
   std::vector<std::string_view> names;
-  for (const auto& c : choices) names.push_back(c.first);
+  for (const auto& c : choices) names.push_back(c.name);
   if (node_.IsScalar()) {
     const std::string text = node_.Scalar();
     for (const auto& c : choices)
-      if (c.first == text) return c.second;
-    fail("expected " + (names.size() == 1 ? std::string(names[0]) : "one of " + join_or(names)) +
-         ", got '" + text + "'" + did_you_mean(text, names));
+      if (c.name == text) return c.value;
+    fail(fmt::format("expected {}, got '{}'{}",
+                     names.size() == 1 ? std::string(names[0]) : "one of " + join_or(names), text,
+                     did_you_mean(text, names)));
   }
   fail_expected("one of " + join_or(names));
 }

@@ -12,8 +12,12 @@ namespace parity {
 namespace {
 namespace fs = std::filesystem;
 
-DeviceSpec h200() { return find_device("h200", fs::path(PARITY_SOURCE_DIR) / "configs/devices"); }
-DeviceSpec mi350x() { return find_device("mi350x", fs::path(PARITY_SOURCE_DIR) / "configs/devices"); }
+DeviceSpec h200() {
+  return find_device("h200", fs::path(PARITY_SOURCE_DIR) / "configs/devices");
+}
+DeviceSpec mi350x() {
+  return find_device("mi350x", fs::path(PARITY_SOURCE_DIR) / "configs/devices");
+}
 
 TEST(Gemm, RooflineWithTileAndWaveQuantization) {
   const DeviceSpec d = h200();  // 132 SMs, bf16 989 TFLOP/s, 4.8 TB/s
@@ -60,7 +64,8 @@ TEST(Gemm, Tf32OnADeviceWithoutItThrows) {
 
 TEST(Embedding, UniqueRowsUniformIsExact) {
   EXPECT_DOUBLE_EQ(expected_unique_rows(1, IdDistribution::uniform, 0, 100), 1.0);
-  EXPECT_NEAR(expected_unique_rows(100, IdDistribution::uniform, 0, 50), 100 * (1 - std::pow(0.99, 50)), 1e-9);
+  EXPECT_NEAR(expected_unique_rows(100, IdDistribution::uniform, 0, 50),
+              100 * (1 - std::pow(0.99, 50)), 1e-9);
   EXPECT_NEAR(expected_unique_rows(40000000, IdDistribution::uniform, 0, 65536.0 * 3),
               40000000 * (1 - std::pow(1 - 1 / 4e7, 65536.0 * 3)), 1e-3);
   EXPECT_DOUBLE_EQ(expected_unique_rows(100, IdDistribution::uniform, 0, 0), 0.0);
@@ -71,7 +76,8 @@ double exact_zipf_unique(std::int64_t rows, double alpha, double n) {
   double h = 0;
   for (std::int64_t k = 1; k <= rows; ++k) h += std::pow(static_cast<double>(k), -alpha);
   double u = 0;
-  for (std::int64_t k = 1; k <= rows; ++k) u += -std::expm1(-n * std::pow(static_cast<double>(k), -alpha) / h);
+  for (std::int64_t k = 1; k <= rows; ++k)
+    u += -std::expm1(-n * std::pow(static_cast<double>(k), -alpha) / h);
   return u;
 }
 
@@ -101,6 +107,45 @@ TEST(Embedding, HotFraction) {
   EXPECT_DOUBLE_EQ(hot_fraction(1000, IdDistribution::zipf, 1.2, 5000), 1.0);
 }
 
+TEST(Embedding, SortBytesFollowTheMethodAndTheKeyBits) {
+  EXPECT_EQ(embedding_key_bits(0), 0);
+  EXPECT_EQ(embedding_key_bits(1), 1);
+  EXPECT_EQ(embedding_key_bits(1000000), 20);  // keys 0 .. 1000000
+  EXPECT_EQ(embedding_key_bits(204'184'588), 28);
+  EXPECT_EQ(default_radix_sort(h200()), RadixSort::vendor);
+  EXPECT_EQ(default_radix_sort(mi350x()), RadixSort::portable);
+  const double n = 1 << 20;
+  // One 8-bit pass per digit: 20 bits are 3 passes, 28 are 4, more than 32 count as 32.
+  // Vendor: a histogram pass over the 4-byte keys, then each pass reads and writes 8-byte pairs.
+  EXPECT_DOUBLE_EQ(radix_sort_bytes(RadixSort::vendor, n, 20), 4 * n + 3 * 16 * n);
+  EXPECT_DOUBLE_EQ(radix_sort_bytes(RadixSort::vendor, n, 28), 4 * n + 4 * 16 * n);
+  EXPECT_DOUBLE_EQ(radix_sort_bytes(RadixSort::vendor, n, 40), 4 * n + 4 * 16 * n);
+  // Portable: per pass the keys, the pairs read and written, and three passes over the
+  // 256 counts of each 4096-pair tile.
+  const double tiles = n / 4096;
+  EXPECT_DOUBLE_EQ(radix_sort_bytes(RadixSort::portable, n, 20), 3 * (20 * n + 12 * 256 * tiles));
+  EXPECT_DOUBLE_EQ(radix_sort_bytes(RadixSort::portable, 10, 8), 20 * 10 + 12 * 256);  // one tile
+}
+
+// The group count the benchmark divides by its time, stage by stage, by hand for two tables.
+TEST(Embedding, GroupTrafficByStage) {
+  const EmbeddingBatch::Table tables[] = {{128, 1000, 900}, {64, 3000, 100}};
+  EmbeddingBatch b{tables, 500, DType::f16, DType::bf16, OptimizerKind::adagrad, RadixSort::vendor,
+                   12};
+  const EmbeddingTraffic t = embedding_traffic(b);
+  const double n = 4000, u = 1000, offsets = 8 * (2 * 500 + 1);
+  EXPECT_DOUBLE_EQ(t.forward,
+                   offsets + 8 * n + (1000 * 128 + 3000 * 64) * 2 + 500 * (128 + 64) * 2);
+  // Keys: ids and offsets read, (key, bag) written; segments: keys read, starts written; the
+  // update reads both ends of each segment's start and the sorted pairs.
+  EXPECT_DOUBLE_EQ(t.ids_and_keys, 8 * n + offsets + 8 * n + 4 * n + 4 * u + 8 * u + 8 * n);
+  EXPECT_DOUBLE_EQ(t.sort, radix_sort_bytes(RadixSort::vendor, n, 12));
+  EXPECT_DOUBLE_EQ(t.gradients, 500 * (128 + 64) * 2);
+  // Adagrad: a float of state per element, read and written with the row.
+  EXPECT_DOUBLE_EQ(t.rows, 2 * 900 * 128 * (2 + 4) + 2 * 100 * 64 * (2 + 4));
+  EXPECT_DOUBLE_EQ(t.backward(), t.ids_and_keys + t.sort + t.gradients + t.rows);
+}
+
 TEST(Embedding, BytesAreTheOnesThatMustMove) {
   const DeviceSpec d = h200();
   Calibration c = default_calibration(d);
@@ -111,16 +156,21 @@ TEST(Embedding, BytesAreTheOnesThatMustMove) {
   w.lookups = 65536.0 * 20;
   w.weight_dtype = DType::f32;
   w.optimizer = OptimizerKind::rowwise_adagrad;
+  w.key_bits = 20;
   const EmbeddingCost e = embedding_cost(w, d, c);
   // forward: 8 B per id and per offset, a 512 B row per lookup, a 512 B output per bag.
-  EXPECT_DOUBLE_EQ(e.forward_bytes, w.lookups * 8 + w.bags * 8 + w.lookups * 512 + w.bags * 512);
+  EXPECT_DOUBLE_EQ(e.forward_bytes,
+                   w.lookups * 8 + (w.bags + 1) * 8 + w.lookups * 512 + w.bags * 512);
   const double u = expected_unique_rows(w.rows, w.distribution, 0, w.lookups);
   EXPECT_DOUBLE_EQ(e.unique_rows, u);
-  // backward: output grads once per bag, ids and sort traffic, each unique row and its
-  // one-float state read and written.
-  EXPECT_DOUBLE_EQ(e.backward_bytes, w.bags * 512 + w.lookups * (8 + c.sort_bytes_per_id) + 2 * u * (512 + 4));
+  // backward: the one-table group's traffic on the H200's sort: output grads once per bag,
+  // ids, keys and segments, the sort's 3 passes, each unique row and its one-float state read
+  // and written.
+  EXPECT_DOUBLE_EQ(e.backward_bytes, w.bags * 512 + 28 * w.lookups + 8 * (w.bags + 1) + 12 * u +
+                                         (4 + 3 * 16) * w.lookups + 2 * u * (512 + 4));
   const double copy = 4.8e12 * c.hbm_efficiency;
-  EXPECT_NEAR(e.forward_s, e.forward_bytes / (copy * c.embedding_forward_efficiency) + c.kernel_launch_s, 1e-12);
+  EXPECT_NEAR(e.forward_s,
+              e.forward_bytes / (copy * c.embedding_forward_efficiency) + c.kernel_launch_s, 1e-12);
   EXPECT_DOUBLE_EQ(e.host_bytes, 0);
   // fp16 halves the row bytes; full adagrad state is a row of floats.
   w.weight_dtype = DType::f16;
@@ -180,8 +230,11 @@ TEST(Calibration, FileOverridesAndBadFilesAreClear) {
     return std::string("(no error)");
   };
   std::string m = message("device: h200\nhbm_eficiency: 0.9\n");
-  EXPECT_NE(m.find(":2:1: unknown field 'hbm_eficiency' (did you mean 'hbm_efficiency'?)"), std::string::npos) << m;
-  m = message("device: h200\nhbm_efficiency: 0.5\nhbm_efficiency: 0.9\n");  // a repeated key is not silently taken
+  EXPECT_NE(m.find(":2:1: unknown field 'hbm_eficiency' (did you mean 'hbm_efficiency'?)"),
+            std::string::npos)
+      << m;
+  m = message("device: h200\nhbm_efficiency: 0.5\nhbm_efficiency: 0.9\n");  // a repeated key is not
+                                                                            // silently taken
   EXPECT_NE(m.find(":3:1:"), std::string::npos) << m;
   EXPECT_NE(m.find("hbm_efficiency"), std::string::npos) << m;
   m = message("device: h200\n[1]: 2\n");  // a key that is not a name: an InputError, not a crash

@@ -204,42 +204,4 @@ EmbeddingWorkspace::Stats EmbeddingWorkspace::last_stats(Stream_t stream) const 
   return Stats{c[0], c[1], c[2]};
 }
 
-// ------------------------------------------------------------- byte counts --
-
-double embedding_forward_bytes(std::span<const TableLayout> tables, DType weight_dtype, DType out_dtype,
-                               std::int64_t batch, std::span<const std::int64_t> nnz_per_table) {
-  double bytes = 8.0 * static_cast<double>(tables.size() * batch + 1);  // offsets
-  for (std::size_t t = 0; t < tables.size(); ++t) {
-    const double nnz = static_cast<double>(nnz_per_table[t]);
-    bytes += 8.0 * nnz;                                                                 // ids
-    bytes += nnz * tables[t].dim * static_cast<double>(dtype_size(weight_dtype));      // rows read
-    bytes += static_cast<double>(batch) * tables[t].dim * static_cast<double>(dtype_size(out_dtype));  // out
-  }
-  return bytes;
-}
-
-BackwardTraffic embedding_backward_bytes(std::span<const TableLayout> tables, DType weight_dtype, DType grad_dtype,
-                                         OptimizerKind kind, std::int64_t batch, std::int64_t nnz,
-                                         std::span<const std::int64_t> unique_per_table, SortMethod sort,
-                                         int key_bits) {
-  BackwardTraffic b;
-  const double n = static_cast<double>(nnz);
-  double unique = 0;
-  for (auto u : unique_per_table) unique += static_cast<double>(u);
-  const double bags = static_cast<double>(tables.size() * batch);
-  // Keys: read ids and offsets, write (key, bag). Segments: read keys, write starts. Rows kernel:
-  // read segment starts and the sorted (key, bag) pairs.
-  b.ids_and_keys = 8.0 * n + 8.0 * (bags + 1) + 8.0 * n + 4.0 * n + 4.0 * unique + 8.0 * unique + 8.0 * n;
-  b.sort = RadixSorter::traffic_bytes(sort, nnz, key_bits);
-  for (std::size_t t = 0; t < tables.size(); ++t) {
-    const double dim = tables[t].dim;
-    const double u = static_cast<double>(unique_per_table[t]);
-    b.gradients += static_cast<double>(batch) * dim * static_cast<double>(dtype_size(grad_dtype));
-    b.rows += 2.0 * u * dim * static_cast<double>(dtype_size(weight_dtype));
-    if (kind == OptimizerKind::adagrad) b.rows += 2.0 * u * dim * 4.0;
-    if (kind == OptimizerKind::rowwise_adagrad) b.rows += 2.0 * u * 4.0;
-  }
-  return b;
-}
-
 }  // namespace parity::gpu

@@ -192,20 +192,4 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, W
                                const OptimizerParams& opt, const UpdateOptions& update,
                                EmbeddingWorkspace& workspace);
 
-// Bytes the forward must move: ids and offsets read, every looked-up row read, outputs written.
-double embedding_forward_bytes(std::span<const TableLayout> tables, DType weight_dtype, DType out_dtype,
-                               std::int64_t batch, std::span<const std::int64_t> nnz_per_table);
-// Sizes of the four kernel families, used for benchmark byte counts.
-struct BackwardTraffic {
-  double ids_and_keys = 0;  // ids + offsets read, keys/values written, segments
-  double sort = 0;          // radix sort passes
-  double gradients = 0;     // dout read once per (bag, table)
-  double rows = 0;          // weights and optimizer state of the distinct rows, read and written
-  double total() const { return ids_and_keys + sort + gradients + rows; }
-};
-BackwardTraffic embedding_backward_bytes(std::span<const TableLayout> tables, DType weight_dtype,
-                                         DType grad_dtype, OptimizerKind kind, std::int64_t batch,
-                                         std::int64_t nnz, std::span<const std::int64_t> unique_per_table,
-                                         SortMethod sort, int key_bits);
-
 }  // namespace parity::gpu

@@ -6,6 +6,7 @@
 
 #include "backend/gpu/launch.h"
 #include "backend/gpu/scan.cuh"
+#include "parity/perf.h"
 
 #if defined(PARITY_GPU_CUDA)
 #include <cub/device/device_radix_sort.cuh>
@@ -38,6 +39,9 @@ namespace {
 constexpr int kSortThreads = 256;
 constexpr int kSortItems = 16;  // consecutive rounds of one warp-wide load each
 constexpr std::int64_t kSortTile = std::int64_t{kSortThreads} * kSortItems;
+// The bytes the sort moves are counted on the host (radix_sort_bytes, parity/perf.h), per tile.
+static_assert(kSortTile == kPortableSortTile,
+              "radix_sort_bytes counts the digit counts of this tile");
 constexpr int kRadix = 256;
 static_assert(kSortThreads == kRadix, "one thread per digit in the per-tile steps");
 
@@ -217,19 +221,6 @@ int RadixSorter::sort_pairs(Stream_t stream, std::uint32_t* const keys[2], std::
     cur = 1 - cur;
   }
   return cur;
-}
-
-double RadixSorter::traffic_bytes(SortMethod method, std::int64_t n, int end_bit) {
-  const int passes = (std::min(end_bit, 32) + 7) / 8;
-  const double nd = static_cast<double>(n);
-  if (resolve_sort_method(method) == SortMethod::vendor) {
-    // One histogram pass over the keys, then per pass read and write keys and values.
-    return 4.0 * nd + passes * 16.0 * nd;
-  }
-  const double tiles = static_cast<double>(sort_tiles(n));
-  // Per pass: up-sweep reads keys; down-sweep reads and writes pairs; the scan reads the counts
-  // twice and writes them once.
-  return passes * (4.0 * nd + 16.0 * nd + 3.0 * 4.0 * kRadix * tiles);
 }
 
 }  // namespace parity::gpu

@@ -40,10 +40,6 @@ class RadixSorter {
   int sort_pairs(Stream_t stream, std::uint32_t* const keys[2], std::uint32_t* const values[2], std::int64_t n,
                  int end_bit);
 
-  // Bytes of device memory this sort reads and writes for n pairs and end_bit (for the benchmarks'
-  // byte counts; the vendor figure is our estimate of its one-sweep passes).
-  static double traffic_bytes(SortMethod method, std::int64_t n, int end_bit);
-
  private:
   SortMethod method_;
   std::int64_t max_n_;

@@ -1,0 +1,57 @@
+// The parts of the planner's search (planner.cpp) that lay the tables out for one recipe:
+// how they are split and spread over the GPUs (sharding.cpp), and which move to host memory
+// when a device is full (placement.cpp).
+#pragma once
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "parity/plan.h"
+
+namespace parity::detail {
+
+inline std::string gb(double bytes) {
+  return fmt::format("{:.1f} GB", bytes / 1e9);
+}
+
+// Bytes of a whole table with its optimizer state.
+inline double table_bytes(const TablePlan& tp, const TableSpec& ts) {
+  return static_cast<double>(ts.rows) * (ts.dim * static_cast<double>(dtype_size(tp.dtype)) +
+                                         optimizer_state_bytes_per_row(tp.optimizer, ts.dim));
+}
+
+// How tables are split and spread over several GPUs. The variants do not depend on the
+// device's memory size: memory only decides which tables the fit step moves to the host,
+// coldest first. So a device with more HBM is offered the same candidates, each needing
+// no more host placement than before, and the best predicted throughput can only rise.
+struct ShardingVariant {
+  double split_share = 1.0;    // split a table whose cost exceeds this share of a device's
+  double split_bytes = 0;      // split every table larger than this (0: by cost alone)
+  bool balance_bytes = false;  // spread pieces by bytes instead of by cost
+};
+
+// Searched when there are several GPUs. Splitting at a fraction of the fair share gives the
+// balancing finer pieces; splitting every large table spreads memory; balancing by bytes
+// keeps the devices' memory even.
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+inline constexpr ShardingVariant kShardingVariants[] = {
+    {1.0, 0, false},        {0.5, 0, false},       {1.0, 8 * kGiB, false},
+    {0.5, 8 * kGiB, false}, {1.0, 8 * kGiB, true}, {0.25, 2 * kGiB, false},
+};
+
+// Sets the sharding and shards of every table of `p` (p.gpus > 1, p's batch, dtypes and
+// optimizer set), all in HBM.
+void shard_tables(Plan& p, const ShardingVariant& variant, const ModelSpec& m,
+                  const DeviceSpec& dev, const Calibration& cal);
+
+struct Fit {
+  bool feasible = false;
+  std::string why;       // when not feasible
+  double shortfall = 0;  // bytes over budget on the worst device (or host)
+};
+// Moves the coldest tables of over-full devices to host memory until every device fits,
+// then gives each device's spare HBM to its host-placed tables as cache.
+Fit fit_memory(Plan& p, const ModelSpec& m, const DeviceSpec& dev, const Calibration& cal);
+
+}  // namespace parity::detail
