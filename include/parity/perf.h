@@ -21,7 +21,7 @@ namespace parity {
 // architecture family (src/perf/calibration.cpp, each value with its origin); a
 // calibration file measured on the device overrides any of them.
 struct Calibration {
-  std::string source;                      // where the values came from
+  std::string source;  // where the values came from
   // Dense matrix products: achieved fraction of the datasheet peak at large sizes.
   double gemm_efficiency_fp32 = 0;
   double gemm_efficiency_tf32 = 0;
@@ -35,17 +35,17 @@ struct Calibration {
   // Bytes of device-memory traffic per id for sorting ids in the backward (radix sort
   // of (key, position) pairs, all passes, reads and writes).
   double sort_bytes_per_id = 0;
-  double host_link_efficiency = 0;         // achieved fraction of host_link_bandwidth
-  double scale_up_efficiency = 0;          // nccl-tests busbw / link bandwidth, scale-up
-  double scale_out_efficiency = 0;         // same across domains
-  double collective_latency_up_s = 0;      // fixed cost of one collective within a domain
-  double collective_latency_out_s = 0;     // across domains
-  double kernel_launch_s = 0;              // per kernel launch (no graph capture)
-  double allreduce_overlap = 0;            // fraction of dense backward time that hides the
-                                           // dense-gradient all-reduce (bucketed, as DDP)
-  double workspace_bytes = 0;              // GEMM workspace, sort temporaries
-  double reserved_bytes = 0;               // runtime context, collective buffers, allocator
-                                           // slack: absolute bytes, not a percentage
+  double host_link_efficiency = 0;      // achieved fraction of host_link_bandwidth
+  double scale_up_efficiency = 0;       // nccl-tests busbw / link bandwidth, scale-up
+  double scale_out_efficiency = 0;      // same across domains
+  double collective_latency_up_s = 0;   // fixed cost of one collective within a domain
+  double collective_latency_out_s = 0;  // across domains
+  double kernel_launch_s = 0;           // per kernel launch (no graph capture)
+  double allreduce_overlap = 0;         // fraction of dense backward time that hides the
+                                        // dense-gradient all-reduce (bucketed, as DDP)
+  double workspace_bytes = 0;           // GEMM workspace, sort temporaries
+  double reserved_bytes = 0;            // runtime context, collective buffers, allocator
+                                        // slack: absolute bytes, not a percentage
 
   double gemm_efficiency(DenseMath m) const;
 };
@@ -73,11 +73,11 @@ struct GemmTile {
 
 struct GemmEstimate {
   double seconds = 0;
-  double compute_s = 0;     // with tile and wave quantization
+  double compute_s = 0;  // with tile and wave quantization
   double memory_s = 0;
-  GemmTile tile;            // the candidate ranked first
+  GemmTile tile;  // the candidate ranked first
   double waves = 0;
-  double flops = 0;         // 2mnk
+  double flops = 0;  // 2mnk
   double bytes = 0;
 };
 
@@ -88,6 +88,9 @@ GemmEstimate gemm_time(const GemmShape& s, const GemmTile& tile, const DeviceSpe
                        const Calibration& cal);
 // The fastest candidate; deterministic (ties go to the earlier candidate).
 GemmEstimate gemm_best(const GemmShape& s, const DeviceSpec& device, const Calibration& cal);
+
+// Bytes of one product operand under a dense math: 2 for bf16 and fp16, 4 for fp32 and tf32.
+double dense_operand_bytes(DenseMath m);
 
 // A memory-bound pass moving `bytes` (plus one launch).
 double memory_pass_time(double bytes, const DeviceSpec& device, const Calibration& cal);
@@ -104,15 +107,16 @@ std::string_view placement_name(Placement p);
 
 // The work of one table shard on one device for one step.
 struct EmbeddingShardWork {
-  std::int64_t rows = 0;       // rows in the shard
-  int dim = 0;                 // columns in the shard
-  double bags = 0;             // pooled outputs produced per step
-  double lookups = 0;          // ids looked up per step
+  std::int64_t rows = 0;  // rows in the shard
+  int dim = 0;            // columns in the shard
+  double bags = 0;        // pooled outputs produced per step
+  double lookups = 0;     // ids looked up per step
   DType weight_dtype = DType::f32;
-  DType io_dtype = DType::f32;  // the pooled outputs and their gradients (bf16 under bf16 math with DCNv2)
+  DType io_dtype =
+      DType::f32;  // the pooled outputs and their gradients (bf16 under bf16 math with DCNv2)
   OptimizerKind optimizer = OptimizerKind::rowwise_adagrad;
   Placement placement = Placement::hbm;
-  double cache_rows = 0;       // host placement: rows cached in HBM
+  double cache_rows = 0;  // host placement: rows cached in HBM
   IdDistribution distribution = IdDistribution::uniform;
   double zipf_alpha = 0;
 };

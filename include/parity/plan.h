@@ -22,7 +22,7 @@ enum class Sharding : std::uint8_t { table, row, column, replicated };
 std::string_view sharding_name(Sharding s);
 
 struct ShardPlan {
-  int device = 0;                 // rank holding the shard (replicated: every rank, -1)
+  int device = 0;  // rank holding the shard (replicated: every rank, -1)
   std::int64_t row_begin = 0, row_end = 0;
   int col_begin = 0, col_end = 0;
 };
@@ -33,18 +33,18 @@ struct TablePlan {
   OptimizerKind optimizer = OptimizerKind::rowwise_adagrad;
   Sharding sharding = Sharding::table;
   Placement placement = Placement::hbm;
-  std::int64_t cache_rows = 0;    // host placement: rows cached in HBM (per shard)
+  std::int64_t cache_rows = 0;  // host placement: rows cached in HBM (per shard)
   std::vector<ShardPlan> shards;
 };
 
 struct RecipeChange {
-  std::string what;    // "embedding optimizer", "table dtype", "global batch", "dense math", ...
+  std::string what;  // "embedding optimizer", "table dtype", "global batch", "dense math", ...
   std::string from, to;
   std::string reason;
 };
 
 struct KernelChoice {
-  std::string op;      // e.g. "top_mlp.0 forward"
+  std::string op;  // e.g. "top_mlp.0 forward"
   std::int64_t m = 0, n = 0, k = 0;
   int tile_m = 0, tile_n = 0;
   double predicted_s = 0;
@@ -52,21 +52,21 @@ struct KernelChoice {
 
 struct Prediction {
   double step_s = 0;
-  double examples_per_s = 0;          // whole job
+  double examples_per_s = 0;  // whole job
   double examples_per_s_per_gpu = 0;
-  std::map<std::string, double> time_s;       // by op category (critical path)
-  std::map<std::string, double> memory_bytes; // by category, on the fullest device
-  double peak_memory_bytes = 0;               // fullest device
-  std::vector<double> device_memory_bytes;    // every device
+  std::map<std::string, double> time_s;        // by op category (critical path)
+  std::map<std::string, double> memory_bytes;  // by category, on the fullest device
+  double peak_memory_bytes = 0;                // fullest device
+  std::vector<double> device_memory_bytes;     // every device
   int peak_device = 0;
-  double memory_budget_bytes = 0;             // HBM per device
-  double host_memory_bytes = 0;               // host memory used per GPU (host-placed tables)
+  double memory_budget_bytes = 0;  // HBM per device
+  double host_memory_bytes = 0;    // host memory used per GPU (host-placed tables)
 };
 
 struct Plan {
-  std::string model;                 // model name
-  std::string model_file;            // where the model was loaded from
-  std::string device;                // catalog key
+  std::string model;       // model name
+  std::string model_file;  // where the model was loaded from
+  std::string device;      // catalog key
   int gpus = 1;
   std::int64_t per_device_batch = 0;
   std::int64_t global_batch = 0;
@@ -76,7 +76,7 @@ struct Plan {
   std::vector<RecipeChange> changes;
   std::vector<KernelChoice> kernels;
   Prediction prediction;
-  std::string calibration;           // calibration source
+  std::string calibration;  // calibration source
 };
 
 struct PlannerOptions {
@@ -85,6 +85,25 @@ struct PlannerOptions {
   // batch_size, when the reference batch does not fit.
   int max_batch_halvings = 6;
 };
+
+// One dense op of a training step as the engine's step profile names it, with what the
+// performance model predicts for it on one device.
+struct OpCost {
+  std::string category;  // the step profile's: "mlp", "interaction", "loss"
+  std::string op;        // the step profile's op names: "bottom.0 forward", "top.2 backward",
+                         // "cross.1 forward", "dot backward", "loss"
+  double flops = 0;      // of the matrix products in the op
+  double bytes = 0;      // device-memory bytes the op moves (products' operands and outputs,
+                         // elementwise passes)
+  double seconds = 0;    // predicted
+};
+
+// The dense ops of one step in the order the engine runs them (forward, loss, backward), each
+// with its products and elementwise passes on `dev`. The plan's mlp, interaction and loss times
+// are their sums by category (evaluate_plan), so a benchmark can print each op's prediction
+// beside its measurement.
+std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_batch,
+                                   DenseMath math, const DeviceSpec& dev, const Calibration& cal);
 
 // The predicted step of a plan: time by category and memory by category. Throws
 // InputError if the plan does not match the model (tables, shards) or the device.

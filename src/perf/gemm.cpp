@@ -1,8 +1,8 @@
 // GEMM time: a roofline per candidate tile with tile quantization (the problem padded
 // to whole tiles) and wave quantization (tiles run in waves of CUs x concurrent tiles),
 // plus one launch; split-K candidates cut k into slices (more tiles for a small m x n) and pay
-// for their partial results and a second launch. Ranking the candidates by this time is the zero-warm-up selection:
-// no timing runs, and the same shape always gets the same answer.
+// for their partial results and a second launch. Ranking the candidates by this time is the
+// zero-warm-up selection: no timing runs, and the same shape always gets the same answer.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,11 +10,10 @@
 #include "parity/perf.h"
 
 namespace parity {
-namespace {
 
-double math_bytes(DenseMath m) { return m == DenseMath::bf16 || m == DenseMath::fp16 ? 2.0 : 4.0; }
-
-}  // namespace
+double dense_operand_bytes(DenseMath m) {
+  return m == DenseMath::bf16 || m == DenseMath::fp16 ? 2.0 : 4.0;
+}
 
 std::vector<GemmTile> gemm_candidates(const DeviceSpec& device, DenseMath math) {
   std::vector<GemmTile> tiles;
@@ -49,8 +48,8 @@ GemmEstimate gemm_time(const GemmShape& s, const GemmTile& tile, const DeviceSpe
   if (s.m <= 0 || s.n <= 0 || s.k <= 0) return e;
   const double peak = device.dense_flops(s.math) * cal.gemm_efficiency(s.math);
   const double cus = device.compute_units.value;
-  const double tiles = std::ceil(static_cast<double>(s.m) / tile.m) *
-                       std::ceil(static_cast<double>(s.n) / tile.n);
+  const double tiles =
+      std::ceil(static_cast<double>(s.m) / tile.m) * std::ceil(static_cast<double>(s.n) / tile.n);
   const double slots = cus * tile.ctas_per_cu;
   const int split = std::max(tile.split_k, 1);
   e.flops = 2.0 * static_cast<double>(s.m) * s.n * s.k;
@@ -64,9 +63,10 @@ GemmEstimate gemm_time(const GemmShape& s, const GemmTile& tile, const DeviceSpe
   e.waves = std::ceil(tiles * split / slots);
   // One wave: every slot computes a full tile (of one k slice) at 1/slots of the device's rate.
   e.compute_s = e.waves * (2.0 * tile.m * tile.n * slice_k) * slots / peak;
-  const double sz = math_bytes(s.math);
+  const double sz = dense_operand_bytes(s.math);
   e.bytes = (static_cast<double>(s.m) * s.k + static_cast<double>(s.k) * s.n +
-             static_cast<double>(s.m) * s.n) * sz;
+             static_cast<double>(s.m) * s.n) *
+            sz;
   // Split-K: the slices' fp32 partial results are written, then read by the reduction.
   if (split > 1) e.bytes += 2.0 * split * static_cast<double>(s.m) * s.n * 4.0;
   e.memory_s = e.bytes / (device.hbm_bandwidth.value * cal.hbm_efficiency);

@@ -10,105 +10,33 @@
 #include <cmath>
 #include <numeric>
 
-#include "parity/error.h"
+#include "dense_cost.h"
 #include "parity/backend.h"
+#include "parity/error.h"
 #include "parity/plan.h"
 #include "shard_work.h"
 
 namespace parity {
 namespace {
 
-double math_bytes(DenseMath m) { return m == DenseMath::bf16 || m == DenseMath::fp16 ? 2.0 : 4.0; }
-
-struct DenseWork {
-  double mlp_s = 0, mlp_backward_s = 0, interaction_s = 0, interaction_backward_s = 0;
-  double loss_s = 0;
-  double saved_bytes_per_example = 0;   // activations kept for the backward
-  double grad_bytes_per_example = 0;    // gradients and gradient scratch
+// The dense ops' predicted time by category, forward and backward apart (the all-reduce hides
+// behind the backward).
+struct DenseTime {
+  std::map<std::string, double> forward, backward;
+  double total(const std::string& category) const {
+    return value(forward, category) + value(backward, category);
+  }
+  static double value(const std::map<std::string, double>& m, const std::string& k) {
+    const auto it = m.find(k);
+    return it == m.end() ? 0.0 : it->second;
+  }
 };
 
-DenseWork dense_work(const ModelSpec& m, std::int64_t b, DenseMath math, const DeviceSpec& dev,
-                     const Calibration& cal) {
-  DenseWork w;
-  auto gemm = [&](std::int64_t mm, std::int64_t nn, std::int64_t kk) {
-    return gemm_best({mm, nn, kk, math}, dev, cal).seconds;
-  };
-  // What the implementation moves besides the products (GpuBackend, measured with the step profile,
-  // docs/perf/training.md). Activations are stored in the product operands' type (`s` bytes: bf16
-  // under bf16 math, where the products read and write them as they are; fp32 otherwise), except
-  // the dot interaction's input and output (fp32); gradients are fp32. The data's dense features
-  // (fp32) are converted for the first product (read 4 bytes, write 2).
-  const double s = math_bytes(math);
-  const bool narrow = s < 4.0;
-  const double convert = narrow ? 6.0 : 0.0;  // bytes per element of one fp32 -> bf16 conversion
-  // A gradient the products read: its bf16 copy under narrow math, else itself.
-  const double grad_operand = narrow ? 2.0 : 4.0;
-  const bool dcn = m.interaction.kind == InteractionKind::dcnv2;
-  // With DCNv2 x0 and the cross stack's gradients (dx0 included) are stored like the activations;
-  // the dot interaction's input, output and their gradients are fp32 (its kernels read fp32).
-  const double sg = dcn ? s : 4.0;
-  double widest = std::max(m.dense_features, m.interaction_output_dim());
-  auto mlp = [&](const std::string& name, const std::vector<int>& sizes, int in, bool first_needs_dx) {
-    for (std::size_t i = 0; i < sizes.size(); ++i) {
-      const int out = sizes[i];
-      w.mlp_s += gemm(b, out, in);
-      // fp32 inputs of a product are converted once: the data's dense features, and the dot
-      // interaction's output.
-      if (i == 0 && (name == "bottom_mlp" || !dcn)) w.mlp_s += memory_pass_time(static_cast<double>(b) * in * convert, dev, cal);
-      if (i > 0 || first_needs_dx) w.mlp_backward_s += gemm(b, in, out);
-      w.mlp_backward_s += gemm(out, in, b);
-      // ReLU mask of the gradient (read y and dy, write dz as the products read it) with dbias
-      // summed in the same pass; without ReLU, dbias is a pass over dy (and dy is converted).
-      const bool relu = name == "bottom_mlp" || i + 1 < sizes.size();
-      const double dy = name == "bottom_mlp" && i + 1 == sizes.size() ? sg : 4.0;  // the last bottom layer's dy is dx0
-      const double bytes = relu ? s + dy + grad_operand : 4.0 + convert;
-      w.mlp_backward_s += memory_pass_time(static_cast<double>(b) * out * bytes, dev, cal);
-      const bool logits = name == "top_mlp" && i + 1 == sizes.size();
-      w.saved_bytes_per_example += out * (logits ? 4.0 : s);
-      widest = std::max<double>(widest, out);
-      in = out;
-    }
-  };
-  mlp("bottom_mlp", m.bottom_mlp, m.dense_features, false);
-  const std::int64_t n = m.interaction_input_dim();
-  if (m.interaction.kind == InteractionKind::dcnv2) {
-    w.saved_bytes_per_example += static_cast<double>(n) * s;  // x0
-    const std::int64_t r = m.interaction.low_rank;
-    for (int l = 0; l < m.interaction.cross_layers; ++l) {
-      w.interaction_s += gemm(b, r, n) + gemm(b, n, r);
-      // x_next = x0 * z + xl (read 3, write 1, activations).
-      w.interaction_s += memory_pass_time(static_cast<double>(b) * 4.0 * s * n, dev, cal);
-      // dz = g * x0 and dx0 += g * z (read g, x0, z and dx0, except in the last layer, which
-      // starts dx0; write dz as the products read it, and dx0) with dbias summed in the same
-      // pass; dxl = g + du * v reads g (layer 0: dx0) as the product's addend and writes dxl
-      // (layer 0: into dx0). du is written by its product as the next ones read it. The
-      // gradients g, dx0 and dxl are stored like the activations (s bytes).
-      const double dx0_read = l + 1 == m.interaction.cross_layers ? 0.0 : s;
-      w.interaction_backward_s += memory_pass_time(
-          static_cast<double>(b) * n * (s + 2.0 * s + dx0_read + grad_operand + s + 2.0 * s), dev, cal);
-      w.interaction_backward_s += gemm(n, r, b) + gemm(b, r, n) +
-                                  gemm(r, n, b) + gemm(b, n, r);
-      w.saved_bytes_per_example += (2.0 * n + r) * s;  // z, x_next, u
-    }
-    // The second gradient buffer between cross layers (s bytes), the backend's dz scratch (fp32,
-    // plus its bf16 copy under a 16-bit math).
-    w.grad_bytes_per_example += static_cast<double>(n) * (s + 4.0 + (narrow ? 2.0 : 0.0));
-  } else {
-    w.saved_bytes_per_example += static_cast<double>(n) * 4.0;  // x0 (fp32 for the dot kernels)
-    const double f = m.num_tables() + 1;
-    const double d = m.bottom_mlp.back();
-    const double flops = 2.0 * b * f * f * d;
-    const double peak = dev.dense_flops(math) * cal.gemm_efficiency(math);
-    const double bytes = static_cast<double>(b) * (f * d + m.interaction_output_dim()) * 4.0;  // fp32 (dense_work)
-    w.interaction_s += std::max(flops / peak, memory_pass_time(bytes, dev, cal));
-    w.interaction_backward_s += std::max(2 * flops / peak, memory_pass_time(2 * bytes, dev, cal));
-    w.saved_bytes_per_example += m.interaction_output_dim() * 4.0;
-  }
-  mlp("top_mlp", m.top_mlp, m.interaction_output_dim(), true);
-  w.loss_s = memory_pass_time(static_cast<double>(b) * 12, dev, cal);
-  // dx0 and the interaction output's gradient (sg), the MLP backward's fp32 ping-pong pair.
-  w.grad_bytes_per_example += (static_cast<double>(n) + m.interaction_output_dim()) * sg + 2 * widest * 4.0;
-  return w;
+DenseTime dense_time(const std::vector<OpCost>& ops) {
+  DenseTime t;
+  for (const OpCost& op : ops)
+    (op.op.ends_with(" backward") ? t.backward : t.forward)[op.category] += op.seconds;
+  return t;
 }
 
 const TableSpec& table_of(const ModelSpec& m, const std::string& name, const std::string& where) {
@@ -121,10 +49,14 @@ const TableSpec& table_of(const ModelSpec& m, const std::string& name, const std
 
 std::string_view sharding_name(Sharding s) {
   switch (s) {
-    case Sharding::table: return "table";
-    case Sharding::row: return "row";
-    case Sharding::column: return "column";
-    case Sharding::replicated: return "replicated";
+    case Sharding::table:
+      return "table";
+    case Sharding::row:
+      return "row";
+    case Sharding::column:
+      return "column";
+    case Sharding::replicated:
+      return "replicated";
   }
   return "?";
 }
@@ -146,15 +78,19 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   p.memory_budget_bytes = dev.hbm_bytes.value;
 
   // ---- dense part (replicated: the same on every device) ----
-  const DenseWork dw = dense_work(m, plan.per_device_batch, plan.dense_math, dev, cal);
+  const DenseTime dt =
+      dense_time(dense_op_costs(m, plan.per_device_batch, plan.dense_math, dev, cal));
+  const detail::DenseMemory dm = detail::dense_memory(m, plan.dense_math);
   const double P = static_cast<double>(m.dense_parameters());
   const int k = optimizer_state_per_element(m.dense_optimizer.kind);
   const bool low = plan.dense_math == DenseMath::bf16 || plan.dense_math == DenseMath::fp16;
   const double opt_bytes = P * (4 * 3 + 8.0 * k) + (low ? P * 2 : 0);
   const double t_opt = memory_pass_time(opt_bytes, dev, cal);
   const double t_allreduce = collective_time(Collective::all_reduce, P * 4, W, dev, cal);
-  const double dense_backward = dw.mlp_backward_s + dw.interaction_backward_s;
-  const double exposed_allreduce = std::max(0.0, t_allreduce - cal.allreduce_overlap * dense_backward);
+  const double dense_backward =
+      DenseTime::value(dt.backward, "mlp") + DenseTime::value(dt.backward, "interaction");
+  const double exposed_allreduce =
+      std::max(0.0, t_allreduce - cal.allreduce_overlap * dense_backward);
 
   // ---- embeddings, per device ----
   std::vector<double> fwd(W, 0), bwd(W, 0), host(W, 0), a2a_send(W, 0), rs_bytes(W, 0);
@@ -164,8 +100,10 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   std::size_t memo_table = static_cast<std::size_t>(-1);
   // The engine stores x0 (the pooled outputs) and its gradient like the activations: bf16 under a
   // 16-bit dense math with DCNv2, fp32 for the dot interaction's kernels.
-  const DType emb_io = math_bytes(plan.dense_math) < 4.0 && m.interaction.kind == InteractionKind::dcnv2 ? DType::bf16
-                                                                                                       : DType::f32;
+  const DType emb_io =
+      dense_operand_bytes(plan.dense_math) < 4.0 && m.interaction.kind == InteractionKind::dcnv2
+          ? DType::bf16
+          : DType::f32;
   EmbeddingShardWork memo;
   EmbeddingCost memo_cost;
   for (std::size_t i = 0; i < plan.tables.size(); ++i) {
@@ -179,8 +117,9 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
     const double L = ts.pooling_size;
     auto add_shard = [&](int d, std::int64_t rows, int dim, double bags, double lookups,
                          bool exchanged) {
-      if (d < 0 || d >= W) throw InputError(tw + ": shard on device " + std::to_string(d) +
-                                            ", expected 0.." + std::to_string(W - 1));
+      if (d < 0 || d >= W)
+        throw InputError(tw + ": shard on device " + std::to_string(d) + ", expected 0.." +
+                         std::to_string(W - 1));
       const EmbeddingShardWork w = detail::shard_work(tp, ts, rows, dim, bags, lookups, emb_io);
       // Row shards of one table share (rows, lookups): compute their cost once.
       const bool same = i == memo_table && rows == memo.rows && dim == memo.dim &&
@@ -205,7 +144,8 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
         state_mem[d] += cached * state_row;
         host_mem[d] += rows * row_bytes;
       }
-      index_mem[d] += lookups * (8 + 2 * 12) + bags * 8;  // ids, sort pairs (double-buffered), offsets
+      index_mem[d] +=
+          lookups * (8 + 2 * 12) + bags * 8;  // ids, sort pairs (double-buffered), offsets
       if (exchanged) {
         a2a_send[d] += bags * dim * 4;
         io_mem[d] += 2 * bags * dim * 4;  // outputs out, gradients in
@@ -219,7 +159,8 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
     };
     switch (tp.sharding) {
       case Sharding::table: {
-        if (tp.shards.size() != 1) throw InputError(tw + ": table sharding needs exactly one shard");
+        if (tp.shards.size() != 1)
+          throw InputError(tw + ": table sharding needs exactly one shard");
         whole(tp.shards[0]);
         add_shard(tp.shards[0].device, ts.rows, ts.dim, G, G * L, true);
         break;
@@ -234,8 +175,9 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
           cols += s.col_end - s.col_begin;
           add_shard(s.device, ts.rows, s.col_end - s.col_begin, G, G * L, true);
         }
-        if (cols != ts.dim) throw InputError(tw + ": column shards cover " + std::to_string(cols) +
-                                             " of " + std::to_string(ts.dim) + " columns");
+        if (cols != ts.dim)
+          throw InputError(tw + ": column shards cover " + std::to_string(cols) + " of " +
+                           std::to_string(ts.dim) + " columns");
         break;
       }
       case Sharding::row: {
@@ -251,27 +193,30 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
           rs_bytes[s.device] += G * ts.dim * 4;
           io_mem[s.device] += 2 * G * ts.dim * 4;
         }
-        if (rows != ts.rows) throw InputError(tw + ": row shards cover " + std::to_string(rows) +
-                                              " of " + std::to_string(ts.rows) + " rows");
+        if (rows != ts.rows)
+          throw InputError(tw + ": row shards cover " + std::to_string(rows) + " of " +
+                           std::to_string(ts.rows) + " rows");
         break;
       }
       case Sharding::replicated: {
         if (tp.shards.size() != static_cast<std::size_t>(W))
-          throw InputError(tw + ": a replicated table needs one shard per GPU (" + std::to_string(W) + ")");
+          throw InputError(tw + ": a replicated table needs one shard per GPU (" +
+                           std::to_string(W) + ")");
         for (const auto& s : tp.shards) whole(s);
         for (int d = 0; d < W; ++d) add_shard(d, ts.rows, ts.dim, b, b * L, false);
         // Every replica's gradient is all-reduced and every row updated.
         replicated_allreduce_bytes += static_cast<double>(ts.rows) * ts.dim * 4;
-        replicated_s += memory_pass_time(static_cast<double>(ts.rows) *
-                                             (ts.dim * (2 * sw + 4) +
-                                              2 * optimizer_state_bytes_per_row(tp.optimizer, ts.dim)),
-                                         dev, cal);
+        replicated_s += memory_pass_time(
+            static_cast<double>(ts.rows) *
+                (ts.dim * (2 * sw + 4) + 2 * optimizer_state_bytes_per_row(tp.optimizer, ts.dim)),
+            dev, cal);
         break;
       }
     }
   }
   if (replicated_allreduce_bytes > 0)
-    replicated_s += collective_time(Collective::all_reduce, replicated_allreduce_bytes, W, dev, cal);
+    replicated_s +=
+        collective_time(Collective::all_reduce, replicated_allreduce_bytes, W, dev, cal);
 
   const double emb_fwd = *std::max_element(fwd.begin(), fwd.end());
   const double emb_bwd = *std::max_element(bwd.begin(), bwd.end());
@@ -279,15 +224,14 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   const double send = *std::max_element(a2a_send.begin(), a2a_send.end());
   const double rs = *std::max_element(rs_bytes.begin(), rs_bytes.end());
   const double a2a = W > 1 ? 2 * (collective_time(Collective::all_to_all, send, W, dev, cal) +
-                                   collective_time(Collective::reduce_scatter, rs, W, dev, cal))
+                                  collective_time(Collective::reduce_scatter, rs, W, dev, cal))
                            : 0;
 
   p.time_s["embedding_forward"] = emb_fwd;
   p.time_s["embedding_backward"] = emb_bwd + replicated_s;
   if (emb_host > 0) p.time_s["embedding_host_traffic"] = emb_host;
-  p.time_s["mlp"] = dw.mlp_s + dw.mlp_backward_s;
-  p.time_s["interaction"] = dw.interaction_s + dw.interaction_backward_s;
-  p.time_s["loss"] = dw.loss_s;
+  for (const char* category : {"mlp", "interaction", "loss"})
+    p.time_s[category] = dt.total(category);
   p.time_s["dense_optimizer"] = t_opt;
   if (W > 1) {
     p.time_s["embedding_exchange"] = a2a;
@@ -301,7 +245,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   // ---- memory: the fullest device ----
   // Saved activations in their storage type (dense_work), fp32 gradient scratch.
   const double dense_mem = P * 4 * (2 + k) + (low ? P * 2 : 0);
-  const double act_mem = b * (dw.saved_bytes_per_example + dw.grad_bytes_per_example);
+  const double act_mem = b * (dm.saved_bytes_per_example + dm.grad_bytes_per_example);
   const double pooled_mem = 2 * b * m.embedding_output_dim() * 4;  // received outputs, their grads
   double worst = -1;
   for (int d = 0; d < W; ++d) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "parity/error.h"
@@ -15,8 +16,12 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kConfigs = fs::path(PARITY_SOURCE_DIR) / "configs";
-DeviceSpec device(const std::string& key) { return find_device(key, kConfigs / "devices"); }
-ModelSpec model(const std::string& name) { return load_model_spec(kConfigs / "models" / (name + ".yaml")); }
+DeviceSpec device(const std::string& key) {
+  return find_device(key, kConfigs / "devices");
+}
+ModelSpec model(const std::string& name) {
+  return load_model_spec(kConfigs / "models" / (name + ".yaml"));
+}
 PlannerOptions options() {
   PlannerOptions o;
   o.configs_dir = kConfigs;
@@ -37,8 +42,9 @@ TEST(Planner, MlperfOnOneH200KeepsAllTablesInHbmInFp32) {
   }
   EXPECT_LE(p.prediction.peak_memory_bytes, 141e9);
   EXPECT_GT(p.prediction.memory_bytes.at("embedding_weights"), 104e9);
-  const auto change = std::find_if(p.changes.begin(), p.changes.end(),
-                                   [](const RecipeChange& c) { return c.what == "embedding optimizer"; });
+  const auto change = std::find_if(p.changes.begin(), p.changes.end(), [](const RecipeChange& c) {
+    return c.what == "embedding optimizer";
+  });
   ASSERT_NE(change, p.changes.end());
   EXPECT_EQ(change->from, "adagrad");
   EXPECT_EQ(change->to, "rowwise_adagrad");
@@ -112,7 +118,8 @@ ModelSpec random_model(std::mt19937_64& rng) {
   for (int t = 0; t < tables; ++t) {
     TableSpec s;
     s.name = "t" + std::to_string(t);
-    s.rows = static_cast<std::int64_t>(std::pow(10.0, std::uniform_real_distribution<>(1, 8.7)(rng)));
+    s.rows =
+        static_cast<std::int64_t>(std::pow(10.0, std::uniform_real_distribution<>(1, 8.7)(rng)));
     s.dim = dim;
     s.pooling_size = static_cast<int>(pick(0, 60));
     if (pick(0, 1)) {
@@ -130,7 +137,8 @@ ModelSpec random_model(std::mt19937_64& rng) {
     m.interaction.cross_layers = static_cast<int>(pick(1, 3));
     m.interaction.low_rank = static_cast<int>(pick(8, 256));
   }
-  const OptimizerKind opts[] = {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad};
+  const OptimizerKind opts[] = {OptimizerKind::sgd, OptimizerKind::adagrad,
+                                OptimizerKind::rowwise_adagrad};
   m.embedding_optimizer.kind = opts[pick(0, 2)];
   m.dense_optimizer.kind = pick(0, 1) ? OptimizerKind::adam : OptimizerKind::adagrad;
   m.allow_rowwise_adagrad = pick(0, 1);
@@ -223,11 +231,14 @@ TEST(PlanFile, BadFilesNameTheField) {
     return s.replace(at, from.size(), to);
   };
   EXPECT_NE(message("{").find("edited.json: not valid JSON"), std::string::npos);
-  EXPECT_NE(message(edited("\"dtype\": \"fp16\"", "\"dtype\": \"int8\"")).find("field 'tables[0].dtype': expected one of fp32, fp16, bf16, got 'int8'"),
+  EXPECT_NE(message(edited("\"dtype\": \"fp16\"", "\"dtype\": \"int8\""))
+                .find("field 'tables[0].dtype': expected one of fp32, fp16, bf16, got 'int8'"),
             std::string::npos);
-  EXPECT_NE(message(edited("\"gpus\": 1", "\"gpus\": \"one\"")).find("field 'gpus': expected an integer"),
-            std::string::npos);
-  EXPECT_NE(message(edited("\"global_batch\": 512", "\"global_batch\": 513")).find("per_device_batch x gpus"),
+  EXPECT_NE(
+      message(edited("\"gpus\": 1", "\"gpus\": \"one\"")).find("field 'gpus': expected an integer"),
+      std::string::npos);
+  EXPECT_NE(message(edited("\"global_batch\": 512", "\"global_batch\": 513"))
+                .find("per_device_batch x gpus"),
             std::string::npos);
   EXPECT_NE(message(edited("\"format\": \"parity-plan-1\",", "")).find("field 'format': missing"),
             std::string::npos);
@@ -290,8 +301,13 @@ TEST(PlanEvaluation, MemoryAndTimeCategoriesByHand) {
   p.embedding_optimizer = OptimizerKind::rowwise_adagrad;
   double rows = 0, weights = 0;
   for (const auto& t : m.tables) {
-    p.tables.push_back({t.name, DType::f32, OptimizerKind::rowwise_adagrad, Sharding::table,
-                        Placement::hbm, 0, {{0, 0, t.rows, 0, t.dim}}});
+    p.tables.push_back({t.name,
+                        DType::f32,
+                        OptimizerKind::rowwise_adagrad,
+                        Sharding::table,
+                        Placement::hbm,
+                        0,
+                        {{0, 0, t.rows, 0, t.dim}}});
     rows += static_cast<double>(t.rows);
     weights += static_cast<double>(t.rows) * t.dim * 4;
   }
@@ -319,6 +335,93 @@ TEST(PlanEvaluation, MemoryAndTimeCategoriesByHand) {
   EXPECT_DOUBLE_EQ(ph.memory_bytes.at("embedding_weights"), weights - t0 * m.tables[0].dim * 4);
   EXPECT_DOUBLE_EQ(ph.host_memory_bytes, t0 * (m.tables[0].dim * 4 + 4));
   EXPECT_GT(ph.time_s.at("embedding_host_traffic"), 0);
+}
+
+}  // namespace
+}  // namespace parity
+
+namespace parity {
+namespace {
+
+// The dense ops carry the engine's step-profile names, in the order the step runs them.
+TEST(DenseOps, NamedAsTheStepProfileInStepOrder) {
+  const DeviceSpec d = device("h200");
+  const Calibration c = default_calibration(d);
+  auto names = [&](const std::string& model_name) {
+    std::vector<std::string> out;
+    for (const OpCost& op : dense_op_costs(model(model_name), 512, DenseMath::bf16, d, c))
+      out.push_back(op.category + ": " + op.op);
+    return out;
+  };
+  const std::vector<std::string> dcn = {"mlp: bottom.0 forward",
+                                        "mlp: bottom.1 forward",
+                                        "interaction: cross.0 forward",
+                                        "interaction: cross.1 forward",
+                                        "mlp: top.0 forward",
+                                        "mlp: top.1 forward",
+                                        "mlp: top.2 forward",
+                                        "loss: loss",
+                                        "mlp: top.2 backward",
+                                        "mlp: top.1 backward",
+                                        "mlp: top.0 backward",
+                                        "interaction: cross.1 backward",
+                                        "interaction: cross.0 backward",
+                                        "mlp: bottom.1 backward",
+                                        "mlp: bottom.0 backward"};
+  EXPECT_EQ(names("tiny"), dcn);
+  const std::vector<std::string> dot = {"mlp: bottom.0 forward",
+                                        "mlp: bottom.1 forward",
+                                        "interaction: dot forward",
+                                        "mlp: top.0 forward",
+                                        "mlp: top.1 forward",
+                                        "mlp: top.2 forward",
+                                        "loss: loss",
+                                        "mlp: top.2 backward",
+                                        "mlp: top.1 backward",
+                                        "mlp: top.0 backward",
+                                        "interaction: dot backward",
+                                        "mlp: bottom.1 backward",
+                                        "mlp: bottom.0 backward"};
+  EXPECT_EQ(names("tiny-dot"), dot);
+}
+
+// One source: a plan's mlp, interaction and loss times are the sums of the op list (forward ops,
+// then backward ops), to the bit, on every zoo model; every op has a time, and its products
+// their FLOPs and bytes.
+TEST(DenseOps, ThePlansDenseTimesAreTheirSums) {
+  for (const auto& entry : fs::directory_iterator(kConfigs / "models")) {
+    const ModelSpec m = load_model_spec(entry.path());
+    for (const char* key : {"h200", "mi355x"}) {
+      const DeviceSpec d = device(key);
+      const Calibration c = calibration_for(d, kConfigs);
+      for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
+        Plan p;
+        p.model = m.name;
+        p.gpus = 1;
+        p.per_device_batch = p.global_batch = m.batch_size;
+        p.dense_math = math;
+        for (const auto& t : m.tables)
+          p.tables.push_back({t.name,
+                              t.dtype,
+                              OptimizerKind::rowwise_adagrad,
+                              Sharding::table,
+                              Placement::hbm,
+                              0,
+                              {{0, 0, t.rows, 0, t.dim}}});
+        const Prediction pr = evaluate_plan(p, m, d, c);
+        std::map<std::string, double> forward, backward;
+        for (const OpCost& op : dense_op_costs(m, p.per_device_batch, math, d, c)) {
+          EXPECT_GT(op.seconds, 0) << m.name << " " << op.op;
+          EXPECT_GT(op.bytes, 0) << m.name << " " << op.op;
+          const bool bwd = op.op.ends_with(" backward");
+          (bwd ? backward : forward)[op.category] += op.seconds;
+        }
+        for (const char* cat : {"mlp", "interaction", "loss"})
+          EXPECT_EQ(pr.time_s.at(cat), forward[cat] + backward[cat])
+              << m.name << " " << key << " " << cat;
+      }
+    }
+  }
 }
 
 }  // namespace

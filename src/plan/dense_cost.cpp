@@ -1,0 +1,209 @@
+// The dense ops of a training step, one entry per section of the engine's step profile
+// (src/engine/model.cpp), each with the matrix products and elementwise passes the GPU
+// backend makes for it: the plan's dense time is their sum (evaluate.cpp), and a benchmark
+// prints each one beside its measurement.
+#include "dense_cost.h"
+
+#include <fmt/format.h>
+#include <algorithm>
+
+namespace parity {
+namespace {
+
+OpCost& add_op(std::vector<OpCost>& ops, std::string category, std::string op) {
+  ops.push_back({std::move(category), std::move(op)});
+  return ops.back();
+}
+
+// Adds products and memory-bound passes to an op.
+class OpBuilder {
+ public:
+  OpBuilder(DenseMath math, const DeviceSpec& dev, const Calibration& cal)
+      : math_(math), dev_(dev), cal_(cal) {}
+
+  void product(OpCost& op, std::int64_t m, std::int64_t n, std::int64_t k) const {
+    const GemmEstimate e = gemm_best({m, n, k, math_}, dev_, cal_);
+    op.flops += e.flops;
+    op.bytes += e.bytes;
+    op.seconds += e.seconds;
+  }
+  void pass(OpCost& op, double bytes) const {
+    op.bytes += bytes;
+    op.seconds += memory_pass_time(bytes, dev_, cal_);
+  }
+  // A batched product bound by the larger of its compute and its memory time (the dot
+  // interaction's kernels).
+  void batched(OpCost& op, double flops, double bytes) const {
+    const double peak = dev_.dense_flops(math_) * cal_.gemm_efficiency(math_);
+    op.flops += flops;
+    op.bytes += bytes;
+    op.seconds += std::max(flops / peak, memory_pass_time(bytes, dev_, cal_));
+  }
+
+ private:
+  DenseMath math_;
+  const DeviceSpec& dev_;
+  const Calibration& cal_;
+};
+
+// What the implementation moves besides the products (GpuBackend, measured with the step
+// profile, docs/perf/training.md). Activations are stored in the product operands' type (`s`
+// bytes: bf16 under bf16 math, where the products read and write them as they are; fp32
+// otherwise), except the dot interaction's input and output (fp32); gradients are fp32. The
+// data's dense features (fp32) are converted for the first product (read 4 bytes, write 2).
+struct Bytes {
+  explicit Bytes(const ModelSpec& m, DenseMath math)
+      : s(dense_operand_bytes(math)),
+        narrow(s < 4.0),
+        convert(narrow ? 6.0 : 0.0),
+        grad_operand(narrow ? 2.0 : 4.0),
+        dcn(m.interaction.kind == InteractionKind::dcnv2),
+        sg(dcn ? s : 4.0) {}
+  double s;
+  bool narrow;
+  double convert;       // bytes per element of one fp32 -> bf16 conversion
+  double grad_operand;  // a gradient the products read: its bf16 copy under narrow math
+  bool dcn;
+  // With DCNv2 x0 and the cross stack's gradients (dx0 included) are stored like the
+  // activations; the dot interaction's input, output and their gradients are fp32.
+  double sg;
+};
+
+struct MlpLayer {
+  bool bottom;
+  std::size_t index;
+  int in, out;
+  bool last;
+};
+
+std::vector<MlpLayer> mlp_layers(const ModelSpec& m, bool bottom) {
+  const std::vector<int>& sizes = bottom ? m.bottom_mlp : m.top_mlp;
+  int in = bottom ? m.dense_features : m.interaction_output_dim();
+  std::vector<MlpLayer> layers;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    layers.push_back({bottom, i, in, sizes[i], i + 1 == sizes.size()});
+    in = sizes[i];
+  }
+  return layers;
+}
+
+std::string layer_op(const MlpLayer& l, const char* pass) {
+  return fmt::format("{}.{} {}", l.bottom ? "bottom" : "top", l.index, pass);
+}
+
+void mlp_forward(std::vector<OpCost>& ops, const OpBuilder& ob, const Bytes& by, const MlpLayer& l,
+                 std::int64_t batch) {
+  OpCost& op = add_op(ops, "mlp", layer_op(l, "forward"));
+  ob.product(op, batch, l.out, l.in);
+  // fp32 inputs of a product are converted once: the data's dense features, and the dot
+  // interaction's output.
+  if (l.index == 0 && (l.bottom || !by.dcn))
+    ob.pass(op, static_cast<double>(batch) * l.in * by.convert);
+}
+
+void mlp_backward(std::vector<OpCost>& ops, const OpBuilder& ob, const Bytes& by, const MlpLayer& l,
+                  std::int64_t batch) {
+  OpCost& op = add_op(ops, "mlp", layer_op(l, "backward"));
+  const double b = static_cast<double>(batch);
+  // The first bottom layer needs no input gradient (its input is the data).
+  if (l.index > 0 || !l.bottom) ob.product(op, batch, l.in, l.out);
+  ob.product(op, l.out, l.in, batch);
+  // ReLU mask of the gradient (read y and dy, write dz as the products read it) with dbias
+  // summed in the same pass; without ReLU, dbias is a pass over dy (and dy is converted).
+  const bool relu = l.bottom || !l.last;
+  const double dy = l.bottom && l.last ? by.sg : 4.0;  // the last bottom layer's dy is dx0
+  ob.pass(op, b * l.out * (relu ? by.s + dy + by.grad_operand : 4.0 + by.convert));
+}
+
+}  // namespace
+
+std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_batch,
+                                   DenseMath math, const DeviceSpec& dev, const Calibration& cal) {
+  OpBuilder ob(math, dev, cal);
+  const Bytes by(m, math);
+  const double b = static_cast<double>(per_device_batch);
+  const std::int64_t n = m.interaction_input_dim();
+  const auto bottom = mlp_layers(m, true), top = mlp_layers(m, false);
+  std::vector<OpCost> ops;
+
+  // ---- forward ----
+  for (const auto& l : bottom) mlp_forward(ops, ob, by, l, per_device_batch);
+  const int layers = by.dcn ? m.interaction.cross_layers : 0;
+  const std::int64_t r = m.interaction.low_rank;
+  const double f = m.num_tables() + 1;  // dot: the vectors paired
+  const double dot_flops = 2.0 * b * f * f * m.bottom_mlp.back();
+  const double dot_bytes = b * (f * m.bottom_mlp.back() + m.interaction_output_dim()) * 4.0;
+  if (by.dcn) {
+    for (int l = 0; l < layers; ++l) {
+      OpCost& op = add_op(ops, "interaction", fmt::format("cross.{} forward", l));
+      ob.product(op, per_device_batch, r, n);
+      ob.product(op, per_device_batch, n, r);
+      // x_next = x0 * z + xl (read 3, write 1, activations).
+      ob.pass(op, b * 4.0 * by.s * n);
+    }
+  } else {
+    ob.batched(add_op(ops, "interaction", "dot forward"), dot_flops, dot_bytes);
+  }
+  for (const auto& l : top) mlp_forward(ops, ob, by, l, per_device_batch);
+
+  // ---- backward ----
+  ob.pass(add_op(ops, "loss", "loss"), b * 12);
+  for (auto l = top.rbegin(); l != top.rend(); ++l) mlp_backward(ops, ob, by, *l, per_device_batch);
+  if (by.dcn) {
+    for (int l = layers - 1; l >= 0; --l) {
+      OpCost& op = add_op(ops, "interaction", fmt::format("cross.{} backward", l));
+      // dz = g * x0 and dx0 += g * z (read g, x0, z and dx0, except in the last layer, which
+      // starts dx0; write dz as the products read it, and dx0) with dbias summed in the same
+      // pass; dxl = g + du * v reads g (layer 0: dx0) as the product's addend and writes dxl
+      // (layer 0: into dx0). du is written by its product as the next ones read it. The
+      // gradients g, dx0 and dxl are stored like the activations (s bytes).
+      const double dx0_read = l + 1 == layers ? 0.0 : by.s;
+      const double s = by.s;
+      ob.pass(op, b * n * (s + 2.0 * s + dx0_read + by.grad_operand + s + 2.0 * s));
+      ob.product(op, n, r, per_device_batch);
+      ob.product(op, per_device_batch, r, n);
+      ob.product(op, r, n, per_device_batch);
+      ob.product(op, per_device_batch, n, r);
+    }
+  } else {
+    ob.batched(add_op(ops, "interaction", "dot backward"), 2 * dot_flops, 2 * dot_bytes);
+  }
+  for (auto l = bottom.rbegin(); l != bottom.rend(); ++l)
+    mlp_backward(ops, ob, by, *l, per_device_batch);
+  return ops;
+}
+
+namespace detail {
+
+DenseMemory dense_memory(const ModelSpec& m, DenseMath math) {
+  const Bytes by(m, math);
+  DenseMemory w;
+  double widest = std::max(m.dense_features, m.interaction_output_dim());
+  auto saved_mlp = [&](bool bottom) {
+    for (const auto& l : mlp_layers(m, bottom)) {
+      w.saved_bytes_per_example += l.out * (!l.bottom && l.last ? 4.0 : by.s);  // logits: fp32
+      widest = std::max<double>(widest, l.out);
+    }
+  };
+  saved_mlp(true);
+  const double n = m.interaction_input_dim();
+  if (by.dcn) {
+    w.saved_bytes_per_example += n * by.s;  // x0
+    for (int l = 0; l < m.interaction.cross_layers; ++l)
+      w.saved_bytes_per_example += (2.0 * n + m.interaction.low_rank) * by.s;  // z, x_next, u
+    // The second gradient buffer between cross layers (s bytes), the backend's dz scratch
+    // (fp32, plus its bf16 copy under a 16-bit math).
+    w.grad_bytes_per_example += n * (by.s + 4.0 + (by.narrow ? 2.0 : 0.0));
+  } else {
+    // x0 and the interaction output (fp32 for the dot kernels).
+    w.saved_bytes_per_example += n * 4.0;
+    w.saved_bytes_per_example += m.interaction_output_dim() * 4.0;
+  }
+  saved_mlp(false);
+  // dx0 and the interaction output's gradient (sg), the MLP backward's fp32 ping-pong pair.
+  w.grad_bytes_per_example += (n + m.interaction_output_dim()) * by.sg + 2 * widest * 4.0;
+  return w;
+}
+
+}  // namespace detail
+}  // namespace parity
