@@ -10,6 +10,9 @@
 #   find_binaries T...  sets BIN to a folder holding the targets T: the prebuilt folder named by
 #                       PARITY_PREBUILT where its binaries start here, else a cmake build
 #                       (Release, cpu;cuda) of the targets into build-gpu
+#   binaries_and_tests T...  find_binaries for T plus the test binaries in TESTS, then the GPU
+#                       tests (scripts/gpu-tests.sh, logs in $OUT/tests); with SKIP_TESTS set,
+#                       T alone and no tests
 #   run_bin CMD...      runs CMD with the library path parity's binaries need: the prebuilt
 #                       folder's lib/ (and compat/ where needed), the CUDA toolkit's lib64 and lib,
 #                       and cuBLAS from PyTorch's wheel where the toolkit has none
@@ -118,4 +121,15 @@ find_binaries() {  # TARGET...
   fi
   say "built in $((SECONDS - start)) s"
   BIN=$PWD/build-gpu
+}
+
+binaries_and_tests() {  # TARGET...
+  local targets=("$@") tests
+  read -ra tests <<<"${TESTS:-test_backend_gpu test_engine test_train}"
+  [ -n "${SKIP_TESTS:-}" ] || targets+=("${tests[@]}")
+  find_binaries "${targets[@]}"
+  [ -z "${SKIP_TESTS:-}" ] || return 0
+  say "GPU tests: ${tests[*]}"
+  OUT=$OUT/tests TESTS="${tests[*]}" TEST_TIMEOUT=${TEST_TIMEOUT:-300} scripts/gpu-tests.sh
+  say "GPU tests rc=$?"
 }

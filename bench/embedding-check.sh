@@ -16,18 +16,12 @@ set -uo pipefail
 # shellcheck source=bench/common.sh
 . "$(dirname "$0")/common.sh" embedding-check
 TESTS=${TESTS:-test_backend_gpu}
+TEST_TIMEOUT=${TEST_TIMEOUT:-150}
 read -ra bench_args <<<"${BENCH_ARGS:-}"
 device_facts
 
-targets=(embedding_bench)
-[ -n "${SKIP_TESTS:-}" ] || read -ra targets <<<"embedding_bench $TESTS"
-find_binaries "${targets[@]}"
-
-# ---- tests ----------------------------------------------------------------------------------
-if [ -z "${SKIP_TESTS:-}" ]; then
-  OUT=$OUT/tests TESTS=$TESTS TEST_TIMEOUT=${TEST_TIMEOUT:-150} scripts/gpu-tests.sh
-  say "tests rc=$?"
-fi
+# ---- binaries, tests ------------------------------------------------------------------------
+binaries_and_tests embedding_bench
 
 # ---- benchmarks -----------------------------------------------------------------------------
 DUMP=/tmp/parity-embedding-inputs

@@ -26,20 +26,11 @@ PROFILE_STEPS=${PROFILE_STEPS:-60}
 TRAIN_BATCHES=${TRAIN_BATCHES:-96}
 TORCH_STEPS=${TORCH_STEPS:-40}
 SHARDS=${SHARDS:-/tmp/parity-shards}
-TESTS=${TESTS:-test_backend_gpu test_engine test_train}
+TEST_TIMEOUT=${TEST_TIMEOUT:-200}
 device_facts
 
-# ---- binaries ----
-targets=(parity)
-[ -n "${SKIP_TESTS:-}" ] || read -ra targets <<<"parity $TESTS"
-find_binaries "${targets[@]}"
-
-# ---- 1. tests ----
-if [ -z "${SKIP_TESTS:-}" ]; then
-  say "GPU tests"
-  OUT=$OUT/tests TESTS=$TESTS TEST_TIMEOUT=${TEST_TIMEOUT:-200} scripts/gpu-tests.sh
-  echo "GPU tests rc=$?"
-fi
+# ---- binaries, 1. tests ----
+binaries_and_tests parity
 
 # ---- 2-4. the full model ----
 P="$BIN/parity"

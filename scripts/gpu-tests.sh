@@ -22,8 +22,19 @@ find_binaries "${tests[@]}"
 
 rows=()
 failed=0
-# gtest's summary count of one kind ("PASSED", "FAILED", "SKIPPED") in a log, or "-".
-count() { sed -n "s/^\[  $1 *\] \([0-9][0-9]*\) tests\{0,1\}[,.].*/\1/p" "$2" | tail -1 | grep . || echo "-"; }
+# gtest's summary count of one kind ("PASSED", "FAILED", "SKIPPED") in a log: 0 where the
+# summary names none, "-" where the run ended without a summary (a crash or a timeout).
+count() {
+  local n
+  n=$(sed -n "s/^\[  $1 *\] \([0-9][0-9]*\) tests\{0,1\}[,.].*/\1/p" "$2" | tail -1)
+  if [ -n "$n" ]; then
+    echo "$n"
+  elif grep -q '^\[==========\] .* ran' "$2"; then
+    echo 0
+  else
+    echo "-"
+  fi
+}
 
 for t in "${tests[@]}"; do
   filter=${GTEST_FILTER:-*}
