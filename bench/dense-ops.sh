@@ -34,6 +34,7 @@ summary=()
 for math in "${maths[@]}"; do
   shapes=/tmp/parity-dense-shapes-$math.json
   log=$OUT/dense-$math.log
+  rm -f "$shapes"  # written only by a run that measured every op
   say "dense_bench --math $math ($MODEL)"
   run_bin timeout "${BENCH_TIMEOUT:-240}" "$BIN/dense_bench" --model "$MODEL" --math "$math" \
     --device "${DEVICE:-h200}" --reps "${BENCH_REPS:-30}" --results "$OUT/dense-$math.json" \
