@@ -14,25 +14,13 @@ Usage: python3 bench/embedding_torch.py --dump DIR --parity parity.json [--out t
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
 import torch
 
-
-def median_ms(fn, warmup, reps):
-    for i in range(warmup):
-        fn(i)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn(warmup + i)
-        stops[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, stops))
+from torch_timing import median_ms
 
 
 def load_case(dump, name):

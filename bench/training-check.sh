@@ -2,11 +2,12 @@
 # THE one script for "how fast does parity train the MLPerf DLRMv2 model on this GPU, and how does
 # PyTorch compare in the same run": run on the GPU machine from the repository root.
 #
-#   bench/training-check.sh                 # everything (about 6-8 minutes on one H200)
-#   PARITY_PREBUILT=.devcarry bench/training-check.sh   # binaries built elsewhere (+ .devcarry/lib)
+#   bench/training-check.sh                                 # everything (about 6-8 minutes on one H200)
+#   PARITY_PREBUILT=build-prebuilt bench/training-check.sh  # binaries from scripts/make-prebuilt.sh
 #
 # Steps (full logs under $OUT, or ./out/training-check; a short table is printed last):
-#   1. GPU tests (test_backend_gpu, engine runs on the GPU included) unless SKIP_TESTS=1
+#   1. GPU tests (scripts/gpu-tests.sh: test_backend_gpu, and the engine and trainer tests on the
+#      GPU in test_engine and test_train) unless SKIP_TESTS=1
 #   2. the plan for the full model on one GPU (parity plan --out plan.json)
 #   3. a shard dataset of the full model's synthetic data (parity data synth), TRAIN_BATCHES
 #      batches of 65,536 plus 4 held-out batches, in $SHARDS (page cache holds it)
@@ -16,58 +17,31 @@
 #   6. PyTorch (bench/dlrm_torch.py): the capped model eager and with torch.compile; the full
 #      model with a hand-written rowwise Adagrad where it fits (unless SKIP_TORCH=1)
 # Environment: STEPS (default 300), PROFILE_STEPS (60), TRAIN_BATCHES (96), SKIP_TESTS, SKIP_TORCH,
-# SKIP_FULL_TORCH, TORCH_STEPS (40).
+# SKIP_FULL_TORCH, TORCH_STEPS (40), TESTS and TEST_TIMEOUT (for scripts/gpu-tests.sh; 200 s a binary).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out/training-check}
-mkdir -p "$OUT"
+# shellcheck source=bench/common.sh
+. "$(dirname "$0")/common.sh" training-check
 STEPS=${STEPS:-300}
 PROFILE_STEPS=${PROFILE_STEPS:-60}
 TRAIN_BATCHES=${TRAIN_BATCHES:-96}
 TORCH_STEPS=${TORCH_STEPS:-40}
 SHARDS=${SHARDS:-/tmp/parity-shards}
-export NCCL_NVLS_ENABLE=0
-say() { echo "== $(date +%H:%M:%S) $*"; }
+TEST_TIMEOUT=${TEST_TIMEOUT:-200}
+device_facts
 
-say "device"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
-  --format=csv 2>&1 | tee "$OUT/device.txt"
-echo "host: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB" | tee -a "$OUT/device.txt"
-
-# ---- binaries ----
-CUBLAS_DIR=$(python3 -c 'import nvidia.cublas, os; print(list(nvidia.cublas.__path__)[0] + "/lib")' 2>/dev/null || true)
-BIN=""
-if [ -n "${PARITY_PREBUILT:-}" ]; then
-  export LD_LIBRARY_PATH="$PWD/$PARITY_PREBUILT/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${CUBLAS_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  if "$PARITY_PREBUILT/parity" --version >/dev/null 2>"$OUT/build.log"; then BIN=$PARITY_PREBUILT; fi
-fi
-if [ -z "$BIN" ]; then
-  say "build (cmake, Release, cpu;cuda)"
-  { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "-DPARITY_BACKENDS=cpu;cuda" &&
-    cmake --build build-gpu --target parity test_backend_gpu; } >>"$OUT/build.log" 2>&1 ||
-    { tail -30 "$OUT/build.log"; exit 1; }
-  BIN=build-gpu
-  export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${CUBLAS_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-say "binaries: $BIN"
-
-# ---- 1. tests ----
-if [ -z "${SKIP_TESTS:-}" ]; then
-  say "GPU tests"
-  timeout 200 "$BIN/test_backend_gpu" >"$OUT/tests-gpu.log" 2>&1; echo "test_backend_gpu rc=$?"
-  grep -E "^\[  (PASSED|FAILED) |FAILED TEST" "$OUT/tests-gpu.log" | head -20
-fi
+# ---- binaries, 1. tests ----
+binaries_and_tests parity
 
 # ---- 2-4. the full model ----
 P="$BIN/parity"
 say "plan"
-"$P" plan --model mlperf-dlrmv2 --device h200 --gpus 1 --out "$OUT/plan.json" >"$OUT/plan.txt" 2>&1
+run_bin "$P" plan --model mlperf-dlrmv2 --device h200 --gpus 1 --out "$OUT/plan.json" >"$OUT/plan.txt" 2>&1
 head -5 "$OUT/plan.txt"
-"$P" plan --model mlperf-dlrmv2-2m --device h200 --gpus 1 --out "$OUT/plan-2m.json" >"$OUT/plan-2m.txt" 2>&1
+run_bin "$P" plan --model mlperf-dlrmv2-2m --device h200 --gpus 1 --out "$OUT/plan-2m.json" >"$OUT/plan-2m.txt" 2>&1
 
 rm -rf "$SHARDS"
 say "shards: $TRAIN_BATCHES batches of the full model"
-/usr/bin/time -v "$P" data synth --model mlperf-dlrmv2 --examples $((TRAIN_BATCHES * 65536)) --eval-examples 262144 \
+run_bin /usr/bin/time -v "$P" data synth --model mlperf-dlrmv2 --examples $((TRAIN_BATCHES * 65536)) --eval-examples 262144 \
   --out "$SHARDS/full" >"$OUT/synth.log" 2>&1
 grep -E "parity data|Elapsed|Maximum resident" "$OUT/synth.log"
 du -sh "$SHARDS/full" 2>/dev/null
@@ -78,7 +52,7 @@ run_train() {  # name, args...
   say "train: $name"
   nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader -lms 500 >"$OUT/$name.smi" 2>&1 &
   local smi=$!
-  /usr/bin/time -v "$P" train "$@" >"$OUT/$name.log" 2>&1
+  run_bin /usr/bin/time -v "$P" train "$@" >"$OUT/$name.log" 2>&1
   echo "rc=$?" >>"$OUT/$name.log"
   kill "$smi" 2>/dev/null
   grep -E "^parity train: model|^eval|^done|^rc=|error|failed" "$OUT/$name.log" | head -8
@@ -93,7 +67,7 @@ run_train full-onthefly --plan "$OUT/plan.json" --steps 40 --eval-examples 65536
 # ---- 5. the capped model ----
 rm -rf "$SHARDS/full"
 say "shards: 32 batches of the capped model"
-"$P" data synth --model mlperf-dlrmv2-2m --examples $((32 * 65536)) --eval-examples 65536 --out "$SHARDS/capped" \
+run_bin "$P" data synth --model mlperf-dlrmv2-2m --examples $((32 * 65536)) --eval-examples 65536 --out "$SHARDS/capped" \
   >"$OUT/synth-2m.log" 2>&1
 run_train capped --plan "$OUT/plan-2m.json" --data "$SHARDS/capped" --steps "$STEPS" --eval-examples 65536 --eval-every 0
 

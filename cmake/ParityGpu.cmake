@@ -4,8 +4,8 @@
 #
 # - cuda in PARITY_ENABLED_BACKENDS: enables the CUDA language, builds parity_backend_gpu for
 #   PARITY_CUDA_GENCODE (default sm_90a: H100/H200), with -lineinfo and -Xptxas --warn-on-spills,
-#   host code at -Wall -Wextra -Werror; test_backend_gpu (skips where no GPU is present) and
-#   embedding_bench; test_engine's engine tests then run on the cuda backend too.
+#   host code at -Wall -Wextra -Werror; test_backend_gpu (skips where no GPU is present),
+#   embedding_bench and dense_bench; test_engine's engine tests then run on the cuda backend too.
 # - hip in PARITY_ENABLED_BACKENDS: the same .cu files compiled with hipcc for PARITY_HIP_ARCHS
 #   into parity_backend_hip. CMake 3.25's HIP language cannot use Debian 12's ROCm packages (it
 #   looks for hip-lang under /usr/lib/cmake, Debian installs it under the multiarch directory and
@@ -64,6 +64,33 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
                         parity_data parity_perf)
   target_compile_definitions(embedding_bench PRIVATE PARITY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   target_include_directories(embedding_bench PRIVATE ${PROJECT_SOURCE_DIR}/bench)
+  # The dense ops of a step beside the measured roofline and the planner's prediction.
+  add_executable(dense_bench ${PROJECT_SOURCE_DIR}/bench/dense_bench.cpp
+                 ${PROJECT_SOURCE_DIR}/bench/dense_inputs.cpp ${PROJECT_SOURCE_DIR}/bench/dense_step.cpp
+                 ${PROJECT_SOURCE_DIR}/bench/dense_passes.cpp)
+  target_link_libraries(dense_bench PRIVATE parity_options parity_backend_gpu parity_backend_cpu parity_spec
+                        parity_plan parity_perf nlohmann_json::nlohmann_json)
+  target_compile_definitions(dense_bench PRIVATE PARITY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  target_include_directories(dense_bench PRIVATE ${PROJECT_SOURCE_DIR}/bench)
+  if(PARITY_BUILD_TESTS)
+    # The benchmark itself, without a GPU: its arguments, and every op of a step run once on the
+    # cpu backend in the storage types each dense math gives (dense_bench --check-on-cpu).
+    function(parity_dense_bench_test name exit_code regex)
+      add_test(NAME bench.${name}
+               COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/expect.sh ${exit_code} ${regex} $<TARGET_FILE:dense_bench>
+                       ${ARGN}
+               WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+      set_tests_properties(bench.${name} PROPERTIES LABELS bench TIMEOUT 300 ENVIRONMENT OMP_WAIT_POLICY=PASSIVE)
+    endfunction()
+    parity_dense_bench_test(dense_bench_help 0 "usage: dense_bench" --help)
+    parity_dense_bench_test(dense_bench_bad_math 2 "--math: 'fp16' is not bf16, tf32 or fp32" --math fp16)
+    parity_dense_bench_test(dense_bench_bad_model 2 "cannot read model spec" --model no/such.yaml)
+    parity_dense_bench_test(dense_step_mlperf_bf16 0 "23 ops ran.*0 without a prediction" --check-on-cpu)
+    parity_dense_bench_test(dense_step_dot_bf16 0 "13 ops ran.*0 without a prediction" --check-on-cpu
+                            --model tiny-dot)
+    parity_dense_bench_test(dense_step_tiny_fp32 0 "15 ops ran.*0 without a prediction" --check-on-cpu
+                            --model tiny --math fp32)
+  endif()
 
   if(PARITY_BUILD_TESTS)
     file(GLOB _gpu_test_src CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/gpu/*.cpp)
