@@ -55,8 +55,10 @@ struct Options {
   std::string model = std::string(PARITY_SOURCE_DIR) + "/configs/models/mlperf-dlrmv2.yaml";
   pg::SortMethod sort = pg::SortMethod::automatic;
   double scale = 1.0;  // shrink every table and the batch (for a quick check)
-  std::vector<int> bwd_vecs = {0};  // vectors per lane tried in the backward of single and mlperf (0 = default)
-  DType grad_dtype = DType::f32;     // the backward's output gradients (training stores them in bf16 under bf16 math)
+  std::vector<int> bwd_vecs = {
+      0};  // vectors per lane tried in the backward of single and mlperf (0 = default)
+  DType grad_dtype =
+      DType::f32;  // the backward's output gradients (training stores them in bf16 under bf16 math)
 };
 
 struct Result {
@@ -73,7 +75,9 @@ double g_copy_gbps = 0;
 
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+  return v.empty()
+             ? 0.0
+             : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
 }
 
 // Median milliseconds of f(rep) over reps runs after warmup runs, each bracketed by events.
@@ -92,8 +96,8 @@ double time_ms(const pg::Stream& s, int warmup, int reps, const std::function<vo
 
 void report(const Result& r) {
   g_results.push_back(r);
-  std::printf("  %-44s %-8s %9.3f ms %9.1f GB/s %6.1f%% of copy   (%.3f GB)\n", r.name.c_str(), r.pass.c_str(), r.ms,
-              r.gbps(), 100.0 * r.gbps() / g_copy_gbps, r.bytes / 1e9);
+  std::printf("  %-44s %-8s %9.3f ms %9.1f GB/s %6.1f%% of copy   (%.3f GB)\n", r.name.c_str(),
+              r.pass.c_str(), r.ms, r.gbps(), 100.0 * r.gbps() / g_copy_gbps, r.bytes / 1e9);
   std::fflush(stdout);
 }
 
@@ -101,7 +105,8 @@ void measure_copy(const Options& o) {
   const std::size_t bytes = std::size_t{2} << 30;
   pg::DeviceBuffer<std::uint8_t> a(bytes, "copy source"), b(bytes, "copy destination");
   pg::Stream s;
-  pg::fill_uniform(s.get(), a.data(), DType::f32, static_cast<std::int64_t>(bytes / 4), -1.0f, 1.0f, 1, 0);
+  pg::fill_uniform(s.get(), a.data(), DType::f32, static_cast<std::int64_t>(bytes / 4), -1.0f, 1.0f,
+                   1, 0);
   const double ms = time_ms(s, o.warmup, o.reps, [&](int i) {
     if (i % 2 == 0) {
       pg::copy_async(b.data(), a.data(), bytes, s.get());
@@ -110,8 +115,8 @@ void measure_copy(const Options& o) {
     }
   });
   g_copy_gbps = 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
-  std::printf("  %-44s %-8s %9.3f ms %9.1f GB/s  (2 GiB read + 2 GiB written)\n", "device copy (memcpy D2D)", "copy", ms,
-              g_copy_gbps);
+  std::printf("  %-44s %-8s %9.3f ms %9.1f GB/s  (2 GiB read + 2 GiB written)\n",
+              "device copy (memcpy D2D)", "copy", ms, g_copy_gbps);
   std::fflush(stdout);
 }
 
@@ -128,8 +133,8 @@ struct TableSet {
   std::int64_t out_cols = 0;
 };
 
-TableSet make_set(const std::string& name, const std::vector<std::int64_t>& rows, const std::vector<int>& pooling,
-                  int dim, std::int64_t batch, DType dtype) {
+TableSet make_set(const std::string& name, const std::vector<std::int64_t>& rows,
+                  const std::vector<int>& pooling, int dim, std::int64_t batch, DType dtype) {
   TableSet t;
   t.name = name;
   t.batch = batch;
@@ -202,9 +207,11 @@ HostBatch make_batch(const TableSet& set, double zipf_alpha, std::uint64_t seed)
         const double u1 = static_cast<double>(r1 >> 11) * (1.0 / 9007199254740992.0);
         const double u2 = parity::rng::uniform01(key, 2 * static_cast<std::uint64_t>(j) + 1);
         const auto rank = static_cast<std::uint64_t>(zipf.sample(u1, u2));
-        id = static_cast<std::int64_t>((static_cast<unsigned __int128>(rank) * mult) % static_cast<std::uint64_t>(rows));
+        id = static_cast<std::int64_t>((static_cast<unsigned __int128>(rank) * mult) %
+                                       static_cast<std::uint64_t>(rows));
       } else {
-        id = static_cast<std::int64_t>((static_cast<unsigned __int128>(r1) * static_cast<std::uint64_t>(rows)) >> 64);
+        id = static_cast<std::int64_t>(
+            (static_cast<unsigned __int128>(r1) * static_cast<std::uint64_t>(rows)) >> 64);
       }
       h.ids[static_cast<std::size_t>(table_start[t] + j)] = id;
     }
@@ -221,19 +228,21 @@ HostBatch make_batch(const TableSet& set, double zipf_alpha, std::uint64_t seed)
   return h;
 }
 
-void dump_batch(const Options& o, const std::string& name, int rotation, const TableSet& set, const HostBatch& h,
-                double zipf) {
+void dump_batch(const Options& o, const std::string& name, int rotation, const TableSet& set,
+                const HostBatch& h, double zipf) {
   if (o.dump_dir.empty()) return;
   std::filesystem::create_directories(o.dump_dir);
   const std::string base = o.dump_dir + "/" + name;
   std::ofstream(base + fmt::format(".ids.{}.bin", rotation), std::ios::binary)
-      .write(reinterpret_cast<const char*>(h.ids.data()), static_cast<std::streamsize>(h.ids.size() * 8));
+      .write(reinterpret_cast<const char*>(h.ids.data()),
+             static_cast<std::streamsize>(h.ids.size() * 8));
   std::ofstream(base + fmt::format(".offsets.{}.bin", rotation), std::ios::binary)
-      .write(reinterpret_cast<const char*>(h.offsets.data()), static_cast<std::streamsize>(h.offsets.size() * 8));
+      .write(reinterpret_cast<const char*>(h.offsets.data()),
+             static_cast<std::streamsize>(h.offsets.size() * 8));
   if (rotation == 0) {
     std::ofstream m(base + ".json");
-    m << "{\"name\": \"" << name << "\", \"batch\": " << set.batch << ", \"dim\": " << set.tables[0].dim
-      << ", \"zipf\": " << zipf << ", \"rows\": [";
+    m << "{\"name\": \"" << name << "\", \"batch\": " << set.batch
+      << ", \"dim\": " << set.tables[0].dim << ", \"zipf\": " << zipf << ", \"rows\": [";
     for (std::size_t t = 0; t < set.tables.size(); ++t) m << (t ? ", " : "") << set.tables[t].rows;
     m << "], \"pooling\": [";
     for (std::size_t t = 0; t < set.tables.size(); ++t) m << (t ? ", " : "") << set.pooling_size[t];
@@ -265,8 +274,8 @@ struct Variant {
   std::vector<int> bwd_vecs = {0};
 };
 
-void run_set(const Options& o, const TableSet& base, const std::vector<Variant>& variants, int rotations,
-             const std::string& dump_name) {
+void run_set(const Options& o, const TableSet& base, const std::vector<Variant>& variants,
+             int rotations, const std::string& dump_name) {
   pg::Stream s;
   const int T = static_cast<int>(base.tables.size());
   for (const Variant& v : variants) {
@@ -280,17 +289,20 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
     for (int r = 0; r < rotations; ++r) {
       host.push_back(make_batch(set, v.zipf, 1000 + r + (v.zipf > 0 ? 77 : 0)));
       dev.push_back(std::make_unique<DeviceBatch>(host.back(), set.batch, T));
-      if (!dump_name.empty() && v.label == variants.front().label) dump_batch(o, dump_name, r, set, host.back(), v.zipf);
+      if (!dump_name.empty() && v.label == variants.front().label)
+        dump_batch(o, dump_name, r, set, host.back(), v.zipf);
     }
     pg::EmbeddingTables tables(set.tables);
-    pg::DeviceBuffer<std::uint8_t> weights(static_cast<std::size_t>(set.weight_elems) * parity::dtype_size(v.wdtype),
-                                           "bench weights");
+    pg::DeviceBuffer<std::uint8_t> weights(
+        static_cast<std::size_t>(set.weight_elems) * parity::dtype_size(v.wdtype), "bench weights");
     pg::fill_uniform(s.get(), weights.data(), v.wdtype, set.weight_elems, -0.05f, 0.05f, 42, 1);
     const std::size_t out_elems = static_cast<std::size_t>(set.batch * set.out_cols);
     std::vector<pg::DeviceBuffer<float>> outs;
     for (int r = 0; r < rotations; ++r) outs.emplace_back(out_elems, "bench outputs");
-    const std::string name = fmt::format("{} {}{}", set.name, parity::dtype_name(v.wdtype), v.label);
-    const std::string tag = v.label == variants.front().label && v.wdtype == variants.front().wdtype ? dump_name : "";
+    const std::string name =
+        fmt::format("{} {}{}", set.name, parity::dtype_name(v.wdtype), v.label);
+    const std::string tag =
+        v.label == variants.front().label && v.wdtype == variants.front().wdtype ? dump_name : "";
 
     if (v.forward) {
       const double ms = time_ms(s, o.warmup, o.reps, [&](int i) {
@@ -307,18 +319,22 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
       // Gradients: reuse the output buffers (of o.grad_dtype: a bf16 gradient takes the first half
       // of each fp32 buffer), filled with random values.
       for (int r = 0; r < rotations; ++r) {
-        pg::fill_uniform(s.get(), outs[r].data(), o.grad_dtype, static_cast<std::int64_t>(out_elems), -1.0f, 1.0f, 7, r);
+        pg::fill_uniform(s.get(), outs[r].data(), o.grad_dtype,
+                         static_cast<std::int64_t>(out_elems), -1.0f, 1.0f, 7, r);
       }
       const auto grads = [&](int r) {
         return parity::AMat{outs[r].data(), o.grad_dtype, set.batch, set.out_cols, set.out_cols};
       };
       const std::int64_t state_elems = v.kind == OptimizerKind::adagrad ? set.elementwise_state
-                                       : v.kind == OptimizerKind::rowwise_adagrad ? set.rowwise_state
-                                                                                   : 0;
-      pg::DeviceBuffer<float> state(static_cast<std::size_t>(std::max<std::int64_t>(state_elems, 1)), "bench state");
+                                       : v.kind == OptimizerKind::rowwise_adagrad
+                                           ? set.rowwise_state
+                                           : 0;
+      pg::DeviceBuffer<float> state(
+          static_cast<std::size_t>(std::max<std::int64_t>(state_elems, 1)), "bench state");
       pg::fill_uniform(s.get(), state.data(), DType::f32, state_elems, 0.0f, 0.1f, 43, 1);
       std::int64_t max_nnz = 0;
-      for (const auto& h : host) max_nnz = std::max<std::int64_t>(max_nnz, static_cast<std::int64_t>(h.ids.size()));
+      for (const auto& h : host)
+        max_nnz = std::max<std::int64_t>(max_nnz, static_cast<std::int64_t>(h.ids.size()));
       pg::EmbeddingWorkspace ws(tables, set.batch, max_nnz,
                                 v.sort != pg::SortMethod::automatic ? v.sort : o.sort);
       parity::OptimizerParams opt;
@@ -331,8 +347,8 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
         const double ms = time_ms(s, o.warmup, o.reps, [&](int i) {
           const int r = i % rotations;
           upd.step = static_cast<std::uint64_t>(i);
-          pg::embedding_backward_update(s.get(), tables, {weights.data(), v.wdtype}, state.data(), dev[r]->in,
-                                        grads(r), opt, upd, ws);
+          pg::embedding_backward_update(s.get(), tables, {weights.data(), v.wdtype}, state.data(),
+                                        dev[r]->in, grads(r), opt, upd, ws);
         });
         tables.raise_input_errors(s.get());
         // Bytes: averaged over the rotations (their distinct-row counts differ slightly).
@@ -345,22 +361,27 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
         }
         pg::BackwardProfile prof;
         upd.profile = &prof;
-        pg::embedding_backward_update(s.get(), tables, {weights.data(), v.wdtype}, state.data(), dev[0]->in, grads(0),
-                                      opt, upd, ws);
+        pg::embedding_backward_update(s.get(), tables, {weights.data(), v.wdtype}, state.data(),
+                                      dev[0]->in, grads(0), opt, upd, ws);
         float stage[pg::BackwardProfile::kStages];
         prof.stage_ms(stage);
         const auto stats = ws.last_stats(s.get());
         report({fmt::format("{} +{}{}{}", name, parity::optimizer_name(v.kind),
-                            o.grad_dtype == DType::f32 ? std::string() : fmt::format(" grad {}", parity::dtype_name(o.grad_dtype)),
+                            o.grad_dtype == DType::f32
+                                ? std::string()
+                                : fmt::format(" grad {}", parity::dtype_name(o.grad_dtype)),
                             vecs ? fmt::format(" vpl={}", vecs) : std::string()),
                 "backward", vecs ? std::string() : tag, ms, bytes});
-        std::printf("  %-44s          unique rows %lld, heavy rows %lld (%lld chunks), sort %s (%.0f MB of %.0f MB)\n",
-                    "", static_cast<long long>(stats.unique_rows), static_cast<long long>(stats.heavy_rows),
-                    static_cast<long long>(stats.heavy_chunks), std::string(pg::sort_method_name(ws.sort_method())).c_str(),
-                    sort / 1e6, bytes / 1e6);
+        std::printf(
+            "  %-44s          unique rows %lld, heavy rows %lld (%lld chunks), sort %s (%.0f MB of "
+            "%.0f MB)\n",
+            "", static_cast<long long>(stats.unique_rows), static_cast<long long>(stats.heavy_rows),
+            static_cast<long long>(stats.heavy_chunks),
+            std::string(pg::sort_method_name(ws.sort_method())).c_str(), sort / 1e6, bytes / 1e6);
         std::printf("  %-44s          stages (one run):", "");
         for (int k = 0; k < pg::BackwardProfile::kStages; ++k) {
-          std::printf(" %s %.3f ms%s", pg::BackwardProfile::kNames[k], stage[k], k + 1 < pg::BackwardProfile::kStages ? "," : "\n");
+          std::printf(" %s %.3f ms%s", pg::BackwardProfile::kNames[k], stage[k],
+                      k + 1 < pg::BackwardProfile::kStages ? "," : "\n");
         }
       }
     }
@@ -384,7 +405,8 @@ void probe_rows(const Options& o, const TableSet& set) {
   const double ms = time_ms(s, o.warmup, o.reps, [&](int) {
     pg::lab::row_read_modify_write(s.get(), w.data(), d_rows.data(), n, 128);
   });
-  report({fmt::format("probe: {} distinct random rows read+written", n), "probe", "", ms, 2.0 * 512.0 * n});
+  report({fmt::format("probe: {} distinct random rows read+written", n), "probe", "", ms,
+          2.0 * 512.0 * n});
 }
 
 void case_single(const Options& o, bool variants) {
@@ -393,18 +415,24 @@ void case_single(const Options& o, bool variants) {
   TableSet set = make_set("10M x 128, 65536 x 20", {rows}, {20}, 128, batch, DType::f32);
   std::vector<Variant> v;
   if (!variants) {
-    v.push_back({"", pg::SortMethod::automatic, DType::f32, OptimizerKind::rowwise_adagrad, 0.0, true, true, o.bwd_vecs});
+    v.push_back({"", pg::SortMethod::automatic, DType::f32, OptimizerKind::rowwise_adagrad, 0.0,
+                 true, true, o.bwd_vecs});
     run_set(o, set, v, 4, "single");
     probe_rows(o, set);
   } else {
-    v.push_back({" zipf1.05", pg::SortMethod::automatic, DType::f32, OptimizerKind::rowwise_adagrad, 1.05, true, true});
+    v.push_back({" zipf1.05", pg::SortMethod::automatic, DType::f32, OptimizerKind::rowwise_adagrad,
+                 1.05, true, true});
     run_set(o, set, v, 4, "zipf");
     v.clear();
-    v.push_back({" portable-sort", pg::SortMethod::portable, DType::f32, OptimizerKind::rowwise_adagrad, 0.0, false, true});
+    v.push_back({" portable-sort", pg::SortMethod::portable, DType::f32,
+                 OptimizerKind::rowwise_adagrad, 0.0, false, true});
     v.push_back({"", pg::SortMethod::automatic, DType::f32, OptimizerKind::sgd, 0.0, false, true});
-    v.push_back({"", pg::SortMethod::automatic, DType::f32, OptimizerKind::adagrad, 0.0, false, true});
-    v.push_back({"", pg::SortMethod::automatic, DType::f16, OptimizerKind::rowwise_adagrad, 0.0, true, true});
-    v.push_back({"", pg::SortMethod::automatic, DType::bf16, OptimizerKind::rowwise_adagrad, 0.0, true, true});
+    v.push_back(
+        {"", pg::SortMethod::automatic, DType::f32, OptimizerKind::adagrad, 0.0, false, true});
+    v.push_back({"", pg::SortMethod::automatic, DType::f16, OptimizerKind::rowwise_adagrad, 0.0,
+                 true, true});
+    v.push_back({"", pg::SortMethod::automatic, DType::bf16, OptimizerKind::rowwise_adagrad, 0.0,
+                 true, true});
     run_set(o, set, v, 4, "");
   }
 }
@@ -417,15 +445,16 @@ void case_mlperf(const Options& o) {
     rows.push_back(std::max<std::int64_t>(1, static_cast<std::int64_t>(t.rows * o.scale)));
     pooling.push_back(t.pooling_size);
   }
-  const std::int64_t batch = static_cast<std::int64_t>(spec.batch_size * std::min(1.0, o.scale * 10));
-  TableSet set = make_set(fmt::format("mlperf-dlrmv2 26 tables, batch {}", batch), rows, pooling, spec.tables[0].dim,
-                          batch, DType::f32);
+  const std::int64_t batch =
+      static_cast<std::int64_t>(spec.batch_size * std::min(1.0, o.scale * 10));
+  TableSet set = make_set(fmt::format("mlperf-dlrmv2 26 tables, batch {}", batch), rows, pooling,
+                          spec.tables[0].dim, batch, DType::f32);
   const double gb = (set.weight_elems * 4.0 + set.rowwise_state * 4.0) / 1e9;
   const auto [free_b, total_b] = pg::memory_info();
   std::printf("  mlperf: %lld rows, %.1f GB weights + rowwise state; %.1f GB free of %.1f GB\n",
               static_cast<long long>(set.rowwise_state), gb, free_b / 1e9, total_b / 1e9);
-  std::vector<Variant> v = {
-      {"", pg::SortMethod::automatic, DType::f32, OptimizerKind::rowwise_adagrad, 0.0, true, true, o.bwd_vecs}};
+  std::vector<Variant> v = {{"", pg::SortMethod::automatic, DType::f32,
+                             OptimizerKind::rowwise_adagrad, 0.0, true, true, o.bwd_vecs}};
   run_set(o, set, v, 2, "mlperf");
 }
 
@@ -451,9 +480,9 @@ void write_results(const Options& o) {
   f << "{\"device\": \"" << d.name << "\", \"copy_gbps\": " << g_copy_gbps << ", \"results\": [\n";
   for (std::size_t i = 0; i < g_results.size(); ++i) {
     const auto& r = g_results[i];
-    f << (i ? ",\n" : "") << "  {\"name\": \"" << r.name << "\", \"pass\": \"" << r.pass << "\", \"tag\": \"" << r.tag
-      << "\", \"ms\": " << r.ms
-      << ", \"bytes\": " << r.bytes << ", \"gbps\": " << r.gbps() << "}";
+    f << (i ? ",\n" : "") << "  {\"name\": \"" << r.name << "\", \"pass\": \"" << r.pass
+      << "\", \"tag\": \"" << r.tag << "\", \"ms\": " << r.ms << ", \"bytes\": " << r.bytes
+      << ", \"gbps\": " << r.gbps() << "}";
   }
   f << "\n]}\n";
 }
@@ -471,14 +500,22 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--cases") o.cases = split(next());
-    else if (a == "--reps") o.reps = std::stoi(next());
-    else if (a == "--warmup") o.warmup = std::stoi(next());
-    else if (a == "--dump") o.dump_dir = next();
-    else if (a == "--results") o.results = next();
-    else if (a == "--model") o.model = next();
-    else if (a == "--scale") o.scale = std::stod(next());
-    else if (a == "--sort") o.sort = next() == "portable" ? pg::SortMethod::portable : pg::SortMethod::vendor;
+    if (a == "--cases")
+      o.cases = split(next());
+    else if (a == "--reps")
+      o.reps = std::stoi(next());
+    else if (a == "--warmup")
+      o.warmup = std::stoi(next());
+    else if (a == "--dump")
+      o.dump_dir = next();
+    else if (a == "--results")
+      o.results = next();
+    else if (a == "--model")
+      o.model = next();
+    else if (a == "--scale")
+      o.scale = std::stod(next());
+    else if (a == "--sort")
+      o.sort = next() == "portable" ? pg::SortMethod::portable : pg::SortMethod::vendor;
     else if (a == "--grad-dtype") {
       const std::string t = next();
       if (t != "f32" && t != "bf16") {
@@ -486,15 +523,15 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.grad_dtype = t == "bf16" ? DType::bf16 : DType::f32;
-    }
-    else if (a == "--bwd-vecs") {
+    } else if (a == "--bwd-vecs") {
       o.bwd_vecs.clear();
       for (const auto& x : split(next())) o.bwd_vecs.push_back(std::stoi(x));
-    }
-    else {
+    } else {
       std::fprintf(stderr,
-                   "usage: embedding_bench [--cases single,variants,mlperf] [--reps N] [--warmup N] [--dump DIR]\n"
-                   "                       [--results FILE] [--model YAML] [--scale X] [--sort vendor|portable]\n"
+                   "usage: embedding_bench [--cases single,variants,mlperf] [--reps N] [--warmup "
+                   "N] [--dump DIR]\n"
+                   "                       [--results FILE] [--model YAML] [--scale X] [--sort "
+                   "vendor|portable]\n"
                    "                       [--bwd-vecs 0,1,2,4] [--grad-dtype f32|bf16]\n");
       return 2;
     }
@@ -505,15 +542,23 @@ int main(int argc, char** argv) {
   }
   try {
     const auto& d = pg::device_info();
-    std::printf("embedding_bench on %s (%d SMs, warp %d, L2 %lld MB, %.1f GB), median of %d runs after %d warm-up\n",
-                d.name.c_str(), d.multiprocessor_count, d.warp_size, static_cast<long long>(d.l2_cache_bytes >> 20),
-                d.total_memory_bytes / 1e9, o.reps, o.warmup);
+    std::printf(
+        "embedding_bench on %s (%d SMs, warp %d, L2 %lld MB, %.1f GB), median of %d runs after %d "
+        "warm-up\n",
+        d.name.c_str(), d.multiprocessor_count, d.warp_size,
+        static_cast<long long>(d.l2_cache_bytes >> 20), d.total_memory_bytes / 1e9, o.reps,
+        o.warmup);
     measure_copy(o);
     for (const auto& c : o.cases) {
-      if (c == "single") case_single(o, false);
-      else if (c == "variants") case_single(o, true);
-      else if (c == "mlperf") case_mlperf(o);
-      else throw parity::InputError("embedding_bench: unknown case '" + c + "' (single, variants, mlperf)");
+      if (c == "single")
+        case_single(o, false);
+      else if (c == "variants")
+        case_single(o, true);
+      else if (c == "mlperf")
+        case_mlperf(o);
+      else
+        throw parity::InputError("embedding_bench: unknown case '" + c +
+                                 "' (single, variants, mlperf)");
     }
     write_results(o);
   } catch (const std::exception& e) {

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config
           libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-          libgtest-dev libgmock-dev)
+          libgtest-dev libgmock-dev clang-format)
 # Optional: hipcc compiles the GPU kernels for AMD (ctest gpu.hip_compile; Debian 12 ships ROCm
 # 5.2's hipcc and HIP runtime headers). Installed where the distribution has them; the check is
 # skipped, with a message, where it does not.

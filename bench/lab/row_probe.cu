@@ -17,11 +17,13 @@ namespace parity::gpu::lab {
 
 namespace {
 
-__global__ __launch_bounds__(256) void row_rmw_kernel(float* __restrict__ w, const std::uint32_t* __restrict__ rows,
+__global__ __launch_bounds__(256) void row_rmw_kernel(float* __restrict__ w,
+                                                      const std::uint32_t* __restrict__ rows,
                                                       std::int64_t n, int dim) {
   const int lane = static_cast<int>(threadIdx.x) & 7;
   const std::int64_t groups = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 8);
-  for (std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 8; i < n; i += groups) {
+  for (std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 8;
+       i < n; i += groups) {
     uint4* row = reinterpret_cast<uint4*>(w + static_cast<std::int64_t>(rows[i]) * dim);
     uint4 v[4];
 #pragma unroll
@@ -39,7 +41,8 @@ __global__ __launch_bounds__(256) void row_rmw_kernel(float* __restrict__ w, con
 
 }  // namespace
 
-void row_read_modify_write(Stream_t s, float* weights, const std::uint32_t* rows, std::int64_t n, int dim) {
+void row_read_modify_write(Stream_t s, float* weights, const std::uint32_t* rows, std::int64_t n,
+                           int dim) {
   if (dim != 128) throw GpuError("row_read_modify_write: the probe is written for dim 128");
   const std::int64_t blocks = resident_blocks(row_rmw_kernel, 256, 0);
   launch("row_rmw", row_rmw_kernel, {blocks, 256, 0}, s, weights, rows, n, dim);

@@ -35,17 +35,18 @@ struct TableLayout {
   std::int64_t rows = 0;
   int dim = 0;
   Pooling pooling = Pooling::sum;
-  std::int64_t weight_offset = 0;  // elements into the weight buffer; row r is at weight_offset + r*dim
-  std::int64_t state_offset = 0;   // elements into the optimizer-state buffer:
-                                   //   adagrad: rows*dim floats, row r at state_offset + r*dim
-                                   //   rowwise_adagrad: rows floats, row r at state_offset + r
-                                   //   sgd: unused
-  std::int64_t out_col = 0;        // first column of this table's pooled output, relative to
-                                   // the output view
-  DType dtype = DType::f32;        // storage precision of the weights. Backends that store
-                                   // fp32 emulate fp16/bf16 by rounding every updated row to it
-                                   // (nearest even); GPU backends store the narrow type and
-                                   // round stochastically.
+  std::int64_t weight_offset =
+      0;  // elements into the weight buffer; row r is at weight_offset + r*dim
+  std::int64_t state_offset = 0;  // elements into the optimizer-state buffer:
+                                  //   adagrad: rows*dim floats, row r at state_offset + r*dim
+                                  //   rowwise_adagrad: rows floats, row r at state_offset + r
+                                  //   sgd: unused
+  std::int64_t out_col = 0;       // first column of this table's pooled output, relative to
+                                  // the output view
+  DType dtype = DType::f32;       // storage precision of the weights. Backends that store
+                                  // fp32 emulate fp16/bf16 by rounding every updated row to it
+                                  // (nearest even); GPU backends store the narrow type and
+                                  // round stochastically.
 };
 
 // All embedding inputs of one batch, for all tables, in one CSR (table-major).
@@ -56,8 +57,8 @@ struct SparseInput {
   int num_tables = 0;
   const std::int64_t* ids = nullptr;      // [offsets[num_tables*batch]]
   const std::int64_t* offsets = nullptr;  // [num_tables*batch + 1], offsets[0] == 0, non-decreasing
-  std::int64_t nnz = -1;  // offsets[num_tables*batch] when the caller knows it (-1: unknown); spares
-                          // a GPU backend a read of device memory, a host synchronisation
+  std::int64_t nnz = -1;  // offsets[num_tables*batch] when the caller knows it (-1: unknown);
+                          // spares a GPU backend a read of device memory, a host synchronisation
 };
 
 // Optimizer hyper-parameters as the ops see them (already resolved from the spec).
@@ -85,7 +86,8 @@ class Backend {
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* p) noexcept = 0;
   virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
-  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;  // synchronises
+  virtual void copy_to_host(void* host_dst, const void* src,
+                            std::size_t bytes) = 0;  // synchronises
   virtual void fill(float* p, std::int64_t n, float value) = 0;
   // p[i] = lo + (hi - lo) * rng::uniform01(rng::key(seed, stream), i) for i in [0, n).
   virtual void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
@@ -119,7 +121,8 @@ class Backend {
 
   // ---- embeddings ----
   // out(b, out_col_t + d) = pool_{id in bag(t,b)} weights[weight_offset_t + id*dim_t + d]
-  // sum, or mean (an empty bag gives zeros).  out [B, >= Σ dims] (a column block of a wider buffer).
+  // sum, or mean (an empty bag gives zeros).  out [B, >= Σ dims] (a column block of a wider
+  // buffer).
   virtual void embedding_forward(std::span<const TableLayout> tables, const float* weights,
                                  const SparseInput& in, AMat out) = 0;
   // Backward fused with the optimizer update. The gradient of row r of table t is the sum over
@@ -140,8 +143,8 @@ class Backend {
   // lower triangle)]: out [B, D + F(F-1)/2].
   virtual void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) = 0;
   // ddense [B, D] and demb [B, T*D] are overwritten.
-  virtual void dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout,
-                                        Mat ddense, Mat demb) = 0;
+  virtual void dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
+                                        Mat demb) = 0;
 
   // DCNv2 low-rank cross layer, N features, rank r:
   //   u = xl · vᵀ [B, r];  z = u · wᵀ + bias [B, N];  x_next = x0 ⊙ z + xl [B, N]
@@ -164,11 +167,12 @@ class Backend {
   // rounded once, or once per part where a backend adds du · v in a second pass, as the GPU does
   // in layer 0); dv, dw, dbias and du_scratch are fp32.
   virtual void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next,
-                              AMat dx0, AMat dxl, Mat dv, Mat dw, float* dbias,
-                              Mat du_scratch, CrossBackwardMode mode) = 0;
-  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, AMat dx0, AMat dxl,
-                      Mat dv, Mat dw, float* dbias, Mat du_scratch) {
-    cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, dbias, du_scratch, CrossBackwardMode{});
+                              AMat dx0, AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
+                              CrossBackwardMode mode) = 0;
+  void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, AMat dx0,
+                      AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch) {
+    cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, dbias, du_scratch,
+                   CrossBackwardMode{});
   }
 
   // ---- loss and heads ----
@@ -186,9 +190,8 @@ class Backend {
   //   adagrad: g' = g + wd*w; s += g'²; w -= lr * g' / (sqrt(s) + eps)
   //   adam:    m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;
   //            w -= lr * ( (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) + wd*w )
-  virtual void dense_optimizer_step(float* params, const float* grads, float* state,
-                                    std::int64_t n, const OptimizerParams& opt,
-                                    std::int64_t step) = 0;
+  virtual void dense_optimizer_step(float* params, const float* grads, float* state, std::int64_t n,
+                                    const OptimizerParams& opt, std::int64_t step) = 0;
 
   // ---- input pipeline: the next batch's copy overlaps the current step ----
   // The engine keeps a few input slots (device buffers it owns). For each batch:
@@ -292,7 +295,9 @@ class Buffer {
     bytes_ = 0;
   }
   template <class T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   void* get() const { return ptr_; }
   std::size_t bytes() const { return bytes_; }
 

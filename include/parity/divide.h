@@ -22,7 +22,8 @@ struct DivideBy {
     int l = 0;
     while ((std::uint64_t{1} << l) < d) ++l;
     DivideBy q;
-    q.multiplier = static_cast<std::uint32_t>(((std::uint64_t{1} << 32) * ((std::uint64_t{1} << l) - d)) / d + 1);
+    q.multiplier = static_cast<std::uint32_t>(
+        ((std::uint64_t{1} << 32) * ((std::uint64_t{1} << l) - d)) / d + 1);
     q.shift1 = l < 1 ? l : 1;
     q.shift2 = l > 1 ? l - 1 : 0;
     return q;

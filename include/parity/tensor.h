@@ -22,7 +22,8 @@ struct MatView {
 
   MatView() = default;
   MatView(T* d, std::int64_t r, std::int64_t c) : data(d), rows(r), cols(c), ld(c) {}
-  MatView(T* d, std::int64_t r, std::int64_t c, std::int64_t l) : data(d), rows(r), cols(c), ld(l) {}
+  MatView(T* d, std::int64_t r, std::int64_t c, std::int64_t l)
+      : data(d), rows(r), cols(c), ld(l) {}
   // A non-const view converts to a const one.
   template <class U>
   MatView(const MatView<U>& o) : data(o.data), rows(o.rows), cols(o.cols), ld(o.ld) {}  // NOLINT
@@ -33,10 +34,12 @@ struct MatView {
   // Columns [c0, c0+n) of every row.
   MatView cols_slice(std::int64_t c0, std::int64_t n) const { return {data + c0, rows, n, ld}; }
   // Rows [r0, r0+n).
-  MatView rows_slice(std::int64_t r0, std::int64_t n) const { return {data + r0 * ld, n, cols, ld}; }
+  MatView rows_slice(std::int64_t r0, std::int64_t n) const {
+    return {data + r0 * ld, n, cols, ld};
+  }
 };
 
-using Mat = MatView<float>;        // writable
+using Mat = MatView<float>;         // writable
 using CMat = MatView<const float>;  // read-only
 
 // A view whose element type is known at run time: activations are stored in fp32, or in bf16 under
@@ -56,28 +59,36 @@ struct TypedView {
       : data(d), dtype(t), rows(r), cols(c), ld(l) {}
   TypedView(V* d, DType t, std::int64_t r, std::int64_t c) : TypedView(d, t, r, c, c) {}
   template <class T>
-    requires std::is_convertible_v<T*, V*> && std::is_same_v<std::remove_const_t<T>, float>
-  TypedView(const MatView<T>& m) : data(m.data), dtype(DType::f32), rows(m.rows), cols(m.cols), ld(m.ld) {}  // NOLINT
+  requires std::is_convertible_v<T*, V*> && std::is_same_v < std::remove_const_t<T>,
+  float > TypedView(const MatView<T>& m)
+      : data(m.data),
+  dtype(DType::f32), rows(m.rows), cols(m.cols), ld(m.ld) {}  // NOLINT
   template <class U>
-    requires std::is_convertible_v<U*, V*>
-  TypedView(const TypedView<U>& o) : data(o.data), dtype(o.dtype), rows(o.rows), cols(o.cols), ld(o.ld) {}  // NOLINT
+  requires std::is_convertible_v<U*, V*> TypedView(const TypedView<U>& o)
+      : data(o.data), dtype(o.dtype), rows(o.rows), cols(o.cols), ld(o.ld) {}  // NOLINT
 
   bool empty() const { return data == nullptr; }
   bool is_f32() const { return dtype == DType::f32; }
   std::size_t element_bytes() const { return dtype_size(dtype); }
   // The fp32 view of an fp32 TypedView (callers check is_f32 first).
   MatView<std::conditional_t<std::is_const_v<V>, const float, float>> f32() const {
-    return {static_cast<std::conditional_t<std::is_const_v<V>, const float, float>*>(data), rows, cols, ld};
+    return {static_cast<std::conditional_t<std::is_const_v<V>, const float, float>*>(data), rows,
+            cols, ld};
   }
   // Columns [c0, c0+n) of every row.
-  TypedView cols_slice(std::int64_t c0, std::int64_t n) const { return {offset(c0), dtype, rows, n, ld}; }
+  TypedView cols_slice(std::int64_t c0, std::int64_t n) const {
+    return {offset(c0), dtype, rows, n, ld};
+  }
   // Rows [r0, r0+n).
-  TypedView rows_slice(std::int64_t r0, std::int64_t n) const { return {offset(r0 * ld), dtype, n, cols, ld}; }
+  TypedView rows_slice(std::int64_t r0, std::int64_t n) const {
+    return {offset(r0 * ld), dtype, n, cols, ld};
+  }
 
  private:
   V* offset(std::int64_t elements) const {
     using Byte = std::conditional_t<std::is_const_v<V>, const std::byte, std::byte>;
-    return static_cast<V*>(static_cast<Byte*>(data) + elements * static_cast<std::int64_t>(dtype_size(dtype)));
+    return static_cast<V*>(static_cast<Byte*>(data) +
+                           elements * static_cast<std::int64_t>(dtype_size(dtype)));
   }
 };
 

@@ -39,9 +39,11 @@ void check_view(const char* op, const char* name, const View& m) {
 
 // The view is [rows, cols] and well formed.
 template <class View>
-void check_shape(const char* op, const char* name, const View& m, std::int64_t rows, std::int64_t cols) {
+void check_shape(const char* op, const char* name, const View& m, std::int64_t rows,
+                 std::int64_t cols) {
   check_view(op, name, m);
-  if (m.rows != rows || m.cols != cols) fail(op, "{} is [{}, {}], expected [{}, {}]", name, m.rows, m.cols, rows, cols);
+  if (m.rows != rows || m.cols != cols)
+    fail(op, "{} is [{}, {}], expected [{}, {}]", name, m.rows, m.cols, rows, cols);
 }
 
 // ---- per op: the shapes every backend requires (backend.h), checked once for all ----
@@ -58,7 +60,8 @@ void check_linear_forward(const X& x, const W& w, const Y& y) {
 
 // linear_backward: y and dy [B, out], dw [out, in], dx [B, in] unless dx is empty.
 template <class X, class W, class Y, class DY, class DX, class DW>
-void check_linear_backward(const X& x, const W& w, const Y& y, const DY& dy, const DX& dx, const DW& dw) {
+void check_linear_backward(const X& x, const W& w, const Y& y, const DY& dy, const DX& dx,
+                           const DW& dw) {
   constexpr const char* op = "linear_backward";
   check_view(op, "x", x);
   check_view(op, "w", w);
@@ -78,7 +81,8 @@ std::int64_t check_dot(const char* op, const V& dense, const V& emb, int num_tab
   check_view(op, "emb", emb);
   if (emb.rows != dense.rows) fail(op, "emb has {} rows, dense has {}", emb.rows, dense.rows);
   if (emb.cols != num_tables * dense.cols)
-    fail(op, "emb has {} columns, expected num_tables * D = {} * {}", emb.cols, num_tables, dense.cols);
+    fail(op, "emb has {} columns, expected num_tables * D = {} * {}", emb.cols, num_tables,
+         dense.cols);
   const std::int64_t f = num_tables + 1;
   return dense.cols + f * (f - 1) / 2;
 }
@@ -89,8 +93,8 @@ struct CrossShape {
   std::int64_t batch, n, rank;
 };
 template <class A, class P, class O>
-CrossShape check_cross_operands(const char* op, const A& x0, const A& xl, const P& v, const P& w, const O& u,
-                                const O& z) {
+CrossShape check_cross_operands(const char* op, const A& x0, const A& xl, const P& v, const P& w,
+                                const O& u, const O& z) {
   check_view(op, "x0", x0);
   check_view(op, "v", v);
   const CrossShape c{x0.rows, x0.cols, v.rows};
@@ -104,7 +108,8 @@ CrossShape check_cross_operands(const char* op, const A& x0, const A& xl, const 
 
 // cross_forward: the shared operands, and x_next [B, N].
 template <class A, class P, class O>
-void check_cross_forward(const A& x0, const A& xl, const P& v, const P& w, const O& u, const O& z, const O& x_next) {
+void check_cross_forward(const A& x0, const A& xl, const P& v, const P& w, const O& u, const O& z,
+                         const O& x_next) {
   constexpr const char* op = "cross_forward";
   const CrossShape c = check_cross_operands(op, x0, xl, v, w, u, z);
   check_shape(op, "x_next", x_next, c.batch, c.n);
@@ -113,8 +118,9 @@ void check_cross_forward(const A& x0, const A& xl, const P& v, const P& w, const
 // cross_backward: the shared operands, and dx_next, dx0 and dxl (unless xl is x0) [B, N],
 // dv [r, N], dw [N, r] and du_scratch [B, r] unless it is empty.
 template <class A, class P, class G, class D, class M>
-void check_cross_backward(const A& x0, const A& xl, const P& v, const P& w, const A& u, const A& z, const G& dx_next,
-                          const D& dx0, const D& dxl, const M& dv, const M& dw, const M& du_scratch, bool xl_is_x0) {
+void check_cross_backward(const A& x0, const A& xl, const P& v, const P& w, const A& u, const A& z,
+                          const G& dx_next, const D& dx0, const D& dxl, const M& dv, const M& dw,
+                          const M& du_scratch, bool xl_is_x0) {
   constexpr const char* op = "cross_backward";
   const CrossShape c = check_cross_operands(op, x0, xl, v, w, u, z);
   check_shape(op, "dx_next", dx_next, c.batch, c.n);
@@ -130,9 +136,11 @@ void check_cross_backward(const A& x0, const A& xl, const P& v, const P& w, cons
 inline void check_cross_storage(const char* op, std::initializer_list<DType> activations,
                                 std::initializer_list<DType> gradients = {}) {
   for (DType t : activations)
-    if (t != *activations.begin()) fail(op, "the activations (x0, xl, u, z, x_next) must share one storage type");
+    if (t != *activations.begin())
+      fail(op, "the activations (x0, xl, u, z, x_next) must share one storage type");
   for (DType t : gradients)
-    if (t != *gradients.begin()) fail(op, "the gradients (dx_next, dx0, dxl) must share one storage type");
+    if (t != *gradients.begin())
+      fail(op, "the gradients (dx_next, dx0, dxl) must share one storage type");
 }
 
 }  // namespace parity::backend_checks

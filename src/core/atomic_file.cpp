@@ -18,7 +18,9 @@ namespace parity {
 AtomicFile::AtomicFile(std::filesystem::path path, std::string what)
     : path_(std::move(path)), tmp_(path_.string() + ".tmp"), what_(std::move(what)) {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw Error(fmt::format("cannot create {} '{}': {}", what_, tmp_.string(), std::strerror(errno)));
+  if (fd_ < 0)
+    throw Error(
+        fmt::format("cannot create {} '{}': {}", what_, tmp_.string(), std::strerror(errno)));
 }
 
 AtomicFile::~AtomicFile() {

@@ -1,7 +1,8 @@
 // Writing a file so that a reader sees the old contents or the new, never a torn one: the bytes
 // go to PATH.tmp, which is synced and renamed over PATH, and the directory is synced so the
 // rename survives a crash. Destroyed without commit(), the temporary is removed. Checkpoints and
-// shard datasets are written this way (a crash or a full disk must never lose the file that was there).
+// shard datasets are written this way (a crash or a full disk must never lose the file that was
+// there).
 #pragma once
 
 #include <cstddef>

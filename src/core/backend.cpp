@@ -15,18 +15,22 @@ void* Backend::allocate_pinned(std::size_t bytes) {
   return bytes == 0 ? nullptr : ::operator new(bytes);
 }
 
-void Backend::deallocate_pinned(void* p) noexcept { ::operator delete(p); }
+void Backend::deallocate_pinned(void* p) noexcept {
+  ::operator delete(p);
+}
 
 void Backend::timing_mark(int i) {
   if (i < 0) throw Error(fmt::format("timing_mark: mark index must be >= 0, got {}", i));
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
-  if (static_cast<std::size_t>(i) >= marks_.size()) marks_.resize(static_cast<std::size_t>(i) + 1, -1.0);
+  if (static_cast<std::size_t>(i) >= marks_.size())
+    marks_.resize(static_cast<std::size_t>(i) + 1, -1.0);
   marks_[static_cast<std::size_t>(i)] = std::chrono::duration<double, std::milli>(now).count();
 }
 
 double Backend::timing_elapsed_ms(int i, int j) {
   auto at = [&](int k) {
-    if (k < 0 || static_cast<std::size_t>(k) >= marks_.size() || marks_[static_cast<std::size_t>(k)] < 0)
+    if (k < 0 || static_cast<std::size_t>(k) >= marks_.size() ||
+        marks_[static_cast<std::size_t>(k)] < 0)
       throw Error(fmt::format("timing_elapsed_ms: mark {} was never recorded", k));
     return marks_[static_cast<std::size_t>(k)];
   };

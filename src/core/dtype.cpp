@@ -27,13 +27,21 @@ constexpr std::array<DTypeInfo, 7> kInfo{{
     {DType::i64, 8, "int64", "I64"},
 }};
 
-const DTypeInfo& info(DType t) { return kInfo[static_cast<std::size_t>(t)]; }
+const DTypeInfo& info(DType t) {
+  return kInfo[static_cast<std::size_t>(t)];
+}
 
 }  // namespace
 
-std::size_t dtype_size(DType t) { return info(t).size; }
-std::string_view dtype_name(DType t) { return info(t).name; }
-std::string_view dtype_safetensors_name(DType t) { return info(t).safetensors; }
+std::size_t dtype_size(DType t) {
+  return info(t).size;
+}
+std::string_view dtype_name(DType t) {
+  return info(t).name;
+}
+std::string_view dtype_safetensors_name(DType t) {
+  return info(t).safetensors;
+}
 
 std::optional<DType> parse_dtype(std::string_view name) {
   for (const auto& i : kInfo)
@@ -49,33 +57,41 @@ std::optional<DType> parse_safetensors_dtype(std::string_view name) {
 
 float round_to_dtype(float v, DType t) {
   switch (t) {
-    case DType::f32: return v;
-    case DType::f16: return std::isnan(v) ? v : half_to_float(half_bits(v));
+    case DType::f32:
+      return v;
+    case DType::f16:
+      return std::isnan(v) ? v : half_to_float(half_bits(v));
     case DType::bf16: {
       if (std::isnan(v)) return v;
       std::uint32_t u = std::bit_cast<std::uint32_t>(v);
       u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even on the top 16 bits
       return std::bit_cast<float>(u & 0xffff0000u);
     }
-    default: throw std::invalid_argument("round_to_dtype: not a floating-point storage type");
+    default:
+      throw std::invalid_argument("round_to_dtype: not a floating-point storage type");
   }
 }
 
 std::uint16_t bf16_bits(float v) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
   return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+float bf16_to_float(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
 
 std::uint16_t half_bits(float v) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t a = u & 0x7fffffffu;
-  if (a >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (a >= 0x7f800000u)
+    return static_cast<std::uint16_t>(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));
   if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to infinity
-  if (a < 0x38800000u) {  // below 2^-14: the subnormal grid of 2^-24; the scaling is exact, rint is RNE
+  if (a <
+      0x38800000u) {  // below 2^-14: the subnormal grid of 2^-24; the scaling is exact, rint is RNE
     const float q = std::nearbyint(std::bit_cast<float>(a) * 16777216.0f);
     return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(q));
   }
@@ -99,19 +115,30 @@ float half_to_float(std::uint16_t bits) {
 
 float load_element(const void* p, DType t, std::int64_t i) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::f16: return half_to_float(static_cast<const std::uint16_t*>(p)[i]);
-    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(p)[i]);
-    default: throw std::invalid_argument("load_element: not a floating-point storage type");
+    case DType::f32:
+      return static_cast<const float*>(p)[i];
+    case DType::f16:
+      return half_to_float(static_cast<const std::uint16_t*>(p)[i]);
+    case DType::bf16:
+      return bf16_to_float(static_cast<const std::uint16_t*>(p)[i]);
+    default:
+      throw std::invalid_argument("load_element: not a floating-point storage type");
   }
 }
 
 void store_element(void* p, DType t, std::int64_t i, float v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(p)[i] = v; return;
-    case DType::f16: static_cast<std::uint16_t*>(p)[i] = half_bits(v); return;
-    case DType::bf16: static_cast<std::uint16_t*>(p)[i] = bf16_bits(v); return;
-    default: throw std::invalid_argument("store_element: not a floating-point storage type");
+    case DType::f32:
+      static_cast<float*>(p)[i] = v;
+      return;
+    case DType::f16:
+      static_cast<std::uint16_t*>(p)[i] = half_bits(v);
+      return;
+    case DType::bf16:
+      static_cast<std::uint16_t*>(p)[i] = bf16_bits(v);
+      return;
+    default:
+      throw std::invalid_argument("store_element: not a floating-point storage type");
   }
 }
 

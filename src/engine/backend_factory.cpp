@@ -27,16 +27,19 @@ std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math) {
   if (name == "cpu") return make_cpu_backend();  // fp32 with double accumulation, whatever math
 #if defined(PARITY_WITH_GPU_BACKEND)
   if (name == kGpuBackend || name == "gpu") return make_gpu_backend(math);
-  if (name == "auto") {  // the GPU where one is present (its errors are reported), else the reference
+  if (name ==
+      "auto") {  // the GPU where one is present (its errors are reported), else the reference
     if (gpu_device_name().empty()) return make_cpu_backend();
     return make_gpu_backend(math);
   }
-  throw InputError(fmt::format("backend '{}' is not available in this build (built: auto, cpu, gpu = {})",
-                               name, kGpuBackend));
+  throw InputError(
+      fmt::format("backend '{}' is not available in this build (built: auto, cpu, gpu = {})", name,
+                  kGpuBackend));
 #else
   (void)math;
   if (name == "auto") return make_cpu_backend();
-  throw InputError(fmt::format("backend '{}' is not available in this build (built: auto, cpu)", name));
+  throw InputError(
+      fmt::format("backend '{}' is not available in this build (built: auto, cpu)", name));
 #endif
 }
 

@@ -11,10 +11,14 @@ namespace parity {
 
 std::string_view collective_name(Collective c) {
   switch (c) {
-    case Collective::all_to_all: return "all_to_all";
-    case Collective::all_reduce: return "all_reduce";
-    case Collective::reduce_scatter: return "reduce_scatter";
-    case Collective::all_gather: return "all_gather";
+    case Collective::all_to_all:
+      return "all_to_all";
+    case Collective::all_reduce:
+      return "all_reduce";
+    case Collective::reduce_scatter:
+      return "reduce_scatter";
+    case Collective::all_gather:
+      return "all_gather";
   }
   return "?";
 }

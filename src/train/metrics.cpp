@@ -15,9 +15,8 @@ double roc_auc(std::span<const float> scores, std::span<const float> labels) {
   const std::size_t n = scores.size();
   std::vector<std::uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-    return scores[a] < scores[b];
-  });
+  std::sort(order.begin(), order.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return scores[a] < scores[b]; });
   double pos = 0, rank_sum = 0;  // sum of the (1-based, tie-averaged) ranks of the positives
   for (std::size_t i = 0; i < n;) {
     std::size_t j = i;

@@ -746,23 +746,25 @@ TEST(CpuViews, CrossBackwardModesMatchTheComposition) {
   Rand rand(7, 404);
   const std::int64_t batch = 9, n = 12, rank = 4;
   const Matrix<float> x0 = random_matrix<float>(rand, batch, n), xl = x0;
-  const Matrix<float> v = random_matrix<float>(rand, rank, n), w = random_matrix<float>(rand, n, rank);
+  const Matrix<float> v = random_matrix<float>(rand, rank, n),
+                      w = random_matrix<float>(rand, n, rank);
   Matrix<float> u(batch, rank), z(batch, n), xn(batch, n);
-  be.cross_forward(x0.cview(), xl.cview(), v.cview(), w.cview(), nullptr, u.view(), z.view(), xn.view());
+  be.cross_forward(x0.cview(), xl.cview(), v.cview(), w.cview(), nullptr, u.view(), z.view(),
+                   xn.view());
   const Matrix<float> g = random_matrix<float>(rand, batch, n);
   const Matrix<float> start = random_matrix<float>(rand, batch, n);  // what dx0 holds before
   // Plain: dx0 += g ⊙ z, dxl written.
   Matrix<float> plain_dx0 = start, dxl(batch, n), dv(rank, n), dw(n, rank);
   std::vector<float> db(static_cast<std::size_t>(n));
-  be.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(), g.cview(), plain_dx0.view(),
-                    dxl.view(), dv.view(), dw.view(), db.data(), Mat());
+  be.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(), g.cview(),
+                    plain_dx0.view(), dxl.view(), dv.view(), dw.view(), db.data(), Mat());
   for (const bool first : {false, true}) {
     for (const bool into : {false, true}) {
       Matrix<float> dx0 = start, dxl2(batch, n), dv2(rank, n), dw2(n, rank);
       std::vector<float> db2(static_cast<std::size_t>(n));
-      be.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(), g.cview(), dx0.view(),
-                        into ? Mat() : dxl2.view(), dv2.view(), dw2.view(), db2.data(), Mat(),
-                        Backend::CrossBackwardMode{first, into});
+      be.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(),
+                        g.cview(), dx0.view(), into ? Mat() : dxl2.view(), dv2.view(), dw2.view(),
+                        db2.data(), Mat(), Backend::CrossBackwardMode{first, into});
       EXPECT_EQ(dv2.data, dv.data);
       EXPECT_EQ(dw2.data, dw.data);
       EXPECT_EQ(db2, db);
@@ -771,8 +773,10 @@ TEST(CpuViews, CrossBackwardModesMatchTheComposition) {
       }
       for (std::int64_t i = 0; i < batch * n; ++i) {
         const auto k = static_cast<std::size_t>(i);
-        const double want = (first ? plain_dx0.data[k] - start.data[k] : plain_dx0.data[k]) + (into ? dxl.data[k] : 0.0);
-        EXPECT_NEAR(dx0.data[k], want, 1e-5 * (1.0 + std::fabs(want))) << "first " << first << " into " << into << " at " << i;
+        const double want = (first ? plain_dx0.data[k] - start.data[k] : plain_dx0.data[k]) +
+                            (into ? dxl.data[k] : 0.0);
+        EXPECT_NEAR(dx0.data[k], want, 1e-5 * (1.0 + std::fabs(want)))
+            << "first " << first << " into " << into << " at " << i;
       }
     }
   }
@@ -799,19 +803,22 @@ TEST(CpuBf16Storage, CrossForwardRoundsWhatItStores) {
   Rand rand(77);
   const std::int64_t B = 9, N = 12, r = 3;
   const auto x0 = random_matrix<float>(rand, B, N), xl = random_matrix<float>(rand, B, N);
-  const auto v = random_matrix<float>(rand, r, N, -0.5, 0.5), w = random_matrix<float>(rand, N, r, -0.5, 0.5);
+  const auto v = random_matrix<float>(rand, r, N, -0.5, 0.5),
+             w = random_matrix<float>(rand, N, r, -0.5, 0.5);
   const auto bias = random_vector<float>(rand, N);
   const std::vector<std::uint16_t> x016 = to_bf16(x0), xl16 = to_bf16(xl);
-  std::vector<std::uint16_t> u16(static_cast<std::size_t>(B * r)), z16(static_cast<std::size_t>(B * N)),
-      xn16(static_cast<std::size_t>(B * N));
-  cpu.cross_forward(CAMat(x016.data(), DType::bf16, B, N), CAMat(xl16.data(), DType::bf16, B, N), v.cview(), w.cview(),
-                    bias.data(), AMat(u16.data(), DType::bf16, B, r), AMat(z16.data(), DType::bf16, B, N),
-                    AMat(xn16.data(), DType::bf16, B, N));
+  std::vector<std::uint16_t> u16(static_cast<std::size_t>(B * r)),
+      z16(static_cast<std::size_t>(B * N)), xn16(static_cast<std::size_t>(B * N));
+  cpu.cross_forward(CAMat(x016.data(), DType::bf16, B, N), CAMat(xl16.data(), DType::bf16, B, N),
+                    v.cview(), w.cview(), bias.data(), AMat(u16.data(), DType::bf16, B, r),
+                    AMat(z16.data(), DType::bf16, B, N), AMat(xn16.data(), DType::bf16, B, N));
   // u: the fp32 product of the stored inputs, rounded once.
   const Matrix<float> x0s = widen(x016, B, N), xls = widen(xl16, B, N);
   Matrix<float> u32(B, r), z32(B, N);
   cpu.linear_forward(xls.cview(), v.cview(), nullptr, Activation::none, u32.view());
-  for (std::int64_t i = 0; i < B * r; ++i) EXPECT_EQ(u16[static_cast<std::size_t>(i)], bf16_bits(u32.data[static_cast<std::size_t>(i)])) << "u " << i;
+  for (std::int64_t i = 0; i < B * r; ++i)
+    EXPECT_EQ(u16[static_cast<std::size_t>(i)], bf16_bits(u32.data[static_cast<std::size_t>(i)]))
+        << "u " << i;
   // z: from the stored u; x_next: from the stored z, both rounded once.
   const Matrix<float> us = widen(u16, B, r);
   cpu.linear_forward(us.cview(), w.cview(), bias.data(), Activation::none, z32.view());
@@ -820,7 +827,8 @@ TEST(CpuBf16Storage, CrossForwardRoundsWhatItStores) {
       const auto i = static_cast<std::size_t>(b * N + c);
       EXPECT_EQ(z16[i], bf16_bits(z32.data[i])) << "z " << i;
       const double zs = bf16_to_float(z16[i]);
-      const auto want = static_cast<float>(static_cast<double>(x0s.data[i]) * zs + static_cast<double>(xls.data[i]));
+      const auto want = static_cast<float>(static_cast<double>(x0s.data[i]) * zs +
+                                           static_cast<double>(xls.data[i]));
       EXPECT_EQ(xn16[i], bf16_bits(want)) << "x_next " << i;
     }
   }
@@ -835,11 +843,12 @@ TEST(CpuBf16Storage, LinearBackwardReadsTheStoredValues) {
   const std::vector<std::uint16_t> x16 = to_bf16(x), y16 = to_bf16(y);
   Matrix<float> dx(B, in), dw(out, in), dx_ref(B, in), dw_ref(out, in);
   std::vector<float> db(static_cast<std::size_t>(out)), db_ref(static_cast<std::size_t>(out));
-  cpu.linear_backward(CAMat(x16.data(), DType::bf16, B, in), w.cview(), CAMat(y16.data(), DType::bf16, B, out),
-                      dy.cview(), Activation::relu, dx.view(), dw.view(), db.data());
+  cpu.linear_backward(CAMat(x16.data(), DType::bf16, B, in), w.cview(),
+                      CAMat(y16.data(), DType::bf16, B, out), dy.cview(), Activation::relu,
+                      dx.view(), dw.view(), db.data());
   const Matrix<float> xs = widen(x16, B, in), ys = widen(y16, B, out);
-  cpu.linear_backward(xs.cview(), w.cview(), ys.cview(), dy.cview(), Activation::relu, dx_ref.view(), dw_ref.view(),
-                      db_ref.data());
+  cpu.linear_backward(xs.cview(), w.cview(), ys.cview(), dy.cview(), Activation::relu,
+                      dx_ref.view(), dw_ref.view(), db_ref.data());
   EXPECT_EQ(dx.data, dx_ref.data);
   EXPECT_EQ(dw.data, dw_ref.data);
   EXPECT_EQ(db, db_ref);
@@ -848,8 +857,10 @@ TEST(CpuBf16Storage, LinearBackwardReadsTheStoredValues) {
 TEST(CpuBf16Storage, EmbeddingIntoAColumnBlockOfBf16) {
   CpuBackend be;
   Rand rand(5, 402);
-  auto tables = test::pack_tables({40, 7}, {6, 3}, {Pooling::sum, Pooling::mean}, OptimizerKind::sgd);
-  tables[1].out_col = 8;  // columns 6 and 7 of the output belong to no table: the op leaves them alone
+  auto tables =
+      test::pack_tables({40, 7}, {6, 3}, {Pooling::sum, Pooling::mean}, OptimizerKind::sgd);
+  tables[1].out_col =
+      8;  // columns 6 and 7 of the output belong to no table: the op leaves them alone
   const std::int64_t batch = 25, width = 11, wide = 16;
   const test::SparseBatch sparse = test::random_sparse(rand, batch, tables, 5);
   const std::vector<float> weights = random_vector<float>(rand, test::total_weights(tables));
@@ -858,9 +869,11 @@ TEST(CpuBf16Storage, EmbeddingIntoAColumnBlockOfBf16) {
   // Columns [4, 15) of a bf16 [batch, 16] buffer; the others (and the two gap columns) hold a
   // pattern that must survive.
   std::vector<std::uint16_t> bits(static_cast<std::size_t>(batch * wide));
-  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<std::uint16_t>(0x3f80u + i % 97);
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    bits[i] = static_cast<std::uint16_t>(0x3f80u + i % 97);
   const std::vector<std::uint16_t> before = bits;
-  be.embedding_forward(tables, weights.data(), sparse.input(), AMat(bits.data(), DType::bf16, batch, wide).cols_slice(4, width));
+  be.embedding_forward(tables, weights.data(), sparse.input(),
+                       AMat(bits.data(), DType::bf16, batch, wide).cols_slice(4, width));
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t c = 0; c < wide; ++c) {
       const auto i = static_cast<std::size_t>(b * wide + c);
@@ -886,14 +899,17 @@ TEST(CpuBf16Storage, CrossBackwardWithBf16Gradients) {
   // dx0 starts from stored bf16 values (a middle layer accumulates into it).
   const auto dx0_init = random_matrix<float>(rand, B, N);
   std::vector<std::uint16_t> dx016 = to_bf16(dx0_init);
-  Matrix<float> dx0_ref = widen(dx016, B, N), dxl_ref(B, N), dv_ref(r, N), dw_ref(N, r), dv(r, N), dw(N, r);
+  Matrix<float> dx0_ref = widen(dx016, B, N), dxl_ref(B, N), dv_ref(r, N), dw_ref(N, r), dv(r, N),
+                dw(N, r);
   std::vector<float> db_ref(static_cast<std::size_t>(N)), db(static_cast<std::size_t>(N));
-  cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(), gs.cview(), dx0_ref.view(),
-                     dxl_ref.view(), dv_ref.view(), dw_ref.view(), db_ref.data(), Mat(), {false, false});
+  cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(), gs.cview(),
+                     dx0_ref.view(), dxl_ref.view(), dv_ref.view(), dw_ref.view(), db_ref.data(),
+                     Mat(), {false, false});
   std::vector<std::uint16_t> dxl16(static_cast<std::size_t>(B * N));
   cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(),
                      CAMat(g16.data(), DType::bf16, B, N), AMat(dx016.data(), DType::bf16, B, N),
-                     AMat(dxl16.data(), DType::bf16, B, N), dv.view(), dw.view(), db.data(), Mat(), {false, false});
+                     AMat(dxl16.data(), DType::bf16, B, N), dv.view(), dw.view(), db.data(), Mat(),
+                     {false, false});
   EXPECT_EQ(dv.data, dv_ref.data);
   EXPECT_EQ(dw.data, dw_ref.data);
   EXPECT_EQ(db, db_ref);
@@ -905,13 +921,15 @@ TEST(CpuBf16Storage, CrossBackwardWithBf16Gradients) {
   // The gradients must share a storage type: dxl in fp32 beside a bf16 g and dx0, and dx0 in
   // fp32 beside a bf16 g and dxl.
   Matrix<float> dxl32(B, N);
-  EXPECT_THROW(cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(),
-                                  CAMat(g16.data(), DType::bf16, B, N), AMat(dx016.data(), DType::bf16, B, N),
-                                  dxl32.view(), dv.view(), dw.view(), db.data(), Mat(), {false, false}),
+  EXPECT_THROW(cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(),
+                                  z.cview(), CAMat(g16.data(), DType::bf16, B, N),
+                                  AMat(dx016.data(), DType::bf16, B, N), dxl32.view(), dv.view(),
+                                  dw.view(), db.data(), Mat(), {false, false}),
                Error);
-  EXPECT_THROW(cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(), z.cview(),
-                                  CAMat(g16.data(), DType::bf16, B, N), dx0.view(), AMat(dxl16.data(), DType::bf16, B, N),
-                                  dv.view(), dw.view(), db.data(), Mat(), {false, false}),
+  EXPECT_THROW(cpu.cross_backward(x0.cview(), xl.cview(), v.cview(), w.cview(), u.cview(),
+                                  z.cview(), CAMat(g16.data(), DType::bf16, B, N), dx0.view(),
+                                  AMat(dxl16.data(), DType::bf16, B, N), dv.view(), dw.view(),
+                                  db.data(), Mat(), {false, false}),
                Error);
 }
 
@@ -920,17 +938,20 @@ TEST(CpuBf16Storage, OtherStorageTypesAndMixedStorageAreErrors) {
   std::vector<std::uint16_t> h(64, 0);
   Matrix<float> w(2, 4), y(4, 2), z(4, 4);
   try {
-    cpu.linear_forward(CAMat(h.data(), DType::f16, 4, 4), w.cview(), nullptr, Activation::none, y.view());
+    cpu.linear_forward(CAMat(h.data(), DType::f16, 4, 4), w.cview(), nullptr, Activation::none,
+                       y.view());
     FAIL() << "an fp16 activation was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("linear_forward: x is stored as fp16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("linear_forward: x is stored as fp16"), std::string::npos)
+        << e.what();
   }
   // A null bf16 view is the op's error, not a crash in the widening.
-  EXPECT_THROW(cpu.linear_forward(CAMat(nullptr, DType::bf16, 4, 4), w.cview(), nullptr, Activation::none, y.view()),
+  EXPECT_THROW(cpu.linear_forward(CAMat(nullptr, DType::bf16, 4, 4), w.cview(), nullptr,
+                                  Activation::none, y.view()),
                Error);
   Matrix<float> v(2, 4), wc(4, 2), u(4, 2), xn(4, 4);
-  EXPECT_THROW(cpu.cross_forward(CAMat(h.data(), DType::bf16, 4, 4), z.cview(), v.cview(), wc.cview(), nullptr,
-                                 u.view(), z.view(), xn.view()),
+  EXPECT_THROW(cpu.cross_forward(CAMat(h.data(), DType::bf16, 4, 4), z.cview(), v.cview(),
+                                 wc.cview(), nullptr, u.view(), z.view(), xn.view()),
                Error);
 }
 

@@ -304,7 +304,7 @@ TEST(CpuEmbeddingPrecision, UpdatedRowsAreRoundedToTheTableDtype) {
     EXPECT_EQ(w[6], round_to_dtype(4 - lr * 1.5f, dt));
     EXPECT_EQ(w[7], round_to_dtype(1.5f - lr * 1, dt));
     EXPECT_NE(w[3], 0.5f - lr * 4);  // rounding happened
-    EXPECT_EQ(w[0], 1);               // untouched rows as they were
+    EXPECT_EQ(w[0], 1);              // untouched rows as they were
     EXPECT_EQ(w[4], 3);
     EXPECT_EQ(w[8], 5);
   }

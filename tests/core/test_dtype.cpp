@@ -11,8 +11,8 @@ namespace parity {
 namespace {
 
 TEST(DType, NamesRoundTrip) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::fp8_e4m3, DType::fp8_e5m2,
-                  DType::i32, DType::i64}) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::fp8_e4m3, DType::fp8_e5m2, DType::i32,
+                  DType::i64}) {
     EXPECT_EQ(parse_dtype(dtype_name(t)), t);
     EXPECT_EQ(parse_safetensors_dtype(dtype_safetensors_name(t)), t);
   }
@@ -46,13 +46,13 @@ namespace {
 TEST(RoundToDtype, NearestEvenInFp16AndBf16) {
   EXPECT_EQ(round_to_dtype(1.0f / 3, DType::f32), 1.0f / 3);
   EXPECT_EQ(round_to_dtype(1.0f / 3, DType::f16), 0.333251953125f);  // 0x3555
-  EXPECT_EQ(round_to_dtype(1.0f / 3, DType::bf16), 0.333984375f);     // 0x3eab
+  EXPECT_EQ(round_to_dtype(1.0f / 3, DType::bf16), 0.333984375f);    // 0x3eab
   // Ties go to even: 1 + 2^-11 is halfway between fp16 neighbours 1 and 1 + 2^-10.
   EXPECT_EQ(round_to_dtype(1.0f + 0x1p-11f, DType::f16), 1.0f);
   EXPECT_EQ(round_to_dtype(1.0f + 3 * 0x1p-11f, DType::f16), 1.0f + 0x1p-9f);
-  EXPECT_EQ(round_to_dtype(1.0f + 0x1p-8f, DType::bf16), 1.0f);       // halfway, to even
-  EXPECT_TRUE(std::isinf(round_to_dtype(65520.0f, DType::f16)));       // overflow
-  EXPECT_EQ(round_to_dtype(65504.0f, DType::f16), 65504.0f);           // largest finite
+  EXPECT_EQ(round_to_dtype(1.0f + 0x1p-8f, DType::bf16), 1.0f);   // halfway, to even
+  EXPECT_TRUE(std::isinf(round_to_dtype(65520.0f, DType::f16)));  // overflow
+  EXPECT_EQ(round_to_dtype(65504.0f, DType::f16), 65504.0f);      // largest finite
   EXPECT_TRUE(std::isnan(round_to_dtype(NAN, DType::bf16)));
   // Idempotent.
   const float x = round_to_dtype(-0.1234567f, DType::bf16);

@@ -41,8 +41,8 @@ class Shards : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("parity-shards-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           ("parity-shards-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+            "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -116,8 +116,9 @@ TEST_F(Shards, WrapsIntoTheNextEpochAndSeeks) {
   EXPECT_EQ(std::vector<float>(got.labels.begin() + 100, got.labels.end()), head.labels);
   // Table 1's ids: the first 100 bags from the tail, the next 50 from the head.
   const auto t1 = [](const Batch& b) {
-    return std::vector<std::int64_t>(b.ids.begin() + b.offsets[static_cast<std::size_t>(b.size)],
-                                     b.ids.begin() + b.offsets[static_cast<std::size_t>(2 * b.size)]);
+    return std::vector<std::int64_t>(
+        b.ids.begin() + b.offsets[static_cast<std::size_t>(b.size)],
+        b.ids.begin() + b.offsets[static_cast<std::size_t>(2 * b.size)]);
   };
   auto want = t1(tail);
   const auto h = t1(head);
@@ -165,13 +166,15 @@ TEST_F(Shards, ModelMismatchNamesTheField) {
   write(m);
   ModelSpec other = m;
   other.dense_features = 6;
-  EXPECT_NE(error_of(dir_, other).find("field 'dense_features'"), std::string::npos) << error_of(dir_, other);
+  EXPECT_NE(error_of(dir_, other).find("field 'dense_features'"), std::string::npos)
+      << error_of(dir_, other);
   other = m;
   other.tables.pop_back();
   EXPECT_NE(error_of(dir_, other).find("field 'tables'"), std::string::npos);
   other = m;
   other.tables[2].rows = 1000;  // the data's ids go up to 123457
-  EXPECT_NE(error_of(dir_, other).find("tables[2].rows"), std::string::npos) << error_of(dir_, other);
+  EXPECT_NE(error_of(dir_, other).find("tables[2].rows"), std::string::npos)
+      << error_of(dir_, other);
 }
 
 TEST_F(Shards, CorruptFilesAreInputErrors) {
@@ -202,7 +205,8 @@ TEST_F(Shards, CorruptFilesAreInputErrors) {
   const std::uint32_t huge = 4000000000u;
   std::memcpy(bad.data() + bad.size() - 4, &huge, 4);
   put(bad);
-  EXPECT_NE(error_of(dir_, m).find("is >= its 123457 rows"), std::string::npos) << error_of(dir_, m);
+  EXPECT_NE(error_of(dir_, m).find("is >= its 123457 rows"), std::string::npos)
+      << error_of(dir_, m);
   // An offset in the middle of a table pointing far outside the ids (the ends are intact).
   bad = bytes;
   {
@@ -214,7 +218,8 @@ TEST_F(Shards, CorruptFilesAreInputErrors) {
     std::memcpy(bad.data() + at + 8 * 100, &far, 8);
   }
   put(bad);
-  EXPECT_NE(error_of(dir_, m).find("offsets of table 0 are inconsistent"), std::string::npos) << error_of(dir_, m);
+  EXPECT_NE(error_of(dir_, m).find("offsets of table 0 are inconsistent"), std::string::npos)
+      << error_of(dir_, m);
   // Missing part file.
   fs::remove(part);
   EXPECT_NE(error_of(dir_, m).find("cannot read"), std::string::npos);

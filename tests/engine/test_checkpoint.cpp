@@ -4,8 +4,8 @@
 
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "micro_model.h"
@@ -107,7 +107,8 @@ TEST_F(Checkpoint, BadFilesGiveClearErrorsAndLeaveTheModelUntouched) {
   // Too short for a header, header size beyond the file, header not JSON.
   const fs::path tiny = dir_ / "tiny.safetensors";
   std::ofstream(tiny) << "abc";
-  EXPECT_NE(message_of([&] { read_safetensors_header(tiny); }).find("too short"), std::string::npos);
+  EXPECT_NE(message_of([&] { read_safetensors_header(tiny); }).find("too short"),
+            std::string::npos);
   const fs::path huge = dir_ / "huge.safetensors";
   {
     std::ofstream o(huge, std::ios::binary);
@@ -115,7 +116,8 @@ TEST_F(Checkpoint, BadFilesGiveClearErrorsAndLeaveTheModelUntouched) {
     o.write(reinterpret_cast<const char*>(&hs), 8);
     o << "{}";
   }
-  EXPECT_NE(message_of([&] { read_safetensors_header(huge); }).find("does not fit"), std::string::npos);
+  EXPECT_NE(message_of([&] { read_safetensors_header(huge); }).find("does not fit"),
+            std::string::npos);
   const fs::path garbage = dir_ / "garbage.safetensors";
   {
     std::ofstream o(garbage, std::ios::binary);
@@ -138,8 +140,9 @@ TEST_F(Checkpoint, BadFilesGiveClearErrorsAndLeaveTheModelUntouched) {
     EXPECT_EQ(std::memcmp(before[i].data, copy[i].data(), before[i].bytes()), 0);
 
   // Missing file.
-  EXPECT_NE(message_of([&] { read_safetensors_header(dir_ / "nope.safetensors"); }).find("cannot read"),
-            std::string::npos);
+  EXPECT_NE(
+      message_of([&] { read_safetensors_header(dir_ / "nope.safetensors"); }).find("cannot read"),
+      std::string::npos);
 }
 
 }  // namespace

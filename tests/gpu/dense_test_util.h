@@ -48,15 +48,23 @@ namespace parity::gpu::test {
 
 constexpr std::uint32_t kPoisonBits = 0xffffffffu;  // a NaN
 
-inline float poison() { return std::bit_cast<float>(kPoisonBits); }
-inline bool is_poison(float v) { return std::bit_cast<std::uint32_t>(v) == kPoisonBits; }
+inline float poison() {
+  return std::bit_cast<float>(kPoisonBits);
+}
+inline bool is_poison(float v) {
+  return std::bit_cast<std::uint32_t>(v) == kPoisonBits;
+}
 
 inline double tol_for(DenseMath m) {
   switch (m) {
-    case DenseMath::fp32: return 1e-5;
-    case DenseMath::tf32: return 2e-3;
-    case DenseMath::bf16: return 1e-2;
-    default: return 0.0;
+    case DenseMath::fp32:
+      return 1e-5;
+    case DenseMath::tf32:
+      return 2e-3;
+    case DenseMath::bf16:
+      return 1e-2;
+    default:
+      return 0.0;
   }
 }
 
@@ -66,9 +74,12 @@ struct HostMat {
   std::vector<float> v;
 
   HostMat(std::int64_t r, std::int64_t c, std::int64_t l)
-      : rows(r), cols(c), ld(l), v(static_cast<std::size_t>(std::max<std::int64_t>(r * l, 1)), poison()) {}
-  static HostMat random(std::int64_t r, std::int64_t c, std::int64_t pad, Rand& rand, float lo = -1.0f,
-                        float hi = 1.0f) {
+      : rows(r),
+        cols(c),
+        ld(l),
+        v(static_cast<std::size_t>(std::max<std::int64_t>(r * l, 1)), poison()) {}
+  static HostMat random(std::int64_t r, std::int64_t c, std::int64_t pad, Rand& rand,
+                        float lo = -1.0f, float hi = 1.0f) {
     HostMat m(r, c, c + pad);
     for (std::int64_t i = 0; i < r; ++i)
       for (std::int64_t j = 0; j < c; ++j) m.at(i, j) = rand.uniform(lo, hi);
@@ -116,8 +127,8 @@ class DevMat {
 
 // |got - ref| <= tol · mag over [rows, cols]; where ref holds the poison (columns the op must not
 // write, and padding), got must still hold it bit for bit. Returns the largest |got - ref| / mag.
-inline double expect_close(const std::string& what, const HostMat& got, const HostMat& ref, const HostMat& mag,
-                    double tol) {
+inline double expect_close(const std::string& what, const HostMat& got, const HostMat& ref,
+                           const HostMat& mag, double tol) {
   EXPECT_EQ(got.v.size(), ref.v.size()) << what;
   int bad = 0;
   double worst = 0.0;
@@ -133,14 +144,14 @@ inline double expect_close(const std::string& what, const HostMat& got, const Ho
       const double m = std::fabs(static_cast<double>(mag.at(r, c)));
       if (m > 0.0) worst = std::max(worst, err / m);
       if (!(err <= tol * m + 1e-37) && ++bad <= 5) {
-        ADD_FAILURE() << what << ": (" << r << ", " << c << ") gpu " << g << " cpu " << e << " |diff| " << err
-                      << " > " << tol << " x magnitude " << m;
+        ADD_FAILURE() << what << ": (" << r << ", " << c << ") gpu " << g << " cpu " << e
+                      << " |diff| " << err << " > " << tol << " x magnitude " << m;
       }
     }
   }
   EXPECT_EQ(bad, 0) << what;
-  std::cout << "[ measured ] " << what << ": max |gpu - cpu| / magnitude = " << worst << " (tolerance " << tol
-            << ")\n";
+  std::cout << "[ measured ] " << what << ": max |gpu - cpu| / magnitude = " << worst
+            << " (tolerance " << tol << ")\n";
   return worst;
 }
 
@@ -154,21 +165,24 @@ inline std::int64_t ulp_distance(float a, float b) {
 }
 
 // got and ref agree to max_ulp ulps everywhere; prints how many differ at all.
-inline void expect_ulps(const std::string& what, const std::vector<float>& got, const std::vector<float>& ref,
-                 std::int64_t max_ulp) {
+inline void expect_ulps(const std::string& what, const std::vector<float>& got,
+                        const std::vector<float>& ref, std::int64_t max_ulp) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   std::int64_t differ = 0, worst = 0;
   int bad = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
-    const std::int64_t d = std::isnan(got[i]) ? (std::int64_t{1} << 40) : ulp_distance(got[i], ref[i]);
+    const std::int64_t d =
+        std::isnan(got[i]) ? (std::int64_t{1} << 40) : ulp_distance(got[i], ref[i]);
     if (d != 0) ++differ;
     worst = std::max(worst, d);
     if (d > max_ulp && ++bad <= 5)
-      ADD_FAILURE() << what << "[" << i << "]: gpu " << got[i] << " cpu " << ref[i] << " (" << d << " ulp)";
+      ADD_FAILURE() << what << "[" << i << "]: gpu " << got[i] << " cpu " << ref[i] << " (" << d
+                    << " ulp)";
   }
   EXPECT_EQ(bad, 0) << what;
   std::cout << "[ measured ] " << what << ": " << differ << " of " << ref.size()
-            << " values differ from the CPU, by at most " << worst << " ulp (allowed " << max_ulp << ")\n";
+            << " values differ from the CPU, by at most " << worst << " ulp (allowed " << max_ulp
+            << ")\n";
 }
 
 inline std::vector<float> download_vec(Backend& be, const float* p, std::size_t n) {
@@ -188,17 +202,22 @@ struct HostBf16 {
   std::vector<std::uint16_t> bits;
 
   HostBf16(std::int64_t r, std::int64_t c, std::int64_t l)
-      : rows(r), cols(c), ld(l), bits(static_cast<std::size_t>(std::max<std::int64_t>(r * l, 1)), 0xffffu) {}
+      : rows(r),
+        cols(c),
+        ld(l),
+        bits(static_cast<std::size_t>(std::max<std::int64_t>(r * l, 1)), 0xffffu) {}
   explicit HostBf16(const HostMat& m) : HostBf16(m.rows, m.cols, m.ld) {
     for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t j = 0; j < cols; ++j) bits[static_cast<std::size_t>(i * ld + j)] = bf16_bits(m.at(i, j));
+      for (std::int64_t j = 0; j < cols; ++j)
+        bits[static_cast<std::size_t>(i * ld + j)] = bf16_bits(m.at(i, j));
   }
   AMat view() { return {bits.data(), DType::bf16, rows, cols, ld}; }
   CAMat cview() const { return {bits.data(), DType::bf16, rows, cols, ld}; }
   // The values as floats; padding and unwritten elements (all bits set) as the fp32 poison.
   HostMat to_float() const {
     HostMat m(rows, cols, ld);
-    for (std::size_t i = 0; i < bits.size(); ++i) m.v[i] = bits[i] == 0xffffu ? poison() : bf16_to_float(bits[i]);
+    for (std::size_t i = 0; i < bits.size(); ++i)
+      m.v[i] = bits[i] == 0xffffu ? poison() : bf16_to_float(bits[i]);
     return m;
   }
   HostBf16 poisoned() const { return HostBf16(rows, cols, ld); }
@@ -206,7 +225,8 @@ struct HostBf16 {
 
 class DevBf16 {
  public:
-  DevBf16(Backend& be, const HostBf16& h) : be_(&be), buf_(be, h.bits.size() * 2), rows_(h.rows), cols_(h.cols), ld_(h.ld) {
+  DevBf16(Backend& be, const HostBf16& h)
+      : be_(&be), buf_(be, h.bits.size() * 2), rows_(h.rows), cols_(h.cols), ld_(h.ld) {
     be.copy_to_device(buf_.get(), h.bits.data(), h.bits.size() * 2);
   }
   AMat view() const { return {buf_.get(), DType::bf16, rows_, cols_, ld_}; }
@@ -226,7 +246,8 @@ class DevBf16 {
 inline HostMat random_bf16_values(std::int64_t r, std::int64_t c, std::int64_t pad, Rand& rand) {
   HostMat m = HostMat::random(r, c, pad, rand);
   for (std::int64_t i = 0; i < r; ++i)
-    for (std::int64_t j = 0; j < c; ++j) m.at(i, j) = parity::round_to_dtype(m.at(i, j), DType::bf16);
+    for (std::int64_t j = 0; j < c; ++j)
+      m.at(i, j) = parity::round_to_dtype(m.at(i, j), DType::bf16);
   return m;
 }
 

@@ -26,12 +26,12 @@
 
 namespace parity::gpu::test {
 
-#define PARITY_REQUIRE_GPU()                                                                     \
-  do {                                                                                           \
-    if (::parity::gpu::device_count() == 0) {                                                    \
-      GTEST_SKIP() << "skipped: " << ::parity::gpu::no_device_reason()                           \
-                   << " (the GPU tests run on a GPU machine, e.g. through bench/gpu-check.sh)"; \
-    }                                                                                            \
+#define PARITY_REQUIRE_GPU()                                                                      \
+  do {                                                                                            \
+    if (::parity::gpu::device_count() == 0) {                                                     \
+      GTEST_SKIP() << "skipped: " << ::parity::gpu::no_device_reason()                            \
+                   << " (the GPU tests run on a GPU machine, e.g. through scripts/gpu-tests.sh)"; \
+    }                                                                                             \
   } while (0)
 
 class Rand {
@@ -59,7 +59,9 @@ struct Problem {
   std::vector<std::int64_t> offsets;
   std::int64_t weight_elems = 0;
   std::int64_t state_elems = 0;
-  SparseInput input() const { return {batch, static_cast<int>(tables.size()), ids.data(), offsets.data()}; }
+  SparseInput input() const {
+    return {batch, static_cast<int>(tables.size()), ids.data(), offsets.data()};
+  }
 };
 
 struct ProblemSpec {
@@ -67,13 +69,13 @@ struct ProblemSpec {
   std::vector<std::int64_t> rows;
   std::vector<Pooling> pooling;  // one per table (cycled)
   std::int64_t batch = 64;
-  int max_pool = 8;              // bag sizes in [0, max_pool], with extra weight on 0 and 1
-  double zipf_alpha = 0.0;       // 0: uniform ids; > 0: Zipf(alpha) (duplicate-heavy)
-  int gap = 3;                   // unused output columns between tables
-  int ld_extra = 5;              // ld - out_cols
+  int max_pool = 8;         // bag sizes in [0, max_pool], with extra weight on 0 and 1
+  double zipf_alpha = 0.0;  // 0: uniform ids; > 0: Zipf(alpha) (duplicate-heavy)
+  int gap = 3;              // unused output columns between tables
+  int ld_extra = 5;         // ld - out_cols
   OptimizerKind kind = OptimizerKind::sgd;
   DType dtype = DType::f32;
-  int offset_pad = 0;            // extra elements between tables' weights (misaligns rows)
+  int offset_pad = 0;  // extra elements between tables' weights (misaligns rows)
 };
 
 inline Problem make_problem(const ProblemSpec& spec, std::uint64_t seed) {
@@ -126,8 +128,8 @@ inline Problem make_problem(const ProblemSpec& spec, std::uint64_t seed) {
 
 // Host values of weights: uniform in [-1, 1) or small integers; rounded to the weight dtype so
 // that the fp32 copy is the exact value the GPU reads.
-inline std::vector<float> random_values(std::int64_t n, std::uint64_t seed, bool integers, DType dtype,
-                                        float lo = -1.0f, float hi = 1.0f) {
+inline std::vector<float> random_values(std::int64_t n, std::uint64_t seed, bool integers,
+                                        DType dtype, float lo = -1.0f, float hi = 1.0f) {
   Rand rand(seed, 2);
   std::vector<float> v(static_cast<std::size_t>(n));
   for (auto& x : v) {
@@ -141,12 +143,14 @@ inline std::vector<float> random_values(std::int64_t n, std::uint64_t seed, bool
 // The values stored as `dtype` (2 or 4 bytes each).
 inline std::vector<std::uint8_t> encode(const std::vector<float>& v, DType dtype) {
   std::vector<std::uint8_t> out(v.size() * dtype_size(dtype));
-  for (std::size_t i = 0; i < v.size(); ++i) store_element(out.data(), dtype, static_cast<std::int64_t>(i), v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    store_element(out.data(), dtype, static_cast<std::int64_t>(i), v[i]);
   return out;
 }
 inline std::vector<float> decode(const std::vector<std::uint8_t>& bytes, DType dtype) {
   std::vector<float> out(bytes.size() / dtype_size(dtype));
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = load_element(bytes.data(), dtype, static_cast<std::int64_t>(i));
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = load_element(bytes.data(), dtype, static_cast<std::int64_t>(i));
   return out;
 }
 

@@ -31,11 +31,13 @@ TEST(DenseGpu, DenseOptimizersMatchCpu) {
         for (auto& v : g) v = rand.uniform(-0.1f, 0.1f);
         gpu.copy_to_device(gg.get(), g.data(), g.size() * 4);
         cpu.dense_optimizer_step(w.data(), g.data(), k > 0 ? st.data() : nullptr, n, opt, step);
-        gpu.dense_optimizer_step(gw.as<float>(), gg.as<float>(), k > 0 ? gs.as<float>() : nullptr, n, opt, step);
+        gpu.dense_optimizer_step(gw.as<float>(), gg.as<float>(), k > 0 ? gs.as<float>() : nullptr,
+                                 n, opt, step);
       }
-      const std::string what = std::string("optimizer ") + (kind == OptimizerKind::sgd       ? "sgd"
-                                                            : kind == OptimizerKind::adagrad ? "adagrad"
-                                                                                             : "adam") +
+      const std::string what = std::string("optimizer ") +
+                               (kind == OptimizerKind::sgd       ? "sgd"
+                                : kind == OptimizerKind::adagrad ? "adagrad"
+                                                                 : "adam") +
                                (wd > 0 ? " wd" : "") + " (3 steps)";
       // Same double formulas from the same fp32 values, rounded once: bit for bit or an ulp.
       expect_ulps(what + " params", download_vec(gpu, gw.as<float>(), w.size()), w, 1);

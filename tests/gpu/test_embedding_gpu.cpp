@@ -21,7 +21,8 @@ constexpr std::uint32_t kPoisonWord = 0xffffffffu;  // NaN as fp32; two NaNs as 
 
 // Runs the GPU forward for problem p and returns the output as floats [batch, ld] (poisoned
 // columns stay NaN).
-std::vector<float> gpu_forward(const Problem& p, const std::vector<float>& weights, DType wdtype, DType odtype) {
+std::vector<float> gpu_forward(const Problem& p, const std::vector<float>& weights, DType wdtype,
+                               DType odtype) {
   EmbeddingTables tables(p.tables);
   DeviceInput din(p);
   auto wbytes = encode(weights, wdtype);
@@ -30,7 +31,8 @@ std::vector<float> gpu_forward(const Problem& p, const std::vector<float>& weigh
   std::vector<std::uint8_t> poison(out_bytes, 0xff);
   DeviceBuffer<std::uint8_t> out = to_device(poison);
   Stream s;
-  embedding_forward(s.get(), tables, {w.data(), wdtype}, din.in, {out.data(), odtype, p.batch, p.out_cols, p.ld});
+  embedding_forward(s.get(), tables, {w.data(), wdtype}, din.in,
+                    {out.data(), odtype, p.batch, p.out_cols, p.ld});
   s.synchronize();
   tables.raise_input_errors(s.get());
   return decode(to_host(out, out_bytes), odtype);
@@ -43,9 +45,9 @@ bool is_table_col(const Problem& p, std::int64_t c) {
   return false;
 }
 
-// Compares a GPU forward with the CPU reference: |gpu - ref| <= tol_sum * Σ|terms| + tol_out * |ref|
-// (Σ|terms| is the same pooling over |weights|: the scale of fp32 summation error), every table
-// column written, every other column untouched.
+// Compares a GPU forward with the CPU reference: |gpu - ref| <= tol_sum * Σ|terms| + tol_out *
+// |ref| (Σ|terms| is the same pooling over |weights|: the scale of fp32 summation error), every
+// table column written, every other column untouched.
 void check_forward(const Problem& p, const std::vector<float>& weights, DType wdtype, DType odtype,
                    const std::string& what, double tol_sum = 1e-5, double tol_out = 0.0) {
   const std::vector<float> got = gpu_forward(p, weights, wdtype, odtype);
@@ -53,8 +55,10 @@ void check_forward(const Problem& p, const std::vector<float>& weights, DType wd
   std::vector<float> ref(static_cast<std::size_t>(p.batch * p.ld), 0.0f), mag(ref.size(), 0.0f);
   std::vector<float> absw(weights.size());
   for (std::size_t i = 0; i < weights.size(); ++i) absw[i] = std::fabs(weights[i]);
-  cpu::embedding_forward<float>(ref_tables, weights.data(), p.input(), {ref.data(), p.batch, p.out_cols, p.ld});
-  cpu::embedding_forward<float>(ref_tables, absw.data(), p.input(), {mag.data(), p.batch, p.out_cols, p.ld});
+  cpu::embedding_forward<float>(ref_tables, weights.data(), p.input(),
+                                {ref.data(), p.batch, p.out_cols, p.ld});
+  cpu::embedding_forward<float>(ref_tables, absw.data(), p.input(),
+                                {mag.data(), p.batch, p.out_cols, p.ld});
   int bad = 0;
   for (std::int64_t b = 0; b < p.batch; ++b) {
     for (std::int64_t c = 0; c < p.ld; ++c) {
@@ -66,13 +70,14 @@ void check_forward(const Problem& p, const std::vector<float>& weights, DType wd
         } else {
           bits = std::isnan(got[i]) ? kPoisonWord : 0u;
         }
-        if (bits != kPoisonWord && ++bad <= 5) ADD_FAILURE() << what << ": column " << c << " of row " << b << " was written";
+        if (bits != kPoisonWord && ++bad <= 5)
+          ADD_FAILURE() << what << ": column " << c << " of row " << b << " was written";
         continue;
       }
       const double tol = tol_sum * mag[i] + tol_out * std::fabs(ref[i]) + 1e-30;
       if (!(std::fabs(static_cast<double>(got[i]) - ref[i]) <= tol) && ++bad <= 5) {
-        ADD_FAILURE() << what << ": out(" << b << ", " << c << ") = " << got[i] << ", expected " << ref[i]
-                      << " (tolerance " << tol << ")";
+        ADD_FAILURE() << what << ": out(" << b << ", " << c << ") = " << got[i] << ", expected "
+                      << ref[i] << " (tolerance " << tol << ")";
       }
     }
   }
@@ -115,8 +120,8 @@ TEST_P(GpuForwardTypes, MatchesCpuAcrossDimsAndPooling) {
     // bf16 outputs are rounded once: half an ulp of bf16 is 2^-9 relative.
     const double tol_out = odtype == DType::bf16 ? 1.0 / 256.0 : 0.0;
     check_forward(p, w, wdtype, odtype,
-                  std::string("weights ") + std::string(dtype_name(wdtype)) + " out " + std::string(dtype_name(odtype)) +
-                      " seed " + std::to_string(seed),
+                  std::string("weights ") + std::string(dtype_name(wdtype)) + " out " +
+                      std::string(dtype_name(odtype)) + " seed " + std::to_string(seed),
                   1e-5, tol_out);
   }
 }
@@ -204,8 +209,9 @@ struct BackwardResult {
   int fit_group = 0;  // EmbeddingWorkspace::last_rows_fit_group
 };
 
-BackwardResult gpu_backward(const Problem& p, const std::vector<float>& w0, const std::vector<float>& s0,
-                            const std::vector<float>& dout, const BackwardCase& c, const OptimizerParams& opt,
+BackwardResult gpu_backward(const Problem& p, const std::vector<float>& w0,
+                            const std::vector<float>& s0, const std::vector<float>& dout,
+                            const BackwardCase& c, const OptimizerParams& opt,
                             const UpdateOptions& upd) {
   EmbeddingTables tables(p.tables);
   DeviceInput din(p);
@@ -214,8 +220,8 @@ BackwardResult gpu_backward(const Problem& p, const std::vector<float>& w0, cons
   DeviceBuffer<std::uint8_t> g = to_device(encode(dout, c.gdtype));
   EmbeddingWorkspace ws(tables, p.batch, static_cast<std::int64_t>(p.ids.size()), c.sort);
   Stream s;
-  embedding_backward_update(s.get(), tables, {w.data(), c.wdtype}, s0.empty() ? nullptr : st.data(), din.in,
-                            {g.data(), c.gdtype, p.batch, p.out_cols, p.ld}, opt, upd, ws);
+  embedding_backward_update(s.get(), tables, {w.data(), c.wdtype}, s0.empty() ? nullptr : st.data(),
+                            din.in, {g.data(), c.gdtype, p.batch, p.out_cols, p.ld}, opt, upd, ws);
   s.synchronize();
   tables.raise_input_errors(s.get());
   BackwardResult r;
@@ -250,7 +256,8 @@ struct CaseOutcome {
   int fit_group = 0;
   EmbeddingWorkspace::Stats stats;
 };
-CaseOutcome run_backward_case(const ProblemSpec& spec, const BackwardCase& c, const std::string& what) {
+CaseOutcome run_backward_case(const ProblemSpec& spec, const BackwardCase& c,
+                              const std::string& what) {
   ProblemSpec s = spec;
   s.kind = c.kind;
   s.dtype = c.wdtype;
@@ -258,7 +265,8 @@ CaseOutcome run_backward_case(const ProblemSpec& spec, const BackwardCase& c, co
   const Problem p = make_problem(s, c.seed);
   const auto w0 = random_values(p.weight_elems, c.seed, c.integers, c.wdtype);
   std::vector<float> s0;
-  if (c.kind != OptimizerKind::sgd) s0 = random_values(p.state_elems, c.seed + 7, false, DType::f32, 0.0f, 2.0f);
+  if (c.kind != OptimizerKind::sgd)
+    s0 = random_values(p.state_elems, c.seed + 7, false, DType::f32, 0.0f, 2.0f);
   auto dout = random_values(p.batch * p.ld, c.seed + 3, c.integers, c.gdtype);
   OptimizerParams opt;
   opt.kind = c.kind;
@@ -274,15 +282,18 @@ CaseOutcome run_backward_case(const ProblemSpec& spec, const BackwardCase& c, co
 
   const auto ref_tables = as_f32(p.tables);
   std::vector<float> ref_w = w0, ref_s = s0;
-  cpu::embedding_backward_update<float>(ref_tables, ref_w.data(), ref_s.empty() ? nullptr : ref_s.data(), p.input(),
+  cpu::embedding_backward_update<float>(ref_tables, ref_w.data(),
+                                        ref_s.empty() ? nullptr : ref_s.data(), p.input(),
                                         {dout.data(), p.batch, p.out_cols, p.ld}, opt);
   // Per weight element: the gradient g (with weight decay) and the scale G of its terms.
   std::vector<double> g(w0.size(), 0.0), big_g(w0.size(), 0.0), state_tol(s0.size(), 0.0);
   {
     std::vector<float> absd(dout.size());
     for (std::size_t i = 0; i < dout.size(); ++i) absd[i] = std::fabs(dout[i]);
-    const auto gv = cpu::embedding_gradient<float>(ref_tables, p.input(), {dout.data(), p.batch, p.out_cols, p.ld});
-    const auto ga = cpu::embedding_gradient<float>(ref_tables, p.input(), {absd.data(), p.batch, p.out_cols, p.ld});
+    const auto gv = cpu::embedding_gradient<float>(ref_tables, p.input(),
+                                                   {dout.data(), p.batch, p.out_cols, p.ld});
+    const auto ga = cpu::embedding_gradient<float>(ref_tables, p.input(),
+                                                   {absd.data(), p.batch, p.out_cols, p.ld});
     for (std::size_t u = 0; u < gv.table.size(); ++u) {
       const TableLayout& tl = p.tables[gv.table[u]];
       double row_term = 0.0;
@@ -291,10 +302,12 @@ CaseOutcome run_backward_case(const ProblemSpec& spec, const BackwardCase& c, co
         g[wi] = gv.grad[gv.offset[u] + d] + c.weight_decay * w0[wi];
         big_g[wi] = ga.grad[ga.offset[u] + d] + std::fabs(c.weight_decay * w0[wi]);
         const double term = 2.0 * std::fabs(g[wi]) * big_g[wi];
-        if (c.kind == OptimizerKind::adagrad) state_tol[tl.state_offset + gv.row[u] * tl.dim + d] = term;
+        if (c.kind == OptimizerKind::adagrad)
+          state_tol[tl.state_offset + gv.row[u] * tl.dim + d] = term;
         row_term += term;
       }
-      if (c.kind == OptimizerKind::rowwise_adagrad) state_tol[tl.state_offset + gv.row[u]] = row_term / tl.dim;
+      if (c.kind == OptimizerKind::rowwise_adagrad)
+        state_tol[tl.state_offset + gv.row[u]] = row_term / tl.dim;
     }
   }
   int bad = 0;
@@ -304,11 +317,14 @@ CaseOutcome run_backward_case(const ProblemSpec& spec, const BackwardCase& c, co
     const double got = r.weights[i];
     const double ref = ref_w[i];
     const double step = std::fabs(ref - w0[i]);
-    const double slack = 1e-5 * (step + (std::fabs(g[i]) > 0 ? step * big_g[i] / std::fabs(g[i]) : 0.0));
+    const double slack =
+        1e-5 * (step + (std::fabs(g[i]) > 0 ? step * big_g[i] / std::fabs(g[i]) : 0.0));
     bool ok;
     if (std::memcmp(&ref_w[i], &w0[i], 4) == 0) {
       ok = std::memcmp(&r.weights[i], &w0[i], 4) == 0;  // untouched (or a zero step): bit-identical
-      if (!ok) ok = std::fabs(got - ref) <= 1e-5 * std::fabs(ref) + 1e-7 + (c.wdtype == DType::f32 ? 0.0 : ulp(ref, c.wdtype));
+      if (!ok)
+        ok = std::fabs(got - ref) <=
+             1e-5 * std::fabs(ref) + 1e-7 + (c.wdtype == DType::f32 ? 0.0 : ulp(ref, c.wdtype));
     } else if (c.wdtype == DType::f32) {
       ok = std::fabs(got - ref) <= 1e-5 * std::fabs(ref) + slack + 1e-7;
     } else {
@@ -318,22 +334,24 @@ CaseOutcome run_backward_case(const ProblemSpec& spec, const BackwardCase& c, co
       ++n_rounded;
     }
     if (!ok && ++bad <= 5) {
-      ADD_FAILURE() << what << ": weight " << i << " = " << got << ", expected " << ref << " (was " << w0[i]
-                    << ", g " << g[i] << ", G " << big_g[i] << ")";
+      ADD_FAILURE() << what << ": weight " << i << " = " << got << ", expected " << ref << " (was "
+                    << w0[i] << ", g " << g[i] << ", G " << big_g[i] << ")";
     }
   }
   for (std::size_t i = 0; i < s0.size(); ++i) {
     const double got = r.state[i];
     const double ref = ref_s[i];
     if (!(std::fabs(got - ref) <= 1e-5 * (std::fabs(ref) + state_tol[i]) + 1e-7) && ++bad <= 5) {
-      ADD_FAILURE() << what << ": state " << i << " = " << got << ", expected " << ref << " (was " << s0[i] << ")";
+      ADD_FAILURE() << what << ": state " << i << " = " << got << ", expected " << ref << " (was "
+                    << s0[i] << ")";
     }
   }
   EXPECT_EQ(bad, 0) << what;
   if (n_rounded > 20000) {
     // Stochastic rounding is unbiased: the mean error is near 0 ulp (it would be near ±0.25 for a
     // truncation and is ~0.5/sqrt(n) for a fair one).
-    EXPECT_LT(std::fabs(sum_err_ulps / n_rounded), 0.03) << what << ": mean rounding error over " << n_rounded;
+    EXPECT_LT(std::fabs(sum_err_ulps / n_rounded), 0.03)
+        << what << ": mean rounding error over " << n_rounded;
   }
   return {r.fit_group, r.stats};
 }
@@ -358,7 +376,8 @@ TEST(GpuEmbeddingBackward, IntegerSgdIsExact) {
   run_backward_case(s, c, "sgd integers");
 }
 
-class GpuBackwardOptimizers : public ::testing::TestWithParam<std::tuple<OptimizerKind, double, DType>> {};
+class GpuBackwardOptimizers
+    : public ::testing::TestWithParam<std::tuple<OptimizerKind, double, DType>> {};
 
 TEST_P(GpuBackwardOptimizers, MatchesCpu) {
   PARITY_REQUIRE_GPU();
@@ -374,21 +393,22 @@ TEST_P(GpuBackwardOptimizers, MatchesCpu) {
       ProblemSpec s = backward_spec();
       s.offset_pad = seed == 2 ? 1 : 0;
       run_backward_case(s, c,
-                        std::string(optimizer_name(kind)) + " zipf " + std::to_string(zipf) + " grad " +
-                            std::string(dtype_name(gdtype)) + " wd " + std::to_string(wd) + " seed " +
-                            std::to_string(seed));
+                        std::string(optimizer_name(kind)) + " zipf " + std::to_string(zipf) +
+                            " grad " + std::string(dtype_name(gdtype)) + " wd " +
+                            std::to_string(wd) + " seed " + std::to_string(seed));
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(, GpuBackwardOptimizers,
-                         ::testing::Values(std::make_tuple(OptimizerKind::sgd, 0.0, DType::f32),
-                                           std::make_tuple(OptimizerKind::sgd, 1.2, DType::f32),
-                                           std::make_tuple(OptimizerKind::adagrad, 0.0, DType::f32),
-                                           std::make_tuple(OptimizerKind::adagrad, 1.2, DType::bf16),
-                                           std::make_tuple(OptimizerKind::rowwise_adagrad, 0.0, DType::f32),
-                                           std::make_tuple(OptimizerKind::rowwise_adagrad, 1.2, DType::f32),
-                                           std::make_tuple(OptimizerKind::rowwise_adagrad, 1.2, DType::bf16)));
+INSTANTIATE_TEST_SUITE_P(
+    , GpuBackwardOptimizers,
+    ::testing::Values(std::make_tuple(OptimizerKind::sgd, 0.0, DType::f32),
+                      std::make_tuple(OptimizerKind::sgd, 1.2, DType::f32),
+                      std::make_tuple(OptimizerKind::adagrad, 0.0, DType::f32),
+                      std::make_tuple(OptimizerKind::adagrad, 1.2, DType::bf16),
+                      std::make_tuple(OptimizerKind::rowwise_adagrad, 0.0, DType::f32),
+                      std::make_tuple(OptimizerKind::rowwise_adagrad, 1.2, DType::f32),
+                      std::make_tuple(OptimizerKind::rowwise_adagrad, 1.2, DType::bf16)));
 
 // Every table fills its lane group exactly and every row is 16-byte aligned (the DLRM layout): the
 // rows kernel's specialization runs, for each group it has (4, 8, 16 lanes), each optimizer,
@@ -402,10 +422,12 @@ TEST(GpuEmbeddingBackward, RowsThatFillTheGroupMatch) {
     DType wdtype;
     int group;
   };
-  for (const Shape sh : {Shape{64, DType::f32, 4}, Shape{128, DType::f32, 8}, Shape{256, DType::f32, 16},
-                         Shape{128, DType::bf16, 8}, Shape{64, DType::f16, 4}}) {
+  for (const Shape sh :
+       {Shape{64, DType::f32, 4}, Shape{128, DType::f32, 8}, Shape{256, DType::f32, 16},
+        Shape{128, DType::bf16, 8}, Shape{64, DType::f16, 4}}) {
     if (sh.group > warp) continue;
-    for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
+    for (OptimizerKind kind :
+         {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
       for (DType gdtype : {DType::f32, DType::bf16}) {
         ProblemSpec s;
         s.dims = {sh.dim, sh.dim, sh.dim};
@@ -420,8 +442,9 @@ TEST(GpuEmbeddingBackward, RowsThatFillTheGroupMatch) {
         c.wdtype = sh.wdtype;
         c.gdtype = gdtype;
         c.zipf = 1.2;  // repeated rows, and heavy ones in the 7-row table
-        const std::string what = "dim " + std::to_string(sh.dim) + " " + std::string(dtype_name(sh.wdtype)) + " " +
-                                 std::string(optimizer_name(kind)) + " grad " + std::string(dtype_name(gdtype));
+        const std::string what =
+            "dim " + std::to_string(sh.dim) + " " + std::string(dtype_name(sh.wdtype)) + " " +
+            std::string(optimizer_name(kind)) + " grad " + std::string(dtype_name(gdtype));
         const CaseOutcome fits = run_backward_case(s, c, what + " (fits)");
         EXPECT_EQ(fits.fit_group, sh.group) << what;
         EXPECT_GT(fits.stats.heavy_rows, 0) << what;
@@ -439,7 +462,8 @@ TEST(GpuEmbeddingBackward, RowsThatFillTheGroupMatch) {
 // many segments (the indices fetched ahead, in two stages, are used), for each optimizer.
 TEST(GpuEmbeddingBackward, RowsThatFillTheGroupManySegments) {
   PARITY_REQUIRE_GPU();
-  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
+  for (OptimizerKind kind :
+       {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
     ProblemSpec s;
     s.dims = {128, 128, 128};
     s.rows = {400000, 60000, 9};
@@ -456,7 +480,8 @@ TEST(GpuEmbeddingBackward, RowsThatFillTheGroupManySegments) {
     EXPECT_EQ(r.fit_group, 8) << what;
     // More than 4 segments per group even on a grid of 8 blocks per SM (the kernel fits at most
     // 5) of 16 groups (128 threads, 8 lanes per row).
-    const std::int64_t most_groups = static_cast<std::int64_t>(device_info().multiprocessor_count) * 8 * 16;
+    const std::int64_t most_groups =
+        static_cast<std::int64_t>(device_info().multiprocessor_count) * 8 * 16;
     EXPECT_GT(r.stats.unique_rows, 4 * most_groups) << what;
   }
 }
@@ -465,15 +490,17 @@ TEST(GpuEmbeddingBackward, EveryLaneShapeMatches) {
   PARITY_REQUIRE_GPU();
   for (int vpl : {1, 2, 4}) {
     for (DType wdtype : {DType::f32, DType::bf16}) {
-      for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
+      for (OptimizerKind kind :
+           {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
         BackwardCase c;
         c.kind = kind;
         c.wdtype = wdtype;
         c.zipf = 1.2;
         c.vectors_per_lane = vpl;
         run_backward_case(backward_spec(), c,
-                          std::string("vectors per lane ") + std::to_string(vpl) + " " + std::string(dtype_name(wdtype)) +
-                              " " + std::string(optimizer_name(kind)));
+                          std::string("vectors per lane ") + std::to_string(vpl) + " " +
+                              std::string(dtype_name(wdtype)) + " " +
+                              std::string(optimizer_name(kind)));
       }
     }
   }
@@ -487,7 +514,8 @@ TEST(GpuEmbeddingBackward, HeavyRowsTakeTheChunkedPathAndMatch) {
   s.pooling = {Pooling::sum, Pooling::mean};
   s.batch = 3000;
   s.max_pool = 20;
-  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
+  for (OptimizerKind kind :
+       {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
     BackwardCase c;
     c.kind = kind;
     run_backward_case(s, c, std::string("heavy rows ") + std::string(optimizer_name(kind)));
@@ -496,7 +524,8 @@ TEST(GpuEmbeddingBackward, HeavyRowsTakeTheChunkedPathAndMatch) {
   const Problem p = make_problem(s, 1);
   BackwardCase c;
   const auto r = gpu_backward(p, random_values(p.weight_elems, 1, false, DType::f32), {},
-                              random_values(p.batch * p.ld, 2, false, DType::f32), c, OptimizerParams{}, UpdateOptions{});
+                              random_values(p.batch * p.ld, 2, false, DType::f32), c,
+                              OptimizerParams{}, UpdateOptions{});
   EXPECT_EQ(r.stats.unique_rows, 10);
   EXPECT_EQ(r.stats.heavy_rows, 10);
   EXPECT_GT(r.stats.heavy_chunks, 100);
@@ -516,7 +545,8 @@ TEST(GpuEmbeddingBackward, ZipfLargeBatchMatchesCpu) {
   run_backward_case(s, c, "zipf 1.05 rowwise, batch 4096");
 }
 
-class GpuBackwardNarrowWeights : public ::testing::TestWithParam<std::tuple<DType, OptimizerKind>> {};
+class GpuBackwardNarrowWeights : public ::testing::TestWithParam<std::tuple<DType, OptimizerKind>> {
+};
 
 TEST_P(GpuBackwardNarrowWeights, StochasticRoundingBracketsAndIsUnbiased) {
   PARITY_REQUIRE_GPU();
@@ -531,12 +561,14 @@ TEST_P(GpuBackwardNarrowWeights, StochasticRoundingBracketsAndIsUnbiased) {
   c.kind = kind;
   c.wdtype = wdtype;
   c.zipf = 1.1;
-  run_backward_case(s, c, std::string(dtype_name(wdtype)) + " " + std::string(optimizer_name(kind)));
+  run_backward_case(s, c,
+                    std::string(dtype_name(wdtype)) + " " + std::string(optimizer_name(kind)));
 }
 
 INSTANTIATE_TEST_SUITE_P(, GpuBackwardNarrowWeights,
                          ::testing::Combine(::testing::Values(DType::f16, DType::bf16),
-                                            ::testing::Values(OptimizerKind::sgd, OptimizerKind::adagrad,
+                                            ::testing::Values(OptimizerKind::sgd,
+                                                              OptimizerKind::adagrad,
                                                               OptimizerKind::rowwise_adagrad)));
 
 TEST(GpuEmbeddingBackward, DeterministicAcrossRunsAndSortMethods) {
@@ -571,7 +603,8 @@ TEST(GpuEmbeddingBackward, DeterministicAcrossRunsAndSortMethods) {
     const auto d = gpu_backward(p, w0, s0, dout, c, opt, upd);
     EXPECT_GT(a.stats.heavy_rows, 0);
     EXPECT_TRUE(a.raw_weights == b.raw_weights) << "two runs differ (" << dtype_name(wdtype) << ")";
-    EXPECT_TRUE(a.raw_weights == d.raw_weights) << "vendor and portable sorts differ (" << dtype_name(wdtype) << ")";
+    EXPECT_TRUE(a.raw_weights == d.raw_weights)
+        << "vendor and portable sorts differ (" << dtype_name(wdtype) << ")";
     EXPECT_TRUE(a.state == b.state && a.state == d.state);
     if (wdtype != DType::f32) {
       upd.step = 4;  // another step draws other random bits
@@ -606,8 +639,10 @@ TEST(GpuEmbeddingBackward, NearestRoundingWhenAsked) {
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const float nearest = bf16_to_float(bf16_bits(ref[i]));
     // fp32 (GPU) and double (CPU) steps may straddle a rounding midpoint: allow one ulp there.
-    if (r.weights[i] != nearest && std::fabs(r.weights[i] - ref[i]) > ulp(ref[i], DType::bf16) * 0.5001 && ++bad <= 5) {
-      ADD_FAILURE() << "weight " << i << " = " << r.weights[i] << ", nearest bf16 of " << ref[i] << " is " << nearest;
+    if (r.weights[i] != nearest &&
+        std::fabs(r.weights[i] - ref[i]) > ulp(ref[i], DType::bf16) * 0.5001 && ++bad <= 5) {
+      ADD_FAILURE() << "weight " << i << " = " << r.weights[i] << ", nearest bf16 of " << ref[i]
+                    << " is " << nearest;
     }
   }
   EXPECT_EQ(bad, 0);

@@ -10,9 +10,9 @@ namespace {
 class DenseGpuLinear : public ::testing::TestWithParam<DenseMath> {};
 
 constexpr LinearShape kLinearShapes[] = {
-    {67, 45, 33, 5, 2, 7},   // odd sizes, padded views (misaligned rows)
+    {67, 45, 33, 5, 2, 7},     // odd sizes, padded views (misaligned rows)
     {512, 256, 128, 0, 0, 0},  // the engine's shapes
-    {300, 13, 1, 3, 0, 1},   // a logit layer
+    {300, 13, 1, 3, 0, 1},     // a logit layer
 };
 
 TEST_P(DenseGpuLinear, ForwardMatchesCpu) {
@@ -29,21 +29,24 @@ TEST_P(DenseGpuLinear, ForwardMatchesCpu) {
         const HostMat w = HostMat::random(s.out, s.in, s.pad_w, rand, -0.5f, 0.5f);
         const HostMat bias = random_vec(s.out, rand);
         HostMat ref(s.batch, s.out, s.out + s.pad_y), mag = ref.poisoned();
-        cpu.linear_forward(x.cview(), w.cview(), with_bias ? bias.v.data() : nullptr, act, ref.view());
+        cpu.linear_forward(x.cview(), w.cview(), with_bias ? bias.v.data() : nullptr, act,
+                           ref.view());
         const HostMat abias = bias.abs();
-        cpu.linear_forward(x.abs().cview(), w.abs().cview(), with_bias ? abias.v.data() : nullptr, Activation::none,
-                           mag.view());
+        cpu.linear_forward(x.abs().cview(), w.abs().cview(), with_bias ? abias.v.data() : nullptr,
+                           Activation::none, mag.view());
         const DevMat dx(gpu, x), dw(gpu, w), db(gpu, bias), dy(gpu, ref.poisoned());
         gpu.linear_forward(dx.view(), dw.view(), with_bias ? db.data() : nullptr, act, dy.view());
-        const std::string what = std::string("linear_forward ") + std::string(dense_math_name(math)) + " [" +
-                                 std::to_string(s.batch) + "x" + std::to_string(s.in) + "]x[" + std::to_string(s.out) +
-                                 "]" + (act == Activation::relu ? " relu" : "") + (with_bias ? " bias" : "");
+        const std::string what =
+            std::string("linear_forward ") + std::string(dense_math_name(math)) + " [" +
+            std::to_string(s.batch) + "x" + std::to_string(s.in) + "]x[" + std::to_string(s.out) +
+            "]" + (act == Activation::relu ? " relu" : "") + (with_bias ? " bias" : "");
         expect_close(what, dy.download(), ref, mag, tol_for(math));
       }
     }
   }
-  std::cout << "[ measured ] linear_forward " << dense_math_name(math) << ": " << gpu.counters().blas_plans
-            << " BLAS plans, " << gpu.counters().epilogue_fallbacks << " epilogue fallbacks\n";
+  std::cout << "[ measured ] linear_forward " << dense_math_name(math) << ": "
+            << gpu.counters().blas_plans << " BLAS plans, " << gpu.counters().epilogue_fallbacks
+            << " epilogue fallbacks\n";
 }
 
 TEST_P(DenseGpuLinear, BackwardMatchesCpu) {
@@ -62,29 +65,35 @@ TEST_P(DenseGpuLinear, BackwardMatchesCpu) {
         HostMat y(s.batch, s.out, s.out + s.pad_y);  // the saved output, as the forward made it
         cpu.linear_forward(x.cview(), w.cview(), bias.v.data(), act, y.view());
         const HostMat dy = HostMat::random(s.batch, s.out, s.pad_y + 1, rand);
-        HostMat dx_ref(s.batch, s.in, s.in + 3), dw_ref(s.out, s.in, s.in + 1), db_ref(1, s.out, s.out);
+        HostMat dx_ref(s.batch, s.in, s.in + 3), dw_ref(s.out, s.in, s.in + 1),
+            db_ref(1, s.out, s.out);
         HostMat dx_mag = dx_ref.poisoned(), dw_mag = dw_ref.poisoned(), db_mag = db_ref.poisoned();
-        cpu.linear_backward(x.cview(), w.cview(), y.cview(), dy.cview(), act, want_dx ? dx_ref.view() : Mat(),
-                            dw_ref.view(), db_ref.v.data());
+        cpu.linear_backward(x.cview(), w.cview(), y.cview(), dy.cview(), act,
+                            want_dx ? dx_ref.view() : Mat(), dw_ref.view(), db_ref.v.data());
         cpu.linear_backward(x.abs().cview(), w.abs().cview(), y.cview(), dy.abs().cview(), act,
                             want_dx ? dx_mag.view() : Mat(), dw_mag.view(), db_mag.v.data());
         const DevMat gx(gpu, x), gw(gpu, w), gy(gpu, y), gdy(gpu, dy);
-        const DevMat gdx(gpu, dx_ref.poisoned()), gdw(gpu, dw_ref.poisoned()), gdb(gpu, db_ref.poisoned());
-        gpu.linear_backward(gx.view(), gw.view(), gy.view(), gdy.view(), act, want_dx ? gdx.view() : Mat(),
-                            gdw.view(), gdb.data());
+        const DevMat gdx(gpu, dx_ref.poisoned()), gdw(gpu, dw_ref.poisoned()),
+            gdb(gpu, db_ref.poisoned());
+        gpu.linear_backward(gx.view(), gw.view(), gy.view(), gdy.view(), act,
+                            want_dx ? gdx.view() : Mat(), gdw.view(), gdb.data());
         const std::string what = std::string(" ") + std::string(dense_math_name(math)) + " [" +
-                                 std::to_string(s.batch) + "x" + std::to_string(s.in) + "]x[" + std::to_string(s.out) +
-                                 "]" + (act == Activation::relu ? " relu" : "");
+                                 std::to_string(s.batch) + "x" + std::to_string(s.in) + "]x[" +
+                                 std::to_string(s.out) + "]" +
+                                 (act == Activation::relu ? " relu" : "");
         expect_close("linear_backward dw" + what, gdw.download(), dw_ref, dw_mag, tol_for(math));
-        // The bias gradient is a column sum of the fp32 gradient in every math (double accumulation).
+        // The bias gradient is a column sum of the fp32 gradient in every math (double
+        // accumulation).
         expect_close("linear_backward dbias" + what, gdb.download(), db_ref, db_mag, 1e-6);
-        if (want_dx) expect_close("linear_backward dx" + what, gdx.download(), dx_ref, dx_mag, tol_for(math));
+        if (want_dx)
+          expect_close("linear_backward dx" + what, gdx.download(), dx_ref, dx_mag, tol_for(math));
       }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dense, DenseGpuLinear, ::testing::Values(DenseMath::fp32, DenseMath::tf32, DenseMath::bf16),
+INSTANTIATE_TEST_SUITE_P(Dense, DenseGpuLinear,
+                         ::testing::Values(DenseMath::fp32, DenseMath::tf32, DenseMath::bf16),
                          math_label);
 
 // Under bf16 math the engine stores activations in bf16 (Backend::activation_dtype). The ops that
@@ -97,9 +106,9 @@ INSTANTIATE_TEST_SUITE_P(Dense, DenseGpuLinear, ::testing::Values(DenseMath::fp3
 // several rows), a width whose groups do not fit one block (the unfolded path with a separate
 // column sum), and an odd width (scalar loads).
 
-constexpr LinearShape kBf16LinearShapes[] = {
-    {67, 45, 33, 5, 2, 7}, {512, 256, 128, 0, 0, 0}, {300, 13, 1, 3, 0, 1},
-    {3000, 40, 24, 0, 0, 0}, {64, 16, 4100, 0, 0, 0}, {301, 33, 37, 1, 2, 3}};
+constexpr LinearShape kBf16LinearShapes[] = {{67, 45, 33, 5, 2, 7},   {512, 256, 128, 0, 0, 0},
+                                             {300, 13, 1, 3, 0, 1},   {3000, 40, 24, 0, 0, 0},
+                                             {64, 16, 4100, 0, 0, 0}, {301, 33, 37, 1, 2, 3}};
 
 TEST(DenseGpuBf16Storage, LinearMatchesCpu) {
   PARITY_REQUIRE_GPU();
@@ -121,35 +130,44 @@ TEST(DenseGpuBf16Storage, LinearMatchesCpu) {
       HostMat mag(s.batch, s.out, s.out + s.pad_y);
       cpu.linear_forward(x16.cview(), w.cview(), bias.v.data(), act, y16.view());
       const HostMat ab = bias.abs();
-      cpu.linear_forward(x.abs().cview(), w.abs().cview(), ab.v.data(), Activation::none, mag.view());
+      cpu.linear_forward(x.abs().cview(), w.abs().cview(), ab.v.data(), Activation::none,
+                         mag.view());
       const DevBf16 gx(gpu, x16), gy(gpu, y16.poisoned());
       const DevMat gw(gpu, w), gb(gpu, bias);
       gpu.linear_forward(gx.view(), gw.view(), gb.data(), act, gy.view());
-      const std::string what = " bf16 storage [" + std::to_string(s.batch) + "x" + std::to_string(s.in) + "]x[" +
-                               std::to_string(s.out) + "]" + (act == Activation::relu ? " relu" : "");
+      const std::string what = " bf16 storage [" + std::to_string(s.batch) + "x" +
+                               std::to_string(s.in) + "]x[" + std::to_string(s.out) + "]" +
+                               (act == Activation::relu ? " relu" : "");
       expect_close("linear_forward y" + what, gy.download().to_float(), y16.to_float(), mag, tol);
       // Backward from the CPU's stored y (both sides read the same mask).
       const HostMat dy = HostMat::random(s.batch, s.out, s.pad_y + 1, rand);
       HostMat dx(s.batch, s.in, s.in + 3), dw(s.out, s.in, s.in + 1), db(1, s.out, s.out);
       HostMat dxm = dx.poisoned(), dwm = dw.poisoned(), dbm = db.poisoned();
-      cpu.linear_backward(x16.cview(), w.cview(), y16.cview(), dy.cview(), act, dx.view(), dw.view(), db.v.data());
-      cpu.linear_backward(x.abs().cview(), w.abs().cview(), y16.cview(), dy.abs().cview(), act, dxm.view(), dwm.view(),
-                          dbm.v.data());
+      cpu.linear_backward(x16.cview(), w.cview(), y16.cview(), dy.cview(), act, dx.view(),
+                          dw.view(), db.v.data());
+      cpu.linear_backward(x.abs().cview(), w.abs().cview(), y16.cview(), dy.abs().cview(), act,
+                          dxm.view(), dwm.view(), dbm.v.data());
       const DevBf16 gy_saved(gpu, y16);
-      const DevMat gdy(gpu, dy), gdx(gpu, dx.poisoned()), gdw(gpu, dw.poisoned()), gdb(gpu, db.poisoned());
-      gpu.linear_backward(gx.view(), gw.view(), gy_saved.view(), gdy.view(), act, gdx.view(), gdw.view(), gdb.data());
+      const DevMat gdy(gpu, dy), gdx(gpu, dx.poisoned()), gdw(gpu, dw.poisoned()),
+          gdb(gpu, db.poisoned());
+      gpu.linear_backward(gx.view(), gw.view(), gy_saved.view(), gdy.view(), act, gdx.view(),
+                          gdw.view(), gdb.data());
       expect_close("linear_backward dw" + what, gdw.download(), dw, dwm, tol);
       expect_close("linear_backward dx" + what, gdx.download(), dx, dxm, tol);
       expect_close("linear_backward dbias" + what, gdb.download(), db, dbm, 1e-6);
-      // dy and dx stored in bf16 (the gradients of the interaction's input and output under bf16 math).
+      // dy and dx stored in bf16 (the gradients of the interaction's input and output under bf16
+      // math).
       const HostBf16 dy16(dy);
       HostBf16 dx16(s.batch, s.in, s.in + 3);
       HostMat dw2(s.out, s.in, s.in + 1), db2(1, s.out, s.out);
-      cpu.linear_backward(x16.cview(), w.cview(), y16.cview(), dy16.cview(), act, dx16.view(), dw2.view(), db2.v.data());
+      cpu.linear_backward(x16.cview(), w.cview(), y16.cview(), dy16.cview(), act, dx16.view(),
+                          dw2.view(), db2.v.data());
       const DevBf16 gdx16(gpu, dx16.poisoned()), gdy16(gpu, dy16);
       const DevMat gdw2(gpu, dw2.poisoned()), gdb2(gpu, db2.poisoned());
-      gpu.linear_backward(gx.view(), gw.view(), gy_saved.view(), gdy16.view(), act, gdx16.view(), gdw2.view(), gdb2.data());
-      expect_close("linear_backward dx (bf16 dy, dx)" + what, gdx16.download().to_float(), dx16.to_float(), dxm, tol);
+      gpu.linear_backward(gx.view(), gw.view(), gy_saved.view(), gdy16.view(), act, gdx16.view(),
+                          gdw2.view(), gdb2.data());
+      expect_close("linear_backward dx (bf16 dy, dx)" + what, gdx16.download().to_float(),
+                   dx16.to_float(), dxm, tol);
       expect_close("linear_backward dw (bf16 dy)" + what, gdw2.download(), dw2, dwm, tol);
       expect_close("linear_backward dbias (bf16 dy)" + what, gdb2.download(), db2, dbm, 1e-6);
     }

@@ -10,7 +10,8 @@ TEST(DenseGpu, BceWithLogitsMatchesCpu) {
   PARITY_REQUIRE_GPU();
   GpuBackend gpu;
   CpuBackend cpu;
-  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{512}, std::int64_t{1000}, std::int64_t{300001}}) {
+  for (const std::int64_t n :
+       {std::int64_t{1}, std::int64_t{512}, std::int64_t{1000}, std::int64_t{300001}}) {
     Rand rand(600 + static_cast<std::uint64_t>(n));
     std::vector<float> z(static_cast<std::size_t>(n)), y(z.size());
     for (std::size_t i = 0; i < z.size(); ++i) {
@@ -30,12 +31,14 @@ TEST(DenseGpu, BceWithLogitsMatchesCpu) {
     // Per-element terms in double on both sides; the mean is a double sum in another order,
     // rounded once to fp32: at most an ulp apart.
     expect_ulps("bce loss n=" + std::to_string(n), download_vec(gpu, gl.as<float>(), 1), {lref}, 1);
-    expect_ulps("bce dlogits n=" + std::to_string(n), download_vec(gpu, gd.as<float>(), z.size()), dref, 1);
+    expect_ulps("bce dlogits n=" + std::to_string(n), download_vec(gpu, gd.as<float>(), z.size()),
+                dref, 1);
     // The same inputs give the same bits again (fixed-order reduction).
     const float first = download_vec(gpu, gl.as<float>(), 1)[0];
     gpu.fill(gl.as<float>(), 1, poison());
     gpu.bce_with_logits(gz.as<float>(), gy.as<float>(), n, gd.as<float>(), gl.as<float>());
-    EXPECT_EQ(std::bit_cast<std::uint32_t>(download_vec(gpu, gl.as<float>(), 1)[0]), std::bit_cast<std::uint32_t>(first))
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(download_vec(gpu, gl.as<float>(), 1)[0]),
+              std::bit_cast<std::uint32_t>(first))
         << "bce loss changed between two runs on the same inputs";
   }
 }

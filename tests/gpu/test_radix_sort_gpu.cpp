@@ -25,10 +25,12 @@ TEST(GpuRadixSort, MatchesStableSortForBothMethods) {
       for (int bits : {1, 8, 13, 24, 32}) {
         Rand rand(static_cast<std::uint64_t>(n * 97 + bits));
         std::vector<std::uint32_t> keys(static_cast<std::size_t>(n)), vals(keys.size());
-        const std::uint64_t range = bits == 32 ? (std::uint64_t{1} << 32) : (std::uint64_t{1} << bits);
+        const std::uint64_t range =
+            bits == 32 ? (std::uint64_t{1} << 32) : (std::uint64_t{1} << bits);
         for (std::size_t i = 0; i < keys.size(); ++i) {
           // Few distinct values for small bit counts: many ties, so stability is tested.
-          keys[i] = static_cast<std::uint32_t>(rand.integer(0, static_cast<std::int64_t>(range - 1)));
+          keys[i] =
+              static_cast<std::uint32_t>(rand.integer(0, static_cast<std::int64_t>(range - 1)));
           vals[i] = static_cast<std::uint32_t>(i);
         }
         RadixSorter sorter(std::max<std::int64_t>(n, 1), method);
@@ -43,13 +45,14 @@ TEST(GpuRadixSort, MatchesStableSortForBothMethods) {
         const auto got_v = to_host(cur == 0 ? v0 : v1, keys.size());
         std::vector<std::size_t> order(keys.size());
         std::iota(order.begin(), order.end(), 0);
-        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
+        std::stable_sort(order.begin(), order.end(),
+                         [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
         int bad = 0;
         for (std::size_t i = 0; i < order.size(); ++i) {
           if ((got_k[i] != keys[order[i]] || got_v[i] != vals[order[i]]) && ++bad <= 3) {
-            ADD_FAILURE() << sort_method_name(sorter.method()) << " n=" << n << " bits=" << bits << ": position " << i
-                          << " holds (" << got_k[i] << ", " << got_v[i] << "), expected (" << keys[order[i]] << ", "
-                          << vals[order[i]] << ")";
+            ADD_FAILURE() << sort_method_name(sorter.method()) << " n=" << n << " bits=" << bits
+                          << ": position " << i << " holds (" << got_k[i] << ", " << got_v[i]
+                          << "), expected (" << keys[order[i]] << ", " << vals[order[i]] << ")";
           }
         }
         ASSERT_EQ(bad, 0);

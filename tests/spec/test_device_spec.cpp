@@ -280,8 +280,9 @@ namespace {
 TEST(MatchDevice, RuntimeNamesFindTheirCatalogEntry) {
   const auto dir = std::filesystem::path(PARITY_SOURCE_DIR) / "configs" / "devices";
   const std::pair<const char*, const char*> cases[] = {
-      {"NVIDIA H200", "h200"},           {"NVIDIA H100 80GB HBM3", "h100"}, {"NVIDIA B200", "b200"},
-      {"NVIDIA GB200", "gb200"},         {"AMD Instinct MI300X", "mi300x"}, {"AMD Instinct MI355X", "mi355x"},
+      {"NVIDIA H200", "h200"},           {"NVIDIA H100 80GB HBM3", "h100"},
+      {"NVIDIA B200", "b200"},           {"NVIDIA GB200", "gb200"},
+      {"AMD Instinct MI300X", "mi300x"}, {"AMD Instinct MI355X", "mi355x"},
   };
   for (const auto& [name, key] : cases) {
     const auto dev = match_device(name, dir);

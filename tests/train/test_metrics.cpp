@@ -39,7 +39,8 @@ TEST(RocAuc, MatchesPairCountOnRandomData) {
 }
 
 TEST(LogLoss, HandComputed) {
-  EXPECT_NEAR(log_loss(std::vector<float>{0.5f, 0.5f}, std::vector<float>{0, 1}), std::log(2.0), 1e-7);
+  EXPECT_NEAR(log_loss(std::vector<float>{0.5f, 0.5f}, std::vector<float>{0, 1}), std::log(2.0),
+              1e-7);
   EXPECT_NEAR(log_loss(std::vector<float>{0.9f}, std::vector<float>{1}), -std::log(0.9), 1e-6);
   EXPECT_TRUE(std::isfinite(log_loss(std::vector<float>{0.0f}, std::vector<float>{1})));
 }

@@ -39,26 +39,29 @@ void add_check_command(CLI::App& app) {
       try {
         if (looks_like_device(path)) {
           const DeviceSpec d = load_device_spec(path);
-          fmt::print("ok  {:<28} device {:<20} {:.0f} GB HBM at {:.2f} TB/s, bf16 {:.0f} TFLOP/s, "
-                     "tf32 {}\n",
-                     path, d.display_name, d.hbm_bytes.value / 1e9, d.hbm_bandwidth.value / 1e12,
-                     d.bf16_flops.value / 1e12,
-                     d.has_tf32() ? fmt::format("{:.0f} TFLOP/s", d.tf32_flops->value / 1e12)
-                                  : std::string("none"));
+          fmt::print(
+              "ok  {:<28} device {:<20} {:.0f} GB HBM at {:.2f} TB/s, bf16 {:.0f} TFLOP/s, "
+              "tf32 {}\n",
+              path, d.display_name, d.hbm_bytes.value / 1e9, d.hbm_bandwidth.value / 1e12,
+              d.bf16_flops.value / 1e12,
+              d.has_tf32() ? fmt::format("{:.0f} TFLOP/s", d.tf32_flops->value / 1e12)
+                           : std::string("none"));
         } else {
           const ModelSpec m = load_model_spec(path);
-          fmt::print("ok  {:<28} model {:<18} {} tables, {:.3g} embedding + {:.3g} dense params, "
-                     "{} lookups/example, {}\n",
-                     path, m.name, m.num_tables(), static_cast<double>(m.embedding_parameters()),
-                     static_cast<double>(m.dense_parameters()), m.lookups_per_example(),
-                     interaction_name(m.interaction.kind));
+          fmt::print(
+              "ok  {:<28} model {:<18} {} tables, {:.3g} embedding + {:.3g} dense params, "
+              "{} lookups/example, {}\n",
+              path, m.name, m.num_tables(), static_cast<double>(m.embedding_parameters()),
+              static_cast<double>(m.dense_parameters()), m.lookups_per_example(),
+              interaction_name(m.interaction.kind));
         }
       } catch (const InputError& e) {
         fmt::print(stderr, "bad {}\n", e.what());
         ++bad;
       }
     }
-    if (bad > 0) throw InputError(fmt::format("{} of {} files failed validation", bad, files->size()));
+    if (bad > 0)
+      throw InputError(fmt::format("{} of {} files failed validation", bad, files->size()));
   });
 }
 

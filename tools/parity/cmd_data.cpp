@@ -22,7 +22,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 // The options every dataset writer shares: the model, the part-file size, the output directory.
-void add_writer_options(CLI::App* cmd, std::string& model, std::int64_t& per_file, std::string& out) {
+void add_writer_options(CLI::App* cmd, std::string& model, std::int64_t& per_file,
+                        std::string& out) {
   cmd->add_option("--model", model, "Model YAML file or zoo name")->capture_default_str();
   cmd->add_option("--examples-per-file", per_file, "Examples per part file")
       ->check(positive_integer())
@@ -37,24 +38,30 @@ void add_synth(CLI::App& data) {
     std::uint64_t seed = 1;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* cmd = data.add_subcommand(
-      "synth",
-      "Write the model's synthetic planted-teacher data (the batches parity train makes on the fly\n"
-      "for the same --seed) as a shard dataset.\n\n"
-      "Example:\n  parity data synth --model mlperf-dlrmv2 --examples 8388608 --out data/mlperf-synth");
+  CLI::App* cmd = data.add_subcommand("synth",
+                                      "Write the model's synthetic planted-teacher data (the "
+                                      "batches parity train makes on the fly\n"
+                                      "for the same --seed) as a shard dataset.\n\n"
+                                      "Example:\n  parity data synth --model mlperf-dlrmv2 "
+                                      "--examples 8388608 --out data/mlperf-synth");
   add_writer_options(cmd, args->model, args->per_file, args->out);
-  cmd->add_option("--examples", args->examples, "Training examples to write")->required()->check(positive_integer());
+  cmd->add_option("--examples", args->examples, "Training examples to write")
+      ->required()
+      ->check(positive_integer());
   cmd->add_option("--eval-examples", args->eval_examples, "Held-out examples to write")
       ->check(nonnegative_integer())
       ->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed of the synthetic data (as parity train --seed)")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the synthetic data (as parity train --seed)")
+      ->capture_default_str();
   cmd->callback([args] {
     const ModelSpec model = load_model_spec(resolve_model(args->model));
     const SyntheticData synth(model, args->seed);
     ShardWriter writer(args->out, model,
-                       fmt::format("synthetic, model {}, seed {}", model.name, args->seed), args->per_file);
+                       fmt::format("synthetic, model {}, seed {}", model.name, args->seed),
+                       args->per_file);
     const auto t0 = std::chrono::steady_clock::now();
-    const std::int64_t chunk = std::max<std::int64_t>(1, std::min<std::int64_t>(65536, args->per_file));
+    const std::int64_t chunk =
+        std::max<std::int64_t>(1, std::min<std::int64_t>(65536, args->per_file));
     Batch b;
     for (Split split : {Split::train, Split::eval}) {
       const std::int64_t total = split == Split::train ? args->examples : args->eval_examples;
@@ -64,8 +71,8 @@ void add_synth(CLI::App& data) {
       }
     }
     writer.finish();
-    fmt::print("parity data synth: {} training + {} held-out examples of {} in {} ({:.1f} s)\n", args->examples,
-               args->eval_examples, model.name, args->out, seconds_since(t0));
+    fmt::print("parity data synth: {} training + {} held-out examples of {} in {} ({:.1f} s)\n",
+               args->examples, args->eval_examples, model.name, args->out, seconds_since(t0));
   });
 }
 
@@ -79,17 +86,21 @@ void add_convert(CLI::App& data) {
   CLI::App* cmd = data.add_subcommand(
       "convert",
       "Convert Criteo TSV files into a shard dataset (ids hashed into the model's tables).\n\n"
-      "Example:\n  parity data convert --model criteo-small --data day_0.tsv --eval-data day_23.tsv --out data/criteo");
+      "Example:\n  parity data convert --model criteo-small --data day_0.tsv --eval-data "
+      "day_23.tsv --out data/criteo");
   add_writer_options(cmd, args->model, args->per_file, args->out);
   cmd->add_option("--data", args->train, "Criteo TSV files of the training split")->required();
   cmd->add_option("--eval-data", args->eval, "Criteo TSV files of the held-out split")->required();
-  cmd->add_option("--on-bad-line", args->on_bad_line, "What to do with a malformed line: stop or skip")
+  cmd->add_option("--on-bad-line", args->on_bad_line,
+                  "What to do with a malformed line: stop or skip")
       ->check(CLI::IsMember({"stop", "skip"}))
       ->capture_default_str();
   cmd->callback([args] {
     const ModelSpec model = load_model_spec(resolve_model(args->model));
-    ShardWriter writer(args->out, model, fmt::format("criteo tsv, model {}", model.name), args->per_file);
-    const CriteoOptions options{args->on_bad_line == "skip" ? OnBadLine::skip : OnBadLine::stop, 10};
+    ShardWriter writer(args->out, model, fmt::format("criteo tsv, model {}", model.name),
+                       args->per_file);
+    const CriteoOptions options{args->on_bad_line == "skip" ? OnBadLine::skip : OnBadLine::stop,
+                                10};
     std::int64_t counts[2] = {0, 0}, bad = 0;
     for (Split split : {Split::train, Split::eval}) {
       const auto& names = split == Split::train ? args->train : args->eval;
@@ -103,7 +114,8 @@ void add_convert(CLI::App& data) {
       for (const auto& w : reader.warnings()) fmt::print(stderr, "warning: {}\n", w);
     }
     writer.finish();
-    fmt::print("parity data convert: {} training + {} held-out examples in {}{}\n", counts[0], counts[1], args->out,
+    fmt::print("parity data convert: {} training + {} held-out examples in {}{}\n", counts[0],
+               counts[1], args->out,
                bad > 0 ? fmt::format(" ({} malformed lines skipped)", bad) : "");
   });
 }
@@ -113,22 +125,24 @@ void add_info(CLI::App& data) {
     std::string model, dir;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* cmd = data.add_subcommand("info", "Check a shard dataset against a model and say what it holds");
+  CLI::App* cmd =
+      data.add_subcommand("info", "Check a shard dataset against a model and say what it holds");
   cmd->add_option("dir", args->dir, "Dataset directory")->required();
   cmd->add_option("--model", args->model, "Model YAML file or zoo name")->required();
   cmd->callback([args] {
     const ModelSpec model = load_model_spec(resolve_model(args->model));
     const ShardReader train(args->dir, model, Split::train);
     const ShardReader eval(args->dir, model, Split::eval);
-    fmt::print("{}: {} training and {} held-out examples for model {} ({})\n", args->dir, train.examples(),
-               eval.examples(), model.name, train.source());
+    fmt::print("{}: {} training and {} held-out examples for model {} ({})\n", args->dir,
+               train.examples(), eval.examples(), model.name, train.source());
   });
 }
 
 }  // namespace
 
 void add_data_command(CLI::App& app) {
-  CLI::App* data = app.add_subcommand("data", "Prepare datasets: binary shards that training reads at memory speed");
+  CLI::App* data = app.add_subcommand(
+      "data", "Prepare datasets: binary shards that training reads at memory speed");
   data->require_subcommand(1);
   add_synth(*data);
   add_convert(*data);

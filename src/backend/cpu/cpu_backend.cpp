@@ -16,7 +16,8 @@ namespace {
 constexpr std::size_t kAlignment = 64;
 
 [[noreturn]] void bad_dtype(const char* op, const char* name, DType t) {
-  throw Error(fmt::format("{}: {} is stored as {}; activations are fp32 or bf16", op, name, dtype_name(t)));
+  throw Error(
+      fmt::format("{}: {} is stored as {}; activations are fp32 or bf16", op, name, dtype_name(t)));
 }
 
 // An fp32 view of a typed input: the view itself when it is fp32, else a widened copy.
@@ -28,7 +29,8 @@ class In {
       return;
     }
     if (m.dtype != DType::bf16) bad_dtype(op, name, m.dtype);
-    if (m.rows < 0 || m.cols < 0 || m.ld < m.cols || m.data == nullptr) {  // the op's own check names it
+    if (m.rows < 0 || m.cols < 0 || m.ld < m.cols ||
+        m.data == nullptr) {  // the op's own check names it
       view_ = CMat(nullptr, m.rows, m.cols, m.ld);
       return;
     }
@@ -36,10 +38,13 @@ class In {
     const auto* bits = static_cast<const std::uint16_t*>(m.data);
 #pragma omp parallel for schedule(static) if (m.rows * m.cols >= (1 << 16))
     for (std::int64_t r = 0; r < m.rows; ++r)
-      for (std::int64_t c = 0; c < m.cols; ++c) buf_[static_cast<std::size_t>(r * m.cols + c)] = bf16_to_float(bits[r * m.ld + c]);
+      for (std::int64_t c = 0; c < m.cols; ++c)
+        buf_[static_cast<std::size_t>(r * m.cols + c)] = bf16_to_float(bits[r * m.ld + c]);
     view_ = CMat(buf_.data(), m.rows, m.cols);
   }
-  operator CMat() const { return view_; }  // NOLINT
+  operator CMat() const {
+    return view_;
+  }  // NOLINT
 
  private:
   std::vector<float> buf_;
@@ -69,13 +74,16 @@ class Out {
     for (std::int64_t r = 0; r < m.rows; ++r)
       for (std::int64_t c = 0; c < m.cols; ++c) view_(r, c) = bf16_to_float(bits[r * m.ld + c]);
   }
-  operator Mat() const { return view_; }  // NOLINT
+  operator Mat() const {
+    return view_;
+  }  // NOLINT
   void store() const {
     if (target_.is_f32() || view_.data == nullptr) return;
     auto* bits = static_cast<std::uint16_t*>(target_.data);
 #pragma omp parallel for schedule(static) if (view_.rows * view_.cols >= (1 << 16))
     for (std::int64_t r = 0; r < view_.rows; ++r)
-      for (std::int64_t c = 0; c < view_.cols; ++c) bits[r * target_.ld + c] = bf16_bits(view_(r, c));
+      for (std::int64_t c = 0; c < view_.cols; ++c)
+        bits[r * target_.ld + c] = bf16_bits(view_(r, c));
   }
 
  private:
@@ -83,7 +91,6 @@ class Out {
   std::vector<float> buf_;
   Mat view_;
 };
-
 
 }  // namespace
 
@@ -133,11 +140,12 @@ void CpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation a
   yf.store();
 }
 
-void CpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx, Mat dw,
-                                 float* dbias) {
+void CpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx,
+                                 Mat dw, float* dbias) {
   constexpr const char* op = "linear_backward";
   const Out dxf(op, "dx", dx);
-  cpu::linear_backward<float>(In(op, "x", x), w, In(op, "y", y), In(op, "dy", dy), act, dxf, dw, dbias);
+  cpu::linear_backward<float>(In(op, "x", x), w, In(op, "y", y), In(op, "dy", dy), act, dxf, dw,
+                              dbias);
   dxf.store();
 }
 
@@ -151,7 +159,8 @@ void CpuBackend::embedding_forward(std::span<const TableLayout> tables, const fl
 void CpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights,
                                            float* state, const SparseInput& in, CAMat dout,
                                            const OptimizerParams& opt) {
-  cpu::embedding_backward_update<float>(tables, weights, state, in, In("embedding_backward_update", "dout", dout), opt);
+  cpu::embedding_backward_update<float>(tables, weights, state, in,
+                                        In("embedding_backward_update", "dout", dout), opt);
 }
 
 void CpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) {
@@ -163,8 +172,8 @@ void CpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, 
   cpu::dot_interaction_backward(dense, emb, num_tables, dout, ddense, demb);
 }
 
-void CpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
-                               AMat x_next) {
+void CpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u,
+                               AMat z, AMat x_next) {
   constexpr const char* op = "cross_forward";
   backend_checks::check_cross_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
   const Out uf(op, "u", u), zf(op, "z", z), nf(op, "x_next", x_next);
@@ -185,14 +194,15 @@ void CpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
                                 AMat dx0, AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
                                 CrossBackwardMode mode) {
   constexpr const char* op = "cross_backward";
-  backend_checks::check_cross_storage(op, {x0.dtype, xl.dtype, u.dtype, z.dtype},
-                                      {dx_next.dtype, dx0.dtype, mode.xl_is_x0 ? dx0.dtype : dxl.dtype});
+  backend_checks::check_cross_storage(
+      op, {x0.dtype, xl.dtype, u.dtype, z.dtype},
+      {dx_next.dtype, dx0.dtype, mode.xl_is_x0 ? dx0.dtype : dxl.dtype});
   // dx0 is read and written: Out starts from its stored values, and the layer's sum is rounded once
   // (a GPU that adds du · v in a second pass rounds between the two parts in layer 0).
   const Out dx0f(op, "dx0", dx0), dxlf(op, "dxl", dxl);
-  cpu::cross_backward<float>(In(op, "x0", x0), In(op, "xl", xl), v, w, In(op, "u", u), In(op, "z", z),
-                             In(op, "dx_next", dx_next), dx0f, dxlf, dv, dw, dbias, du_scratch, mode.first_into_dx0,
-                             mode.xl_is_x0);
+  cpu::cross_backward<float>(In(op, "x0", x0), In(op, "xl", xl), v, w, In(op, "u", u),
+                             In(op, "z", z), In(op, "dx_next", dx_next), dx0f, dxlf, dv, dw, dbias,
+                             du_scratch, mode.first_into_dx0, mode.xl_is_x0);
   dx0f.store();
   dxlf.store();
 }

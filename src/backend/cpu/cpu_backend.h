@@ -49,7 +49,8 @@ class CpuBackend : public Backend {
                      AMat x_next) override;
   using Backend::cross_backward;
   void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, AMat dx0,
-                      AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) override;
+                      AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
+                      CrossBackwardMode mode) override;
 
   void bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
                        float* loss_out) override;

@@ -21,8 +21,8 @@
 
 namespace parity::cpu {
 
-using detail::fail;
 using backend_checks::fail_input;
+using detail::fail;
 
 void validate_sparse_input(const char* op, std::span<const TableLayout> tables,
                            const SparseInput& in, std::int64_t out_rows, std::int64_t out_cols) {

@@ -141,7 +141,8 @@ void cross_forward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v,
   gemm(as_strided(xl), transposed(v), acc, rank);
   store(acc, rank, u);
   const auto stored = [storage](T x) {
-    return storage == DType::f32 ? x : static_cast<T>(round_to_dtype(static_cast<float>(x), storage));
+    return storage == DType::f32 ? x
+                                 : static_cast<T>(round_to_dtype(static_cast<float>(x), storage));
   };
   if (storage != DType::f32) {
 #pragma omp parallel for schedule(static) if (batch * rank >= kParallelElements)
@@ -160,7 +161,8 @@ void cross_forward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v,
       double zi = a[i];
       if (bias != nullptr) zi += static_cast<double>(bias[i]);
       zb[i] = stored(static_cast<T>(zi));
-      xnb[i] = static_cast<T>(static_cast<double>(x0b[i]) * static_cast<double>(zb[i]) + static_cast<double>(xlb[i]));
+      xnb[i] = static_cast<T>(static_cast<double>(x0b[i]) * static_cast<double>(zb[i]) +
+                              static_cast<double>(xlb[i]));
     }
   }
 }
@@ -169,8 +171,10 @@ template <class T>
 void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v,
                     MatView<const T> w, MatView<const T> u, MatView<const T> z,
                     MatView<const T> dx_next, MatView<T> dx0, MatView<T> dxl, MatView<T> dv,
-                    MatView<T> dw, T* dbias, MatView<T> du_scratch, bool first_into_dx0, bool xl_is_x0) {
-  backend_checks::check_cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, du_scratch, xl_is_x0);
+                    MatView<T> dw, T* dbias, MatView<T> du_scratch, bool first_into_dx0,
+                    bool xl_is_x0) {
+  backend_checks::check_cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, du_scratch,
+                                       xl_is_x0);
   const std::int64_t batch = x0.rows;
   const std::int64_t n = x0.cols;
   const std::int64_t rank = v.rows;
@@ -214,7 +218,8 @@ void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v
     const double* a = acc + b * n;
     if (xl_is_x0) {  // dx0 already holds g ⊙ z + g: add du · v
       T* dx0b = dx0.row(b);
-      for (std::int64_t i = 0; i < n; ++i) dx0b[i] = static_cast<T>(static_cast<double>(dx0b[i]) + a[i]);
+      for (std::int64_t i = 0; i < n; ++i)
+        dx0b[i] = static_cast<T>(static_cast<double>(dx0b[i]) + a[i]);
       continue;
     }
     const T* gb = dx_next.row(b);
@@ -225,15 +230,16 @@ void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v
   }
 }
 
-#define PARITY_INSTANTIATE(T)                                                                     \
-  template void dot_interaction_forward<T>(MatView<const T>, MatView<const T>, int, MatView<T>);  \
-  template void dot_interaction_backward<T>(MatView<const T>, MatView<const T>, int,              \
-                                            MatView<const T>, MatView<T>, MatView<T>);            \
-  template void cross_forward<T>(MatView<const T>, MatView<const T>, MatView<const T>,            \
-                                 MatView<const T>, const T*, MatView<T>, MatView<T>, MatView<T>, DType); \
-  template void cross_backward<T>(MatView<const T>, MatView<const T>, MatView<const T>,           \
-                                  MatView<const T>, MatView<const T>, MatView<const T>,           \
-                                  MatView<const T>, MatView<T>, MatView<T>, MatView<T>,           \
+#define PARITY_INSTANTIATE(T)                                                                    \
+  template void dot_interaction_forward<T>(MatView<const T>, MatView<const T>, int, MatView<T>); \
+  template void dot_interaction_backward<T>(MatView<const T>, MatView<const T>, int,             \
+                                            MatView<const T>, MatView<T>, MatView<T>);           \
+  template void cross_forward<T>(MatView<const T>, MatView<const T>, MatView<const T>,           \
+                                 MatView<const T>, const T*, MatView<T>, MatView<T>, MatView<T>, \
+                                 DType);                                                         \
+  template void cross_backward<T>(MatView<const T>, MatView<const T>, MatView<const T>,          \
+                                  MatView<const T>, MatView<const T>, MatView<const T>,          \
+                                  MatView<const T>, MatView<T>, MatView<T>, MatView<T>,          \
                                   MatView<T>, T*, MatView<T>, bool, bool);
 PARITY_INSTANTIATE(float)
 PARITY_INSTANTIATE(double)

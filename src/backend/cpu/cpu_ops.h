@@ -105,7 +105,8 @@ void dot_interaction_backward(MatView<const T> dense, MatView<const T> emb, int 
 // product reads u, the combine reads z), as on a GPU that writes them to memory in between.
 template <class T>
 void cross_forward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v, MatView<const T> w,
-                   const T* bias, MatView<T> u, MatView<T> z, MatView<T> x_next, DType storage = DType::f32);
+                   const T* bias, MatView<T> u, MatView<T> z, MatView<T> x_next,
+                   DType storage = DType::f32);
 // With g = dx_next: dz = g ⊙ x0; dx0 += g ⊙ z (accumulates); dw = dzᵀ · u; dbias = Σ dz;
 // du = dz · w; dv = duᵀ · xl; dxl = g + du · v (overwritten). du_scratch [B, r] receives du.
 // dxl may be the same view as dx_next (g is read element by element before dxl is written).

@@ -21,9 +21,12 @@ namespace {
 
 const char* math_name(GemmMath m) {
   switch (m) {
-    case GemmMath::fp32: return "fp32";
-    case GemmMath::tf32: return "tf32";
-    case GemmMath::bf16: return "bf16";
+    case GemmMath::fp32:
+      return "fp32";
+    case GemmMath::tf32:
+      return "tf32";
+    case GemmMath::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -46,23 +49,22 @@ struct PlanKey {
   std::uint32_t align_a, align_b, align_d, align_c;
 
   bool operator==(const PlanKey& o) const {
-    return math == o.math && epilogue == o.epilogue && ta == o.ta && tb == o.tb && d_bf16 == o.d_bf16 && m == o.m &&
-           n == o.n &&
-           k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd && ldc == o.ldc && align_a == o.align_a &&
-           align_b == o.align_b && align_d == o.align_d && align_c == o.align_c;
+    return math == o.math && epilogue == o.epilogue && ta == o.ta && tb == o.tb &&
+           d_bf16 == o.d_bf16 && m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb &&
+           ldd == o.ldd && ldc == o.ldc && align_a == o.align_a && align_b == o.align_b &&
+           align_d == o.align_d && align_c == o.align_c;
   }
 };
 
 struct PlanKeyHash {
   std::size_t operator()(const PlanKey& k) const {
     std::uint64_t h = 0xcbf29ce484222325ULL;
-    auto mix = [&h](std::uint64_t v) {
-      h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    };
+    auto mix = [&h](std::uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
     mix(static_cast<std::uint64_t>(k.math) | static_cast<std::uint64_t>(k.epilogue) << 8 |
         static_cast<std::uint64_t>(k.ta) << 16 | static_cast<std::uint64_t>(k.tb) << 17 |
         static_cast<std::uint64_t>(k.d_bf16) << 18);
-    for (std::int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd, k.ldc}) mix(static_cast<std::uint64_t>(v));
+    for (std::int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd, k.ldc})
+      mix(static_cast<std::uint64_t>(v));
     mix(static_cast<std::uint64_t>(k.align_a) | static_cast<std::uint64_t>(k.align_b) << 16 |
         static_cast<std::uint64_t>(k.align_d) << 32 | static_cast<std::uint64_t>(k.align_c) << 48);
     return static_cast<std::size_t>(h);
@@ -70,14 +72,17 @@ struct PlanKeyHash {
 };
 
 std::string describe(const PlanKey& k) {
-  return fmt::format("D[{}, {}] = {}A · {}B with k = {} (lda {}, ldb {}, ldd {}; alignments {}/{}/{} bytes), math {}{}",
-                     k.m, k.n, k.ta ? "transposed " : "", k.tb ? "transposed " : "", k.k, k.lda, k.ldb, k.ldd,
-                     k.align_a, k.align_b, k.align_d, math_name(k.math), k.d_bf16 ? ", bf16 output" : "");
+  return fmt::format(
+      "D[{}, {}] = {}A · {}B with k = {} (lda {}, ldb {}, ldd {}; alignments {}/{}/{} bytes), math "
+      "{}{}",
+      k.m, k.n, k.ta ? "transposed " : "", k.tb ? "transposed " : "", k.k, k.lda, k.ldb, k.ldd,
+      k.align_a, k.align_b, k.align_d, math_name(k.math), k.d_bf16 ? ", bf16 output" : "");
 }
 
 void check_blas(blas::Status st, const char* what, const PlanKey* key = nullptr) {
   if (st == blas::kSuccess) return;
-  throw GpuError(fmt::format("{} {}: {} ({}){}", blas::kLibrary, what, blas::status_name(st), blas::status_code(st),
+  throw GpuError(fmt::format("{} {}: {} ({}){}", blas::kLibrary, what, blas::status_name(st),
+                             blas::status_code(st),
                              key != nullptr ? "; product " + describe(*key) : std::string()));
 }
 
@@ -102,15 +107,21 @@ struct Plan {
 
 blas::EpilogueKind epilogue_kind(Epilogue e) {
   switch (e) {
-    case Epilogue::none: return blas::kEpilogueDefault;
-    case Epilogue::relu: return blas::kEpilogueRelu;
-    case Epilogue::bias: return blas::kEpilogueBias;
-    case Epilogue::relu_bias: return blas::kEpilogueReluBias;
+    case Epilogue::none:
+      return blas::kEpilogueDefault;
+    case Epilogue::relu:
+      return blas::kEpilogueRelu;
+    case Epilogue::bias:
+      return blas::kEpilogueBias;
+    case Epilogue::relu_bias:
+      return blas::kEpilogueReluBias;
   }
   return blas::kEpilogueDefault;
 }
 
-bool has_bias(Epilogue e) { return e == Epilogue::bias || e == Epilogue::relu_bias; }
+bool has_bias(Epilogue e) {
+  return e == Epilogue::bias || e == Epilogue::relu_bias;
+}
 
 }  // namespace
 
@@ -145,14 +156,16 @@ struct Blas::Impl {
   std::unique_ptr<Plan> build(const PlanKey& key, Epilogue epilogue) {
     auto p = std::make_unique<Plan>();
     const blas::DataType operand = key.math == GemmMath::bf16 ? blas::kBf16 : blas::kF32;
-    const blas::ComputeType compute = key.math == GemmMath::tf32 ? blas::kCompute32FFastTf32 : blas::kCompute32F;
+    const blas::ComputeType compute =
+        key.math == GemmMath::tf32 ? blas::kCompute32FFastTf32 : blas::kCompute32F;
     check_blas(blas::desc_create(&p->desc, compute, blas::kF32), "matmul descriptor", &key);
     // Dᵀ [n, m] = op(B)ᵀ · op(A)ᵀ in column-major terms: the library's A is our B.
     check_blas(blas::desc_set_transa(p->desc, key.tb ? blas::kOpT : blas::kOpN), "transa", &key);
     check_blas(blas::desc_set_transb(p->desc, key.ta ? blas::kOpT : blas::kOpN), "transb", &key);
     check_blas(blas::desc_set_epilogue(p->desc, epilogue_kind(epilogue)), "epilogue", &key);
     if (has_bias(epilogue))
-      check_blas(blas::desc_set_bias_type(p->desc, key.d_bf16 ? blas::kBf16 : blas::kF32), "bias type", &key);
+      check_blas(blas::desc_set_bias_type(p->desc, key.d_bf16 ? blas::kBf16 : blas::kF32),
+                 "bias type", &key);
     // Our B stored row-major is, column-major, [n, k] (not transposed) or [k, n] (transposed).
     const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
     check_blas(key.tb ? blas::layout_create(&p->la, operand, u(key.k), u(key.n), key.ldb)
@@ -179,15 +192,18 @@ struct Blas::Impl {
       check_blas(blas::pref_set_alignment(pref, 3, key.align_d), "alignment preference", &key);
     }
     if constexpr (blas::kHasReductionSchemeMask) {
-      check_blas(blas::pref_set_reduction_mask(pref, blas::kDeterministicReductions), "reduction preference", &key);
+      check_blas(blas::pref_set_reduction_mask(pref, blas::kDeterministicReductions),
+                 "reduction preference", &key);
     }
     int found = 0;
-    check_blas(blas::heuristic(handle, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &p->algo, &found),
-               "algorithm heuristic", &key);
+    check_blas(
+        blas::heuristic(handle, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &p->algo, &found),
+        "algorithm heuristic", &key);
     if (found < 1) {
-      throw GpuError(fmt::format("{} has no algorithm for the product {} (epilogue {}); this shape/alignment is not "
-                                 "supported by the library on this device",
-                                 blas::kLibrary, describe(key), static_cast<int>(epilogue)));
+      throw GpuError(fmt::format(
+          "{} has no algorithm for the product {} (epilogue {}); this shape/alignment is not "
+          "supported by the library on this device",
+          blas::kLibrary, describe(key), static_cast<int>(epilogue)));
     }
     return p;
   }
@@ -200,19 +216,24 @@ Blas::Blas(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
 
 Blas::~Blas() = default;
 
-std::int64_t Blas::plans() const { return static_cast<std::int64_t>(impl_->plans.size()); }
+std::int64_t Blas::plans() const {
+  return static_cast<std::int64_t>(impl_->plans.size());
+}
 
 void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
-  if (g.m < 0 || g.n < 0 || g.k < 0) throw Error(fmt::format("gemm: negative shape [{}, {}] x k {}", g.m, g.n, g.k));
+  if (g.m < 0 || g.n < 0 || g.k < 0)
+    throw Error(fmt::format("gemm: negative shape [{}, {}] x k {}", g.m, g.n, g.k));
   if (g.m == 0 || g.n == 0) return;
   const bool relu = g.epilogue == Epilogue::relu || g.epilogue == Epilogue::relu_bias;
-  if (has_bias(g.epilogue) && g.bias == nullptr) throw Error("gemm: a bias epilogue without a bias pointer");
+  if (has_bias(g.epilogue) && g.bias == nullptr)
+    throw Error("gemm: a bias epilogue without a bias pointer");
   const bool own_c = g.c != nullptr && g.c != g.d && g.beta != 0.0f;
   if (g.d_bf16 && math != GemmMath::bf16) throw Error("gemm: a bf16 output needs bf16 math");
   const AMat d(g.d, g.d_bf16 ? DType::bf16 : DType::f32, g.m, g.n, g.ldd);
   if (g.k == 0) {
     if (g.d_bf16 && g.beta != 0.0f)
-      throw Error("gemm: an empty product (k = 0) into a bf16 output with beta != 0 is not supported");
+      throw Error(
+          "gemm: an empty product (k = 0) into a bf16 output with beta != 0 is not supported");
     if (own_c) convert(s, CAMat(g.c, DType::f32, g.m, g.n, g.ldc), d);
     gemm_epilogue(s, d, g.beta, has_bias(g.epilogue) ? g.bias : nullptr, relu);
     return;
@@ -239,29 +260,39 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
   Plan& p = impl_->plan_for(key);
   if (rehearsing()) return;  // planned, not enqueued (RehearsalScope)
   const bool fused = p.fused && key.epilogue == g.epilogue;
-  if (fused && has_bias(g.epilogue)) check_blas(blas::desc_set_bias(p.desc, g.bias), "bias pointer", &key);
+  if (fused && has_bias(g.epilogue))
+    check_blas(blas::desc_set_bias(p.desc, g.bias), "bias pointer", &key);
   const float alpha = 1.0f;
   const float beta = g.beta;
-  check_blas(blas::matmul(impl_->handle, p.desc, &alpha, g.b.data, p.la, g.a.data, p.lb, &beta, own_c ? g.c : g.d, p.lc,
-                          g.d, p.ld,
-                          p.algo, impl_->workspace.data(), impl_->workspace.bytes(), s),
+  check_blas(blas::matmul(impl_->handle, p.desc, &alpha, g.b.data, p.la, g.a.data, p.lb, &beta,
+                          own_c ? g.c : g.d, p.lc, g.d, p.ld, p.algo, impl_->workspace.data(),
+                          impl_->workspace.bytes(), s),
              "matmul", &key);
-  if (!fused && g.epilogue != Epilogue::none) gemm_epilogue(s, d, 1.0f, has_bias(g.epilogue) ? g.bias : nullptr, relu);
+  if (!fused && g.epilogue != Epilogue::none)
+    gemm_epilogue(s, d, 1.0f, has_bias(g.epilogue) ? g.bias : nullptr, relu);
 }
 
-std::int64_t Blas::epilogue_fallbacks() const { return impl_->fallbacks; }
+std::int64_t Blas::epilogue_fallbacks() const {
+  return impl_->fallbacks;
+}
 
 #else  // no BLASLt library in this build (the HIP compile check without hipBLASLt)
 
 struct Blas::Impl {};
 
 Blas::Blas(std::size_t) {
-  throw GpuError("the dense GPU path needs hipBLASLt, which is not available in this build (install hipblaslt-dev "
-                 "and rebuild)");
+  throw GpuError(
+      "the dense GPU path needs hipBLASLt, which is not available in this build (install "
+      "hipblaslt-dev "
+      "and rebuild)");
 }
 Blas::~Blas() = default;
-std::int64_t Blas::plans() const { return 0; }
-std::int64_t Blas::epilogue_fallbacks() const { return 0; }
+std::int64_t Blas::plans() const {
+  return 0;
+}
+std::int64_t Blas::epilogue_fallbacks() const {
+  return 0;
+}
 void Blas::gemm(Stream_t, GemmMath, const GemmArgs&) {
   throw GpuError("gemm: hipBLASLt is not available in this build");
 }

@@ -47,8 +47,8 @@ struct GemmOperand {
   bool transposed = false;
 };
 
-// D [m, n] (row-major, ldd) = op(A) [m, k] · op(B) [k, n] (+ beta · C, C = D unless set) (+ bias [n]) (relu).
-// beta is 0 (D overwritten) or any value with D read first (accumulate in place).
+// D [m, n] (row-major, ldd) = op(A) [m, k] · op(B) [k, n] (+ beta · C, C = D unless set) (+ bias
+// [n]) (relu). beta is 0 (D overwritten) or any value with D read first (accumulate in place).
 struct GemmArgs {
   std::int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;

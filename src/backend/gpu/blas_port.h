@@ -58,12 +58,18 @@ inline constexpr EpilogueKind kEpilogueReluBias = HIPBLASLT_EPILOGUE_RELU_BIAS;
 inline constexpr bool kHasAlignmentPreferences = false;
 inline constexpr bool kHasReductionSchemeMask = false;
 
-inline Status create(Handle* h) { return hipblasLtCreate(h); }
-inline Status destroy(Handle h) { return hipblasLtDestroy(h); }
+inline Status create(Handle* h) {
+  return hipblasLtCreate(h);
+}
+inline Status destroy(Handle h) {
+  return hipblasLtDestroy(h);
+}
 inline Status desc_create(MatmulDesc* d, ComputeType c, DataType scale) {
   return hipblasLtMatmulDescCreate(d, c, scale);
 }
-inline Status desc_destroy(MatmulDesc d) { return hipblasLtMatmulDescDestroy(d); }
+inline Status desc_destroy(MatmulDesc d) {
+  return hipblasLtMatmulDescDestroy(d);
+}
 inline Status desc_set_transa(MatmulDesc d, Operation op) {
   return hipblasLtMatmulDescSetAttribute(d, HIPBLASLT_MATMUL_DESC_TRANSA, &op, sizeof op);
 }
@@ -79,29 +85,48 @@ inline Status desc_set_bias(MatmulDesc d, const void* bias) {
 inline Status desc_set_bias_type(MatmulDesc d, DataType t) {
   return hipblasLtMatmulDescSetAttribute(d, HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t);
 }
-inline Status layout_create(Layout* l, DataType t, std::uint64_t rows, std::uint64_t cols, std::int64_t ld) {
+inline Status layout_create(Layout* l, DataType t, std::uint64_t rows, std::uint64_t cols,
+                            std::int64_t ld) {
   return hipblasLtMatrixLayoutCreate(l, t, rows, cols, ld);
 }
-inline Status layout_destroy(Layout l) { return hipblasLtMatrixLayoutDestroy(l); }
-inline Status pref_create(Preference* p) { return hipblasLtMatmulPreferenceCreate(p); }
-inline Status pref_destroy(Preference p) { return hipblasLtMatmulPreferenceDestroy(p); }
-inline Status pref_set_workspace(Preference p, std::uint64_t bytes) {
-  return hipblasLtMatmulPreferenceSetAttribute(p, HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof bytes);
+inline Status layout_destroy(Layout l) {
+  return hipblasLtMatrixLayoutDestroy(l);
 }
-inline Status pref_set_alignment(Preference, int, std::uint32_t) { return kSuccess; }
-inline Status pref_set_reduction_mask(Preference, std::uint32_t) { return kSuccess; }
-inline Status heuristic(Handle h, MatmulDesc d, Layout a, Layout b, Layout c, Layout dd, Preference p, int want,
-                        Heuristic* out, int* got) {
+inline Status pref_create(Preference* p) {
+  return hipblasLtMatmulPreferenceCreate(p);
+}
+inline Status pref_destroy(Preference p) {
+  return hipblasLtMatmulPreferenceDestroy(p);
+}
+inline Status pref_set_workspace(Preference p, std::uint64_t bytes) {
+  return hipblasLtMatmulPreferenceSetAttribute(p, HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
+                                               sizeof bytes);
+}
+inline Status pref_set_alignment(Preference, int, std::uint32_t) {
+  return kSuccess;
+}
+inline Status pref_set_reduction_mask(Preference, std::uint32_t) {
+  return kSuccess;
+}
+inline Status heuristic(Handle h, MatmulDesc d, Layout a, Layout b, Layout c, Layout dd,
+                        Preference p, int want, Heuristic* out, int* got) {
   return hipblasLtMatmulAlgoGetHeuristic(h, d, a, b, c, dd, p, want, out, got);
 }
-inline Status matmul(Handle h, MatmulDesc d, const void* alpha, const void* a, Layout la, const void* b,
-                     Layout lb, const void* beta, const void* c, Layout lc, void* dd, Layout ld,
-                     const Heuristic& algo, void* ws, std::size_t ws_bytes, Stream_t s) {
-  return hipblasLtMatmul(h, d, alpha, a, la, b, lb, beta, c, lc, dd, ld, &algo.algo, ws, ws_bytes, s);
+inline Status matmul(Handle h, MatmulDesc d, const void* alpha, const void* a, Layout la,
+                     const void* b, Layout lb, const void* beta, const void* c, Layout lc, void* dd,
+                     Layout ld, const Heuristic& algo, void* ws, std::size_t ws_bytes, Stream_t s) {
+  return hipblasLtMatmul(h, d, alpha, a, la, b, lb, beta, c, lc, dd, ld, &algo.algo, ws, ws_bytes,
+                         s);
 }
-inline std::size_t heuristic_workspace(const Heuristic& h) { return h.workspaceSize; }
-inline int status_code(Status s) { return static_cast<int>(s); }
-inline const char* status_name(Status) { return "hipblasStatus"; }
+inline std::size_t heuristic_workspace(const Heuristic& h) {
+  return h.workspaceSize;
+}
+inline int status_code(Status s) {
+  return static_cast<int>(s);
+}
+inline const char* status_name(Status) {
+  return "hipblasStatus";
+}
 #else
 inline constexpr const char* kLibrary = "cuBLASLt";
 using Status = cublasStatus_t;
@@ -129,13 +154,22 @@ inline constexpr bool kHasAlignmentPreferences = true;
 inline constexpr bool kHasReductionSchemeMask = true;
 // Split-K reductions that keep partial sums in the workspace and add them in a fixed order
 // (the in-place scheme, which sums the slices in the output buffer itself, is left out).
-inline constexpr std::uint32_t kDeterministicReductions =
-    CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+inline constexpr std::uint32_t kDeterministicReductions = CUBLASLT_REDUCTION_SCHEME_NONE |
+                                                          CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                                                          CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
 
-inline Status create(Handle* h) { return cublasLtCreate(h); }
-inline Status destroy(Handle h) { return cublasLtDestroy(h); }
-inline Status desc_create(MatmulDesc* d, ComputeType c, DataType scale) { return cublasLtMatmulDescCreate(d, c, scale); }
-inline Status desc_destroy(MatmulDesc d) { return cublasLtMatmulDescDestroy(d); }
+inline Status create(Handle* h) {
+  return cublasLtCreate(h);
+}
+inline Status destroy(Handle h) {
+  return cublasLtDestroy(h);
+}
+inline Status desc_create(MatmulDesc* d, ComputeType c, DataType scale) {
+  return cublasLtMatmulDescCreate(d, c, scale);
+}
+inline Status desc_destroy(MatmulDesc d) {
+  return cublasLtMatmulDescDestroy(d);
+}
 inline Status desc_set_transa(MatmulDesc d, Operation op) {
   return cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &op, sizeof op);
 }
@@ -151,14 +185,22 @@ inline Status desc_set_bias(MatmulDesc d, const void* bias) {
 inline Status desc_set_bias_type(MatmulDesc d, DataType t) {
   return cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t);
 }
-inline Status layout_create(Layout* l, DataType t, std::uint64_t rows, std::uint64_t cols, std::int64_t ld) {
+inline Status layout_create(Layout* l, DataType t, std::uint64_t rows, std::uint64_t cols,
+                            std::int64_t ld) {
   return cublasLtMatrixLayoutCreate(l, t, rows, cols, ld);
 }
-inline Status layout_destroy(Layout l) { return cublasLtMatrixLayoutDestroy(l); }
-inline Status pref_create(Preference* p) { return cublasLtMatmulPreferenceCreate(p); }
-inline Status pref_destroy(Preference p) { return cublasLtMatmulPreferenceDestroy(p); }
+inline Status layout_destroy(Layout l) {
+  return cublasLtMatrixLayoutDestroy(l);
+}
+inline Status pref_create(Preference* p) {
+  return cublasLtMatmulPreferenceCreate(p);
+}
+inline Status pref_destroy(Preference p) {
+  return cublasLtMatmulPreferenceDestroy(p);
+}
 inline Status pref_set_workspace(Preference p, std::uint64_t bytes) {
-  return cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof bytes);
+  return cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
+                                              sizeof bytes);
 }
 // operand: 0 A, 1 B, 2 C, 3 D.
 inline Status pref_set_alignment(Preference p, int operand, std::uint32_t bytes) {
@@ -168,33 +210,50 @@ inline Status pref_set_alignment(Preference p, int operand, std::uint32_t bytes)
   return cublasLtMatmulPreferenceSetAttribute(p, kAttr[operand], &bytes, sizeof bytes);
 }
 inline Status pref_set_reduction_mask(Preference p, std::uint32_t mask) {
-  return cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask);
+  return cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask,
+                                              sizeof mask);
 }
-inline Status heuristic(Handle h, MatmulDesc d, Layout a, Layout b, Layout c, Layout dd, Preference p, int want,
-                        Heuristic* out, int* got) {
+inline Status heuristic(Handle h, MatmulDesc d, Layout a, Layout b, Layout c, Layout dd,
+                        Preference p, int want, Heuristic* out, int* got) {
   return cublasLtMatmulAlgoGetHeuristic(h, d, a, b, c, dd, p, want, out, got);
 }
-inline Status matmul(Handle h, MatmulDesc d, const void* alpha, const void* a, Layout la, const void* b, Layout lb,
-                     const void* beta, const void* c, Layout lc, void* dd, Layout ld, const Heuristic& algo, void* ws,
-                     std::size_t ws_bytes, Stream_t s) {
-  return cublasLtMatmul(h, d, alpha, a, la, b, lb, beta, c, lc, dd, ld, &algo.algo, ws, ws_bytes, s);
+inline Status matmul(Handle h, MatmulDesc d, const void* alpha, const void* a, Layout la,
+                     const void* b, Layout lb, const void* beta, const void* c, Layout lc, void* dd,
+                     Layout ld, const Heuristic& algo, void* ws, std::size_t ws_bytes, Stream_t s) {
+  return cublasLtMatmul(h, d, alpha, a, la, b, lb, beta, c, lc, dd, ld, &algo.algo, ws, ws_bytes,
+                        s);
 }
-inline std::size_t heuristic_workspace(const Heuristic& h) { return h.workspaceSize; }
-inline int status_code(Status s) { return static_cast<int>(s); }
+inline std::size_t heuristic_workspace(const Heuristic& h) {
+  return h.workspaceSize;
+}
+inline int status_code(Status s) {
+  return static_cast<int>(s);
+}
 // (cublasGetStatusName lives in libcublas, which parity does not link: the names are spelled here.)
 inline const char* status_name(Status s) {
   switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
-    default: return "CUBLAS_STATUS_(unknown)";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR:
+      return "CUBLAS_STATUS_LICENSE_ERROR";
+    default:
+      return "CUBLAS_STATUS_(unknown)";
   }
 }
 #endif

@@ -102,8 +102,8 @@ __global__ __launch_bounds__(kBlock) void column_final_kernel(const double* __re
 void final_sums(Stream_t s, const char* name, const double* partial, std::int64_t chunks,
                 std::int64_t cols, float* out) {
   const int cpb = final_columns_per_block(chunks, cols);
-  launch(name, column_final_kernel, {ceil_div(cols, cpb), kBlock, 0}, s, partial, chunks, cols,
-         cpb, out);
+  launch(name, column_final_kernel, {ceil_div(cols, cpb), kBlock, 0}, s, partial, chunks, cols, cpb,
+         out);
 }
 
 }  // namespace
@@ -129,8 +129,9 @@ void column_sum(Stream_t s, CMat m, float* out, void* scratch) {
 std::int64_t gradient_sums_scratch_bytes(std::int64_t rows, std::int64_t cols) {
   std::int64_t lanes = 0;
   for (int v : {1, 4, 8}) lanes = std::max(lanes, fold_shape(rows, cols, v).lanes());
-  return std::max(column_sum_scratch_bytes(rows, cols),
-                  lanes * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double)));
+  return std::max(
+      column_sum_scratch_bytes(rows, cols),
+      lanes * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double)));
 }
 
 namespace elementwise {

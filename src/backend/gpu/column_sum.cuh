@@ -47,9 +47,8 @@ void folded_column_sums(Stream_t s, const char* name, const FoldShape& f, std::i
 // visits, f writing the group's V values to sum into d, and writes its lane's column sums,
 // partial[lane * cols + col].
 template <int V, class F>
-__device__ __forceinline__ void rows_with_column_sums(std::int64_t rows, std::int64_t cols,
-                                                      int tpr, double* __restrict__ partial,
-                                                      F&& f) {
+__device__ __forceinline__ void rows_with_column_sums(std::int64_t rows, std::int64_t cols, int tpr,
+                                                      double* __restrict__ partial, F&& f) {
   const int sub = static_cast<int>(threadIdx.x) / tpr;
   const int grp = static_cast<int>(threadIdx.x) - sub * tpr;
   const int rpb = kSumBlock / tpr;

@@ -24,14 +24,18 @@ __global__ __launch_bounds__(kBlock) void convert_kernel(MatView<const A> src, M
 void convert(Stream_t s, CAMat src, AMat dst) {
   if (src.rows <= 0 || src.cols <= 0) return;
   const int vec = vec_width(src.cols, {vec_view(src), vec_view(dst)});
-  dispatch("convert", vec, [&](auto width, auto a, auto b) {
-    constexpr int V = decltype(width)::value;
-    using A = decltype(a);
-    using B = decltype(b);
-    const RowSpan span = row_span(src.cols / V);
-    launch("convert", convert_kernel<V, A, B>, {row_grid(src.rows, span), kBlock, 0}, s,
-           typed<A>(src), typed<B>(AMat(dst.data, dst.dtype, src.rows, src.cols, dst.ld)), span);
-  }, src.dtype, dst.dtype);
+  dispatch(
+      "convert", vec,
+      [&](auto width, auto a, auto b) {
+        constexpr int V = decltype(width)::value;
+        using A = decltype(a);
+        using B = decltype(b);
+        const RowSpan span = row_span(src.cols / V);
+        launch("convert", convert_kernel<V, A, B>, {row_grid(src.rows, span), kBlock, 0}, s,
+               typed<A>(src), typed<B>(AMat(dst.data, dst.dtype, src.rows, src.cols, dst.ld)),
+               span);
+      },
+      src.dtype, dst.dtype);
 }
 
 }  // namespace parity::gpu

@@ -82,9 +82,8 @@ __global__ __launch_bounds__(kSumBlock) void cross_gradients_sum_kernel(
     Bf16* __restrict__ dz16, MatView<G> dx0, CrossGradientFlags flags, int tpr,
     double* __restrict__ partial) {
   rows_with_column_sums<V>(g.rows, g.cols, tpr, partial,
-                           [&](std::int64_t r, std::int64_t c, float (&d)[V]) {
-                             cross_gradient_group<V, S, G>(g, x0, z, dz, dz16, dx0, flags, r, c,
-                                                           d);
+                           [&](std::int64_t r, std::int64_t c, float(&d)[V]) {
+                             cross_gradient_group<V, S, G>(g, x0, z, dz, dz16, dx0, flags, r, c, d);
                            });
 }
 
@@ -93,13 +92,16 @@ __global__ __launch_bounds__(kSumBlock) void cross_gradients_sum_kernel(
 void cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next) {
   if (x0.rows * x0.cols <= 0) return;
   const int vec = vec_width(x0.cols, {vec_view(x0), vec_view(z), vec_view(xl), vec_view(x_next)});
-  dispatch("cross_combine", vec, [&](auto width, auto tag) {
-    constexpr int V = decltype(width)::value;
-    using S = decltype(tag);
-    const RowSpan span = row_span(x0.cols / V);
-    launch("cross_combine", cross_combine_kernel<V, S>, {row_grid(x0.rows, span), kBlock, 0}, s,
-           typed<S>(x0), typed<S>(z), typed<S>(xl), typed<S>(x_next), span);
-  }, x0.dtype);
+  dispatch(
+      "cross_combine", vec,
+      [&](auto width, auto tag) {
+        constexpr int V = decltype(width)::value;
+        using S = decltype(tag);
+        const RowSpan span = row_span(x0.cols / V);
+        launch("cross_combine", cross_combine_kernel<V, S>, {row_grid(x0.rows, span), kBlock, 0}, s,
+               typed<S>(x0), typed<S>(z), typed<S>(xl), typed<S>(x_next), span);
+      },
+      x0.dtype);
 }
 
 void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, Bf16* dz16, AMat dx0,
@@ -112,31 +114,34 @@ void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, Bf16* dz
   if (g.rows * g.cols <= 0) return;
   if (dz16 == nullptr) flags.dz_bf16_only = false;  // dz is the only copy then
   // Groups of 8 only for bf16 x0 and z: with fp32 ones the folded kernel spills at 8 per thread.
-  const int vec = std::min(x0.dtype == DType::f32 ? 4 : 8,
-                           vec_width(g.cols, {vec_view(g), vec_view(x0), vec_view(z),
-                                              packed(dz, g.cols), vec_view(dx0),
-                                              packed(dz16, g.cols, 2)}));
+  const int vec =
+      std::min(x0.dtype == DType::f32 ? 4 : 8,
+               vec_width(g.cols, {vec_view(g), vec_view(x0), vec_view(z), packed(dz, g.cols),
+                                  vec_view(dx0), packed(dz16, g.cols, 2)}));
   const bool fold = dbias != nullptr && fused_sum_fits(g.rows, g.cols, vec);
   if (dbias != nullptr && !fold) flags.dz_bf16_only = false;  // the column sum below reads dz
-  dispatch("cross_gradients", vec, [&](auto width, auto xs, auto gs) {
-    constexpr int V = decltype(width)::value;
-    using S = decltype(xs);
-    using G = decltype(gs);
-    if constexpr (V == 8 && std::is_same_v<S, float>) {
-      throw Error("cross_gradients: groups of 8 with fp32 x0 (not instantiated)");
-    } else if (fold) {
-      const FoldShape f = fold_shape(g.rows, g.cols, V);
-      launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S, G>, {f.grid, kSumBlock, 0},
-             s, typed<G>(g), typed<S>(x0), typed<S>(z), dz, dz16, typed<G>(dx0), flags, f.tpr,
-             static_cast<double*>(scratch));
-      folded_column_sums(s, "cross_gradients_bias", f, g.cols, scratch, dbias);
-    } else {
-      const RowSpan span = row_span(g.cols / V);
-      launch("cross_gradients", cross_gradients_kernel<V, S, G>,
-             {row_grid(g.rows, span), kBlock, 0}, s, typed<G>(g), typed<S>(x0), typed<S>(z), dz,
-             dz16, typed<G>(dx0), flags, span);
-    }
-  }, x0.dtype, g.dtype);
+  dispatch(
+      "cross_gradients", vec,
+      [&](auto width, auto xs, auto gs) {
+        constexpr int V = decltype(width)::value;
+        using S = decltype(xs);
+        using G = decltype(gs);
+        if constexpr (V == 8 && std::is_same_v<S, float>) {
+          throw Error("cross_gradients: groups of 8 with fp32 x0 (not instantiated)");
+        } else if (fold) {
+          const FoldShape f = fold_shape(g.rows, g.cols, V);
+          launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S, G>, {f.grid, kSumBlock, 0},
+                 s, typed<G>(g), typed<S>(x0), typed<S>(z), dz, dz16, typed<G>(dx0), flags, f.tpr,
+                 static_cast<double*>(scratch));
+          folded_column_sums(s, "cross_gradients_bias", f, g.cols, scratch, dbias);
+        } else {
+          const RowSpan span = row_span(g.cols / V);
+          launch("cross_gradients", cross_gradients_kernel<V, S, G>,
+                 {row_grid(g.rows, span), kBlock, 0}, s, typed<G>(g), typed<S>(x0), typed<S>(z), dz,
+                 dz16, typed<G>(dx0), flags, span);
+        }
+      },
+      x0.dtype, g.dtype);
   if (dbias != nullptr && !fold) column_sum(s, CMat(dz, g.rows, g.cols), dbias, scratch);
 }
 

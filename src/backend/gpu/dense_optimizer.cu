@@ -17,8 +17,9 @@ struct OptArgs {
   bool decay;
 };
 
-__global__ __launch_bounds__(kBlock) void sgd_kernel(float* __restrict__ w, const float* __restrict__ g,
-                                                     std::int64_t n, OptArgs a) {
+__global__ __launch_bounds__(kBlock) void sgd_kernel(float* __restrict__ w,
+                                                     const float* __restrict__ g, std::int64_t n,
+                                                     OptArgs a) {
   for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
     const double wi = w[i];
     const double gi = a.decay ? static_cast<double>(g[i]) + a.wd * wi : static_cast<double>(g[i]);
@@ -26,8 +27,10 @@ __global__ __launch_bounds__(kBlock) void sgd_kernel(float* __restrict__ w, cons
   }
 }
 
-__global__ __launch_bounds__(kBlock) void adagrad_kernel(float* __restrict__ w, const float* __restrict__ g,
-                                                         float* __restrict__ s, std::int64_t n, OptArgs a) {
+__global__ __launch_bounds__(kBlock) void adagrad_kernel(float* __restrict__ w,
+                                                         const float* __restrict__ g,
+                                                         float* __restrict__ s, std::int64_t n,
+                                                         OptArgs a) {
   for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
     const double wi = w[i];
     const double gi = a.decay ? static_cast<double>(g[i]) + a.wd * wi : static_cast<double>(g[i]);
@@ -37,9 +40,10 @@ __global__ __launch_bounds__(kBlock) void adagrad_kernel(float* __restrict__ w, 
   }
 }
 
-__global__ __launch_bounds__(kBlock) void adam_kernel(float* __restrict__ w, const float* __restrict__ g,
-                                                      float* __restrict__ m, float* __restrict__ v, std::int64_t n,
-                                                      OptArgs a) {
+__global__ __launch_bounds__(kBlock) void adam_kernel(float* __restrict__ w,
+                                                      const float* __restrict__ g,
+                                                      float* __restrict__ m, float* __restrict__ v,
+                                                      std::int64_t n, OptArgs a) {
   for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
     const double wi = w[i];
     const double gi = g[i];
@@ -54,8 +58,8 @@ __global__ __launch_bounds__(kBlock) void adam_kernel(float* __restrict__ w, con
 
 }  // namespace
 
-void dense_optimizer_step(Stream_t s, float* params, const float* grads, float* state, std::int64_t n,
-                    const OptimizerParams& opt, std::int64_t step) {
+void dense_optimizer_step(Stream_t s, float* params, const float* grads, float* state,
+                          std::int64_t n, const OptimizerParams& opt, std::int64_t step) {
   if (n <= 0) return;
   OptArgs a{};
   a.lr = opt.lr;
@@ -69,13 +73,17 @@ void dense_optimizer_step(Stream_t s, float* params, const float* grads, float* 
   a.correction2 = 1.0 - std::pow(a.beta2, static_cast<double>(step));
   const LaunchShape shape{grid_for(n), kBlock, 0};
   switch (opt.kind) {
-    case OptimizerKind::sgd: return launch("dense_sgd", sgd_kernel, shape, s, params, grads, n, a);
-    case OptimizerKind::adagrad: return launch("dense_adagrad", adagrad_kernel, shape, s, params, grads, state, n, a);
+    case OptimizerKind::sgd:
+      return launch("dense_sgd", sgd_kernel, shape, s, params, grads, n, a);
+    case OptimizerKind::adagrad:
+      return launch("dense_adagrad", adagrad_kernel, shape, s, params, grads, state, n, a);
     case OptimizerKind::adam:
       return launch("dense_adam", adam_kernel, shape, s, params, grads, state, state + n, n, a);
-    case OptimizerKind::rowwise_adagrad: break;
+    case OptimizerKind::rowwise_adagrad:
+      break;
   }
-  throw Error("dense_optimizer_step: rowwise_adagrad is an embedding optimizer (use sgd, adagrad or adam)");
+  throw Error(
+      "dense_optimizer_step: rowwise_adagrad is an embedding optimizer (use sgd, adagrad or adam)");
 }
 
 }  // namespace parity::gpu

@@ -28,7 +28,8 @@ __device__ __forceinline__ void pair_of(int p, int& i, int& j) {
   j = p - i * (i - 1) / 2;
 }
 
-__global__ __launch_bounds__(kDotBlock) void dot_forward_kernel(CMat dense, CMat emb, int features, Mat out) {
+__global__ __launch_bounds__(kDotBlock) void dot_forward_kernel(CMat dense, CMat emb, int features,
+                                                                Mat out) {
   extern __shared__ float zs[];  // [F, D + 1]
   const std::int64_t b = blockIdx.x;
   const int D = static_cast<int>(dense.cols);
@@ -55,12 +56,12 @@ __global__ __launch_bounds__(kDotBlock) void dot_forward_kernel(CMat dense, CMat
   }
 }
 
-__global__ __launch_bounds__(kDotBlock) void dot_backward_kernel(CMat dense, CMat emb, int features, CMat dout,
-                                                                 Mat ddense, Mat demb) {
+__global__ __launch_bounds__(kDotBlock) void dot_backward_kernel(CMat dense, CMat emb, int features,
+                                                                 CMat dout, Mat ddense, Mat demb) {
   extern __shared__ float sm[];
   const int D = static_cast<int>(dense.cols);
-  float* zs = sm;                  // [F, D]
-  float* gs = sm + features * D;   // [F, F] symmetric, zero diagonal
+  float* zs = sm;                 // [F, D]
+  float* gs = sm + features * D;  // [F, F] symmetric, zero diagonal
   const std::int64_t b = blockIdx.x;
   const float* drow = dense.data + b * dense.ld;
   const float* erow = emb.data + b * emb.ld;
@@ -81,7 +82,8 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward_kernel(CMat dense, CMa
     float acc = 0.0f;
     for (int j = 0; j < features; ++j) acc = fmaf(gk[j], zs[j * D + d], acc);
     if (k == 0) {
-      ddense.data[b * ddense.ld + d] = static_cast<float>(static_cast<double>(grow[d]) + static_cast<double>(acc));
+      ddense.data[b * ddense.ld + d] =
+          static_cast<float>(static_cast<double>(grow[d]) + static_cast<double>(acc));
     } else {
       demb.data[b * demb.ld + (k - 1) * D + d] = acc;
     }
@@ -92,7 +94,9 @@ std::size_t dot_forward_smem(int features, int dim) {
   return static_cast<std::size_t>(features) * static_cast<std::size_t>(dim + 1) * sizeof(float);
 }
 std::size_t dot_backward_smem(int features, int dim) {
-  return (static_cast<std::size_t>(features) * dim + static_cast<std::size_t>(features) * features) * sizeof(float);
+  return (static_cast<std::size_t>(features) * dim +
+          static_cast<std::size_t>(features) * features) *
+         sizeof(float);
 }
 void check_dot_smem(const char* op, std::size_t bytes, int features, int dim) {
   const std::size_t limit = device_info().shared_memory_per_block_optin;
@@ -111,17 +115,19 @@ void dot_forward(Stream_t s, CMat dense, CMat emb, int num_tables, Mat out) {
   const int dim = static_cast<int>(dense.cols);
   const std::size_t smem = dot_forward_smem(features, dim);
   check_dot_smem("dot_interaction_forward", smem, features, dim);
-  launch("dot_interaction_forward", dot_forward_kernel, {dense.rows, kDotBlock, smem}, s, dense, emb, features, out);
+  launch("dot_interaction_forward", dot_forward_kernel, {dense.rows, kDotBlock, smem}, s, dense,
+         emb, features, out);
 }
 
-void dot_backward(Stream_t s, CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense, Mat demb) {
+void dot_backward(Stream_t s, CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
+                  Mat demb) {
   if (dense.rows <= 0) return;
   const int features = num_tables + 1;
   const int dim = static_cast<int>(dense.cols);
   const std::size_t smem = dot_backward_smem(features, dim);
   check_dot_smem("dot_interaction_backward", smem, features, dim);
-  launch("dot_interaction_backward", dot_backward_kernel, {dense.rows, kDotBlock, smem}, s, dense, emb, features,
-         dout, ddense, demb);
+  launch("dot_interaction_backward", dot_backward_kernel, {dense.rows, kDotBlock, smem}, s, dense,
+         emb, features, dout, ddense, demb);
 }
 
 }  // namespace parity::gpu

@@ -131,7 +131,8 @@ void with_storages(const char*, F&& f) {
 template <class F, class... Rest>
 void with_storages(const char* op, F&& f, DType t, Rest... rest) {
   auto next = [&](auto tag) {
-    with_storages(op, [&](auto... tags) { f(tag, tags...); }, rest...);
+    with_storages(
+        op, [&](auto... tags) { f(tag, tags...); }, rest...);
   };
   if (t == DType::bf16) {
     next(Bf16{});
@@ -148,7 +149,8 @@ void with_storages(const char* op, F&& f, DType t, Rest... rest) {
 template <class F, class... Types>
 void dispatch(const char* op, int width, F&& f, Types... storage) {
   auto with = [&](auto v) {
-    detail::with_storages(op, [&](auto... tags) { f(v, tags...); }, storage...);
+    detail::with_storages(
+        op, [&](auto... tags) { f(v, tags...); }, storage...);
   };
   if (width == 8) {
     with(std::integral_constant<int, 8>{});

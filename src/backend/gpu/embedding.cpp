@@ -25,8 +25,9 @@ GroupShape group_shape(int max_dim, int vec_width, int warp_size) {
   const int per_lane = (vectors + warp_size - 1) / warp_size;
   s.vecs = static_cast<int>(std::bit_ceil(static_cast<unsigned>(per_lane)));
   if (s.vecs > kMaxVecsPerLane) {
-    throw Error(fmt::format("embedding: dim {} is larger than the {} this kernel handles with warp size {}",
-                            max_dim, kMaxVecsPerLane * warp_size * vec_width, warp_size));
+    throw Error(
+        fmt::format("embedding: dim {} is larger than the {} this kernel handles with warp size {}",
+                    max_dim, kMaxVecsPerLane * warp_size * vec_width, warp_size));
   }
   return s;
 }
@@ -35,49 +36,56 @@ GroupShape group_shape(int max_dim, int vec_width, int warp_size) {
 void check_embedding_call(const char* op, const EmbeddingTables& tables, WeightBuffer weights,
                           const DeviceSparseInput& in, CAMat m, const char* m_name) {
   if (in.num_tables != tables.num_tables()) {
-    throw InputError(fmt::format("{}: the sparse input has {} tables, the layout has {}", op, in.num_tables,
-                                 tables.num_tables()));
+    throw InputError(fmt::format("{}: the sparse input has {} tables, the layout has {}", op,
+                                 in.num_tables, tables.num_tables()));
   }
   if (in.batch < 0 || in.nnz < 0) throw InputError(fmt::format("{}: negative batch or nnz", op));
   if (in.offsets == nullptr) throw InputError(fmt::format("{}: offsets is null", op));
   if (in.ids == nullptr && in.nnz > 0) throw InputError(fmt::format("{}: ids is null", op));
   if (in.batch * in.num_tables >= (std::int64_t{1} << 31) || in.nnz >= (std::int64_t{1} << 31)) {
-    throw InputError(fmt::format("{}: {} bags and {} ids; this kernel handles fewer than 2^31 of each", op,
-                                 in.batch * in.num_tables, in.nnz));
+    throw InputError(
+        fmt::format("{}: {} bags and {} ids; this kernel handles fewer than 2^31 of each", op,
+                    in.batch * in.num_tables, in.nnz));
   }
   if (weights.dtype != DType::f32 && weights.dtype != DType::f16 && weights.dtype != DType::bf16) {
-    throw InputError(fmt::format("{}: weights are {}, expected fp32, fp16 or bf16", op, dtype_name(weights.dtype)));
+    throw InputError(fmt::format("{}: weights are {}, expected fp32, fp16 or bf16", op,
+                                 dtype_name(weights.dtype)));
   }
   if (weights.dtype != tables.dtype()) {
     throw InputError(fmt::format("{}: the weight buffer is {}, the tables' layouts say {}", op,
                                  dtype_name(weights.dtype), dtype_name(tables.dtype())));
   }
-  if (weights.data == nullptr && in.nnz > 0) throw InputError(fmt::format("{}: weights is null", op));
+  if (weights.data == nullptr && in.nnz > 0)
+    throw InputError(fmt::format("{}: weights is null", op));
   if (m.dtype != DType::f32 && m.dtype != DType::bf16) {
-    throw InputError(fmt::format("{}: {} is {}, expected fp32 or bf16", op, m_name, dtype_name(m.dtype)));
+    throw InputError(
+        fmt::format("{}: {} is {}, expected fp32 or bf16", op, m_name, dtype_name(m.dtype)));
   }
   if (m.rows != in.batch) {
-    throw InputError(fmt::format("{}: {} has {} rows, the batch is {}", op, m_name, m.rows, in.batch));
+    throw InputError(
+        fmt::format("{}: {} has {} rows, the batch is {}", op, m_name, m.rows, in.batch));
   }
   if (m.ld < m.cols || m.cols < tables.min_out_cols()) {
-    throw InputError(fmt::format("{}: {} is [{}, {}] with ld {}; the tables need {} columns", op, m_name, m.rows,
-                                 m.cols, m.ld, tables.min_out_cols()));
+    throw InputError(fmt::format("{}: {} is [{}, {}] with ld {}; the tables need {} columns", op,
+                                 m_name, m.rows, m.cols, m.ld, tables.min_out_cols()));
   }
   if (m.data == nullptr && m.rows > 0) throw InputError(fmt::format("{}: {} is null", op, m_name));
 }
 
-
 GroupShape backward_group_shape(int max_dim, int vec_width, int warp_size, int vectors_per_lane) {
   const int vectors = (max_dim + vec_width - 1) / vec_width;
   GroupShape s;
-  s.vecs = vectors_per_lane > 0 ? vectors_per_lane : 16 / vec_width;  // default: 4 (fp32), 2 (fp16, bf16)
+  s.vecs = vectors_per_lane > 0 ? vectors_per_lane
+                                : 16 / vec_width;  // default: 4 (fp32), 2 (fp16, bf16)
   if (s.vecs != 1 && s.vecs != 2 && s.vecs != 4) {
-    throw InputError(fmt::format("embedding backward: vectors_per_lane is {}, expected 0, 1, 2 or 4", s.vecs));
+    throw InputError(
+        fmt::format("embedding backward: vectors_per_lane is {}, expected 0, 1, 2 or 4", s.vecs));
   }
   while (vectors > warp_size * s.vecs && s.vecs < kMaxVecsPerLane) s.vecs *= 2;
   if (vectors > warp_size * s.vecs) {
-    throw Error(fmt::format("embedding backward: dim {} is larger than the {} this kernel handles with warp size {}",
-                            max_dim, s.vecs * warp_size * vec_width, warp_size));
+    throw Error(fmt::format(
+        "embedding backward: dim {} is larger than the {} this kernel handles with warp size {}",
+        max_dim, s.vecs * warp_size * vec_width, warp_size));
   }
   const int lanes = (vectors + s.vecs - 1) / s.vecs;
   s.group = static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(lanes, 1))));
@@ -88,18 +96,23 @@ GroupShape backward_group_shape(int max_dim, int vec_width, int warp_size, int v
 
 // ------------------------------------------------------------------ tables --
 
-EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables) : layouts_(tables.begin(), tables.end()) {
+EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables)
+    : layouts_(tables.begin(), tables.end()) {
   if (layouts_.empty()) throw InputError("EmbeddingTables: no tables");
   std::vector<detail::TableMeta> meta(layouts_.size());
   std::uint64_t key_base = 0;
   for (std::size_t t = 0; t < layouts_.size(); ++t) {
     const TableLayout& tl = layouts_[t];
-    if (tl.dim <= 0) throw InputError(fmt::format("EmbeddingTables: table {} has dim {}, expected > 0", t, tl.dim));
+    if (tl.dim <= 0)
+      throw InputError(
+          fmt::format("EmbeddingTables: table {} has dim {}, expected > 0", t, tl.dim));
     if (tl.rows < 0 || tl.rows >= (std::int64_t{1} << 31)) {
-      throw InputError(fmt::format("EmbeddingTables: table {} has {} rows, expected [0, 2^31)", t, tl.rows));
+      throw InputError(
+          fmt::format("EmbeddingTables: table {} has {} rows, expected [0, 2^31)", t, tl.rows));
     }
     if (tl.weight_offset < 0 || tl.state_offset < 0 || tl.out_col < 0) {
-      throw InputError(fmt::format("EmbeddingTables: table {} has a negative offset or output column", t));
+      throw InputError(
+          fmt::format("EmbeddingTables: table {} has a negative offset or output column", t));
     }
     meta[t].weight_offset = tl.weight_offset;
     meta[t].state_offset = tl.state_offset;
@@ -111,18 +124,20 @@ EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables) : layouts_
     meta[t].pad = 0;
     key_base += static_cast<std::uint64_t>(tl.rows);
     if (key_base >= 0xffffffffull) {
-      throw InputError(fmt::format("EmbeddingTables: the tables have {}+ rows together; one group holds at most "
-                                   "2^32 - 2 (split the tables into several groups)",
-                                   key_base));
+      throw InputError(
+          fmt::format("EmbeddingTables: the tables have {}+ rows together; one group holds at most "
+                      "2^32 - 2 (split the tables into several groups)",
+                      key_base));
     }
     if (tl.dtype != layouts_[0].dtype) {
-      throw InputError(fmt::format("EmbeddingTables: table {} is {}, table 0 is {}; one group holds one weight "
-                                   "dtype (make one group per precision)",
-                                   t, dtype_name(tl.dtype), dtype_name(layouts_[0].dtype)));
+      throw InputError(
+          fmt::format("EmbeddingTables: table {} is {}, table 0 is {}; one group holds one weight "
+                      "dtype (make one group per precision)",
+                      t, dtype_name(tl.dtype), dtype_name(layouts_[0].dtype)));
     }
     if (tl.dtype != DType::f32 && tl.dtype != DType::f16 && tl.dtype != DType::bf16) {
-      throw InputError(fmt::format("EmbeddingTables: table {} is {}, expected fp32, fp16 or bf16", t,
-                                   dtype_name(tl.dtype)));
+      throw InputError(fmt::format("EmbeddingTables: table {} is {}, expected fp32, fp16 or bf16",
+                                   t, dtype_name(tl.dtype)));
     }
     max_dim_ = std::max(max_dim_, tl.dim);
     min_out_cols_ = std::max(min_out_cols_, tl.out_col + tl.dim);
@@ -147,27 +162,29 @@ void EmbeddingTables::raise_input_errors(Stream_t stream) const {
   const int t = rec.table;
   const std::int64_t rows = (t >= 0 && t < num_tables()) ? layouts_[t].rows : -1;
   if (rec.code == 1) {
-    throw InputError(fmt::format("embedding (gpu): table {}, bag {}: id {} is outside [0, {}); the bag's other "
-                                 "ids were used and this one skipped",
-                                 t, rec.bag, rec.id, rows));
+    throw InputError(
+        fmt::format("embedding (gpu): table {}, bag {}: id {} is outside [0, {}); the bag's other "
+                    "ids were used and this one skipped",
+                    t, rec.bag, rec.id, rows));
   }
-  throw InputError(fmt::format("embedding (gpu): table {}, bag {}: offsets decrease or leave [0, nnz] (offset {}); "
-                               "the batch's CSR offsets must be non-decreasing from 0 to nnz",
-                               t, rec.bag, rec.id));
+  throw InputError(fmt::format(
+      "embedding (gpu): table {}, bag {}: offsets decrease or leave [0, nnz] (offset {}); "
+      "the batch's CSR offsets must be non-decreasing from 0 to nnz",
+      t, rec.bag, rec.id));
 }
 
 // --------------------------------------------------------------- workspace --
 
-EmbeddingWorkspace::EmbeddingWorkspace(const EmbeddingTables& tables, std::int64_t max_batch, std::int64_t max_nnz,
-                                       SortMethod sort)
+EmbeddingWorkspace::EmbeddingWorkspace(const EmbeddingTables& tables, std::int64_t max_batch,
+                                       std::int64_t max_nnz, SortMethod sort)
     : max_batch_(max_batch),
       max_nnz_(std::max<std::int64_t>(max_nnz, 1)),
       max_dim_(tables.max_dim()),
       sorter_(std::max<std::int64_t>(max_nnz, 1), sort) {
   if (max_batch < 0 || max_nnz < 0) throw InputError("EmbeddingWorkspace: negative batch or nnz");
   if (max_batch * tables.num_tables() >= (std::int64_t{1} << 31)) {
-    throw InputError(fmt::format("EmbeddingWorkspace: {} bags (batch {} x {} tables) exceed 2^31", max_batch * tables.num_tables(),
-                                 max_batch, tables.num_tables()));
+    throw InputError(fmt::format("EmbeddingWorkspace: {} bags (batch {} x {} tables) exceed 2^31",
+                                 max_batch * tables.num_tables(), max_batch, tables.num_tables()));
   }
   const auto n = static_cast<std::size_t>(max_nnz_);
   for (int i = 0; i < 2; ++i) {
@@ -175,16 +192,22 @@ EmbeddingWorkspace::EmbeddingWorkspace(const EmbeddingTables& tables, std::int64
     bags_[i] = DeviceBuffer<std::uint32_t>(n, "embedding backward bags");
   }
   seg_start_ = DeviceBuffer<std::uint32_t>(n + 1, "embedding backward segments");
-  scan_tmp_ = DeviceBuffer<std::uint32_t>(static_cast<std::size_t>(scan::tiles_for(max_nnz_)), "embedding backward scan");
+  scan_tmp_ = DeviceBuffer<std::uint32_t>(static_cast<std::size_t>(scan::tiles_for(max_nnz_)),
+                                          "embedding backward scan");
   counters_ = DeviceBuffer<int>(4, "embedding backward counters");
   max_heavy_ = max_nnz_ / (detail::kHeavyRow + 1) + 1;
   max_chunks_ = max_nnz_ / detail::kChunk + max_heavy_ + 1;
   partial_ld_ = (max_dim_ + 7) / 8 * 8;
-  heavy_rows_ = DeviceBuffer<int>(static_cast<std::size_t>(max_heavy_), "embedding backward heavy rows");
-  heavy_base_ = DeviceBuffer<int>(static_cast<std::size_t>(max_heavy_), "embedding backward heavy rows");
-  chunk_seg_ = DeviceBuffer<int>(static_cast<std::size_t>(max_chunks_), "embedding backward chunks");
-  chunk_idx_ = DeviceBuffer<int>(static_cast<std::size_t>(max_chunks_), "embedding backward chunks");
-  partial_ = DeviceBuffer<float>(static_cast<std::size_t>(max_chunks_ * partial_ld_), "embedding backward partial sums");
+  heavy_rows_ =
+      DeviceBuffer<int>(static_cast<std::size_t>(max_heavy_), "embedding backward heavy rows");
+  heavy_base_ =
+      DeviceBuffer<int>(static_cast<std::size_t>(max_heavy_), "embedding backward heavy rows");
+  chunk_seg_ =
+      DeviceBuffer<int>(static_cast<std::size_t>(max_chunks_), "embedding backward chunks");
+  chunk_idx_ =
+      DeviceBuffer<int>(static_cast<std::size_t>(max_chunks_), "embedding backward chunks");
+  partial_ = DeviceBuffer<float>(static_cast<std::size_t>(max_chunks_ * partial_ld_),
+                                 "embedding backward partial sums");
   // Defined contents from the start: a malformed batch can then leave stale entries, never
   // out-of-range ones (keys at 0, bags at 0).
   Stream s;

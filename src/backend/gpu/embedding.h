@@ -24,7 +24,8 @@
 //   EmbeddingTables tables(layouts);                  // uploads the layouts once
 //   EmbeddingWorkspace ws(tables, max_batch, max_nnz); // all scratch, allocated once
 //   embedding_forward(stream, tables, {w, DType::f32}, input, {out, DType::f32, B, cols, ld});
-//   embedding_backward_update(stream, tables, {w, DType::f32}, state, input, {dout, ...}, opt, upd, ws);
+//   embedding_backward_update(stream, tables, {w, DType::f32}, state, input, {dout, ...}, opt, upd,
+//   ws);
 #pragma once
 
 #include <cstdint>
@@ -170,12 +171,12 @@ class EmbeddingWorkspace {
   DeviceBuffer<std::uint32_t> bags_[2];    // [max_nnz] bag index t * batch + b of each occurrence
   DeviceBuffer<std::uint32_t> seg_start_;  // [max_nnz + 1]
   DeviceBuffer<std::uint32_t> scan_tmp_;
-  DeviceBuffer<int> counters_;             // [0] segments, [1] heavy rows, [2] heavy chunks
-  DeviceBuffer<int> heavy_rows_;           // [max heavy] segment of each heavy row
-  DeviceBuffer<int> heavy_base_;           // [max heavy] first chunk slot of each heavy row
-  DeviceBuffer<int> chunk_seg_;            // [max chunks] (segment, chunk index) of each slot
+  DeviceBuffer<int> counters_;    // [0] segments, [1] heavy rows, [2] heavy chunks
+  DeviceBuffer<int> heavy_rows_;  // [max heavy] segment of each heavy row
+  DeviceBuffer<int> heavy_base_;  // [max heavy] first chunk slot of each heavy row
+  DeviceBuffer<int> chunk_seg_;   // [max chunks] (segment, chunk index) of each slot
   DeviceBuffer<int> chunk_idx_;
-  DeviceBuffer<float> partial_;            // [max chunks, partial_ld] chunk sums of heavy rows
+  DeviceBuffer<float> partial_;  // [max chunks, partial_ld] chunk sums of heavy rows
   std::int64_t max_heavy_ = 0;
   std::int64_t max_chunks_ = 0;
   std::int64_t partial_ld_ = 0;

@@ -56,7 +56,7 @@ struct BackwardArgs {
   int* counters;                   // [0] U, [1] heavy rows, [2] heavy chunks
   const std::int64_t* offsets;
   std::int64_t batch;
-  DivideBy batch_div;  // bag -> table (bags < 2^31)
+  DivideBy batch_div;      // bag -> table (bags < 2^31)
   std::uint32_t skip_key;  // key of skipped (bad) occurrences
   const void* dout;
   std::int64_t ld;
@@ -101,16 +101,14 @@ __device__ __forceinline__ Lanes group_lanes(int group) {
 // written with coalesced stores; each lane finds its occurrence's bag by a binary search over
 // the warp's offsets held in registers (32-bit, relative to the warp's first offset), and takes
 // the bag's table, key base and row count from the lane that owns the bag.
-__global__ __launch_bounds__(kBlock) void embedding_keys_kernel(const TableMeta* __restrict__ meta,
-                                                               const std::int64_t* __restrict__ ids,
-                                                               const std::int64_t* __restrict__ offsets,
-                                                               std::int64_t batch, std::int64_t nnz,
-                                                               std::int64_t num_bags, std::uint32_t skip_key,
-                                                               std::uint32_t* __restrict__ keys,
-                                                               std::uint32_t* __restrict__ bags,
-                                                               InputErrorRecord* errors) {
+__global__ __launch_bounds__(kBlock) void embedding_keys_kernel(
+    const TableMeta* __restrict__ meta, const std::int64_t* __restrict__ ids,
+    const std::int64_t* __restrict__ offsets, std::int64_t batch, std::int64_t nnz,
+    std::int64_t num_bags, std::uint32_t skip_key, std::uint32_t* __restrict__ keys,
+    std::uint32_t* __restrict__ bags, InputErrorRecord* errors) {
   const int lane = lane_id();
-  const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * kBlock + threadIdx.x) / kWarpSize;
+  const std::int64_t warp =
+      (static_cast<std::int64_t>(blockIdx.x) * kBlock + threadIdx.x) / kWarpSize;
   const std::int64_t bag0 = warp * kWarpSize;
   if (bag0 >= num_bags) return;
   const std::int64_t my_bag = bag0 + lane;
@@ -128,7 +126,8 @@ __global__ __launch_bounds__(kBlock) void embedding_keys_kernel(const TableMeta*
     const std::int64_t o_next = offsets[my_bag + 1];
     my_t = static_cast<std::uint32_t>(my_bag) / static_cast<std::uint32_t>(batch);
     if (o < 0 || o_next < o || o_next > nnz) {
-      detail::record_input_error(errors, 2, static_cast<int>(my_t), my_bag - static_cast<std::int64_t>(my_t) * batch,
+      detail::record_input_error(errors, 2, static_cast<int>(my_t),
+                                 my_bag - static_cast<std::int64_t>(my_t) * batch,
                                  o_next < o ? o_next : o);
     }
     const std::int64_t r = o - start;
@@ -137,7 +136,7 @@ __global__ __launch_bounds__(kBlock) void embedding_keys_kernel(const TableMeta*
     my_rows = static_cast<std::uint32_t>(meta[my_t].rows);
   }
   const int span = static_cast<int>(end - start);  // < 2^31: checked on the host (nnz < 2^31)
-  constexpr int kUnroll = 4;  // id loads in flight per lane
+  constexpr int kUnroll = 4;                       // id loads in flight per lane
   for (int j0 = 0; j0 < span; j0 += kUnroll * kWarpSize) {
     std::int64_t id[kUnroll];
 #pragma unroll
@@ -163,7 +162,8 @@ __global__ __launch_bounds__(kBlock) void embedding_keys_kernel(const TableMeta*
         if (id[k] >= 0 && id[k] < static_cast<std::int64_t>(rows)) {
           key = key_base + static_cast<std::uint32_t>(id[k]);
         } else {
-          detail::record_input_error(errors, 1, static_cast<int>(t), bag - static_cast<std::int64_t>(t) * batch, id[k]);
+          detail::record_input_error(errors, 1, static_cast<int>(t),
+                                     bag - static_cast<std::int64_t>(t) * batch, id[k]);
         }
         keys[start + j] = key;
         bags[start + j] = static_cast<std::uint32_t>(bag);
@@ -176,7 +176,9 @@ __global__ __launch_bounds__(kBlock) void embedding_keys_kernel(const TableMeta*
 
 struct SegmentFlag {
   const std::uint32_t* keys;
-  __device__ std::uint32_t operator()(std::int64_t i) const { return i == 0 || keys[i] != keys[i - 1] ? 1u : 0u; }
+  __device__ std::uint32_t operator()(std::int64_t i) const {
+    return i == 0 || keys[i] != keys[i - 1] ? 1u : 0u;
+  }
 };
 struct SegmentStore {
   std::uint32_t* seg_start;
@@ -212,7 +214,8 @@ __device__ __forceinline__ bool in_row(int col, int dim) {
 }
 
 template <class W, class Gd, int kFit = 0>
-__device__ __forceinline__ bool resolve_row(const BackwardArgs& a, std::uint32_t key, std::uint32_t bag0, RowRef& r) {
+__device__ __forceinline__ bool resolve_row(const BackwardArgs& a, std::uint32_t key,
+                                            std::uint32_t bag0, RowRef& r) {
   constexpr int V = VecWidth<W>::value;
   if (key == a.skip_key) return false;
   const std::uint32_t t = a.batch_div(bag0);
@@ -225,9 +228,10 @@ __device__ __forceinline__ bool resolve_row(const BackwardArgs& a, std::uint32_t
   constexpr unsigned kGradAlign = V * sizeof(Gd) < 16 ? V * sizeof(Gd) : 16;
   const W* w = static_cast<const W*>(a.weights) + r.m.weight_offset;
   const Gd* g = static_cast<const Gd*>(a.dout) + r.m.out_col;
-  r.vec = kFit > 0 || (r.m.dim % V == 0 && detail::aligned_to(w, 16) && detail::aligned_to(g, kGradAlign) &&
-          (a.ld * static_cast<std::int64_t>(sizeof(Gd))) % kGradAlign == 0 &&
-          (a.opt != kAdagrad || detail::aligned_to(a.state + r.m.state_offset, 16)));
+  r.vec = kFit > 0 ||
+          (r.m.dim % V == 0 && detail::aligned_to(w, 16) && detail::aligned_to(g, kGradAlign) &&
+           (a.ld * static_cast<std::int64_t>(sizeof(Gd))) % kGradAlign == 0 &&
+           (a.opt != kAdagrad || detail::aligned_to(a.state + r.m.state_offset, 16)));
   return true;
 }
 
@@ -248,18 +252,21 @@ __device__ __forceinline__ int col_of(bool vec, int glane, int v, int e, int gro
 // in occurrence order. Every lane of the group calls it with the same arguments.
 // first_bag: bags[p_begin + glane] when glane < p_end - p_begin (loaded early by the caller).
 template <class Gd, int kVecs, int V, int kFit = 0>
-__device__ __forceinline__ void accumulate(const BackwardArgs& a, const RowRef& r, std::uint32_t p_begin,
-                                           std::uint32_t p_end, std::uint32_t first_bag, const Lanes& L,
+__device__ __forceinline__ void accumulate(const BackwardArgs& a, const RowRef& r,
+                                           std::uint32_t p_begin, std::uint32_t p_end,
+                                           std::uint32_t first_bag, const Lanes& L,
                                            float (&g)[kVecs][V]) {
   constexpr int kWords = RawWords<V, Gd>::value;
-  constexpr int kUnroll = (16 / kWords) / kVecs > 0 ? (16 / kWords) / kVecs : 1;  // <= 16 words in flight
+  constexpr int kUnroll =
+      (16 / kWords) / kVecs > 0 ? (16 / kWords) / kVecs : 1;  // <= 16 words in flight
   const int group = group_of<kFit>(a);
   const int dim = r.m.dim;
   const Gd* __restrict__ dout = static_cast<const Gd*>(a.dout) + r.m.out_col;
   const std::int64_t table_bag0 = static_cast<std::int64_t>(r.t) * a.batch;
   const bool mean = r.m.pooling == 1;  // the same for every lane of the group
   for (std::uint32_t p0 = p_begin; p0 < p_end; p0 += group) {
-    const int count = static_cast<int>(p_end - p0 < static_cast<std::uint32_t>(group) ? p_end - p0 : group);
+    const int count =
+        static_cast<int>(p_end - p0 < static_cast<std::uint32_t>(group) ? p_end - p0 : group);
     int my_b = -1;  // the example (bag within the table's batch; batch < 2^31), -1 when none or bad
     float my_scale = 1.0f;
     if (L.glane < count) {
@@ -339,8 +346,9 @@ __device__ __forceinline__ int opt_of(const BackwardArgs& a) {
 
 // Stores a lane's fp32 values of one row (weights or adagrad state), streaming.
 template <int kVecs, int V, int kFit = 0>
-__device__ __forceinline__ void store_row_f32(float* __restrict__ dst, const float (&vals)[kVecs][V],
-                                              bool vec, int glane, int group, int dim) {
+__device__ __forceinline__ void store_row_f32(float* __restrict__ dst,
+                                              const float (&vals)[kVecs][V], bool vec, int glane,
+                                              int group, int dim) {
   detail::store_row<kVecs, V, kFit>(
       dst, vals, vec, glane, group, dim,
       [](float* p, const float(&x)[V], int) { store_vec<V, true>(p, x); },
@@ -348,8 +356,9 @@ __device__ __forceinline__ void store_row_f32(float* __restrict__ dst, const flo
 }
 // Stores the lane's partial sums of a row (heavy rows), element by element in either layout.
 template <int kVecs, int V>
-__device__ __forceinline__ void store_partial(float* __restrict__ dst, const float (&vals)[kVecs][V],
-                                              bool vec, int glane, int group, int dim) {
+__device__ __forceinline__ void store_partial(float* __restrict__ dst,
+                                              const float (&vals)[kVecs][V], bool vec, int glane,
+                                              int group, int dim) {
   detail::store_row<kVecs, V>(
       dst, vals, vec, glane, group, dim,
       [](float* p, const float(&x)[V], int) {
@@ -365,7 +374,8 @@ __device__ __forceinline__ void load_row(const BackwardArgs& a, const RowRef& r,
                                          RowValues<kVecs, V>& rv) {
   const int group = group_of<kFit>(a);
   const int dim = r.m.dim;
-  const W* __restrict__ w = static_cast<const W*>(a.weights) + r.m.weight_offset + static_cast<std::int64_t>(r.row) * dim;
+  const W* __restrict__ w =
+      static_cast<const W*>(a.weights) + r.m.weight_offset + static_cast<std::int64_t>(r.row) * dim;
   const float* __restrict__ s = a.state + r.m.state_offset + static_cast<std::int64_t>(r.row) * dim;
   const int opt = opt_of<kOpt>(a);
   const bool adagrad = opt == kAdagrad;
@@ -395,13 +405,15 @@ __device__ __forceinline__ void load_row(const BackwardArgs& a, const RowRef& r,
   rv.s_row = opt == kRowwise ? a.state[r.m.state_offset + r.row] : 0.0f;
 }
 
-// One optimizer step on the row with gradient g, then the stores (every lane of the group calls it).
+// One optimizer step on the row with gradient g, then the stores (every lane of the group calls
+// it).
 template <class W, int kVecs, int V, int kOpt, int kFit = 0>
 __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& r, const Lanes& L,
                                            float (&g)[kVecs][V], RowValues<kVecs, V>& rv) {
   const int group = group_of<kFit>(a);
   const int dim = r.m.dim;
-  W* __restrict__ w = static_cast<W*>(a.weights) + r.m.weight_offset + static_cast<std::int64_t>(r.row) * dim;
+  W* __restrict__ w =
+      static_cast<W*>(a.weights) + r.m.weight_offset + static_cast<std::int64_t>(r.row) * dim;
   auto& wv = rv.w;
   const int opt = opt_of<kOpt>(a);
   if (a.wd != 0.0f) {
@@ -424,7 +436,8 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
     for (int v = 0; v < kVecs; ++v) {
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        if (kFit > 0 || col_of(r.vec, L.glane, v, e, group, V) < dim) squares = fmaf(g[v][e], g[v][e], squares);
+        if (kFit > 0 || col_of(r.vec, L.glane, v, e, group, V) < dim)
+          squares = fmaf(g[v][e], g[v][e], squares);
       }
     }
     for (int o = group / 2; o >= 1; o >>= 1) squares += shfl_xor(L.mask, squares, o);
@@ -455,8 +468,8 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
   if constexpr (std::is_same_v<W, float>) {
     store_row_f32<kVecs, V, kFit>(w, wv, r.vec, L.glane, group, dim);
   } else {
-    const std::uint64_t row_key =
-        rng::key(a.sr_seed, a.sr_step, static_cast<std::uint64_t>(r.t), static_cast<std::uint64_t>(r.row));
+    const std::uint64_t row_key = rng::key(a.sr_seed, a.sr_step, static_cast<std::uint64_t>(r.t),
+                                           static_cast<std::uint64_t>(r.row));
     // A vector group's random bits: one 64-bit draw per 4 columns.
     auto put = [&](W* p, const float(&x)[V], int c) {
       std::uint16_t h[V];
@@ -466,7 +479,8 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
           const std::uint64_t bits = rng::bits(row_key, static_cast<std::uint64_t>(c + e4) >> 2);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            h[e4 + e] = from_float_sr<W>(x[e4 + e], static_cast<std::uint32_t>(bits >> (16 * e))).bits;
+            h[e4 + e] =
+                from_float_sr<W>(x[e4 + e], static_cast<std::uint32_t>(bits >> (16 * e))).bits;
           }
         }
       } else {
@@ -512,7 +526,8 @@ struct SegmentIndex {
   std::uint32_t my_bag;
 };
 
-__device__ __forceinline__ SegmentBounds load_bounds(const BackwardArgs& a, std::int64_t u, std::int64_t segments) {
+__device__ __forceinline__ SegmentBounds load_bounds(const BackwardArgs& a, std::int64_t u,
+                                                     std::int64_t segments) {
   SegmentBounds b{0, 0};
   if (u < segments) {
     b.start = a.seg_start[u];
@@ -521,7 +536,8 @@ __device__ __forceinline__ SegmentBounds load_bounds(const BackwardArgs& a, std:
   return b;
 }
 
-__device__ __forceinline__ SegmentIndex load_segment(const BackwardArgs& a, SegmentBounds b, const Lanes& L) {
+__device__ __forceinline__ SegmentIndex load_segment(const BackwardArgs& a, SegmentBounds b,
+                                                     const Lanes& L) {
   SegmentIndex s{b.start, b.end, 0, 0, 0};
   if (b.start < b.end) {
     s.key = a.keys[b.start];
@@ -543,14 +559,17 @@ __device__ __forceinline__ SegmentIndex load_segment(const BackwardArgs& a, Segm
 // asynchronous copies of the next rows into shared memory were both slower than this plain
 // version (docs/perf/embedding.md has the measurements).
 template <class W, class Gd, int kVecs, int kOpt, int kFit>
-__global__ PARITY_LAUNCH_BOUNDS(kRowsBlock, (rows_min_blocks<W, kVecs, kOpt, kFit>())) void embedding_backward_rows_kernel(BackwardArgs a) {
+__global__ PARITY_LAUNCH_BOUNDS(
+    kRowsBlock,
+    (rows_min_blocks<W, kVecs, kOpt, kFit>())) void embedding_backward_rows_kernel(BackwardArgs a) {
   constexpr int V = VecWidth<W>::value;
   const int group = group_of<kFit>(a);
   const Lanes L = group_lanes(group);
   const std::int64_t groups_per_block = kRowsBlock / group;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups_per_block;
   const std::int64_t segments = a.counters[0];
-  const std::int64_t u0 = static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / group;
+  const std::int64_t u0 =
+      static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / group;
   if (u0 >= segments) return;
   SegmentIndex cur = load_segment(a, load_bounds(a, u0, segments), L);
   SegmentIndex ahead1 = load_segment(a, load_bounds(a, u0 + stride, segments), L);
@@ -603,8 +622,9 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 2) void embedding_backward_chunks_kernel
   const std::int64_t groups_per_block = kBlock / group;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups_per_block;
   const std::int64_t chunks = a.counters[2] < a.max_chunks ? a.counters[2] : a.max_chunks;
-  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / group; k < chunks;
-       k += stride) {
+  for (std::int64_t k =
+           static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / group;
+       k < chunks; k += stride) {
     const int u = a.chunk_seg[k];
     const int c = a.chunk_idx[k];
     const std::uint32_t start = a.seg_start[u];
@@ -623,8 +643,8 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 2) void embedding_backward_chunks_kernel
 
 // g += a partial row of a heavy row (a chunk's sum, or a group's), in either layout.
 template <int kVecs, int V>
-__device__ __forceinline__ void add_partial(const float* __restrict__ src, const RowRef& r, const Lanes& L,
-                                            int group, float (&g)[kVecs][V]) {
+__device__ __forceinline__ void add_partial(const float* __restrict__ src, const RowRef& r,
+                                            const Lanes& L, int group, float (&g)[kVecs][V]) {
 #pragma unroll
   for (int v = 0; v < kVecs; ++v) {
 #pragma unroll
@@ -652,21 +672,24 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 1) void embedding_backward_heavy_kernel(
     const std::uint32_t start = a.seg_start[u];
     const std::uint32_t end = a.seg_start[u + 1];
     RowRef r;
-    if (!resolve_row<W, Gd>(a, a.keys[start], a.bags[start], r)) continue;  // uniform over the block
+    if (!resolve_row<W, Gd>(a, a.keys[start], a.bags[start], r))
+      continue;  // uniform over the block
     const std::int64_t n = (end - start + kChunk - 1) / kChunk;
     const std::int64_t lo = gi * n / groups_per_block;
     const std::int64_t hi = (gi + 1) * n / groups_per_block;
     float g[kVecs][V];
     zero(g);
-    for (std::int64_t q = lo; q < hi; ++q) add_partial(a.partial + (base + q) * a.partial_ld, r, L, group, g);
-    store_partial<kVecs, V>(sums + static_cast<std::int64_t>(gi) * a.partial_ld, g, r.vec, L.glane, group,
-                            r.m.dim);
+    for (std::int64_t q = lo; q < hi; ++q)
+      add_partial(a.partial + (base + q) * a.partial_ld, r, L, group, g);
+    store_partial<kVecs, V>(sums + static_cast<std::int64_t>(gi) * a.partial_ld, g, r.vec, L.glane,
+                            group, r.m.dim);
     __syncthreads();
     if (gi == 0) {
       RowValues<kVecs, V> rv;
       load_row<W, kVecs, V, kAnyOpt>(a, r, L, rv);
       zero(g);
-      for (int i = 0; i < groups_per_block; ++i) add_partial(sums + static_cast<std::int64_t>(i) * a.partial_ld, r, L, group, g);
+      for (int i = 0; i < groups_per_block; ++i)
+        add_partial(sums + static_cast<std::int64_t>(i) * a.partial_ld, r, L, group, g);
       update_row<W, kVecs, V, kAnyOpt>(a, r, L, g, rv);
     }
     __syncthreads();
@@ -680,15 +703,18 @@ template <class W, class Gd>
 bool rows_fit(const EmbeddingTables& tables, const BackwardArgs& a, int vecs) {
   constexpr int V = VecWidth<W>::value;
   constexpr std::size_t kGradAlign = V * sizeof(Gd) < 16 ? V * sizeof(Gd) : 16;
-  const auto aligned = [](const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; };
+  const auto aligned = [](const void* p, std::size_t bytes) {
+    return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+  };
   const bool adagrad = a.opt == kAdagrad;
-  if (!aligned(a.weights, 16) || !aligned(a.dout, kGradAlign) || (a.ld * sizeof(Gd)) % kGradAlign != 0 ||
-      (adagrad && !aligned(a.state, 16))) {
+  if (!aligned(a.weights, 16) || !aligned(a.dout, kGradAlign) ||
+      (a.ld * sizeof(Gd)) % kGradAlign != 0 || (adagrad && !aligned(a.state, 16))) {
     return false;
   }
   for (const TableLayout& t : tables.layouts()) {
     if (t.dim != a.group * vecs * V || (t.weight_offset * sizeof(W)) % 16 != 0 ||
-        (t.out_col * sizeof(Gd)) % kGradAlign != 0 || (adagrad && (t.state_offset * sizeof(float)) % 16 != 0)) {
+        (t.out_col * sizeof(Gd)) % kGradAlign != 0 ||
+        (adagrad && (t.state_offset * sizeof(float)) % 16 != 0)) {
       return false;
     }
   }
@@ -702,15 +728,23 @@ bool rows_fit(const EmbeddingTables& tables, const BackwardArgs& a, int vecs) {
 template <class W, class Gd, int kVecs, int kOpt>
 int launch_rows(Stream_t stream, const BackwardArgs& a, bool fit) {
   const auto go = [&](auto kernel) {
-    launch("embedding_backward_rows", kernel, {resident_blocks(kernel, kRowsBlock, 0), kRowsBlock, 0}, stream, a);
+    launch("embedding_backward_rows", kernel,
+           {resident_blocks(kernel, kRowsBlock, 0), kRowsBlock, 0}, stream, a);
   };
   if constexpr (kVecs * VecWidth<W>::value == 16) {
     if (fit) {
       switch (a.group) {
-        case 4: go(embedding_backward_rows_kernel<W, Gd, kVecs, kOpt, 4>); return 4;
-        case 8: go(embedding_backward_rows_kernel<W, Gd, kVecs, kOpt, 8>); return 8;
-        case 16: go(embedding_backward_rows_kernel<W, Gd, kVecs, kOpt, 16>); return 16;
-        default: break;
+        case 4:
+          go(embedding_backward_rows_kernel<W, Gd, kVecs, kOpt, 4>);
+          return 4;
+        case 8:
+          go(embedding_backward_rows_kernel<W, Gd, kVecs, kOpt, 8>);
+          return 8;
+        case 16:
+          go(embedding_backward_rows_kernel<W, Gd, kVecs, kOpt, 16>);
+          return 16;
+        default:
+          break;
       }
     }
   }
@@ -722,59 +756,79 @@ template <class W, class Gd, int kVecs>
 int launch_update(Stream_t stream, const BackwardArgs& a, bool fit, BackwardProfile* profile) {
   int fit_group = 0;
   switch (a.opt) {
-    case kSgd: fit_group = launch_rows<W, Gd, kVecs, kSgd>(stream, a, fit); break;
-    case kAdagrad: fit_group = launch_rows<W, Gd, kVecs, kAdagrad>(stream, a, fit); break;
-    default: fit_group = launch_rows<W, Gd, kVecs, kRowwise>(stream, a, fit); break;
+    case kSgd:
+      fit_group = launch_rows<W, Gd, kVecs, kSgd>(stream, a, fit);
+      break;
+    case kAdagrad:
+      fit_group = launch_rows<W, Gd, kVecs, kAdagrad>(stream, a, fit);
+      break;
+    default:
+      fit_group = launch_rows<W, Gd, kVecs, kRowwise>(stream, a, fit);
+      break;
   }
   if (profile != nullptr && !rehearsing()) profile->events[4].record(stream);
   auto chunks = embedding_backward_chunks_kernel<W, Gd, kVecs>;
   auto heavy = embedding_backward_heavy_kernel<W, Gd, kVecs>;
-  const std::size_t smem = static_cast<std::size_t>(kBlock / a.group) * a.partial_ld * sizeof(float);
-  launch("embedding_backward_chunks", chunks, {resident_blocks(chunks, kBlock, 0), kBlock, 0}, stream, a);
-  launch("embedding_backward_heavy", heavy, {resident_blocks(heavy, kBlock, smem), kBlock, smem}, stream, a);
+  const std::size_t smem =
+      static_cast<std::size_t>(kBlock / a.group) * a.partial_ld * sizeof(float);
+  launch("embedding_backward_chunks", chunks, {resident_blocks(chunks, kBlock, 0), kBlock, 0},
+         stream, a);
+  launch("embedding_backward_heavy", heavy, {resident_blocks(heavy, kBlock, smem), kBlock, smem},
+         stream, a);
   if (profile != nullptr && !rehearsing()) profile->events[5].record(stream);
   return fit_group;
 }
 
 template <class W, class Gd>
-int dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, BackwardArgs& a, int vectors_per_lane,
-                   BackwardProfile* p) {
-  const detail::GroupShape shape =
-      detail::backward_group_shape(tables.max_dim(), VecWidth<W>::value, device_info().warp_size, vectors_per_lane);
+int dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, BackwardArgs& a,
+                  int vectors_per_lane, BackwardProfile* p) {
+  const detail::GroupShape shape = detail::backward_group_shape(
+      tables.max_dim(), VecWidth<W>::value, device_info().warp_size, vectors_per_lane);
   a.group = shape.group;
   const bool fit = rows_fit<W, Gd>(tables, a, shape.vecs);
   switch (shape.vecs) {
-    case 1: return launch_update<W, Gd, 1>(stream, a, fit, p);
-    case 2: return launch_update<W, Gd, 2>(stream, a, fit, p);
-    default: return launch_update<W, Gd, 4>(stream, a, fit, p);
+    case 1:
+      return launch_update<W, Gd, 1>(stream, a, fit, p);
+    case 2:
+      return launch_update<W, Gd, 2>(stream, a, fit, p);
+    default:
+      return launch_update<W, Gd, 4>(stream, a, fit, p);
   }
 }
 
 template <class W>
 int dispatch_grad(Stream_t stream, const EmbeddingTables& tables, BackwardArgs& a, DType grad,
-                   const UpdateOptions& u) {
-  if (grad == DType::bf16) return dispatch_vecs<W, Bf16>(stream, tables, a, u.vectors_per_lane, u.profile);
+                  const UpdateOptions& u) {
+  if (grad == DType::bf16)
+    return dispatch_vecs<W, Bf16>(stream, tables, a, u.vectors_per_lane, u.profile);
   return dispatch_vecs<W, float>(stream, tables, a, u.vectors_per_lane, u.profile);
 }
 
 }  // namespace
 
-void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights, float* state,
-                               const DeviceSparseInput& in, CAMat dout, const OptimizerParams& opt,
-                               const UpdateOptions& update, EmbeddingWorkspace& ws) {
+void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights,
+                               float* state, const DeviceSparseInput& in, CAMat dout,
+                               const OptimizerParams& opt, const UpdateOptions& update,
+                               EmbeddingWorkspace& ws) {
   constexpr const char* op = "embedding_backward_update";
   detail::check_embedding_call(op, tables, weights, in, dout, "dout");
   if (opt.kind == OptimizerKind::adam) {
-    throw InputError(cat(op, ": adam is not an embedding optimizer (use sgd, adagrad or rowwise_adagrad)"));
+    throw InputError(
+        cat(op, ": adam is not an embedding optimizer (use sgd, adagrad or rowwise_adagrad)"));
   }
   if (opt.kind != OptimizerKind::sgd && state == nullptr && in.nnz > 0) {
-    throw InputError(cat(op, ": ", opt.kind == OptimizerKind::adagrad ? "adagrad" : "rowwise_adagrad", " needs optimizer state, and state is null"));
+    throw InputError(cat(op, ": ",
+                         opt.kind == OptimizerKind::adagrad ? "adagrad" : "rowwise_adagrad",
+                         " needs optimizer state, and state is null"));
   }
   if (in.batch > ws.max_batch() || in.nnz > ws.max_nnz() || tables.max_dim() > ws.max_dim_) {
-    throw InputError(cat(op, ": batch ", in.batch, " with ", in.nnz, " ids (max dim ", tables.max_dim(), ") exceeds the workspace (batch ", ws.max_batch(), ", ", ws.max_nnz(), " ids, dim ", ws.max_dim_, ")"));
+    throw InputError(cat(op, ": batch ", in.batch, " with ", in.nnz, " ids (max dim ",
+                         tables.max_dim(), ") exceeds the workspace (batch ", ws.max_batch(), ", ",
+                         ws.max_nnz(), " ids, dim ", ws.max_dim_, ")"));
   }
   if (!rehearsing()) {
-    check(memset_async(ws.counters_.data(), 0, ws.counters_.bytes(), stream), "embedding_backward_update: counters");
+    check(memset_async(ws.counters_.data(), 0, ws.counters_.bytes(), stream),
+          "embedding_backward_update: counters");
   }
   ws.last_fit_group_ = 0;
   if (in.nnz == 0 || in.batch == 0) return;
@@ -787,8 +841,9 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, W
   const auto skip_key = static_cast<std::uint32_t>(tables.total_rows());
   const std::int64_t warps = ceil_div(bags, device_info().warp_size);
   const std::int64_t warps_per_block = detail::kBlock / device_info().warp_size;
-  launch("embedding_keys", embedding_keys_kernel, {ceil_div(warps, warps_per_block), detail::kBlock, 0}, stream,
-         tables.device_meta(), in.ids, in.offsets, in.batch, in.nnz, bags, skip_key, ws.keys_[0].data(),
+  launch("embedding_keys", embedding_keys_kernel,
+         {ceil_div(warps, warps_per_block), detail::kBlock, 0}, stream, tables.device_meta(),
+         in.ids, in.offsets, in.batch, in.nnz, bags, skip_key, ws.keys_[0].data(),
          ws.bags_[0].data(), tables.device_errors());
 
   std::uint32_t* const keys[2] = {ws.keys_[0].data(), ws.keys_[1].data()};
@@ -833,9 +888,15 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, W
   a.max_heavy = ws.max_heavy_;
   a.max_chunks = ws.max_chunks_;
   switch (weights.dtype) {
-    case DType::f16: ws.last_fit_group_ = dispatch_grad<F16>(stream, tables, a, dout.dtype, update); break;
-    case DType::bf16: ws.last_fit_group_ = dispatch_grad<Bf16>(stream, tables, a, dout.dtype, update); break;
-    default: ws.last_fit_group_ = dispatch_grad<float>(stream, tables, a, dout.dtype, update); break;
+    case DType::f16:
+      ws.last_fit_group_ = dispatch_grad<F16>(stream, tables, a, dout.dtype, update);
+      break;
+    case DType::bf16:
+      ws.last_fit_group_ = dispatch_grad<Bf16>(stream, tables, a, dout.dtype, update);
+      break;
+    default:
+      ws.last_fit_group_ = dispatch_grad<float>(stream, tables, a, dout.dtype, update);
+      break;
   }
 }
 

@@ -18,7 +18,7 @@
 
 namespace parity::gpu::detail {
 
-inline constexpr int kBlock = 256;  // threads per block of every embedding kernel
+inline constexpr int kBlock = 256;         // threads per block of every embedding kernel
 inline constexpr int kMaxVecsPerLane = 4;  // dims up to 4 * warp size * V (512 fp32 on NVIDIA)
 // Backward: a distinct row with more occurrences than kHeavyRow is summed in chunks of kChunk
 // occurrences by many groups (partial sums), then the chunks are summed in chunk order.
@@ -44,7 +44,8 @@ GroupShape group_shape(int max_dim, int vec_width, int warp_size);  // throws wh
 // latency-bound (index, gradient and row loads in a chain), and more rows in flight per warp is
 // what hides it.
 // vectors_per_lane (1, 2 or 4) overrides the default; it is raised when the dim needs more.
-GroupShape backward_group_shape(int max_dim, int vec_width, int warp_size, int vectors_per_lane = 0);
+GroupShape backward_group_shape(int max_dim, int vec_width, int warp_size,
+                                int vectors_per_lane = 0);
 
 // Checks shared by forward and backward (shapes, dtypes, sizes); throws InputError naming op.
 void check_embedding_call(const char* op, const EmbeddingTables& tables, WeightBuffer weights,
@@ -57,7 +58,9 @@ __device__ __forceinline__ bool aligned_to(const void* p, unsigned bytes) {
 }
 
 // Column of element (v, e) of a lane's registers: vector path, and scalar path.
-__device__ __forceinline__ int vec_col(int glane, int v, int e, int group, int V) { return (glane + v * group) * V + e; }
+__device__ __forceinline__ int vec_col(int glane, int v, int e, int group, int V) {
+  return (glane + v * group) * V + e;
+}
 __device__ __forceinline__ int scalar_col(int glane, int v, int e, int group, int V) {
   return glane + (v * V + e) * group;
 }
@@ -89,8 +92,8 @@ __device__ __forceinline__ void store_row(T* __restrict__ row, const float (&val
   }
 }
 
-__device__ __forceinline__ void record_input_error(InputErrorRecord* rec, int code, int table, std::int64_t bag,
-                                                   std::int64_t id) {
+__device__ __forceinline__ void record_input_error(InputErrorRecord* rec, int code, int table,
+                                                   std::int64_t bag, std::int64_t id) {
   if (*reinterpret_cast<volatile int*>(&rec->code) != 0) return;
   if (atomicCAS(&rec->code, 0, code) == 0) {
     rec->table = table;

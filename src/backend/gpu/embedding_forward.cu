@@ -26,19 +26,21 @@ using detail::kBlock;
 using detail::TableMeta;
 
 template <class W, class O, int kVecs>
-__global__ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_forward_kernel(
-    const TableMeta* __restrict__ meta, const W* __restrict__ weights, const std::int64_t* __restrict__ ids,
-    const std::int64_t* __restrict__ offsets, std::int64_t batch, std::int64_t nnz, std::int64_t num_bags,
-    O* __restrict__ out, std::int64_t ld, int group, InputErrorRecord* errors) {
+__global__
+PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_forward_kernel(
+    const TableMeta* __restrict__ meta, const W* __restrict__ weights,
+    const std::int64_t* __restrict__ ids, const std::int64_t* __restrict__ offsets,
+    std::int64_t batch, std::int64_t nnz, std::int64_t num_bags, O* __restrict__ out,
+    std::int64_t ld, int group, InputErrorRecord* errors) {
   constexpr int V = VecWidth<W>::value;
   constexpr int kWords = RawWords<V, W>::value;  // 4: one 16-byte load per vector
-  constexpr int kUnroll = 8 / kVecs;              // row loads in flight per lane: kUnroll * kVecs
+  constexpr int kUnroll = 8 / kVecs;             // row loads in flight per lane: kUnroll * kVecs
   const int lane = lane_id();
   const int glane = lane & (group - 1);
   const int gfirst = lane - glane;
   const LaneMask gmask = group_mask(gfirst, group);
-  const std::int64_t bag =
-      static_cast<std::int64_t>(blockIdx.x) * (kBlock / group) + static_cast<std::int64_t>(threadIdx.x) / group;
+  const std::int64_t bag = static_cast<std::int64_t>(blockIdx.x) * (kBlock / group) +
+                           static_cast<std::int64_t>(threadIdx.x) / group;
   if (bag >= num_bags) return;  // the whole group leaves together
 
   const int t = static_cast<int>(bag / batch);
@@ -54,7 +56,8 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void e
   const W* __restrict__ table = weights + m.weight_offset;
   O* __restrict__ dst = out + b * ld + m.out_col;
   constexpr unsigned kOutAlign = V * sizeof(O) < 16 ? V * sizeof(O) : 16;
-  const bool vec = dim % V == 0 && detail::aligned_to(table, 16) && detail::aligned_to(dst, kOutAlign);
+  const bool vec =
+      dim % V == 0 && detail::aligned_to(table, 16) && detail::aligned_to(dst, kOutAlign);
 
   float acc[kVecs][V];
 #pragma unroll
@@ -135,29 +138,34 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void e
 }
 
 template <class W, class O, int kVecs>
-void launch_forward(Stream_t stream, const EmbeddingTables& tables, const void* weights, const DeviceSparseInput& in,
-                    const AMat& out, int group) {
+void launch_forward(Stream_t stream, const EmbeddingTables& tables, const void* weights,
+                    const DeviceSparseInput& in, const AMat& out, int group) {
   const std::int64_t bags = in.batch * in.num_tables;
   const std::int64_t bags_per_block = detail::kBlock / group;
-  launch("embedding_forward", embedding_forward_kernel<W, O, kVecs>, {ceil_div(bags, bags_per_block), detail::kBlock, 0},
-         stream, tables.device_meta(), static_cast<const W*>(weights), in.ids, in.offsets, in.batch, in.nnz, bags,
+  launch("embedding_forward", embedding_forward_kernel<W, O, kVecs>,
+         {ceil_div(bags, bags_per_block), detail::kBlock, 0}, stream, tables.device_meta(),
+         static_cast<const W*>(weights), in.ids, in.offsets, in.batch, in.nnz, bags,
          static_cast<O*>(out.data), out.ld, group, tables.device_errors());
 }
 
 template <class W, class O>
-void dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, const void* weights, const DeviceSparseInput& in,
-                   const AMat& out) {
-  const detail::GroupShape shape = detail::group_shape(tables.max_dim(), VecWidth<W>::value, device_info().warp_size);
+void dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, const void* weights,
+                   const DeviceSparseInput& in, const AMat& out) {
+  const detail::GroupShape shape =
+      detail::group_shape(tables.max_dim(), VecWidth<W>::value, device_info().warp_size);
   switch (shape.vecs) {
-    case 1: return launch_forward<W, O, 1>(stream, tables, weights, in, out, shape.group);
-    case 2: return launch_forward<W, O, 2>(stream, tables, weights, in, out, shape.group);
-    default: return launch_forward<W, O, 4>(stream, tables, weights, in, out, shape.group);
+    case 1:
+      return launch_forward<W, O, 1>(stream, tables, weights, in, out, shape.group);
+    case 2:
+      return launch_forward<W, O, 2>(stream, tables, weights, in, out, shape.group);
+    default:
+      return launch_forward<W, O, 4>(stream, tables, weights, in, out, shape.group);
   }
 }
 
 template <class W>
-void dispatch_out(Stream_t stream, const EmbeddingTables& tables, const void* weights, const DeviceSparseInput& in,
-                  const AMat& out) {
+void dispatch_out(Stream_t stream, const EmbeddingTables& tables, const void* weights,
+                  const DeviceSparseInput& in, const AMat& out) {
   if (out.dtype == DType::bf16) return dispatch_vecs<W, Bf16>(stream, tables, weights, in, out);
   return dispatch_vecs<W, float>(stream, tables, weights, in, out);
 }
@@ -169,9 +177,12 @@ void embedding_forward(Stream_t stream, const EmbeddingTables& tables, WeightBuf
   detail::check_embedding_call("embedding_forward", tables, weights, in, out, "out");
   if (in.batch == 0) return;
   switch (weights.dtype) {
-    case DType::f16: return dispatch_out<F16>(stream, tables, weights.data, in, out);
-    case DType::bf16: return dispatch_out<Bf16>(stream, tables, weights.data, in, out);
-    default: return dispatch_out<float>(stream, tables, weights.data, in, out);
+    case DType::f16:
+      return dispatch_out<F16>(stream, tables, weights.data, in, out);
+    case DType::bf16:
+      return dispatch_out<Bf16>(stream, tables, weights.data, in, out);
+    default:
+      return dispatch_out<float>(stream, tables, weights.data, in, out);
   }
 }
 

@@ -72,9 +72,12 @@ void fill_uniform(Stream_t s, void* p, DType dtype, std::int64_t n, float lo, fl
   if (n <= 0) return;
   const std::uint64_t key = rng::key(seed, stream);
   switch (dtype) {
-    case DType::f16: return launch_fill_uniform<F16>(s, p, n, lo, hi, key);
-    case DType::bf16: return launch_fill_uniform<Bf16>(s, p, n, lo, hi, key);
-    case DType::f32: return launch_fill_uniform<float>(s, p, n, lo, hi, key);
+    case DType::f16:
+      return launch_fill_uniform<F16>(s, p, n, lo, hi, key);
+    case DType::bf16:
+      return launch_fill_uniform<Bf16>(s, p, n, lo, hi, key);
+    case DType::f32:
+      return launch_fill_uniform<float>(s, p, n, lo, hi, key);
     default:
       throw GpuError(cat("fill_uniform: ", dtype_name(dtype), " is not fp32, fp16 or bf16"));
   }

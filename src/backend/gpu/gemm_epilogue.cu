@@ -30,11 +30,14 @@ __global__ __launch_bounds__(kBlock) void gemm_epilogue_kernel(MatView<S> d, flo
 
 void gemm_epilogue(Stream_t s, AMat d, float beta, const void* bias, bool relu) {
   if (d.rows <= 0 || d.cols <= 0) return;
-  dispatch("gemm_epilogue", 1, [&](auto, auto tag) {
-    using S = decltype(tag);
-    launch("gemm_epilogue", gemm_epilogue_kernel<S>, {grid_for(d.rows * d.cols), kBlock, 0}, s,
-           typed<S>(d), beta, static_cast<const S*>(bias), relu);
-  }, d.dtype);
+  dispatch(
+      "gemm_epilogue", 1,
+      [&](auto, auto tag) {
+        using S = decltype(tag);
+        launch("gemm_epilogue", gemm_epilogue_kernel<S>, {grid_for(d.rows * d.cols), kBlock, 0}, s,
+               typed<S>(d), beta, static_cast<const S*>(bias), relu);
+      },
+      d.dtype);
 }
 
 }  // namespace parity::gpu

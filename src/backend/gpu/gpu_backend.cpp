@@ -53,10 +53,14 @@ using Slot = gpu::ScratchSlot;
 
 gpu::GemmMath gemm_math(DenseMath m) {
   switch (m) {
-    case DenseMath::fp32: return gpu::GemmMath::fp32;
-    case DenseMath::tf32: return gpu::GemmMath::tf32;
-    case DenseMath::bf16: return gpu::GemmMath::bf16;
-    case DenseMath::fp16: break;
+    case DenseMath::fp32:
+      return gpu::GemmMath::fp32;
+    case DenseMath::tf32:
+      return gpu::GemmMath::tf32;
+    case DenseMath::bf16:
+      return gpu::GemmMath::bf16;
+    case DenseMath::fp16:
+      break;
   }
   throw Error(fmt::format("GpuBackend: dense math {} is not implemented (use fp32, tf32 or bf16)",
                           dense_math_name(m)));
@@ -92,7 +96,9 @@ void check_embedding_call(const char* op, const char* name, CAMat m, const Spars
 
 // Rows of a bf16 copy start 16-byte aligned (8 elements): the library's fast kernels want aligned
 // rows, and a [B, 13] input packed at 26 bytes a row ran on a slow fallback kernel.
-std::int64_t copy_ld(std::int64_t cols) { return (cols + 7) / 8 * 8; }
+std::int64_t copy_ld(std::int64_t cols) {
+  return (cols + 7) / 8 * 8;
+}
 
 }  // namespace
 
@@ -140,7 +146,8 @@ struct GpuBackend::Impl {
     } else if (m.is_f32()) {
       return {m.data, m.ld, transposed};
     }
-    fail("matrix product", "an operand stored in {} under {} dense math (bf16 activations need bf16 math)",
+    fail("matrix product",
+         "an operand stored in {} under {} dense math (bf16 activations need bf16 math)",
          dtype_name(m.dtype), dense_math_name(math));
   }
 
@@ -239,7 +246,9 @@ std::string GpuBackend::name() const {
 #endif
 }
 
-DenseMath GpuBackend::dense_math() const { return impl_->math; }
+DenseMath GpuBackend::dense_math() const {
+  return impl_->math;
+}
 
 GpuBackend::Counters GpuBackend::counters() const {
   Counters c = impl_->counters;
@@ -325,16 +334,28 @@ void GpuBackend::deallocate_pinned(void* p) noexcept {
   gpu::detail::host_free(p);
 }
 
-void GpuBackend::begin_input(int slot) { impl_->input.begin(slot); }
+void GpuBackend::begin_input(int slot) {
+  impl_->input.begin(slot);
+}
 void GpuBackend::input_copy(void* dst, const void* host_src, std::size_t bytes) {
   impl_->input.copy(dst, host_src, bytes);
 }
-void GpuBackend::end_input(int slot) { impl_->input.end(slot); }
-void GpuBackend::use_input(int slot) { impl_->input.use(slot, impl_->s()); }
-void GpuBackend::release_input(int slot) { impl_->input.release(slot, impl_->s()); }
+void GpuBackend::end_input(int slot) {
+  impl_->input.end(slot);
+}
+void GpuBackend::use_input(int slot) {
+  impl_->input.use(slot, impl_->s());
+}
+void GpuBackend::release_input(int slot) {
+  impl_->input.release(slot, impl_->s());
+}
 
-void GpuBackend::hold_constant(const void* p, std::size_t bytes) { impl_->held.hold(p, bytes); }
-void GpuBackend::release_constants() { impl_->held.release(); }
+void GpuBackend::hold_constant(const void* p, std::size_t bytes) {
+  impl_->held.hold(p, bytes);
+}
+void GpuBackend::release_constants() {
+  impl_->held.release();
+}
 
 void GpuBackend::rehearse(const std::function<void()>& ops) {
   struct Release {  // the rehearsal's held copies were never written (also when an op throws)
@@ -345,12 +366,18 @@ void GpuBackend::rehearse(const std::function<void()>& ops) {
   ops();
 }
 
-void GpuBackend::timing_mark(int i) { impl_->marks.record(i, impl_->s()); }
-double GpuBackend::timing_elapsed_ms(int i, int j) { return impl_->marks.elapsed_ms(i, j); }
+void GpuBackend::timing_mark(int i) {
+  impl_->marks.record(i, impl_->s());
+}
+double GpuBackend::timing_elapsed_ms(int i, int j) {
+  return impl_->marks.elapsed_ms(i, j);
+}
 
 // ------------------------------------------------------------ dense layers --
 
-DType GpuBackend::activation_dtype() const { return impl_->math == DenseMath::bf16 ? DType::bf16 : DType::f32; }
+DType GpuBackend::activation_dtype() const {
+  return impl_->math == DenseMath::bf16 ? DType::bf16 : DType::f32;
+}
 
 void GpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) {
   backend_checks::check_linear_forward(x, w, y);
@@ -358,8 +385,8 @@ void GpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation a
   impl_->product(x, false, w, true, y, 0.0f, epilogue_of(bias != nullptr, act), bias);
 }
 
-void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx, Mat dw,
-                                 float* dbias) {
+void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx,
+                                 Mat dw, float* dbias) {
   backend_checks::check_linear_backward(x, w, y, dy, dx, dw);
   const std::int64_t batch = x.rows, out = w.rows;
   const bool want_dx = dx.data != nullptr;
@@ -368,11 +395,12 @@ void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation 
   const bool bf = im.math == DenseMath::bf16;
 
   // dz = dy ⊙ act'(y) [B, out]; under bf16 also its bf16 copy, shared by both products.
-  // dbias = Σ_rows dz, summed in the ReLU pass where it can be (under bf16 that pass then writes only
-  // the bf16 dz the products read).
+  // dbias = Σ_rows dz, summed in the ReLU pass where it can be (under bf16 that pass then writes
+  // only the bf16 dz the products read).
   Bf16* dz16 = bf ? im.scratch.get_as<Bf16>(Slot::dz16, batch * out, s) : nullptr;
-  void* partial =
-      dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::gradient_sums_scratch_bytes(batch, out), s) : nullptr;
+  void* partial = dbias != nullptr ? im.scratch.get(Slot::reduce,
+                                                    gpu::gradient_sums_scratch_bytes(batch, out), s)
+                                   : nullptr;
   float* buf = im.scratch.get_as<float>(Slot::dz, batch * out, s);
   CMat dz(buf, batch, out);
   if (act == Activation::relu) {
@@ -386,8 +414,10 @@ void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation 
     if (bf) gpu::convert(s, dz, AMat(dz16, DType::bf16, batch, out));
     if (dbias != nullptr) gpu::column_sum(s, dz, dbias, partial);
   }
-  im.product(dz, true, x, false, dw, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dw [out, in] = dzᵀ · x
-  if (want_dx) im.product(dz, false, w, false, dx, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dx = dz · w
+  im.product(dz, true, x, false, dw, 0.0f, gpu::Epilogue::none, nullptr,
+             dz16);  // dw [out, in] = dzᵀ · x
+  if (want_dx)
+    im.product(dz, false, w, false, dx, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dx = dz · w
 }
 
 // ------------------------------------------------------------- embeddings --
@@ -399,11 +429,13 @@ void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const fl
   Impl& im = *impl_;
   im.ensure_tables(tables);
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, im.nnz_of(in)};
-  gpu::embedding_forward(im.s(), *im.emb_tables, {const_cast<float*>(weights), DType::f32}, din, out);
+  gpu::embedding_forward(im.s(), *im.emb_tables, {const_cast<float*>(weights), DType::f32}, din,
+                         out);
 }
 
-void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
-                                           const SparseInput& in, CAMat dout, const OptimizerParams& opt) {
+void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights,
+                                           float* state, const SparseInput& in, CAMat dout,
+                                           const OptimizerParams& opt) {
   check_embedding_call("embedding_backward_update", "dout", dout, in, tables);
   if (tables.empty() || in.batch == 0) return;
   Impl& im = *impl_;
@@ -414,12 +446,13 @@ void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, 
   gpu::UpdateOptions upd;
   upd.step = gpu::rehearsing() ? im.emb_updates : im.emb_updates++;  // a rehearsal takes no step
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, nnz};
-  gpu::embedding_backward_update(im.s(), *im.emb_tables, {weights, DType::f32}, state, din, dout, opt, upd,
-                                 workspace);
+  gpu::embedding_backward_update(im.s(), *im.emb_tables, {weights, DType::f32}, state, din, dout,
+                                 opt, upd, workspace);
   // Emulated fp16/bf16 storage: rounding a whole table is the same as rounding its updated rows,
   // since the others already hold representable values (the engine rounds them at initialisation).
   for (const TableLayout& t : tables) {
-    if (t.dtype != DType::f32) gpu::round_to_dtype(im.s(), weights + t.weight_offset, t.rows * t.dim, t.dtype);
+    if (t.dtype != DType::f32)
+      gpu::round_to_dtype(im.s(), weights + t.weight_offset, t.rows * t.dim, t.dtype);
   }
 }
 
@@ -435,8 +468,8 @@ void GpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, M
   gpu::dot_forward(impl_->s(), dense, emb, num_tables, out);
 }
 
-void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
-                                          Mat demb) {
+void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout,
+                                          Mat ddense, Mat demb) {
   constexpr const char* op = "dot_interaction_backward";
   check_shape(op, "dout", dout, dense.rows, backend_checks::check_dot(op, dense, emb, num_tables));
   check_shape(op, "ddense", ddense, dense.rows, dense.cols);
@@ -444,22 +477,27 @@ void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, 
   gpu::dot_backward(impl_->s(), dense, emb, num_tables, dout, ddense, demb);
 }
 
-void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u, AMat z,
-                               AMat x_next) {
+void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* bias, AMat u,
+                               AMat z, AMat x_next) {
   backend_checks::check_cross_forward(x0, xl, v, w, u, z, x_next);
-  backend_checks::check_cross_storage("cross_forward", {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
+  backend_checks::check_cross_storage("cross_forward",
+                                      {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
   Impl& im = *impl_;
   im.product(xl, false, v, true, u);  // u [B, r] = xl · vᵀ
-  im.product(u, false, w, true, z, 0.0f, bias != nullptr ? gpu::Epilogue::bias : gpu::Epilogue::none,
+  im.product(u, false, w, true, z, 0.0f,
+             bias != nullptr ? gpu::Epilogue::bias : gpu::Epilogue::none,
              bias);  // z [B, N] = u · wᵀ + bias
   gpu::cross_combine(im.s(), x0, z, xl, x_next);
 }
 
-void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, AMat dx0, AMat dxl,
-                                Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) {
-  backend_checks::check_cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, du_scratch, mode.xl_is_x0);
-  backend_checks::check_cross_storage("cross_backward", {x0.dtype, xl.dtype, u.dtype, z.dtype},
-                                      {dx_next.dtype, dx0.dtype, mode.xl_is_x0 ? dx0.dtype : dxl.dtype});
+void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next,
+                                AMat dx0, AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
+                                CrossBackwardMode mode) {
+  backend_checks::check_cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, du_scratch,
+                                       mode.xl_is_x0);
+  backend_checks::check_cross_storage(
+      "cross_backward", {x0.dtype, xl.dtype, u.dtype, z.dtype},
+      {dx_next.dtype, dx0.dtype, mode.xl_is_x0 ? dx0.dtype : dxl.dtype});
   const std::int64_t batch = x0.rows, n = x0.cols, rank = v.rows;
   const bool want_du = du_scratch.data != nullptr;
   Impl& im = *impl_;
@@ -470,20 +508,24 @@ void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
   float* dz_buf = im.scratch.get_as<float>(Slot::dz, batch * n, s);
   Bf16* dz16 = bf ? im.scratch.get_as<Bf16>(Slot::dz16, batch * n, s) : nullptr;
   // dbias = Σ_rows dz, summed in the same pass.
-  void* partial = dbias != nullptr ? im.scratch.get(Slot::reduce, gpu::gradient_sums_scratch_bytes(batch, n), s)
-                                   : nullptr;
+  void* partial = dbias != nullptr
+                      ? im.scratch.get(Slot::reduce, gpu::gradient_sums_scratch_bytes(batch, n), s)
+                      : nullptr;
   // Under bf16 the products read dz16 only: the fp32 dz is then not written (where the bias
   // sum is folded into the pass).
   gpu::cross_gradients(s, dx_next, x0, z, dz_buf, dz16, dx0, dbias, partial,
-                              {mode.first_into_dx0, mode.xl_is_x0, bf});
+                       {mode.first_into_dx0, mode.xl_is_x0, bf});
   const CMat dz(dz_buf, batch, n);
 
-  im.product(dz, true, u, false, dw, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dw [N, r] = dzᵀ · u
+  im.product(dz, true, u, false, dw, 0.0f, gpu::Epilogue::none, nullptr,
+             dz16);  // dw [N, r] = dzᵀ · u
   // du [B, r] = dz · w. Under bf16 both products that read du take its bf16 copy, made once: the
   // product writes it directly, or (where the caller wants du itself) it is converted once.
   CAMat du;
   if (!bf) {
-    const Mat du32 = want_du ? du_scratch : Mat(im.scratch.get_as<float>(Slot::du, batch * rank, s), batch, rank);
+    const Mat du32 = want_du
+                         ? du_scratch
+                         : Mat(im.scratch.get_as<float>(Slot::du, batch * rank, s), batch, rank);
     im.product(dz, false, w, false, du32);
     du = du32;
   } else {
@@ -492,7 +534,8 @@ void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
       im.product(dz, false, w, false, du_scratch, 0.0f, gpu::Epilogue::none, nullptr, dz16);
       gpu::convert(s, du_scratch, AMat(du16, DType::bf16, batch, rank));
     } else {
-      im.product(dz, false, w, false, AMat(du16, DType::bf16, batch, rank), 0.0f, gpu::Epilogue::none, nullptr, dz16);
+      im.product(dz, false, w, false, AMat(du16, DType::bf16, batch, rank), 0.0f,
+                 gpu::Epilogue::none, nullptr, dz16);
     }
     du = CAMat(du16, DType::bf16, batch, rank);
   }
@@ -507,33 +550,42 @@ void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
 
 // ------------------------------------------------------------------- heads --
 
-void GpuBackend::bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
-                                 float* loss_out) {
+void GpuBackend::bce_with_logits(const float* logits, const float* labels, std::int64_t n,
+                                 float* dlogits, float* loss_out) {
   constexpr const char* op = "bce_with_logits";
   if (n <= 0) fail(op, "n is {}, expected > 0", n);
   if (logits == nullptr || labels == nullptr || dlogits == nullptr) fail(op, "a buffer is null");
   if (loss_out == nullptr) fail(op, "loss_out is null");
-  gpu::bce_with_logits(impl_->s(), logits, labels, n, dlogits, loss_out, impl_->loss_scratch.data());
+  gpu::bce_with_logits(impl_->s(), logits, labels, n, dlogits, loss_out,
+                       impl_->loss_scratch.data());
 }
 
 void GpuBackend::sigmoid(const float* logits, float* probs, std::int64_t n) {
-  if (n < 0 || (n > 0 && (logits == nullptr || probs == nullptr))) fail("sigmoid", "bad buffers (n {})", n);
+  if (n < 0 || (n > 0 && (logits == nullptr || probs == nullptr)))
+    fail("sigmoid", "bad buffers (n {})", n);
   gpu::sigmoid(impl_->s(), logits, probs, n);
 }
 
-void GpuBackend::dense_optimizer_step(float* params, const float* grads, float* state, std::int64_t n,
-                                      const OptimizerParams& opt, std::int64_t step) {
+void GpuBackend::dense_optimizer_step(float* params, const float* grads, float* state,
+                                      std::int64_t n, const OptimizerParams& opt,
+                                      std::int64_t step) {
   constexpr const char* op = "dense_optimizer_step";
   if (n < 0) fail(op, "n is {}, expected >= 0", n);
   if (n > 0 && (params == nullptr || grads == nullptr)) fail(op, "params or grads is null");
-  if ((opt.kind == OptimizerKind::adagrad || opt.kind == OptimizerKind::adam) && n > 0 && state == nullptr)
+  if ((opt.kind == OptimizerKind::adagrad || opt.kind == OptimizerKind::adam) && n > 0 &&
+      state == nullptr)
     fail(op, "state is null");
-  if (opt.kind == OptimizerKind::adam && step < 1) fail(op, "adam step is {}, expected >= 1 (1-based)", step);
+  if (opt.kind == OptimizerKind::adam && step < 1)
+    fail(op, "adam step is {}, expected >= 1 (1-based)", step);
   gpu::dense_optimizer_step(impl_->s(), params, grads, state, n, opt, step);
 }
 
-std::unique_ptr<Backend> make_gpu_backend(DenseMath math) { return std::make_unique<GpuBackend>(math); }
+std::unique_ptr<Backend> make_gpu_backend(DenseMath math) {
+  return std::make_unique<GpuBackend>(math);
+}
 
-std::string gpu_device_name() { return gpu::device_count() == 0 ? std::string() : gpu::device_info().name; }
+std::string gpu_device_name() {
+  return gpu::device_count() == 0 ? std::string() : gpu::device_info().name;
+}
 
 }  // namespace parity

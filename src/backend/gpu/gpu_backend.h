@@ -102,7 +102,8 @@ class GpuBackend final : public Backend {
                      AMat x_next) override;
   using Backend::cross_backward;
   void cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next, AMat dx0,
-                      AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch, CrossBackwardMode mode) override;
+                      AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
+                      CrossBackwardMode mode) override;
 
   void bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
                        float* loss_out) override;
@@ -116,12 +117,13 @@ class GpuBackend final : public Backend {
 
   // What the backend has done behind the interface, for tests and benchmarks.
   struct Counters {
-    std::int64_t allocations = 0;      // allocate() calls
+    std::int64_t allocations = 0;         // allocate() calls
     std::int64_t pinned_allocations = 0;  // allocate_pinned() calls (non-empty)
-    std::int64_t scratch_growths = 0;  // internal scratch (re)allocations, embedding workspace included
-    std::int64_t blas_plans = 0;       // cuBLASLt descriptors + algorithms built
+    std::int64_t scratch_growths =
+        0;                        // internal scratch (re)allocations, embedding workspace included
+    std::int64_t blas_plans = 0;  // cuBLASLt descriptors + algorithms built
     std::int64_t epilogue_fallbacks = 0;  // plans whose bias/ReLU could not be fused (blas.h)
-    std::int64_t host_syncs = 0;       // id-count reads by the embedding ops (SparseInput::nnz -1)
+    std::int64_t host_syncs = 0;  // id-count reads by the embedding ops (SparseInput::nnz -1)
   };
   Counters counters() const;
 

@@ -41,7 +41,8 @@ void InputQueue::release(int i, Stream_t compute) {
 }
 
 void TimingMarks::record(int i, Stream_t s) {
-  if (i < 0 || i > kMaxMarks) fail("timing_mark", "mark index {} out of range [0, {}]", i, kMaxMarks);
+  if (i < 0 || i > kMaxMarks)
+    fail("timing_mark", "mark index {} out of range [0, {}]", i, kMaxMarks);
   while (marks_.size() <= static_cast<std::size_t>(i)) {
     marks_.push_back(std::make_unique<Event>());
     recorded_.push_back(false);

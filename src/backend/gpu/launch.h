@@ -18,9 +18,9 @@
 namespace parity::gpu {
 
 struct LaunchShape {
-  std::int64_t grid = 1;   // blocks (1-D)
-  int block = 1;           // threads per block (1-D)
-  std::size_t smem = 0;    // dynamic shared memory bytes
+  std::int64_t grid = 1;  // blocks (1-D)
+  int block = 1;          // threads per block (1-D)
+  std::size_t smem = 0;   // dynamic shared memory bytes
 };
 
 namespace detail {
@@ -33,13 +33,13 @@ void after_launch(const char* name, Stream_t stream);
 
 #if defined(PARITY_GPU_COMPILER)
 template <class... KernelArgs, class... Args>
-void launch(const char* name, void (*kernel)(KernelArgs...), const LaunchShape& shape, Stream_t stream,
-            Args&&... args) {
+void launch(const char* name, void (*kernel)(KernelArgs...), const LaunchShape& shape,
+            Stream_t stream, Args&&... args) {
   if (shape.grid == 0) return;  // nothing to do
   detail::validate_launch(name, reinterpret_cast<const void*>(kernel), shape);
   if (rehearsing()) return;  // checked, not enqueued (RehearsalScope)
-  kernel<<<dim3(static_cast<unsigned>(shape.grid)), dim3(static_cast<unsigned>(shape.block)), shape.smem,
-           stream>>>(std::forward<Args>(args)...);
+  kernel<<<dim3(static_cast<unsigned>(shape.grid)), dim3(static_cast<unsigned>(shape.block)),
+           shape.smem, stream>>>(std::forward<Args>(args)...);
   detail::after_launch(name, stream);
 }
 
@@ -55,6 +55,8 @@ std::int64_t resident_blocks(void (*kernel)(KernelArgs...), int block, std::size
 }
 #endif
 
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
 
 }  // namespace parity::gpu

@@ -44,7 +44,7 @@ __global__ __launch_bounds__(kSumBlock) void relu_backward_sum_kernel(
     MatView<const S> y, MatView<const G> dy, float* __restrict__ dz, Bf16* __restrict__ dz16,
     int tpr, double* __restrict__ partial) {
   rows_with_column_sums<V>(y.rows, y.cols, tpr, partial,
-                           [&](std::int64_t r, std::int64_t c, float (&v)[V]) {
+                           [&](std::int64_t r, std::int64_t c, float(&v)[V]) {
                              relu_group<V, S, G>(y, dy, dz, dz16, r, c, v);
                            });
 }
@@ -58,26 +58,29 @@ void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, Bf16* dz16, float* 
     return;
   }
   if (y.rows * y.cols <= 0) return;
-  const int vec = vec_width(y.cols, {vec_view(y), vec_view(dy), packed(dz, y.cols),
-                                     packed(dz16, y.cols, 2)});
+  const int vec =
+      vec_width(y.cols, {vec_view(y), vec_view(dy), packed(dz, y.cols), packed(dz16, y.cols, 2)});
   const bool fold = dbias != nullptr && fused_sum_fits(y.rows, y.cols, vec);
   // The folded sum needs no fp32 dz to read back.
   float* dz_out = fold && dz_bf16_only && dz16 != nullptr ? nullptr : dz;
-  dispatch("relu_backward", vec, [&](auto width, auto ys, auto gs) {
-    constexpr int V = decltype(width)::value;
-    using S = decltype(ys);
-    using G = decltype(gs);
-    if (fold) {
-      const FoldShape f = fold_shape(y.rows, y.cols, V);
-      launch("relu_backward_sum", relu_backward_sum_kernel<V, S, G>, {f.grid, kSumBlock, 0}, s,
-             typed<S>(y), typed<G>(dy), dz_out, dz16, f.tpr, static_cast<double*>(scratch));
-      folded_column_sums(s, "relu_backward_bias", f, y.cols, scratch, dbias);
-      return;
-    }
-    const RowSpan span = row_span(y.cols / V);
-    launch("relu_backward", relu_backward_kernel<V, S, G>, {row_grid(y.rows, span), kBlock, 0}, s,
-           typed<S>(y), typed<G>(dy), dz, dz16, span);
-  }, y.dtype, dy.dtype);
+  dispatch(
+      "relu_backward", vec,
+      [&](auto width, auto ys, auto gs) {
+        constexpr int V = decltype(width)::value;
+        using S = decltype(ys);
+        using G = decltype(gs);
+        if (fold) {
+          const FoldShape f = fold_shape(y.rows, y.cols, V);
+          launch("relu_backward_sum", relu_backward_sum_kernel<V, S, G>, {f.grid, kSumBlock, 0}, s,
+                 typed<S>(y), typed<G>(dy), dz_out, dz16, f.tpr, static_cast<double*>(scratch));
+          folded_column_sums(s, "relu_backward_bias", f, y.cols, scratch, dbias);
+          return;
+        }
+        const RowSpan span = row_span(y.cols / V);
+        launch("relu_backward", relu_backward_kernel<V, S, G>, {row_grid(y.rows, span), kBlock, 0},
+               s, typed<S>(y), typed<G>(dy), dz, dz16, span);
+      },
+      y.dtype, dy.dtype);
   if (dbias != nullptr && !fold) column_sum(s, CMat(dz, y.rows, y.cols), dbias, scratch);
 }
 

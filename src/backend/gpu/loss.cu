@@ -20,7 +20,9 @@ __device__ __forceinline__ double stable_sigmoid(double z) {
   const double e = exp(z);
   return e / (1.0 + e);
 }
-__device__ __forceinline__ double softplus(double z) { return fmax(z, 0.0) + log1p(exp(-fabs(z))); }
+__device__ __forceinline__ double softplus(double z) {
+  return fmax(z, 0.0) + log1p(exp(-fabs(z)));
+}
 
 constexpr std::int64_t kLossMaxBlocks = 1024;
 
@@ -35,8 +37,10 @@ __device__ __forceinline__ void block_sum_store(double* sh, double v, double* ou
 }
 
 __global__ __launch_bounds__(kBlock) void bce_terms_kernel(const float* __restrict__ logits,
-                                                           const float* __restrict__ labels, std::int64_t n,
-                                                           float* __restrict__ dlogits, double* __restrict__ partial) {
+                                                           const float* __restrict__ labels,
+                                                           std::int64_t n,
+                                                           float* __restrict__ dlogits,
+                                                           double* __restrict__ partial) {
   __shared__ double sh[kBlock];
   const double count = static_cast<double>(n);
   double acc = 0.0;
@@ -49,8 +53,9 @@ __global__ __launch_bounds__(kBlock) void bce_terms_kernel(const float* __restri
   block_sum_store(sh, acc, partial + blockIdx.x);
 }
 
-__global__ __launch_bounds__(kBlock) void bce_final_kernel(const double* __restrict__ partial, std::int64_t blocks,
-                                                           std::int64_t n, float* __restrict__ loss_out,
+__global__ __launch_bounds__(kBlock) void bce_final_kernel(const double* __restrict__ partial,
+                                                           std::int64_t blocks, std::int64_t n,
+                                                           float* __restrict__ loss_out,
                                                            double* __restrict__ total) {
   __shared__ double sh[kBlock];
   double acc = 0.0;
@@ -59,7 +64,8 @@ __global__ __launch_bounds__(kBlock) void bce_final_kernel(const double* __restr
   if (threadIdx.x == 0) loss_out[0] = static_cast<float>(*total / static_cast<double>(n));
 }
 
-__global__ __launch_bounds__(kBlock) void sigmoid_kernel(const float* __restrict__ logits, float* __restrict__ probs,
+__global__ __launch_bounds__(kBlock) void sigmoid_kernel(const float* __restrict__ logits,
+                                                         float* __restrict__ probs,
                                                          std::int64_t n) {
   for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
     probs[i] = static_cast<float>(stable_sigmoid(static_cast<double>(logits[i])));
@@ -68,15 +74,18 @@ __global__ __launch_bounds__(kBlock) void sigmoid_kernel(const float* __restrict
 
 }  // namespace
 
-std::int64_t bce_scratch_bytes() { return (kLossMaxBlocks + 1) * static_cast<std::int64_t>(sizeof(double)); }
+std::int64_t bce_scratch_bytes() {
+  return (kLossMaxBlocks + 1) * static_cast<std::int64_t>(sizeof(double));
+}
 
-void bce_with_logits(Stream_t s, const float* logits, const float* labels, std::int64_t n, float* dlogits,
-                     float* loss_out, void* scratch) {
+void bce_with_logits(Stream_t s, const float* logits, const float* labels, std::int64_t n,
+                     float* dlogits, float* loss_out, void* scratch) {
   auto* partial = static_cast<double*>(scratch);  // [blocks], then the total
   const std::int64_t blocks = std::min(ceil_div(n, kBlock), kLossMaxBlocks);
-  launch("bce_terms", bce_terms_kernel, {blocks, kBlock, 0}, s, logits, labels, n, dlogits, partial);
-  launch("bce_final", bce_final_kernel, {1, kBlock, 0}, s, static_cast<const double*>(partial), blocks, n, loss_out,
-         partial + kLossMaxBlocks);
+  launch("bce_terms", bce_terms_kernel, {blocks, kBlock, 0}, s, logits, labels, n, dlogits,
+         partial);
+  launch("bce_final", bce_final_kernel, {1, kBlock, 0}, s, static_cast<const double*>(partial),
+         blocks, n, loss_out, partial + kLossMaxBlocks);
 }
 
 void sigmoid(Stream_t s, const float* logits, float* probs, std::int64_t n) {

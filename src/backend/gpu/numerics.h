@@ -37,9 +37,15 @@ struct Bf16 {
 // ----------------------------------------------------------------- device --
 #if defined(PARITY_GPU_COMPILER)
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(F16 v) { return half_bits_to_float(v.bits); }
-__device__ __forceinline__ float to_float(Bf16 v) { return __uint_as_float(static_cast<std::uint32_t>(v.bits) << 16); }
+__device__ __forceinline__ float to_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_float(F16 v) {
+  return half_bits_to_float(v.bits);
+}
+__device__ __forceinline__ float to_float(Bf16 v) {
+  return __uint_as_float(static_cast<std::uint32_t>(v.bits) << 16);
+}
 
 __device__ __forceinline__ std::uint16_t bf16_bits_rn(float f) {
   const std::uint32_t u = __float_as_uint(f);
@@ -50,17 +56,25 @@ __device__ __forceinline__ std::uint16_t bf16_bits_rn(float f) {
 template <class T>
 __device__ __forceinline__ T from_float_rn(float v);
 template <>
-__device__ __forceinline__ float from_float_rn<float>(float v) { return v; }
+__device__ __forceinline__ float from_float_rn<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ F16 from_float_rn<F16>(float v) { return F16{float_to_half_bits_rn(v)}; }
+__device__ __forceinline__ F16 from_float_rn<F16>(float v) {
+  return F16{float_to_half_bits_rn(v)};
+}
 template <>
-__device__ __forceinline__ Bf16 from_float_rn<Bf16>(float v) { return Bf16{bf16_bits_rn(v)}; }
+__device__ __forceinline__ Bf16 from_float_rn<Bf16>(float v) {
+  return Bf16{bf16_bits_rn(v)};
+}
 
 // Stochastic rounding of v with 16 random bits r (low 16 bits used).
 template <class T>
 __device__ __forceinline__ T from_float_sr(float v, std::uint32_t r);
 template <>
-__device__ __forceinline__ float from_float_sr<float>(float v, std::uint32_t) { return v; }
+__device__ __forceinline__ float from_float_sr<float>(float v, std::uint32_t) {
+  return v;
+}
 template <>
 __device__ __forceinline__ Bf16 from_float_sr<Bf16>(float v, std::uint32_t r) {
   const std::uint32_t u = __float_as_uint(v);
@@ -108,17 +122,20 @@ struct RawWords {
 // w = the N elements at p, as raw words. p aligned to min(16, N * sizeof(T)) bytes.
 // kStream: a cache-streaming load (port.h, load_streaming).
 template <int N, class T, bool kStream = false>
-__device__ __forceinline__ void load_raw(const T* __restrict__ p, std::uint32_t (&w)[RawWords<N, T>::value]) {
+__device__ __forceinline__ void load_raw(const T* __restrict__ p,
+                                         std::uint32_t (&w)[RawWords<N, T>::value]) {
   constexpr int kWords = RawWords<N, T>::value;
   if constexpr (kWords == 2) {
-    const uint2 v = kStream ? load_streaming(reinterpret_cast<const uint2*>(p)) : *reinterpret_cast<const uint2*>(p);
+    const uint2 v = kStream ? load_streaming(reinterpret_cast<const uint2*>(p))
+                            : *reinterpret_cast<const uint2*>(p);
     w[0] = v.x;
     w[1] = v.y;
   } else {
     static_assert(kWords % 4 == 0);
 #pragma unroll
     for (int c = 0; c < kWords / 4; ++c) {
-      const uint4 v = kStream ? load_streaming(reinterpret_cast<const uint4*>(p) + c) : reinterpret_cast<const uint4*>(p)[c];
+      const uint4 v = kStream ? load_streaming(reinterpret_cast<const uint4*>(p) + c)
+                              : reinterpret_cast<const uint4*>(p)[c];
       w[4 * c] = v.x;
       w[4 * c + 1] = v.y;
       w[4 * c + 2] = v.z;
@@ -129,7 +146,8 @@ __device__ __forceinline__ void load_raw(const T* __restrict__ p, std::uint32_t 
 
 // out[i] (+)= element i of the raw words, as float, times scale (fma when accumulating).
 template <int N, class T>
-__device__ __forceinline__ void raw_fma(const std::uint32_t (&w)[RawWords<N, T>::value], float scale, float (&acc)[N]) {
+__device__ __forceinline__ void raw_fma(const std::uint32_t (&w)[RawWords<N, T>::value],
+                                        float scale, float (&acc)[N]) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[i] = fmaf(__uint_as_float(w[i]), scale, acc[i]);
@@ -144,7 +162,8 @@ __device__ __forceinline__ void raw_fma(const std::uint32_t (&w)[RawWords<N, T>:
   }
 }
 template <int N, class T>
-__device__ __forceinline__ void raw_add(const std::uint32_t (&w)[RawWords<N, T>::value], float (&acc)[N]) {
+__device__ __forceinline__ void raw_add(const std::uint32_t (&w)[RawWords<N, T>::value],
+                                        float (&acc)[N]) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[i] += __uint_as_float(w[i]);
@@ -188,8 +207,8 @@ __device__ __forceinline__ void store_vec(float* __restrict__ p, const float (&v
   static_assert(N % 4 == 0);
 #pragma unroll
   for (int c = 0; c < N / 4; ++c) {
-    const uint4 u = make_uint4(__float_as_uint(v[4 * c]), __float_as_uint(v[4 * c + 1]), __float_as_uint(v[4 * c + 2]),
-                               __float_as_uint(v[4 * c + 3]));
+    const uint4 u = make_uint4(__float_as_uint(v[4 * c]), __float_as_uint(v[4 * c + 1]),
+                               __float_as_uint(v[4 * c + 2]), __float_as_uint(v[4 * c + 3]));
     if (kStream) {
       store_streaming(reinterpret_cast<uint4*>(p) + c, u);
     } else {
@@ -210,8 +229,9 @@ __device__ __forceinline__ void store_vec16(T* __restrict__ p, const std::uint16
     static_assert(N % 8 == 0);
 #pragma unroll
     for (int c = 0; c < N / 8; ++c) {
-      const uint4 u = make_uint4(pack2(h[8 * c], h[8 * c + 1]), pack2(h[8 * c + 2], h[8 * c + 3]),
-                                 pack2(h[8 * c + 4], h[8 * c + 5]), pack2(h[8 * c + 6], h[8 * c + 7]));
+      const uint4 u =
+          make_uint4(pack2(h[8 * c], h[8 * c + 1]), pack2(h[8 * c + 2], h[8 * c + 3]),
+                     pack2(h[8 * c + 4], h[8 * c + 5]), pack2(h[8 * c + 6], h[8 * c + 7]));
       if (kStream) {
         store_streaming(reinterpret_cast<uint4*>(p) + c, u);
       } else {

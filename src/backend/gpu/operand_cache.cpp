@@ -44,7 +44,8 @@ OperandCache::Copy& OperandCache::slot_for(CMat m, std::int64_t ld) {
     if (c.key == key) return c;
   std::erase_if(copies_, [&](const Copy& c) { return !c.valid && c.key.rows != m.rows; });
   copies_.push_back(
-      {key, DeviceBuffer<Bf16>(static_cast<std::size_t>(m.rows * ld), "bf16 copy of a held operand"),
+      {key,
+       DeviceBuffer<Bf16>(static_cast<std::size_t>(m.rows * ld), "bf16 copy of a held operand"),
        false});
   ++allocations_;
   return copies_.back();

@@ -89,15 +89,27 @@ enum class Attribute {
 #define PARITY_GPU_VENDOR(cuda_name, hip_name) cuda_name
 #endif
 
-inline const char* error_name(Error_t e) { return PARITY_GPU_VENDOR(cudaGetErrorName, hipGetErrorName)(e); }
+inline const char* error_name(Error_t e) {
+  return PARITY_GPU_VENDOR(cudaGetErrorName, hipGetErrorName)(e);
+}
 inline const char* error_string(Error_t e) {
   return PARITY_GPU_VENDOR(cudaGetErrorString, hipGetErrorString)(e);
 }
-inline Error_t get_last_error() { return PARITY_GPU_VENDOR(cudaGetLastError, hipGetLastError)(); }
-inline Error_t get_device_count(int* n) { return PARITY_GPU_VENDOR(cudaGetDeviceCount, hipGetDeviceCount)(n); }
-inline Error_t get_device(int* d) { return PARITY_GPU_VENDOR(cudaGetDevice, hipGetDevice)(d); }
-inline Error_t set_device(int d) { return PARITY_GPU_VENDOR(cudaSetDevice, hipSetDevice)(d); }
-inline Error_t device_synchronize() { return PARITY_GPU_VENDOR(cudaDeviceSynchronize, hipDeviceSynchronize)(); }
+inline Error_t get_last_error() {
+  return PARITY_GPU_VENDOR(cudaGetLastError, hipGetLastError)();
+}
+inline Error_t get_device_count(int* n) {
+  return PARITY_GPU_VENDOR(cudaGetDeviceCount, hipGetDeviceCount)(n);
+}
+inline Error_t get_device(int* d) {
+  return PARITY_GPU_VENDOR(cudaGetDevice, hipGetDevice)(d);
+}
+inline Error_t set_device(int d) {
+  return PARITY_GPU_VENDOR(cudaSetDevice, hipSetDevice)(d);
+}
+inline Error_t device_synchronize() {
+  return PARITY_GPU_VENDOR(cudaDeviceSynchronize, hipDeviceSynchronize)();
+}
 inline Error_t mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   return PARITY_GPU_VENDOR(cudaMemGetInfo, hipMemGetInfo)(free_bytes, total_bytes);
 }
@@ -121,44 +133,94 @@ inline Error_t device_attribute(int* value, Attribute a, int device) {
 #if defined(PARITY_GPU_HIP)
   hipDeviceAttribute_t attr = hipDeviceAttributeMultiprocessorCount;
   switch (a) {
-    case Attribute::multiprocessor_count: attr = hipDeviceAttributeMultiprocessorCount; break;
-    case Attribute::warp_size: attr = hipDeviceAttributeWarpSize; break;
-    case Attribute::l2_cache_bytes: attr = hipDeviceAttributeL2CacheSize; break;
-    case Attribute::shared_memory_per_block: attr = hipDeviceAttributeMaxSharedMemoryPerBlock; break;
-    case Attribute::shared_memory_per_block_optin: attr = hipDeviceAttributeSharedMemPerBlockOptin; break;
-    case Attribute::max_threads_per_block: attr = hipDeviceAttributeMaxThreadsPerBlock; break;
-    case Attribute::max_grid_x: attr = hipDeviceAttributeMaxGridDimX; break;
-    case Attribute::max_grid_y: attr = hipDeviceAttributeMaxGridDimY; break;
-    case Attribute::max_grid_z: attr = hipDeviceAttributeMaxGridDimZ; break;
-    case Attribute::compute_major: attr = hipDeviceAttributeComputeCapabilityMajor; break;
-    case Attribute::compute_minor: attr = hipDeviceAttributeComputeCapabilityMinor; break;
+    case Attribute::multiprocessor_count:
+      attr = hipDeviceAttributeMultiprocessorCount;
+      break;
+    case Attribute::warp_size:
+      attr = hipDeviceAttributeWarpSize;
+      break;
+    case Attribute::l2_cache_bytes:
+      attr = hipDeviceAttributeL2CacheSize;
+      break;
+    case Attribute::shared_memory_per_block:
+      attr = hipDeviceAttributeMaxSharedMemoryPerBlock;
+      break;
+    case Attribute::shared_memory_per_block_optin:
+      attr = hipDeviceAttributeSharedMemPerBlockOptin;
+      break;
+    case Attribute::max_threads_per_block:
+      attr = hipDeviceAttributeMaxThreadsPerBlock;
+      break;
+    case Attribute::max_grid_x:
+      attr = hipDeviceAttributeMaxGridDimX;
+      break;
+    case Attribute::max_grid_y:
+      attr = hipDeviceAttributeMaxGridDimY;
+      break;
+    case Attribute::max_grid_z:
+      attr = hipDeviceAttributeMaxGridDimZ;
+      break;
+    case Attribute::compute_major:
+      attr = hipDeviceAttributeComputeCapabilityMajor;
+      break;
+    case Attribute::compute_minor:
+      attr = hipDeviceAttributeComputeCapabilityMinor;
+      break;
   }
   return hipDeviceGetAttribute(value, attr, device);
 #else
   cudaDeviceAttr attr = cudaDevAttrMultiProcessorCount;
   switch (a) {
-    case Attribute::multiprocessor_count: attr = cudaDevAttrMultiProcessorCount; break;
-    case Attribute::warp_size: attr = cudaDevAttrWarpSize; break;
-    case Attribute::l2_cache_bytes: attr = cudaDevAttrL2CacheSize; break;
-    case Attribute::shared_memory_per_block: attr = cudaDevAttrMaxSharedMemoryPerBlock; break;
-    case Attribute::shared_memory_per_block_optin: attr = cudaDevAttrMaxSharedMemoryPerBlockOptin; break;
-    case Attribute::max_threads_per_block: attr = cudaDevAttrMaxThreadsPerBlock; break;
-    case Attribute::max_grid_x: attr = cudaDevAttrMaxGridDimX; break;
-    case Attribute::max_grid_y: attr = cudaDevAttrMaxGridDimY; break;
-    case Attribute::max_grid_z: attr = cudaDevAttrMaxGridDimZ; break;
-    case Attribute::compute_major: attr = cudaDevAttrComputeCapabilityMajor; break;
-    case Attribute::compute_minor: attr = cudaDevAttrComputeCapabilityMinor; break;
+    case Attribute::multiprocessor_count:
+      attr = cudaDevAttrMultiProcessorCount;
+      break;
+    case Attribute::warp_size:
+      attr = cudaDevAttrWarpSize;
+      break;
+    case Attribute::l2_cache_bytes:
+      attr = cudaDevAttrL2CacheSize;
+      break;
+    case Attribute::shared_memory_per_block:
+      attr = cudaDevAttrMaxSharedMemoryPerBlock;
+      break;
+    case Attribute::shared_memory_per_block_optin:
+      attr = cudaDevAttrMaxSharedMemoryPerBlockOptin;
+      break;
+    case Attribute::max_threads_per_block:
+      attr = cudaDevAttrMaxThreadsPerBlock;
+      break;
+    case Attribute::max_grid_x:
+      attr = cudaDevAttrMaxGridDimX;
+      break;
+    case Attribute::max_grid_y:
+      attr = cudaDevAttrMaxGridDimY;
+      break;
+    case Attribute::max_grid_z:
+      attr = cudaDevAttrMaxGridDimZ;
+      break;
+    case Attribute::compute_major:
+      attr = cudaDevAttrComputeCapabilityMajor;
+      break;
+    case Attribute::compute_minor:
+      attr = cudaDevAttrComputeCapabilityMinor;
+      break;
   }
   return cudaDeviceGetAttribute(value, attr, device);
 #endif
 }
 
-inline Error_t malloc_device(void** p, std::size_t bytes) { return PARITY_GPU_VENDOR(cudaMalloc, hipMalloc)(p, bytes); }
-inline Error_t free_device(void* p) { return PARITY_GPU_VENDOR(cudaFree, hipFree)(p); }
+inline Error_t malloc_device(void** p, std::size_t bytes) {
+  return PARITY_GPU_VENDOR(cudaMalloc, hipMalloc)(p, bytes);
+}
+inline Error_t free_device(void* p) {
+  return PARITY_GPU_VENDOR(cudaFree, hipFree)(p);
+}
 inline Error_t malloc_host(void** p, std::size_t bytes) {
   return PARITY_GPU_VENDOR(cudaMallocHost, hipHostMalloc)(p, bytes);
 }
-inline Error_t free_host(void* p) { return PARITY_GPU_VENDOR(cudaFreeHost, hipHostFree)(p); }
+inline Error_t free_host(void* p) {
+  return PARITY_GPU_VENDOR(cudaFreeHost, hipHostFree)(p);
+}
 
 // cudaMemcpyDefault / hipMemcpyDefault: the runtime infers the direction (unified addressing).
 inline Error_t memcpy_async(void* dst, const void* src, std::size_t bytes, Stream_t s) {
@@ -173,14 +235,22 @@ inline Error_t stream_create(Stream_t* s) {
   return PARITY_GPU_VENDOR(cudaStreamCreateWithFlags, hipStreamCreateWithFlags)(
       s, PARITY_GPU_VENDOR(cudaStreamNonBlocking, hipStreamNonBlocking));
 }
-inline Error_t stream_destroy(Stream_t s) { return PARITY_GPU_VENDOR(cudaStreamDestroy, hipStreamDestroy)(s); }
+inline Error_t stream_destroy(Stream_t s) {
+  return PARITY_GPU_VENDOR(cudaStreamDestroy, hipStreamDestroy)(s);
+}
 inline Error_t stream_synchronize(Stream_t s) {
   return PARITY_GPU_VENDOR(cudaStreamSynchronize, hipStreamSynchronize)(s);
 }
 
-inline Error_t event_create(Event_t* e) { return PARITY_GPU_VENDOR(cudaEventCreate, hipEventCreate)(e); }
-inline Error_t event_destroy(Event_t e) { return PARITY_GPU_VENDOR(cudaEventDestroy, hipEventDestroy)(e); }
-inline Error_t event_record(Event_t e, Stream_t s) { return PARITY_GPU_VENDOR(cudaEventRecord, hipEventRecord)(e, s); }
+inline Error_t event_create(Event_t* e) {
+  return PARITY_GPU_VENDOR(cudaEventCreate, hipEventCreate)(e);
+}
+inline Error_t event_destroy(Event_t e) {
+  return PARITY_GPU_VENDOR(cudaEventDestroy, hipEventDestroy)(e);
+}
+inline Error_t event_record(Event_t e, Stream_t s) {
+  return PARITY_GPU_VENDOR(cudaEventRecord, hipEventRecord)(e, s);
+}
 inline Error_t stream_wait_event(Stream_t s, Event_t e) {
   return PARITY_GPU_VENDOR(cudaStreamWaitEvent, hipStreamWaitEvent)(s, e, 0);
 }
@@ -202,8 +272,8 @@ inline Error_t func_set_max_dynamic_shared_memory(const void* kernel, int bytes)
 inline Error_t occupancy_max_active_blocks(int* blocks, const void* kernel, int block_threads,
                                            std::size_t dynamic_smem) {
   return PARITY_GPU_VENDOR(cudaOccupancyMaxActiveBlocksPerMultiprocessor,
-                           hipOccupancyMaxActiveBlocksPerMultiprocessor)(blocks, kernel, block_threads,
-                                                                         dynamic_smem);
+                           hipOccupancyMaxActiveBlocksPerMultiprocessor)(
+      blocks, kernel, block_threads, dynamic_smem);
 }
 
 #undef PARITY_GPU_VENDOR
@@ -224,14 +294,18 @@ static_assert(kWarpSize == 32 || kWarpSize == 64, "warp size must be 32 or 64");
 inline constexpr LaneMask kFullMask = ~LaneMask{0};
 
 // Lane of this thread within its warp (1-D blocks).
-__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) & (kWarpSize - 1); }
+__device__ __forceinline__ int lane_id() {
+  return static_cast<int>(threadIdx.x) & (kWarpSize - 1);
+}
 
 // Mask of `width` consecutive lanes starting at `first` (width a power of two, <= kWarpSize).
 __device__ __forceinline__ LaneMask group_mask(int first, int width) {
   return width >= kWarpSize ? kFullMask : (((LaneMask{1} << width) - 1) << first);
 }
 // Lanes below this one.
-__device__ __forceinline__ LaneMask lanemask_lt() { return (LaneMask{1} << lane_id()) - 1; }
+__device__ __forceinline__ LaneMask lanemask_lt() {
+  return (LaneMask{1} << lane_id()) - 1;
+}
 
 __device__ __forceinline__ int popc(LaneMask m) {
 #if defined(PARITY_GPU_HIP)

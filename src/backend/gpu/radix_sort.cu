@@ -16,9 +16,12 @@ namespace parity::gpu {
 
 std::string_view sort_method_name(SortMethod m) {
   switch (m) {
-    case SortMethod::automatic: return "automatic";
-    case SortMethod::vendor: return "vendor";
-    case SortMethod::portable: return "portable";
+    case SortMethod::automatic:
+      return "automatic";
+    case SortMethod::vendor:
+      return "vendor";
+    case SortMethod::portable:
+      return "portable";
   }
   return "?";
 }
@@ -28,7 +31,8 @@ SortMethod resolve_sort_method(SortMethod m) {
   return m == SortMethod::automatic ? SortMethod::vendor : m;
 #else
   if (m == SortMethod::vendor) {
-    throw GpuError("radix sort: no vendor sort on HIP (Debian 12 ships no hipCUB); use the portable sort");
+    throw GpuError(
+        "radix sort: no vendor sort on HIP (Debian 12 ships no hipCUB); use the portable sort");
   }
   return SortMethod::portable;
 #endif
@@ -45,7 +49,9 @@ static_assert(kSortTile == kPortableSortTile,
 constexpr int kRadix = 256;
 static_assert(kSortThreads == kRadix, "one thread per digit in the per-tile steps");
 
-std::int64_t sort_tiles(std::int64_t n) { return std::max<std::int64_t>(1, ceil_div(n, kSortTile)); }
+std::int64_t sort_tiles(std::int64_t n) {
+  return std::max<std::int64_t>(1, ceil_div(n, kSortTile));
+}
 
 // Lanes of this warp whose valid element has the same 8-bit digit as this lane's (0 if invalid).
 // Every lane of the warp must call it.
@@ -77,10 +83,9 @@ __device__ __forceinline__ void load_items(const std::uint32_t* __restrict__ src
 }
 
 // Digit counts of one tile: hist[digit * tiles + tile].
-__global__ __launch_bounds__(kSortThreads) void radix_upsweep_kernel(const std::uint32_t* __restrict__ keys,
-                                                                     std::int64_t n, int shift,
-                                                                     std::uint32_t* __restrict__ hist,
-                                                                     std::int64_t tiles) {
+__global__ __launch_bounds__(kSortThreads) void radix_upsweep_kernel(
+    const std::uint32_t* __restrict__ keys, std::int64_t n, int shift,
+    std::uint32_t* __restrict__ hist, std::int64_t tiles) {
   __shared__ std::uint32_t counts[kRadix];
   counts[threadIdx.x] = 0;
   __syncthreads();
@@ -94,7 +99,8 @@ __global__ __launch_bounds__(kSortThreads) void radix_upsweep_kernel(const std::
     const bool valid = base + static_cast<std::int64_t>(r) * kWarpSize < n;
     const std::uint32_t d = (key[r] >> shift) & 0xffu;
     const LaneMask peers = match_digit(d, valid);
-    if (valid && lowest_lane(peers) == lane) atomicAdd(&counts[d], static_cast<std::uint32_t>(popc(peers)));
+    if (valid && lowest_lane(peers) == lane)
+      atomicAdd(&counts[d], static_cast<std::uint32_t>(popc(peers)));
   }
   __syncthreads();
   hist[static_cast<std::int64_t>(threadIdx.x) * tiles + blockIdx.x] = counts[threadIdx.x];
@@ -103,8 +109,8 @@ __global__ __launch_bounds__(kSortThreads) void radix_upsweep_kernel(const std::
 // Stable scatter of one tile: position = scanned digit offset of this tile + rank in the tile.
 __global__ __launch_bounds__(kSortThreads) void radix_downsweep_kernel(
     const std::uint32_t* __restrict__ keys_in, const std::uint32_t* __restrict__ values_in,
-    std::uint32_t* __restrict__ keys_out, std::uint32_t* __restrict__ values_out, std::int64_t n, int shift,
-    const std::uint32_t* __restrict__ hist_scanned, std::int64_t tiles) {
+    std::uint32_t* __restrict__ keys_out, std::uint32_t* __restrict__ values_out, std::int64_t n,
+    int shift, const std::uint32_t* __restrict__ hist_scanned, std::int64_t tiles) {
   constexpr int kWarps = kSortThreads / kWarpSize;
   __shared__ std::uint32_t warp_counts[kWarps][kRadix];  // per-warp running counts, then positions
 #pragma unroll
@@ -125,7 +131,8 @@ __global__ __launch_bounds__(kSortThreads) void radix_downsweep_kernel(
     const LaneMask peers = match_digit(d, valid);
     const std::uint32_t before = valid ? warp_counts[warp][d] : 0u;
     sync_warp();
-    if (valid && lowest_lane(peers) == lane) warp_counts[warp][d] = before + static_cast<std::uint32_t>(popc(peers));
+    if (valid && lowest_lane(peers) == lane)
+      warp_counts[warp][d] = before + static_cast<std::uint32_t>(popc(peers));
     sync_warp();
     rank[r] = before + static_cast<std::uint32_t>(popc(peers & lanemask_lt()));
   }
@@ -158,7 +165,9 @@ struct LoadWords {
 };
 struct StorePrefix {
   std::uint32_t* p;
-  __device__ void operator()(std::int64_t i, std::uint32_t prefix, std::uint32_t) const { p[i] = prefix; }
+  __device__ void operator()(std::int64_t i, std::uint32_t prefix, std::uint32_t) const {
+    p[i] = prefix;
+  }
 };
 
 }  // namespace
@@ -172,22 +181,26 @@ RadixSorter::RadixSorter(std::int64_t max_n, SortMethod method)
 #if defined(PARITY_GPU_CUDA)
     cub::DoubleBuffer<std::uint32_t> k(nullptr, nullptr);
     cub::DoubleBuffer<std::uint32_t> v(nullptr, nullptr);
-    check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes_, k, v, static_cast<int>(max_n_), 0, 32),
+    check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes_, k, v, static_cast<int>(max_n_), 0,
+                                          32),
           "cub::DeviceRadixSort::SortPairs (size query)");
-    temp_ = DeviceBuffer<std::uint8_t>(std::max<std::size_t>(temp_bytes_, 16), "radix sort temporary storage");
+    temp_ = DeviceBuffer<std::uint8_t>(std::max<std::size_t>(temp_bytes_, 16),
+                                       "radix sort temporary storage");
 #endif
   } else {
     const std::int64_t tiles = sort_tiles(max_n_);
-    hist_ = DeviceBuffer<std::uint32_t>(static_cast<std::size_t>(kRadix * tiles), "radix sort histogram");
-    scan_tmp_ = DeviceBuffer<std::uint32_t>(static_cast<std::size_t>(scan::tiles_for(kRadix * tiles)),
-                                            "radix sort scan scratch");
+    hist_ = DeviceBuffer<std::uint32_t>(static_cast<std::size_t>(kRadix * tiles),
+                                        "radix sort histogram");
+    scan_tmp_ = DeviceBuffer<std::uint32_t>(
+        static_cast<std::size_t>(scan::tiles_for(kRadix * tiles)), "radix sort scan scratch");
   }
 }
 
-int RadixSorter::sort_pairs(Stream_t stream, std::uint32_t* const keys[2], std::uint32_t* const values[2],
-                            std::int64_t n, int end_bit) {
+int RadixSorter::sort_pairs(Stream_t stream, std::uint32_t* const keys[2],
+                            std::uint32_t* const values[2], std::int64_t n, int end_bit) {
   if (n > max_n_) {
-    throw GpuError(cat("radix sort: ", n, " pairs exceed the ", max_n_, " this sorter was sized for"));
+    throw GpuError(
+        cat("radix sort: ", n, " pairs exceed the ", max_n_, " this sorter was sized for"));
   }
   if (n <= 1 || end_bit <= 0) return 0;
   end_bit = std::min(end_bit, 32);
@@ -196,14 +209,17 @@ int RadixSorter::sort_pairs(Stream_t stream, std::uint32_t* const keys[2], std::
     cub::DoubleBuffer<std::uint32_t> k(keys[0], keys[1]);
     cub::DoubleBuffer<std::uint32_t> v(values[0], values[1]);
     std::size_t bytes = 0;
-    check(cub::DeviceRadixSort::SortPairs(nullptr, bytes, k, v, static_cast<int>(n), 0, end_bit, stream),
+    check(cub::DeviceRadixSort::SortPairs(nullptr, bytes, k, v, static_cast<int>(n), 0, end_bit,
+                                          stream),
           "cub::DeviceRadixSort::SortPairs (size query)");
     if (bytes > temp_bytes_) {
-      throw GpuError(cat("radix sort: CUB needs ", bytes, " bytes of temporary storage, ", temp_bytes_, " were reserved"));
+      throw GpuError(cat("radix sort: CUB needs ", bytes, " bytes of temporary storage, ",
+                         temp_bytes_, " were reserved"));
     }
     bytes = temp_bytes_;
     if (rehearsing()) return 0;  // sized, not enqueued (RehearsalScope)
-    check(cub::DeviceRadixSort::SortPairs(temp_.data(), bytes, k, v, static_cast<int>(n), 0, end_bit, stream),
+    check(cub::DeviceRadixSort::SortPairs(temp_.data(), bytes, k, v, static_cast<int>(n), 0,
+                                          end_bit, stream),
           "cub::DeviceRadixSort::SortPairs");
     return k.selector;
 #endif
@@ -216,8 +232,9 @@ int RadixSorter::sort_pairs(Stream_t stream, std::uint32_t* const keys[2], std::
     scan::exclusive_scan(stream, "radix_scan", kRadix * tiles, nullptr, LoadWords{hist_.data()},
                          StorePrefix{hist_.data()}, scan_tmp_.data(), nullptr);
     launch("radix_downsweep", radix_downsweep_kernel, {tiles, kSortThreads, 0}, stream,
-           static_cast<const std::uint32_t*>(keys[cur]), static_cast<const std::uint32_t*>(values[cur]),
-           keys[1 - cur], values[1 - cur], n, shift, static_cast<const std::uint32_t*>(hist_.data()), tiles);
+           static_cast<const std::uint32_t*>(keys[cur]),
+           static_cast<const std::uint32_t*>(values[cur]), keys[1 - cur], values[1 - cur], n, shift,
+           static_cast<const std::uint32_t*>(hist_.data()), tiles);
     cur = 1 - cur;
   }
   return cur;

@@ -37,15 +37,15 @@ class RadixSorter {
   // Stable sort of the n pairs in (keys[0], values[0]) by key bits [0, end_bit), using
   // (keys[1], values[1]) as the second buffer. Returns the index (0 or 1) of the buffer that
   // holds the sorted pairs. Stream-ordered; no host synchronisation.
-  int sort_pairs(Stream_t stream, std::uint32_t* const keys[2], std::uint32_t* const values[2], std::int64_t n,
-                 int end_bit);
+  int sort_pairs(Stream_t stream, std::uint32_t* const keys[2], std::uint32_t* const values[2],
+                 std::int64_t n, int end_bit);
 
  private:
   SortMethod method_;
   std::int64_t max_n_;
-  DeviceBuffer<std::uint8_t> temp_;       // vendor temporary storage
-  DeviceBuffer<std::uint32_t> hist_;      // portable: [256 * tiles] digit-major counts
-  DeviceBuffer<std::uint32_t> scan_tmp_;  // portable: scan scratch
+  DeviceBuffer<std::uint8_t> temp_;              // vendor temporary storage
+  DeviceBuffer<std::uint32_t> hist_;             // portable: [256 * tiles] digit-major counts
+  DeviceBuffer<std::uint32_t> scan_tmp_;         // portable: scan scratch
   [[maybe_unused]] std::size_t temp_bytes_ = 0;  // vendor path only
 };
 

@@ -68,7 +68,8 @@ DeviceInfo query(int device) {
   d.shared_memory_per_block_optin = static_cast<std::size_t>(
       attr(Attribute::shared_memory_per_block_optin, "shared_memory_per_block_optin"));
   if (d.shared_memory_per_block_optin < d.shared_memory_per_block) {
-    d.shared_memory_per_block_optin = d.shared_memory_per_block;  // HIP reports 0 (CUDA-only attribute)
+    d.shared_memory_per_block_optin =
+        d.shared_memory_per_block;  // HIP reports 0 (CUDA-only attribute)
   }
   d.max_threads_per_block = attr(Attribute::max_threads_per_block, "max_threads_per_block");
   d.max_grid[0] = attr(Attribute::max_grid_x, "max_grid_x");
@@ -79,8 +80,8 @@ DeviceInfo query(int device) {
   std::size_t free_bytes = 0;
   check(mem_get_info(&free_bytes, &d.total_memory_bytes), "mem_get_info");
   if (d.warp_size != 32 && d.warp_size != 64) {
-    throw GpuError(fmt::format("device {} ({}) reports warp size {}, expected 32 or 64", device, d.name,
-                               d.warp_size));
+    throw GpuError(fmt::format("device {} ({}) reports warp size {}, expected 32 or 64", device,
+                               d.name, d.warp_size));
   }
   return d;
 }
@@ -106,7 +107,9 @@ std::pair<std::size_t, std::size_t> memory_info() {
 
 // ---------------------------------------------------------------- streams --
 
-Stream::Stream() { check(stream_create(&s_), "stream_create"); }
+Stream::Stream() {
+  check(stream_create(&s_), "stream_create");
+}
 Stream::~Stream() {
   if (s_ != nullptr) (void)stream_destroy(s_);
 }
@@ -117,9 +120,13 @@ Stream& Stream::operator=(Stream&& o) noexcept {
   }
   return *this;
 }
-void Stream::synchronize() const { check(stream_synchronize(s_), "stream_synchronize"); }
+void Stream::synchronize() const {
+  check(stream_synchronize(s_), "stream_synchronize");
+}
 
-Event::Event() { check(event_create(&e_), "event_create"); }
+Event::Event() {
+  check(event_create(&e_), "event_create");
+}
 Event::~Event() {
   if (e_ != nullptr) (void)event_destroy(e_);
 }
@@ -130,9 +137,15 @@ Event& Event::operator=(Event&& o) noexcept {
   }
   return *this;
 }
-void Event::record(Stream_t s) const { check(event_record(e_, s), "event_record"); }
-void Event::synchronize() const { check(event_synchronize(e_), "event_synchronize"); }
-void Event::wait_on(Stream_t s) const { check(stream_wait_event(s, e_), "stream_wait_event"); }
+void Event::record(Stream_t s) const {
+  check(event_record(e_, s), "event_record");
+}
+void Event::synchronize() const {
+  check(event_synchronize(e_), "event_synchronize");
+}
+void Event::wait_on(Stream_t s) const {
+  check(stream_wait_event(s, e_), "stream_wait_event");
+}
 float Event::elapsed_ms(const Event& start, const Event& stop) {
   stop.synchronize();
   float ms = 0.0f;
@@ -151,11 +164,11 @@ void* device_alloc(std::size_t bytes, const char* what) {
     (void)get_last_error();
     std::size_t free_bytes = 0, total_bytes = 0;
     (void)mem_get_info(&free_bytes, &total_bytes);
-    throw GpuError(fmt::format(
-        "{}: cannot allocate {:.3f} GB of device memory ({} free of {:.3f} GB): {} {}; "
-        "use a smaller batch or fewer/smaller tables on this device",
-        what, bytes / 1e9, fmt::format("{:.3f} GB", free_bytes / 1e9), total_bytes / 1e9,
-        error_name(e), error_string(e)));
+    throw GpuError(
+        fmt::format("{}: cannot allocate {:.3f} GB of device memory ({} free of {:.3f} GB): {} {}; "
+                    "use a smaller batch or fewer/smaller tables on this device",
+                    what, bytes / 1e9, fmt::format("{:.3f} GB", free_bytes / 1e9),
+                    total_bytes / 1e9, error_name(e), error_string(e)));
   }
   return p;
 }
@@ -195,22 +208,24 @@ void zero(void* p, std::size_t bytes, Stream_t s, const char* what) {
 void validate_launch(const char* name, const void* kernel, const LaunchShape& shape) {
   const DeviceInfo& d = device_info();
   if (shape.grid < 1 || shape.grid > d.max_grid[0]) {
-    throw GpuError(fmt::format("kernel {}: grid of {} blocks is outside [1, {}] on {}", name, shape.grid,
-                               d.max_grid[0], d.name));
+    throw GpuError(fmt::format("kernel {}: grid of {} blocks is outside [1, {}] on {}", name,
+                               shape.grid, d.max_grid[0], d.name));
   }
   if (shape.block < 1 || shape.block > d.max_threads_per_block || shape.block % d.warp_size != 0) {
     throw GpuError(fmt::format(
-        "kernel {}: block of {} threads must be a multiple of the warp size {} in [1, {}] on {}", name,
-        shape.block, d.warp_size, d.max_threads_per_block, d.name));
+        "kernel {}: block of {} threads must be a multiple of the warp size {} in [1, {}] on {}",
+        name, shape.block, d.warp_size, d.max_threads_per_block, d.name));
   }
   if (shape.smem > d.shared_memory_per_block_optin) {
-    throw GpuError(fmt::format("kernel {}: {} bytes of dynamic shared memory exceed the {} bytes a "
-                               "block may use on {}",
-                               name, shape.smem, d.shared_memory_per_block_optin, d.name));
+    throw GpuError(
+        fmt::format("kernel {}: {} bytes of dynamic shared memory exceed the {} bytes a "
+                    "block may use on {}",
+                    name, shape.smem, d.shared_memory_per_block_optin, d.name));
   }
   if (shape.smem > d.shared_memory_per_block) {
     check(func_set_max_dynamic_shared_memory(kernel, static_cast<int>(shape.smem)),
-          fmt::format("kernel {}: raising the dynamic shared-memory limit to {} bytes", name, shape.smem)
+          fmt::format("kernel {}: raising the dynamic shared-memory limit to {} bytes", name,
+                      shape.smem)
               .c_str());
   }
 }
@@ -224,8 +239,8 @@ void after_launch(const char* name, Stream_t stream) {
   if (sync_each) {
     const Error_t e = stream_synchronize(stream);
     if (e != kSuccess) {
-      throw GpuError(fmt::format("kernel {}: failed while running: {} error {}: {}", name, kVendorRuntime,
-                                 error_name(e), error_string(e)));
+      throw GpuError(fmt::format("kernel {}: failed while running: {} error {}: {}", name,
+                                 kVendorRuntime, error_name(e), error_string(e)));
     }
   }
 }
@@ -238,8 +253,14 @@ namespace {
 thread_local bool t_rehearsing = false;
 }  // namespace
 
-bool rehearsing() { return t_rehearsing; }
-RehearsalScope::RehearsalScope() : outer_(t_rehearsing) { t_rehearsing = true; }
-RehearsalScope::~RehearsalScope() { t_rehearsing = outer_; }
+bool rehearsing() {
+  return t_rehearsing;
+}
+RehearsalScope::RehearsalScope() : outer_(t_rehearsing) {
+  t_rehearsing = true;
+}
+RehearsalScope::~RehearsalScope() {
+  t_rehearsing = outer_;
+}
 
 }  // namespace parity::gpu

@@ -145,7 +145,8 @@ class DeviceBuffer {
   ~DeviceBuffer() { detail::device_free(p_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       detail::device_free(p_);
@@ -160,12 +161,18 @@ class DeviceBuffer {
 
   // Host <-> device copies of the first n elements. The *_sync forms wait for all work on the
   // device first and block until the copy is done (set-up and checks, not the step path).
-  void upload(const T* host, std::size_t n, Stream_t s) { detail::copy(p_, host, n * sizeof(T), s, "upload"); }
+  void upload(const T* host, std::size_t n, Stream_t s) {
+    detail::copy(p_, host, n * sizeof(T), s, "upload");
+  }
   void download(T* host, std::size_t n, Stream_t s) const {
     detail::copy(host, p_, n * sizeof(T), s, "download");
   }
-  void upload_sync(const T* host, std::size_t n) { detail::copy_sync(p_, host, n * sizeof(T), "upload"); }
-  void download_sync(T* host, std::size_t n) const { detail::copy_sync(host, p_, n * sizeof(T), "download"); }
+  void upload_sync(const T* host, std::size_t n) {
+    detail::copy_sync(p_, host, n * sizeof(T), "upload");
+  }
+  void download_sync(T* host, std::size_t n) const {
+    detail::copy_sync(host, p_, n * sizeof(T), "download");
+  }
   void zero(Stream_t s) { detail::zero(p_, bytes(), s, "zero"); }
 
  private:

@@ -23,7 +23,9 @@ inline constexpr int kThreads = 256;
 inline constexpr int kItems = 16;  // items per thread
 inline constexpr std::int64_t kTile = kThreads * kItems;
 
-inline std::int64_t tiles_for(std::int64_t n) { return n <= 0 ? 1 : ceil_div(n, kTile); }
+inline std::int64_t tiles_for(std::int64_t n) {
+  return n <= 0 ? 1 : ceil_div(n, kTile);
+}
 
 #if defined(PARITY_GPU_COMPILER)
 
@@ -68,8 +70,9 @@ __device__ __forceinline__ std::int64_t count_of(std::int64_t n_max, const int* 
 }
 
 template <class Load>
-__global__ __launch_bounds__(kThreads) void reduce_tiles_kernel(Load load, std::int64_t n_max, const int* n_dev,
-                                                               std::uint32_t* tile_sums) {
+__global__ __launch_bounds__(kThreads) void reduce_tiles_kernel(Load load, std::int64_t n_max,
+                                                                const int* n_dev,
+                                                                std::uint32_t* tile_sums) {
   __shared__ std::uint32_t smem[kWarps + 1];
   const std::int64_t n = count_of(n_max, n_dev);
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * kTile;
@@ -88,8 +91,10 @@ __global__ __launch_bounds__(kThreads) void reduce_tiles_kernel(Load load, std::
 // One block: tile_sums[0 .. tiles) becomes its exclusive scan; *total_out gets the sum.
 // (A template so that every file including this header shares one definition.)
 template <int kUnused = 0>
-__global__ __launch_bounds__(kThreads) void scan_tile_sums_kernel(std::uint32_t* tile_sums, std::int64_t n_max,
-                                                                 const int* n_dev, std::uint32_t* total_out) {
+__global__ __launch_bounds__(kThreads) void scan_tile_sums_kernel(std::uint32_t* tile_sums,
+                                                                  std::int64_t n_max,
+                                                                  const int* n_dev,
+                                                                  std::uint32_t* total_out) {
   __shared__ std::uint32_t smem[kWarps + 1];
   const std::int64_t n = count_of(n_max, n_dev);
   const std::int64_t tiles = n <= 0 ? 0 : (n + kTile - 1) / kTile;
@@ -107,14 +112,17 @@ __global__ __launch_bounds__(kThreads) void scan_tile_sums_kernel(std::uint32_t*
 
 // Tile position with one word of padding every 32: a thread's kItems consecutive words then fall
 // in different banks.
-__device__ __forceinline__ int padded(int x) { return x + (x >> 5); }
+__device__ __forceinline__ int padded(int x) {
+  return x + (x >> 5);
+}
 
 // The tile is loaded and stored in striped order (coalesced: lane l of a warp touches element
 // base + k * kThreads + l) and scanned in blocked order (thread t owns kItems consecutive
 // elements), through shared memory.
 template <class Load, class Store>
-__global__ __launch_bounds__(kThreads) void scan_tiles_kernel(Load load, Store store, std::int64_t n_max,
-                                                             const int* n_dev, const std::uint32_t* tile_prefix) {
+__global__ __launch_bounds__(kThreads) void scan_tiles_kernel(Load load, Store store,
+                                                              std::int64_t n_max, const int* n_dev,
+                                                              const std::uint32_t* tile_prefix) {
   constexpr int kPadded = static_cast<int>(kTile) + static_cast<int>(kTile) / 32;
   __shared__ std::uint32_t vals[kPadded];
   __shared__ std::uint32_t pre[kPadded];
@@ -152,14 +160,17 @@ __global__ __launch_bounds__(kThreads) void scan_tiles_kernel(Load load, Store s
 // null): store(i, prefix, value) for each i; *total_out (if not null) gets the total.
 // tile_sums holds tiles_for(n_max) words of scratch.
 template <class Load, class Store>
-void exclusive_scan(Stream_t stream, const char* name, std::int64_t n_max, const int* n_dev, Load load,
-                    Store store, std::uint32_t* tile_sums, std::uint32_t* total_out) {
+void exclusive_scan(Stream_t stream, const char* name, std::int64_t n_max, const int* n_dev,
+                    Load load, Store store, std::uint32_t* tile_sums, std::uint32_t* total_out) {
   const std::int64_t tiles = tiles_for(n_max);
-  if (n_max > 0) launch(name, reduce_tiles_kernel<Load>, {tiles, kThreads, 0}, stream, load, n_max, n_dev, tile_sums);
-  launch(name, scan_tile_sums_kernel<>, {1, kThreads, 0}, stream, tile_sums, n_max, n_dev, total_out);
+  if (n_max > 0)
+    launch(name, reduce_tiles_kernel<Load>, {tiles, kThreads, 0}, stream, load, n_max, n_dev,
+           tile_sums);
+  launch(name, scan_tile_sums_kernel<>, {1, kThreads, 0}, stream, tile_sums, n_max, n_dev,
+         total_out);
   if (n_max > 0) {
-    launch(name, scan_tiles_kernel<Load, Store>, {tiles, kThreads, 0}, stream, load, store, n_max, n_dev,
-           static_cast<const std::uint32_t*>(tile_sums));
+    launch(name, scan_tiles_kernel<Load, Store>, {tiles, kThreads, 0}, stream, load, store, n_max,
+           n_dev, static_cast<const std::uint32_t*>(tile_sums));
   }
 }
 

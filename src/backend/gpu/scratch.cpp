@@ -4,9 +4,8 @@ namespace parity::gpu {
 
 namespace {
 constexpr std::array<const char*, static_cast<int>(ScratchSlot::count)> kSlotNames = {
-    "bf16 operand A",         "bf16 operand B", "masked gradient",
-    "masked gradient (bf16)", "cross du",       "cross du (bf16)",
-    "bf16 bias",              "column-sum partials"};
+    "bf16 operand A", "bf16 operand B",  "masked gradient", "masked gradient (bf16)",
+    "cross du",       "cross du (bf16)", "bf16 bias",       "column-sum partials"};
 }  // namespace
 
 void* Scratch::get(ScratchSlot slot, std::size_t bytes, Stream_t stream) {
