@@ -82,6 +82,20 @@ __device__ __forceinline__ void load_items(const std::uint32_t* __restrict__ src
   }
 }
 
+// Item r of this lane (load_items): whether it exists, its digit at `shift`, and the lanes of the
+// warp whose item r has the same digit. Every lane of the warp must call it.
+struct ItemDigit {
+  bool valid;
+  std::uint32_t digit;
+  LaneMask peers;
+};
+__device__ __forceinline__ ItemDigit item_digit(std::uint32_t key, std::int64_t base, int r,
+                                                std::int64_t n, int shift) {
+  const bool valid = base + static_cast<std::int64_t>(r) * kWarpSize < n;
+  const std::uint32_t d = (key >> shift) & 0xffu;
+  return {valid, d, match_digit(d, valid)};
+}
+
 // Digit counts of one tile: hist[digit * tiles + tile].
 __global__ __launch_bounds__(kSortThreads) void radix_upsweep_kernel(
     const std::uint32_t* __restrict__ keys, std::int64_t n, int shift,
@@ -96,9 +110,10 @@ __global__ __launch_bounds__(kSortThreads) void radix_upsweep_kernel(
   load_items(keys, base, n, key);
 #pragma unroll
   for (int r = 0; r < kSortItems; ++r) {
-    const bool valid = base + static_cast<std::int64_t>(r) * kWarpSize < n;
-    const std::uint32_t d = (key[r] >> shift) & 0xffu;
-    const LaneMask peers = match_digit(d, valid);
+    const ItemDigit it = item_digit(key[r], base, r, n, shift);
+    const bool valid = it.valid;
+    const std::uint32_t d = it.digit;
+    const LaneMask peers = it.peers;
     if (valid && lowest_lane(peers) == lane)
       atomicAdd(&counts[d], static_cast<std::uint32_t>(popc(peers)));
   }
@@ -126,9 +141,10 @@ __global__ __launch_bounds__(kSortThreads) void radix_downsweep_kernel(
   load_items(values_in, base, n, value);
 #pragma unroll
   for (int r = 0; r < kSortItems; ++r) {
-    const bool valid = base + static_cast<std::int64_t>(r) * kWarpSize < n;
-    const std::uint32_t d = (key[r] >> shift) & 0xffu;
-    const LaneMask peers = match_digit(d, valid);
+    const ItemDigit it = item_digit(key[r], base, r, n, shift);
+    const bool valid = it.valid;
+    const std::uint32_t d = it.digit;
+    const LaneMask peers = it.peers;
     const std::uint32_t before = valid ? warp_counts[warp][d] : 0u;
     sync_warp();
     if (valid && lowest_lane(peers) == lane)
