@@ -240,9 +240,10 @@ class Backend {
   // ---- bad inputs recorded where they cannot be thrown ----
   // Ops that run where they cannot throw (GPU kernels) skip a bad input (an id outside its table,
   // offsets that decrease) and record the first one. raise_input_errors() waits for the work
-  // enqueued so far and throws the InputError the cpu backend throws at the op itself (naming the
-  // table, the bag and the id), clearing the record. Backends that throw at the op (cpu) have
-  // nothing to raise. The trainer calls it at every evaluation, checkpoint and at the end.
+  // enqueued so far and throws an InputError naming the table, the bag and the id ("table t, bag
+  // b: id x is outside [0, rows)", as the cpu backend says at the op itself), clearing the record.
+  // Backends that throw at the op (cpu) have nothing to raise. The trainer calls it at every
+  // evaluation, checkpoint and at the end.
   virtual void raise_input_errors() {}
 
   // ---- profiling: timing marks on the compute queue ----

@@ -58,14 +58,18 @@ struct TypedView {
   TypedView(V* d, DType t, std::int64_t r, std::int64_t c, std::int64_t l)
       : data(d), dtype(t), rows(r), cols(c), ld(l) {}
   TypedView(V* d, DType t, std::int64_t r, std::int64_t c) : TypedView(d, t, r, c, c) {}
+  // Implicit on purpose (an fp32 view, or a writable one, is accepted where a TypedView is
+  // taken). clang-format 14 misreads requires-clauses, hence the guard.
+  // clang-format off
   template <class T>
-  requires std::is_convertible_v<T*, V*> && std::is_same_v < std::remove_const_t<T>,
-  float > TypedView(const MatView<T>& m)
-      : data(m.data),
-  dtype(DType::f32), rows(m.rows), cols(m.cols), ld(m.ld) {}  // NOLINT
+    requires std::is_convertible_v<T*, V*> && std::is_same_v<std::remove_const_t<T>, float>
+  TypedView(const MatView<T>& m)  // NOLINT(google-explicit-constructor)
+      : data(m.data), dtype(DType::f32), rows(m.rows), cols(m.cols), ld(m.ld) {}
   template <class U>
-  requires std::is_convertible_v<U*, V*> TypedView(const TypedView<U>& o)
-      : data(o.data), dtype(o.dtype), rows(o.rows), cols(o.cols), ld(o.ld) {}  // NOLINT
+    requires std::is_convertible_v<U*, V*>
+  TypedView(const TypedView<U>& o)  // NOLINT(google-explicit-constructor)
+      : data(o.data), dtype(o.dtype), rows(o.rows), cols(o.cols), ld(o.ld) {}
+  // clang-format on
 
   bool empty() const { return data == nullptr; }
   bool is_f32() const { return dtype == DType::f32; }

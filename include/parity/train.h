@@ -97,8 +97,9 @@ struct TrainResult {
 
 // Trains. Throws InputError on bad input (data, checkpoint), Error on other failures. A bad input
 // that a GPU backend meets in a step (an id outside its table) is recorded there and thrown at the
-// next evaluation or checkpoint, or at the end, before anything is written or reported after it
-// (Backend::raise_input_errors); the cpu backend throws at the step itself.
+// next evaluation or checkpoint, or at the end, before that evaluation is reported or that
+// checkpoint written (Backend::raise_input_errors; progress events of the steps in between are
+// still sent); the cpu backend throws at the step itself.
 TrainResult train(const TrainConfig& config, TrainObserver* observer = nullptr);
 
 }  // namespace parity

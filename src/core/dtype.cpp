@@ -61,12 +61,8 @@ float round_to_dtype(float v, DType t) {
       return v;
     case DType::f16:
       return std::isnan(v) ? v : half_to_float(half_bits(v));
-    case DType::bf16: {
-      if (std::isnan(v)) return v;
-      std::uint32_t u = std::bit_cast<std::uint32_t>(v);
-      u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even on the top 16 bits
-      return std::bit_cast<float>(u & 0xffff0000u);
-    }
+    case DType::bf16:
+      return std::isnan(v) ? v : bf16_to_float(bf16_bits(v));
     default:
       throw std::invalid_argument("round_to_dtype: not a floating-point storage type");
   }
@@ -90,8 +86,8 @@ std::uint16_t half_bits(float v) {
   if (a >= 0x7f800000u)
     return static_cast<std::uint16_t>(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));
   if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to infinity
-  if (a <
-      0x38800000u) {  // below 2^-14: the subnormal grid of 2^-24; the scaling is exact, rint is RNE
+  // Below 2^-14: the subnormal grid of 2^-24 (the scaling is exact, rint rounds to nearest even).
+  if (a < 0x38800000u) {
     const float q = std::nearbyint(std::bit_cast<float>(a) * 16777216.0f);
     return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(q));
   }

@@ -72,13 +72,14 @@ std::size_t InputStager::allocated_bytes() const {
   return total;
 }
 
+// A batch that does not fit the model is bad data (a user's batch source may make one).
 void InputStager::check_batch(const Batch& batch) const {
   const std::int64_t n = batch.size;
   if (n <= 0 || n > max_batch_)
-    throw Error(
+    throw InputError(
         fmt::format("Model: batch of {} examples; this model was built for 1..{}", n, max_batch_));
   if (batch.num_dense != spec_.dense_features || batch.num_tables != spec_.num_tables())
-    throw Error(fmt::format(
+    throw InputError(fmt::format(
         "Model: batch has {} dense features and {} tables; model '{}' expects {} and {}",
         batch.num_dense, batch.num_tables, spec_.name, spec_.dense_features, spec_.num_tables()));
   const std::size_t T = static_cast<std::size_t>(batch.num_tables);
@@ -86,7 +87,8 @@ void InputStager::check_batch(const Batch& batch) const {
       batch.dense.size() != static_cast<std::size_t>(n * batch.num_dense) ||
       batch.ids.size() != static_cast<std::size_t>(batch.offsets.back()) ||
       (!batch.labels.empty() && batch.labels.size() != static_cast<std::size_t>(n)))
-    throw Error("Model: malformed batch (dense, labels, offsets or ids have the wrong length)");
+    throw InputError(
+        "Model: malformed batch (dense, labels, offsets or ids have the wrong length)");
 }
 
 void InputStager::stage(const Batch& batch) {

@@ -101,7 +101,9 @@ Calibration load_calibration(const std::filesystem::path& file, const DeviceSpec
   const std::string origin = file.string();
   const YAML::Node root = spec_yaml::parse_document(spec_yaml::read_text_file(file, "calibration"),
                                                     origin, "calibration");
-  std::vector<std::string_view> known{"device", "source", "measured", "command"};
+  // kRemoved: keys of earlier releases, refused with what replaced them.
+  constexpr std::string_view kRemoved = "sort_bytes_per_id";
+  std::vector<std::string_view> known{"device", "source", "measured", "command", kRemoved};
   for (const auto& k : kFields) known.push_back(k.key);
   const spec_yaml::MapView map =
       spec_yaml::Field(root, "", &origin).as_map(known, "a map of calibration values");
@@ -109,6 +111,11 @@ Calibration load_calibration(const std::filesystem::path& file, const DeviceSpec
   c.source = origin;
   if (const auto d = map.get("device"); d && d->as_string() != device.name)
     d->fail(fmt::format("calibration is for device '{}', not '{}'", d->as_string(), device.name));
+  if (const auto r = map.get(kRemoved))
+    r->fail(
+        fmt::format("{} is no longer a calibration value: the radix sort's bytes are computed "
+                    "from the sort's key bits (radix_sort_bytes in perf.h); remove the line",
+                    kRemoved));
   if (const auto src = map.get("source"))
     c.source = fmt::format("{} ({})", origin, src->as_string());
   for (const auto& f : kFields) {

@@ -96,9 +96,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   // The engine stores x0 (the pooled outputs) and its gradient like the activations: bf16 under a
   // 16-bit dense math with DCNv2, fp32 for the dot interaction's kernels.
   const DType emb_io =
-      dense_operand_bytes(plan.dense_math) < 4.0 && m.interaction.kind == InteractionKind::dcnv2
-          ? DType::bf16
-          : DType::f32;
+      low && m.interaction.kind == InteractionKind::dcnv2 ? DType::bf16 : DType::f32;
   // The rows each device holds: its embedding kernels sort keys over all of them.
   std::vector<double> device_rows(W, 0);
   for (std::size_t i = 0; i < plan.tables.size(); ++i) {
@@ -249,7 +247,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   p.examples_per_s_per_gpu = p.examples_per_s / W;
 
   // ---- memory: the fullest device ----
-  // Saved activations in their storage type (dense_work), fp32 gradient scratch.
+  // Saved activations in their storage type (detail::dense_memory), fp32 gradient scratch.
   const double dense_mem = P * 4 * (2 + k) + (low ? P * 2 : 0);
   const double act_mem = b * (dm.saved_bytes_per_example + dm.grad_bytes_per_example);
   const double pooled_mem = 2 * b * m.embedding_output_dim() * 4;  // received outputs, their grads

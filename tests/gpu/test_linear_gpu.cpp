@@ -92,6 +92,56 @@ TEST_P(DenseGpuLinear, BackwardMatchesCpu) {
   }
 }
 
+// The product's epilogue as a kernel of its own (gemm_epilogue.cu): for an empty inner dimension
+// (y = act(bias), no library call), fp32 and bf16 outputs; and after the library's product where
+// it could not fuse the bias (blas.cpp never fuses a bias that is not 16-byte aligned: the kernel
+// adds it after the product). Each against the CPU reference.
+TEST(DenseGpuEpilogue, EmptyProductsAndUnfusedBiasMatchCpu) {
+  PARITY_REQUIRE_GPU();
+  CpuBackend cpu;
+  Rand rand(4242);
+  const std::int64_t batch = 97, out = 45, in = 33;
+  // [1, out + 1]: the bias starts one float in, 4-byte aligned only.
+  const HostMat bias_buf = random_vec(out + 1, rand);
+  const HostMat bias = random_vec(out, rand);
+  for (Activation act : {Activation::none, Activation::relu}) {
+    const std::string name = act == Activation::relu ? " relu" : "";
+    // k = 0 into fp32 and into bf16: y = act(bias).
+    for (DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
+      GpuBackend gpu(math);
+      const HostMat x(batch, 0, 1), w(out, 0, 1);
+      HostMat ref(batch, out, out + 3);
+      cpu.linear_forward(x.cview(), w.cview(), bias.v.data(), act, ref.view());
+      const DevMat dx(gpu, x), dw(gpu, w), db(gpu, bias);
+      const std::string what =
+          std::string("empty product ") + std::string(dense_math_name(math)) + name;
+      if (math == DenseMath::fp32) {
+        const DevMat dy(gpu, ref.poisoned());
+        gpu.linear_forward(dx.view(), dw.view(), db.data(), act, dy.view());
+        expect_close(what, dy.download(), ref, ref.abs(), 1e-7);
+      } else {
+        const DevBf16 dy(gpu, HostBf16(ref).poisoned());
+        gpu.linear_forward(dx.view(), dw.view(), db.data(), act, dy.view());
+        // bf16 output: the bias rounded to bf16, then the sum rounded once.
+        expect_close(what, dy.download().to_float(), ref, ref.abs(), 1.0 / 128);
+      }
+      EXPECT_EQ(gpu.counters().blas_plans, 0) << what << ": an empty product needs no library plan";
+    }
+    // An fp32 product whose bias the library cannot fuse.
+    GpuBackend gpu(DenseMath::fp32);
+    const HostMat x = HostMat::random(batch, in, 2, rand);
+    const HostMat w = HostMat::random(out, in, 1, rand, -0.5f, 0.5f);
+    HostMat ref(batch, out, out + 3), mag = ref.poisoned();
+    cpu.linear_forward(x.cview(), w.cview(), bias_buf.v.data() + 1, act, ref.view());
+    const HostMat abias = bias_buf.abs();
+    cpu.linear_forward(x.abs().cview(), w.abs().cview(), abias.v.data() + 1, Activation::none,
+                       mag.view());
+    const DevMat dx(gpu, x), dw(gpu, w), db(gpu, bias_buf), dy(gpu, ref.poisoned());
+    gpu.linear_forward(dx.view(), dw.view(), db.data() + 1, act, dy.view());
+    expect_close("unfused bias fp32" + name, dy.download(), ref, mag, tol_for(DenseMath::fp32));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dense, DenseGpuLinear,
                          ::testing::Values(DenseMath::fp32, DenseMath::tf32, DenseMath::bf16),
                          math_label);

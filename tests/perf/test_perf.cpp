@@ -247,6 +247,9 @@ TEST(Calibration, FileOverridesAndBadFilesAreClear) {
   EXPECT_NE(m.find("expected a number"), std::string::npos) << m;
   m = message("[1, 2");
   EXPECT_NE(m.find("YAML syntax error"), std::string::npos) << m;
+  m = message("device: h200\nsort_bytes_per_id: 96\n");  // an earlier release's key
+  EXPECT_NE(m.find(":2:"), std::string::npos) << m;
+  EXPECT_NE(m.find("no longer a calibration value"), std::string::npos) << m;
   fs::remove(f);
 }
 

@@ -44,7 +44,7 @@ class In {
   }
   operator CMat() const {
     return view_;
-  }  // NOLINT
+  }  // NOLINT(google-explicit-constructor)
 
  private:
   std::vector<float> buf_;
@@ -76,7 +76,7 @@ class Out {
   }
   operator Mat() const {
     return view_;
-  }  // NOLINT
+  }  // NOLINT(google-explicit-constructor)
   void store() const {
     if (target_.is_f32() || view_.data == nullptr) return;
     auto* bits = static_cast<std::uint16_t*>(target_.data);
@@ -123,6 +123,11 @@ void CpuBackend::fill(float* p, std::int64_t n, float value) {
 
 void CpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
   if (n < 0 || (n > 0 && p == nullptr)) throw Error("round_to_dtype: bad buffer");
+  // Checked here: an exception thrown inside the parallel loop would end the process.
+  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
+    throw Error(
+        fmt::format("round_to_dtype: {} is not a floating-point storage type (fp32, fp16, bf16)",
+                    dtype_name(dtype)));
 #pragma omp parallel for schedule(static) if (n >= (1 << 16))
   for (std::int64_t i = 0; i < n; ++i) p[i] = parity::round_to_dtype(p[i], dtype);
 }

@@ -1,4 +1,4 @@
-// Elementwise ops for the CPU reference: fills, loss, sigmoid, add, dense optimizer steps.
+// Elementwise ops for the CPU reference: fills, loss, sigmoid, dense optimizer steps.
 //
 // Why it is built this way: each output element depends on its own inputs only, so threads split
 // the index range and nothing depends on the thread count. The one reduction (the mean loss) is

@@ -200,8 +200,10 @@ struct GpuBackend::Impl {
 
   void ensure_tables(std::span<const TableLayout> tables) {
     if (emb_tables != nullptr && same_layouts(tables, emb_layouts)) return;
-    // Enqueued work may use the old ones.
+    // Enqueued work may use the old ones; a bad input they recorded is raised, not dropped with
+    // them.
     gpu::check(gpu::stream_synchronize(s()), "embedding layout change");
+    if (emb_tables != nullptr) emb_tables->raise_input_errors(s());
     emb_layouts.assign(tables.begin(), tables.end());
     std::vector<TableLayout> f32(tables.begin(), tables.end());
     for (auto& t : f32) t.dtype = DType::f32;  // storage is fp32; narrow types are emulated
