@@ -181,8 +181,7 @@ void ShardWriter::flush(Split split) {
   for (const auto& v : p.ids) h.ids += static_cast<std::int64_t>(v.size());
 
   auto& files = files_[static_cast<int>(split)];
-  char name[64];
-  std::snprintf(name, sizeof name, "%s-%05zu.bin", split_name(split).c_str(), files.size());
+  const std::string name = fmt::format("{}-{:05}.bin", split_name(split), files.size());
   AtomicFile f(dir_ / name, "shard file");
   const Sections sec = sections_of(h);
   std::uint64_t written = 0;
