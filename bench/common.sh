@@ -27,6 +27,13 @@
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 OUT=${OUT:-$PWD/out/${1:-bench}}
 mkdir -p "$OUT"
+# Scratch space for large intermediate files (datasets, id dumps, shapes), on the machine's
+# temporary file system and removed when the script ends, unless SCRATCH names a folder to keep.
+if [ -z "${SCRATCH:-}" ]; then
+  SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/parity-bench.XXXXXX")
+  trap 'rm -rf "$SCRATCH"' EXIT
+fi
+mkdir -p "$SCRATCH"
 export NCCL_NVLS_ENABLE=0
 
 say() { echo "== $(date +%H:%M:%S) $*"; }

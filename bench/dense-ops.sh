@@ -32,7 +32,7 @@ binaries_and_tests dense_bench
 
 summary=()
 for math in "${maths[@]}"; do
-  shapes=/tmp/parity-dense-shapes-$math.json
+  shapes=$SCRATCH/dense-shapes-$math.json
   log=$OUT/dense-$math.log
   rm -f "$shapes"  # written only by a run that measured every op
   say "dense_bench --math $math ($MODEL)"

@@ -24,7 +24,7 @@ device_facts
 binaries_and_tests embedding_bench
 
 # ---- benchmarks -----------------------------------------------------------------------------
-DUMP=/tmp/parity-embedding-inputs
+DUMP=$SCRATCH/embedding-inputs
 if [ -z "${SKIP_BENCH:-}" ]; then
   say "embedding_bench"
   rm -rf "$DUMP"
@@ -42,7 +42,7 @@ fi
 device_after
 if [ -n "${PROBE_BUILD:-}" ]; then  # can this machine configure the project? (configure only)
   say "probe: cmake configure on this machine"
-  timeout 60 cmake -S . -B /tmp/parity-probe -G Ninja -DCMAKE_BUILD_TYPE=Release "-DPARITY_BACKENDS=cpu;cuda" \
+  timeout 60 cmake -S . -B "$SCRATCH/probe" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DPARITY_BACKENDS=cpu;cuda" \
     >>"$OUT/build.log" 2>&1
   say "probe configure rc=$?"
   tail -5 "$OUT/build.log"

@@ -17,7 +17,8 @@
 #   6. PyTorch (bench/dlrm_torch.py): the capped model eager and with torch.compile; the full
 #      model with a hand-written rowwise Adagrad where it fits (unless SKIP_TORCH=1)
 # Environment: STEPS (default 300), PROFILE_STEPS (60), TRAIN_BATCHES (96), SKIP_TESTS, SKIP_TORCH,
-# SKIP_FULL_TORCH, TORCH_STEPS (40), TESTS and TEST_TIMEOUT (for scripts/gpu-tests.sh; 200 s a binary).
+# SKIP_FULL_TORCH, TORCH_STEPS (40), TESTS and TEST_TIMEOUT (for scripts/gpu-tests.sh; 200 s a binary),
+# SHARDS (the dataset folder, default in the scratch folder), SCRATCH (bench/common.sh).
 set -uo pipefail
 # shellcheck source=bench/common.sh
 . "$(dirname "$0")/common.sh" training-check
@@ -25,7 +26,7 @@ STEPS=${STEPS:-300}
 PROFILE_STEPS=${PROFILE_STEPS:-60}
 TRAIN_BATCHES=${TRAIN_BATCHES:-96}
 TORCH_STEPS=${TORCH_STEPS:-40}
-SHARDS=${SHARDS:-/tmp/parity-shards}
+SHARDS=${SHARDS:-$SCRATCH/shards}
 TEST_TIMEOUT=${TEST_TIMEOUT:-200}
 device_facts
 
