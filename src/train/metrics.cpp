@@ -13,6 +13,10 @@ namespace parity {
 double roc_auc(std::span<const float> scores, std::span<const float> labels) {
   if (scores.size() != labels.size()) throw Error("roc_auc: scores and labels differ in length");
   const std::size_t n = scores.size();
+  // NaN compares false with everything: the sort below would have no strict weak order and the
+  // tie walk would never advance. It has no rank, so the AUC is not defined.
+  if (std::any_of(scores.begin(), scores.end(), [](float s) { return std::isnan(s); }))
+    return std::numeric_limits<double>::quiet_NaN();
   std::vector<std::uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
   std::sort(order.begin(), order.end(),

@@ -20,6 +20,16 @@ TEST(RocAuc, HandComputed) {
   EXPECT_TRUE(std::isnan(roc_auc(std::vector<float>{0.1f, 0.2f}, std::vector<float>{1, 1})));
 }
 
+// A NaN score has no rank: the AUC is NaN, returned at once (a NaN once made the tie walk loop
+// forever). Infinite scores rank as the extremes.
+TEST(RocAuc, NanScoresGiveNanAndInfinitiesRank) {
+  const std::vector<float> y{0, 1, 0, 1, 1};
+  std::vector<float> s{0.1f, 0.9f, std::nanf(""), 0.7f, std::nanf("")};
+  EXPECT_TRUE(std::isnan(roc_auc(s, y)));
+  s = {-INFINITY, INFINITY, 0.2f, 0.7f, INFINITY};
+  EXPECT_DOUBLE_EQ(roc_auc(s, y), 1.0);
+}
+
 TEST(RocAuc, MatchesPairCountOnRandomData) {
   std::vector<float> s, y;
   unsigned x = 12345;
