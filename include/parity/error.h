@@ -21,6 +21,14 @@ class InputError : public Error {
   using Error::Error;
 };
 
+// Training stopped because its numbers stopped being numbers: a NaN or an infinity in the loss,
+// the dense gradients, the weights or the predictions (a learning rate too high for the model and
+// batch, or bad values in the data). what() names the step and what was found.
+class NumericalError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Throws InputError formatted as "<where>: <message>" when cond is false.
 void require(bool cond, const std::string& where, const std::string& message);
 

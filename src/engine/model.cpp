@@ -144,8 +144,10 @@ struct Model::Impl {
         params(backend, layout),
         input(backend, spec, max_batch),
         acts(backend, layout, max_batch),
+        guard(backend, sizeof(std::int64_t)),
         profiler(backend) {
     layout.initialise(backend, param(0), params.emb_weights.as<float>(), seed);
+    clear_guard();
   }
   ~Impl() { backend.release_constants(); }  // the activations are about to be freed
 
@@ -154,6 +156,10 @@ struct Model::Impl {
 
   float* param(std::int64_t off) const { return params.dense.as<float>() + off; }
   float* grad(std::int64_t off) const { return params.grads.as<float>() + off; }
+  void clear_guard() {
+    const std::int64_t none = -1;
+    backend.copy_to_device(guard.get(), &none, sizeof none);
+  }
   // The output of top layer i for n examples (the last one, the logits, in fp32).
   AMat top_activation(std::size_t i, std::int64_t n) const {
     const bool logits = i + 1 == layout.top.size();
@@ -167,6 +173,9 @@ struct Model::Impl {
   Parameters params;
   engine::InputStager input;
   Activations acts;
+  // The first step whose loss or dense gradients were not finite, or -1 (one int64; written by
+  // Backend::flag_nonfinite on the device).
+  Buffer guard;
   engine::StepProfiler profiler;
 };
 
@@ -316,8 +325,12 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
                             Mat(grad(l.w), l.out, l.in), grad(l.b));
     dy = dx;
   }
-  // One optimizer step over every dense parameter.
+  // One optimizer step over every dense parameter, after the guard has looked at the step's loss
+  // and gradients (a NaN or an infinity anywhere upstream reaches one of them).
   profiler.section("dense_optimizer");
+  backend.flag_nonfinite(acts.loss.as<float>(), 1, step + 1, guard.as<std::int64_t>());
+  backend.flag_nonfinite(params.grads.as<float>(), L.dense_count, step + 1,
+                         guard.as<std::int64_t>());
   backend.dense_optimizer_step(params.dense.as<float>(), params.grads.as<float>(),
                                params.dense_state.as<float>(), L.dense_count, L.dense_opt,
                                step + 1);
@@ -385,6 +398,12 @@ int Model::staged() const {
 float Model::last_loss() {
   float v = 0.0f;
   impl_->backend.copy_to_host(&v, impl_->acts.loss.get(), sizeof v);
+  return v;
+}
+
+std::int64_t Model::first_nonfinite_step() {
+  std::int64_t v = -1;
+  impl_->backend.copy_to_host(&v, impl_->guard.get(), sizeof v);
   return v;
 }
 

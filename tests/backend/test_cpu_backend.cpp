@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,25 @@ TEST(CpuBackendMemory, CopiesAndFills) {
   be.fill(b.as<float>(), 5, -2.5f);
   be.copy_to_host(back.data(), b.get(), 5 * sizeof(float));
   EXPECT_EQ(back, std::vector<float>(5, -2.5f));
+}
+
+// flag_nonfinite records the step once, at the first NaN or infinity anywhere in the range (the
+// parallel path included), and never overwrites a record.
+TEST(CpuBackendGuard, FlagNonfiniteRecordsTheFirstBadStep) {
+  CpuBackend be;
+  std::vector<float> x(1 << 17, 0.5f);
+  std::int64_t record = -1;
+  be.flag_nonfinite(x.data(), static_cast<std::int64_t>(x.size()), 3, &record);
+  EXPECT_EQ(record, -1);
+  x.back() = std::numeric_limits<float>::infinity();
+  be.flag_nonfinite(x.data(), static_cast<std::int64_t>(x.size()) - 1, 4, &record);
+  EXPECT_EQ(record, -1) << "looked past n";
+  be.flag_nonfinite(x.data(), static_cast<std::int64_t>(x.size()), 5, &record);
+  EXPECT_EQ(record, 5);
+  x[7] = std::nanf("");
+  be.flag_nonfinite(x.data(), static_cast<std::int64_t>(x.size()), 6, &record);
+  EXPECT_EQ(record, 5) << "a record was overwritten";
+  EXPECT_THROW(be.flag_nonfinite(x.data(), 1, 1, nullptr), Error);
 }
 
 TEST(CpuBackendMemory, FillUniformIsTheCounterFormula) {

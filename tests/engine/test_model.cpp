@@ -295,6 +295,31 @@ TEST_P(EngineModel, PrepareIsNotProfiledAndChangesNothing) {
   EXPECT_EQ(plain.last_loss(), prepared.last_loss());
 }
 
+// The finite-value guard: clean steps record nothing; the first step that meets a NaN (here in a
+// dense weight) is recorded, and later steps do not overwrite it.
+TEST_P(EngineModel, GuardRecordsTheFirstNonFiniteStep) {
+  const ModelSpec spec = testing::micro_model(InteractionKind::dcnv2, OptimizerKind::adagrad,
+                                              OptimizerKind::adam, 0.01);
+  auto be = backend();
+  SyntheticData data(spec, 4);
+  Batch batch;
+  Model m(spec, *be, 8, 9);
+  for (int k = 0; k < 3; ++k) {
+    data.batch(Split::train, k, 8, batch);
+    m.train_step(batch);
+  }
+  EXPECT_EQ(m.first_nonfinite_step(), -1);
+  const TensorRef w = m.tensors().front();  // a dense weight
+  ASSERT_EQ(w.dtype, DType::f32);
+  const float nan = std::nanf("");
+  be->copy_to_device(static_cast<float*>(w.data) + 1, &nan, sizeof nan);
+  for (int k = 3; k < 6; ++k) {
+    data.batch(Split::train, k, 8, batch);
+    m.train_step(batch);
+  }
+  EXPECT_EQ(m.first_nonfinite_step(), 4);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, EngineModel, ::testing::ValuesIn(testing::engine_backends()),
                          testing::backend_param_name);
 

@@ -1,4 +1,4 @@
-// Fills and rounding on the GPU against the CPU reference, bit for bit.
+// Fills, rounding and the finite-value guard on the GPU against the CPU reference, bit for bit.
 #include <gtest/gtest.h>
 
 #include "dense_test_util.h"
@@ -64,6 +64,40 @@ TEST(DenseGpu, RoundToDtypeIsBitIdentical) {
     EXPECT_EQ(differ, 0) << dtype_name(t);
   }
   EXPECT_THROW(gpu.round_to_dtype(nullptr, 0, DType::i32), Error);
+}
+
+// The guard over random finite values with NaN and infinities planted at random places (the
+// first and last element included), at sizes around the grid's reach: the GPU records exactly
+// where the CPU does, and neither overwrites a record.
+TEST(DenseGpu, FlagNonfiniteMatchesCpu) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu;
+  CpuBackend cpu;
+  rng::Stream st(rng::key(8, 1));
+  Buffer record(gpu, sizeof(std::int64_t));
+  for (const std::int64_t n :
+       {std::int64_t{1}, std::int64_t{255}, std::int64_t{65537}, std::int64_t{3000001}}) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (auto& f : v) f = static_cast<float>(st.next_uniform()) - 0.5f;
+    Buffer d(gpu, v.size() * 4);
+    std::int64_t step = 0;
+    for (const std::int64_t at : {std::int64_t{-1}, n - 1, std::int64_t{0}, n / 2}) {
+      std::vector<float> w = v;
+      if (at >= 0) w[static_cast<std::size_t>(at)] = (at % 2 == 0) ? std::nanf("") : -INFINITY;
+      gpu.copy_to_device(d.get(), w.data(), w.size() * 4);
+      for (const std::int64_t start : {std::int64_t{-1}, std::int64_t{7}}) {
+        ++step;
+        std::int64_t want = start;
+        cpu.flag_nonfinite(w.data(), n, step, &want);
+        gpu.copy_to_device(record.get(), &start, sizeof start);
+        gpu.flag_nonfinite(d.as<float>(), n, step, record.as<std::int64_t>());
+        std::int64_t got = -2;
+        gpu.copy_to_host(&got, record.get(), sizeof got);
+        EXPECT_EQ(got, want) << "n " << n << ", bad element at " << at << ", record " << start;
+      }
+    }
+  }
+  EXPECT_THROW(gpu.flag_nonfinite(nullptr, 4, 1, record.as<std::int64_t>()), Error);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // CpuBackend: forwards every op to the float instantiation of cpu_ops.h (see cpu_backend.h).
 #include "backend/cpu/cpu_backend.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -130,6 +131,17 @@ void CpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
                     dtype_name(dtype)));
 #pragma omp parallel for schedule(static) if (n >= (1 << 16))
   for (std::int64_t i = 0; i < n; ++i) p[i] = parity::round_to_dtype(p[i], dtype);
+}
+
+void CpuBackend::flag_nonfinite(const float* x, std::int64_t n, std::int64_t step,
+                                std::int64_t* first_bad) {
+  if (n < 0 || (n > 0 && x == nullptr) || first_bad == nullptr)
+    throw Error("flag_nonfinite: bad buffer");
+  if (*first_bad != -1) return;
+  bool bad = false;
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (n >= (1 << 16))
+  for (std::int64_t i = 0; i < n; ++i) bad = bad || !std::isfinite(x[i]);
+  if (bad) *first_bad = step;
 }
 
 void CpuBackend::fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,

@@ -28,6 +28,8 @@ class CpuBackend : public Backend {
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override;
   void fill(float* p, std::int64_t n, float value) override;
   void round_to_dtype(float* p, std::int64_t n, DType dtype) override;
+  void flag_nonfinite(const float* x, std::int64_t n, std::int64_t step,
+                      std::int64_t* first_bad) override;
   void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
                     std::uint64_t stream) override;
   void synchronize() override {}

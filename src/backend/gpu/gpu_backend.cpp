@@ -32,6 +32,7 @@
 #include "backend/gpu/dot_interaction.h"
 #include "backend/gpu/embedding.h"
 #include "backend/gpu/fill.h"
+#include "backend/gpu/finite_guard.h"
 #include "backend/gpu/input_queue.h"
 #include "backend/gpu/linear.h"
 #include "backend/gpu/loss.h"
@@ -315,6 +316,13 @@ void GpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
     fail("round_to_dtype", "{} is not a floating-point storage type (fp32, fp16, bf16)",
          dtype_name(dtype));
   gpu::round_to_dtype(impl_->s(), p, n, dtype);
+}
+
+void GpuBackend::flag_nonfinite(const float* x, std::int64_t n, std::int64_t step,
+                                std::int64_t* first_bad) {
+  if (n < 0 || (n > 0 && x == nullptr) || first_bad == nullptr)
+    fail("flag_nonfinite", "bad buffer (n {})", n);
+  gpu::flag_nonfinite(impl_->s(), x, n, step, first_bad);
 }
 
 void GpuBackend::synchronize() {

@@ -57,6 +57,8 @@ class GpuBackend final : public Backend {
   void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
                     std::uint64_t stream) override;
   void round_to_dtype(float* p, std::int64_t n, DType dtype) override;
+  void flag_nonfinite(const float* x, std::int64_t n, std::int64_t step,
+                      std::int64_t* first_bad) override;
   void synchronize() override;
 
   // Input pipeline: copies run on a second stream, ordered against the compute stream by
