@@ -3,6 +3,11 @@
 // that other tools can read the weights. Writes are atomic: a temporary file in the
 // same directory, fsync, rename over the target, fsync of the directory. A crash at
 // any point leaves either the old checkpoint or the new one, never a torn file.
+//
+// Every file parity writes carries checksums in its metadata (strings, as safetensors requires):
+// "crc32c.<tensor>" for each tensor's bytes and "header_crc32c" for the header itself (computed
+// with its own value written as "crc32c:00000000"). Readers verify each one present, so a flipped
+// bit or a torn block anywhere in a checkpoint is found when it is loaded.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +19,20 @@
 
 #include "parity/backend.h"
 #include "parity/engine.h"
+#include "parity/error.h"
 
 namespace parity {
+
+// A checkpoint whose bytes are not what was written (a checksum differs, the file is truncated)
+// or whose values cannot be trained from (NaN or infinite): an older checkpoint may still be good.
+class CheckpointCorrupt : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// What the values of floating-point tensors may be: anything, or finite only (a NaN or an
+// infinity is refused, naming the tensor).
+enum class TensorValues { any, finite };
 
 struct SafetensorsEntry {
   DType dtype = DType::f32;
@@ -29,26 +46,52 @@ struct SafetensorsHeader {
   std::uint64_t data_offset = 0;  // file offset of the data section (8 + header size)
 };
 
-// Writes every tensor (read from backend memory in chunks) and the metadata, atomically.
+// Writes every tensor (read from backend memory in chunks), the metadata and the checksums,
+// atomically. With TensorValues::finite a NaN or an infinity in a floating-point tensor throws
+// NumericalError naming the tensor, and the file is not written (what was at its path stays).
 void save_safetensors(const std::filesystem::path& file, const std::vector<TensorRef>& tensors,
-                      const std::map<std::string, std::string>& metadata, Backend& backend);
+                      const std::map<std::string, std::string>& metadata, Backend& backend,
+                      TensorValues values = TensorValues::any);
 
 // Reads and validates the header: sizes, offsets within the file, dtypes, shapes that
-// match byte ranges. Throws InputError naming the file and the problem.
+// match byte ranges, the header checksum where there is one. Throws InputError naming the file
+// and the problem (CheckpointCorrupt where the checksum or the size says the file is damaged).
 SafetensorsHeader read_safetensors_header(const std::filesystem::path& file);
 
 // Loads every tensor of `into` (matched by name; dtype and shape must agree) into backend
-// memory. Tensors in the file but not in `into` are an error unless allow_extra. Returns the
-// metadata.
+// memory, verifying each tensor's checksum where the file has one. Tensors in the file but not in
+// `into` are an error unless allow_extra. Returns the metadata. Names, dtypes and shapes are
+// checked before anything is loaded; a checksum (or, with TensorValues::finite, a value) is known
+// only once a tensor is read, so after a CheckpointCorrupt the tensors read before the bad one
+// are loaded: load another checkpoint over them.
 std::map<std::string, std::string> load_safetensors(const std::filesystem::path& file,
                                                     const std::vector<TensorRef>& into,
-                                                    Backend& backend, bool allow_extra = false);
+                                                    Backend& backend, bool allow_extra = false,
+                                                    TensorValues values = TensorValues::any);
 
 // Checkpoint directory management: files are DIR/step-<N>.safetensors.
 std::filesystem::path checkpoint_path(const std::filesystem::path& dir, std::int64_t step);
 // Steps of the checkpoints present in dir, ascending (ignores temporaries and other files).
 std::vector<std::int64_t> list_checkpoints(const std::filesystem::path& dir);
-// Deletes all but the newest `keep` checkpoints.
+// Deletes all but the newest `keep` checkpoints (keep >= 1).
 void prune_checkpoints(const std::filesystem::path& dir, int keep);
+// Renames a checkpoint found corrupt to PATH.corrupt (kept for inspection; list_checkpoints and
+// prune_checkpoints no longer see it). Returns the new path.
+std::filesystem::path set_aside_checkpoint(const std::filesystem::path& file);
+
+// Holds a checkpoint directory for one run: DIR/.parity-lock under an exclusive flock, which the
+// kernel releases when the process ends however it ends (kill -9 too), with the holder's pid in
+// it. Creates the directory. Throws InputError naming the directory and the reason when it is not
+// a directory, cannot be created or written, or another run holds it (with that run's pid).
+class CheckpointDirLock {
+ public:
+  explicit CheckpointDirLock(const std::filesystem::path& dir);
+  ~CheckpointDirLock();
+  CheckpointDirLock(const CheckpointDirLock&) = delete;
+  CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace parity

@@ -47,6 +47,21 @@ void AtomicFile::write(const void* data, std::size_t bytes) {
   }
 }
 
+void AtomicFile::write_at(std::size_t offset, const void* data, std::size_t bytes) {
+  const char* c = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t w = ::pwrite(fd_, c, std::min<std::size_t>(bytes, std::size_t{1} << 30),
+                               static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail("write");
+    }
+    c += w;
+    offset += static_cast<std::size_t>(w);
+    bytes -= static_cast<std::size_t>(w);
+  }
+}
+
 void AtomicFile::commit() {
   if (::fsync(fd_) != 0) fail("sync");
   const int fd = std::exchange(fd_, -1);

@@ -21,6 +21,9 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const void* data, std::size_t bytes);
+  // Writes over bytes already written, at offset from the start (a header completed once the data
+  // after it is known).
+  void write_at(std::size_t offset, const void* data, std::size_t bytes);
   // Syncs, renames the temporary to the path and syncs the directory.
   void commit();
   const std::filesystem::path& temporary() const { return tmp_; }

@@ -11,21 +11,55 @@
 namespace parity::train_detail {
 namespace {
 
-constexpr const char* kFormat = "parity-checkpoint-1";
+// 2: checksums in the metadata (checkpoint.h) and the recipe's numerics.
+constexpr const char* kFormat = "parity-checkpoint-2";
+constexpr const char* kFormatNoChecksums = "parity-checkpoint-1";
+
+// Exact decimal forms, so that a value read back compares equal to the one written.
+std::string exact(double v) {
+  return fmt::format("{}", v);
+}
+
+std::string optimizer_text(const OptimizerSpec& o) {
+  return fmt::format("{} lr {} eps {} beta1 {} beta2 {} weight_decay {}", optimizer_name(o.kind),
+                     exact(o.lr), exact(o.eps), exact(o.beta1), exact(o.beta2),
+                     exact(o.weight_decay));
+}
 
 }  // namespace
 
+RunRecord run_record(const ModelSpec& model, std::int64_t batch, std::uint64_t seed,
+                     DenseMath dense_math, std::string data) {
+  RunRecord r{model.name,
+              batch,
+              seed,
+              std::string(optimizer_name(model.embedding_optimizer.kind)),
+              std::string(optimizer_name(model.dense_optimizer.kind)),
+              std::string(dense_math_name(dense_math)),
+              std::move(data),
+              {}};
+  std::string dtypes;
+  for (const TableSpec& t : model.tables)
+    dtypes += fmt::format("{}{}:{}", dtypes.empty() ? "" : ",", t.name, dtype_name(t.dtype));
+  r.recipe = {{"embedding_optimizer", r.embedding_optimizer},
+              {"dense_optimizer", r.dense_optimizer},
+              {"dense_math", r.dense_math},
+              {"recipe.embedding_optimizer", optimizer_text(model.embedding_optimizer)},
+              {"recipe.dense_optimizer", optimizer_text(model.dense_optimizer)},
+              {"recipe.table_dtypes", dtypes}};
+  return r;
+}
+
 std::map<std::string, std::string> checkpoint_metadata(const RunRecord& run, std::int64_t step) {
-  return {{"format", kFormat},
-          {"model", run.model},
-          {"step", fmt::format("{}", step)},
-          {"batch", fmt::format("{}", run.batch)},
-          {"seed", fmt::format("{}", run.seed)},
-          {"examples_seen", fmt::format("{}", step * run.batch)},
-          {"embedding_optimizer", run.embedding_optimizer},
-          {"dense_math", run.dense_math},
-          {"dense_optimizer", run.dense_optimizer},
-          {"data", run.data}};
+  std::map<std::string, std::string> m = {{"format", kFormat},
+                                          {"model", run.model},
+                                          {"step", fmt::format("{}", step)},
+                                          {"batch", fmt::format("{}", run.batch)},
+                                          {"seed", fmt::format("{}", run.seed)},
+                                          {"examples_seen", fmt::format("{}", step * run.batch)},
+                                          {"data", run.data}};
+  for (const auto& [key, value] : run.recipe) m[key] = value;
+  return m;
 }
 
 std::int64_t resumable_step(const std::filesystem::path& path, const RunRecord& run) {
@@ -37,7 +71,7 @@ std::int64_t resumable_step(const std::filesystem::path& path, const RunRecord& 
       throw InputError(fmt::format("checkpoint '{}': metadata '{}' is missing", file, key));
     return it->second;
   };
-  if (meta("format") != kFormat)
+  if (meta("format") != kFormat && meta("format") != kFormatNoChecksums)
     throw InputError(
         fmt::format("checkpoint '{}': format '{}', expected '{}'", file, meta("format"), kFormat));
   if (meta("model") != run.model)
@@ -50,14 +84,12 @@ std::int64_t resumable_step(const std::filesystem::path& path, const RunRecord& 
         file, meta("batch"), meta("seed")));
   // The recipe must be the one the checkpoint was trained with (a plan made again may differ);
   // checkpoints that predate a key do not constrain it.
-  for (const auto& [key, now] :
-       {std::pair<std::string, std::string>{"embedding_optimizer", run.embedding_optimizer},
-        {"dense_math", run.dense_math}}) {
+  for (const auto& [key, now] : run.recipe) {
     const auto it = h.metadata.find(key);
     if (it != h.metadata.end() && it->second != now)
       throw InputError(fmt::format(
-          "checkpoint '{}' was trained with {} {}, this run has {}; resume with the same plan "
-          "(--plan) or recipe",
+          "checkpoint '{}' was trained with {} '{}', this run has '{}'; resume with the same "
+          "plan (--plan), --batch and model file (learning rates follow the batch)",
           file, key, it->second, now));
   }
   const std::string step = meta("step");

@@ -7,6 +7,10 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "parity/spec.h"
 
 namespace parity::train_detail {
 
@@ -16,13 +20,21 @@ struct RunRecord {
   std::uint64_t seed = 0;
   std::string embedding_optimizer, dense_optimizer, dense_math;
   std::string data;  // the training source's kind()
+  // The recipe's numerics as metadata keys and values (optimizer kinds and hyperparameters, dense
+  // math, table precisions): a resume must find each one the checkpoint holds unchanged.
+  std::vector<std::pair<std::string, std::string>> recipe;
 };
+
+// The record of a run of `model` (its recipe: apply_plan's, where a plan was given).
+RunRecord run_record(const ModelSpec& model, std::int64_t batch, std::uint64_t seed,
+                     DenseMath dense_math, std::string data);
 
 // The metadata of the checkpoint of `step`.
 std::map<std::string, std::string> checkpoint_metadata(const RunRecord& run, std::int64_t step);
 
 // The step of the checkpoint at `path`, once its metadata says a run like `run` wrote it
-// (format, model, batch, seed, recipe); InputError naming the file and what differs otherwise.
+// (format, model, batch, seed, recipe); InputError naming the file and what differs otherwise
+// (CheckpointCorrupt where the header is damaged).
 std::int64_t resumable_step(const std::filesystem::path& path, const RunRecord& run);
 
 }  // namespace parity::train_detail

@@ -6,6 +6,7 @@
 // kind of data it is), then a Trainer runs: resume, the step loop, and between steps evaluation
 // and checkpoints. Both read their data through BatchSource.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -70,6 +71,9 @@ TrainConfig settle(const TrainConfig& in) {
   }
   if (cfg.resume && cfg.checkpoint_dir.empty())
     throw InputError("--resume needs a checkpoint directory (--checkpoint DIR)");
+  if (cfg.keep_checkpoints < 1)
+    throw InputError(fmt::format(
+        "checkpoints kept must be at least 1 (the newest good one), got {}", cfg.keep_checkpoints));
   return cfg;
 }
 
@@ -123,27 +127,33 @@ class Trainer {
   Trainer(const TrainConfig& cfg, Sources data, TrainObserver* observer)
       : cfg_(cfg),
         observer_(observer),
+        lock_(cfg.checkpoint_dir.empty() ? nullptr
+                                         : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
         train_data_(std::move(data.train)),
         eval_data_(std::move(data.eval)),
         backend_(make_backend(cfg.backend, cfg.dense_math)),
         model_(cfg.model, *backend_, cfg.batch, cfg.seed),
-        record_{cfg.model.name,
-                cfg.batch,
-                cfg.seed,
-                std::string(optimizer_name(cfg.model.embedding_optimizer.kind)),
-                std::string(optimizer_name(cfg.model.dense_optimizer.kind)),
-                std::string(dense_math_name(cfg.dense_math)),
-                train_data_->kind()},
+        record_(train_detail::run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math,
+                                         train_data_->kind())),
         total_(cfg.steps > 0 ? cfg.steps : -1) {}
 
   TrainResult run() {
     resume();
     start_ = model_.step();
+    if (total_ >= 0 && start_ >= total_)
+      throw InputError(fmt::format(
+          "the checkpoint {} is at step {} and --steps is {}: nothing is left to train (--steps "
+          "counts the resumed steps too: give more than {})",
+          result_.last_checkpoint.string(), start_, total_, start_));
     train_data_->seek(start_ * cfg_.batch);
     announce();
     train_steps();
+    if (model_.step() == start_)
+      throw InputError(fmt::format("the training data ({}) gave no batch: nothing was trained",
+                                   train_data_->describe()));
     // The end of training: checkpoint() and evaluate() raise the bad inputs the last steps met.
-    if (!cfg_.checkpoint_dir.empty() && model_.step() > start_) checkpoint(model_.step());
+    check_finite();
+    if (!cfg_.checkpoint_dir.empty()) checkpoint(model_.step());
     evaluate(model_.step());
     if (const std::string w = train_data_->closing_warning(); !w.empty()) warn(result_.steps, w);
     TrainEvent done = event(TrainEvent::Kind::done, result_.steps);
@@ -173,7 +183,10 @@ class Trainer {
     emit(e);
   }
 
-  // Continues from the newest checkpoint in the checkpoint directory, if asked to.
+  // Continues from the newest good checkpoint in the checkpoint directory, if asked to. A damaged
+  // one (a checksum differs, the file is short, a value is not finite) is set aside as
+  // PATH.corrupt, with a warning, and the next older one is tried; one of another run (model,
+  // batch, seed, recipe) stops the run.
   void resume() {
     if (!cfg_.resume) return;
     const auto steps = list_checkpoints(cfg_.checkpoint_dir);
@@ -182,12 +195,45 @@ class Trainer {
                           cfg_.checkpoint_dir.string()));
       return;
     }
-    const auto path = checkpoint_path(cfg_.checkpoint_dir, steps.back());
-    const std::int64_t step = train_detail::resumable_step(path, record_);
-    load_safetensors(path, model_.tensors(), *backend_);
-    model_.set_step(step);
-    result_.start_step = step;
-    result_.last_checkpoint = path;
+    std::vector<std::string> set_aside;
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      const auto path = checkpoint_path(cfg_.checkpoint_dir, *it);
+      try {
+        const std::int64_t step = train_detail::resumable_step(path, record_);
+        load_safetensors(path, model_.tensors(), *backend_, /*allow_extra=*/false,
+                         TensorValues::finite);
+        model_.set_step(step);
+        result_.start_step = step;
+        result_.last_checkpoint = path;
+        return;
+      } catch (const CheckpointCorrupt& e) {
+        const auto aside = set_aside_checkpoint(path);
+        warn(0, fmt::format("{}; set aside as '{}', trying the one before it", e.what(),
+                            aside.string()));
+        set_aside.push_back(aside.string());
+      }
+    }
+    throw InputError(fmt::format(
+        "every checkpoint in '{}' is damaged (set aside: {}); nothing to resume from: remove "
+        "--resume to start again from step 0",
+        cfg_.checkpoint_dir.string(), fmt::join(set_aside, ", ")));
+  }
+
+  // Stops the run once the finite-value guard has recorded a bad step (read where the host waits
+  // anyway: progress reports, evaluations, checkpoints, the end).
+  void check_finite() {
+    const std::int64_t bad = model_.first_nonfinite_step();
+    if (bad < 0) return;
+    throw NumericalError(fmt::format(
+        "training diverged: the loss or the dense gradients of step {} are NaN or infinite "
+        "(found at step {}); nothing after step {} was saved{}. A learning rate too high for this "
+        "model and batch, or NaN or infinite values in the data, are the usual causes",
+        bad, model_.step(), bad - 1, last_good()));
+  }
+  std::string last_good() const {
+    return result_.last_checkpoint.empty() ? std::string()
+                                           : fmt::format(" (the last good checkpoint is '{}')",
+                                                         result_.last_checkpoint.string());
   }
 
   void announce() const {
@@ -283,6 +329,7 @@ class Trainer {
     if (!eval_now && !ckpt_now) return;
     const auto p0 = Clock::now();
     backend_->synchronize();
+    check_finite();
     if (eval_now) evaluate(step);  // predict() keeps evaluation out of the step profile
     if (ckpt_now) checkpoint(step);
     clock_.pause(Clock::now() - p0);
@@ -290,6 +337,7 @@ class Trainer {
 
   void report(std::int64_t step) {
     const double loss = model_.last_loss();  // synchronises: only when reporting
+    check_finite();
     smoothed_loss_ = std::isnan(smoothed_loss_) ? loss : 0.8 * smoothed_loss_ + 0.2 * loss;
     const double dt = seconds_since(clock_.window);
     TrainEvent e = event(TrainEvent::Kind::progress, step);
@@ -340,6 +388,17 @@ class Trainer {
       teacher.insert(teacher.end(), b.teacher_prob.begin(), b.teacher_prob.end());
     }
     backend_->raise_input_errors();  // nor after evaluation data that was bad
+    if (probs.empty())
+      throw InputError(fmt::format("the evaluation data ({}) gave no example to evaluate on",
+                                   eval_data_->describe()));
+    const auto bad =
+        std::count_if(probs.begin(), probs.end(), [](float p) { return !std::isfinite(p); });
+    if (bad > 0)
+      throw NumericalError(fmt::format(
+          "evaluation at step {}: the model predicts NaN for {} of {} held-out examples (its "
+          "weights are no longer numbers, or the evaluation data hold NaN or infinite "
+          "values){}",
+          step, bad, probs.size(), last_good()));
     result_.auc = roc_auc(probs, labels);
     result_.eval_log_loss = log_loss(probs, labels);
     result_.teacher_auc =
@@ -354,8 +413,13 @@ class Trainer {
   void checkpoint(std::int64_t step) {
     backend_->raise_input_errors();  // never a checkpoint after a step that met bad input
     const auto path = checkpoint_path(cfg_.checkpoint_dir, step);
-    save_safetensors(path, model_.tensors(), train_detail::checkpoint_metadata(record_, step),
-                     *backend_);
+    try {
+      save_safetensors(path, model_.tensors(), train_detail::checkpoint_metadata(record_, step),
+                       *backend_, TensorValues::finite);
+    } catch (const NumericalError& e) {
+      throw NumericalError(
+          fmt::format("training diverged by step {}: {}{}", step, e.what(), last_good()));
+    }
     prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep_checkpoints);
     result_.last_checkpoint = path;
     TrainEvent e = event(TrainEvent::Kind::checkpoint, step);
@@ -365,6 +429,7 @@ class Trainer {
 
   const TrainConfig& cfg_;
   TrainObserver* observer_;
+  std::unique_ptr<CheckpointDirLock> lock_;  // held from before the first step to the end
   std::unique_ptr<BatchSource> train_data_, eval_data_;
   std::unique_ptr<Backend> backend_;
   Model model_;

@@ -1,11 +1,15 @@
 #include <gtest/gtest.h>
 
-#include <algorithm>
+#include <fmt/format.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "micro_model.h"
@@ -143,6 +147,127 @@ TEST_F(Checkpoint, BadFilesGiveClearErrorsAndLeaveTheModelUntouched) {
   EXPECT_NE(
       message_of([&] { read_safetensors_header(dir_ / "nope.safetensors"); }).find("cannot read"),
       std::string::npos);
+}
+
+// Reads the byte at offset of a file, xors it with mask and writes it back.
+void flip(const fs::path& file, std::uint64_t offset, char mask) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ mask);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+std::string corrupt_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const CheckpointCorrupt& e) {
+    return e.what();
+  }
+  return "(no CheckpointCorrupt)";
+}
+
+// Every tensor and the header carry a CRC-32C; one flipped bit anywhere in them is found on load
+// (in a tensor's data, a digit of a shape, a byte of the metadata).
+TEST_F(Checkpoint, ChecksumsFindAFlippedBitAnywhere) {
+  auto backend = make_backend("cpu");
+  Model m(testing::micro_model(InteractionKind::dcnv2), *backend, 8, 1);
+  const fs::path good = checkpoint_path(dir_, 1);
+  save_safetensors(good, m.tensors(), {{"note", "x"}}, *backend);
+  const SafetensorsHeader h = read_safetensors_header(good);
+  EXPECT_EQ(h.metadata.at("crc32c.embedding.t1.weight").rfind("crc32c:", 0), 0u);
+  EXPECT_NE(h.metadata.at("header_crc32c"), "crc32c:00000000");
+  load_safetensors(good, m.tensors(), *backend);  // intact: loads
+
+  for (const auto& [name, e] : h.tensors) {
+    const fs::path bad = dir_ / "bad.safetensors";
+    fs::copy_file(good, bad, fs::copy_options::overwrite_existing);
+    flip(bad, h.data_offset + e.end - 1, 0x01);
+    const std::string msg = corrupt_message([&] { load_safetensors(bad, m.tensors(), *backend); });
+    EXPECT_NE(msg.find("tensor '" + name + "' has checksum"), std::string::npos) << msg;
+  }
+  // The header: a shape digit that still parses ([13, 4] -> [13, 5] would be caught by the byte
+  // ranges; the metadata's value is checked by the checksum alone).
+  std::ifstream in(good, std::ios::binary);
+  std::string raw(h.data_offset, '\0');
+  in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+  const std::size_t at = raw.find("\"note\":\"x\"");
+  ASSERT_NE(at, std::string::npos);
+  const fs::path bad = dir_ / "bad-header.safetensors";
+  fs::copy_file(good, bad);
+  flip(bad, at + 8, 'x' ^ 'y');
+  const std::string msg = corrupt_message([&] { read_safetensors_header(bad); });
+  EXPECT_NE(msg.find("header's checksum"), std::string::npos) << msg;
+  // A truncated file is damage too (an older checkpoint may be good).
+  fs::resize_file(bad, 20);
+  EXPECT_NE(corrupt_message([&] { read_safetensors_header(bad); }), "(no CheckpointCorrupt)");
+}
+
+// With TensorValues::finite a NaN or an infinity is never written: the file at the path stays as
+// it was, and no temporary is left; on load, such a value is refused naming the tensor.
+TEST_F(Checkpoint, NonFiniteValuesAreNeverWrittenOverAGoodCheckpoint) {
+  auto backend = make_backend("cpu");
+  Model m(testing::micro_model(InteractionKind::dot), *backend, 8, 1);
+  const fs::path file = checkpoint_path(dir_, 5);
+  save_safetensors(file, m.tensors(), {}, *backend, TensorValues::finite);
+  std::ifstream before_in(file, std::ios::binary);
+  const std::string before((std::istreambuf_iterator<char>(before_in)), {});
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    auto t = m.tensors().back();
+    float* v = static_cast<float*>(t.data);
+    const float keep = v[t.elements() - 1];
+    v[t.elements() - 1] = bad;
+    try {
+      save_safetensors(file, m.tensors(), {}, *backend, TensorValues::finite);
+      FAIL() << "a non-finite value was written";
+    } catch (const NumericalError& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor '" + t.name + "'"), std::string::npos)
+          << e.what();
+    }
+    std::ifstream after_in(file, std::ios::binary);
+    const std::string after((std::istreambuf_iterator<char>(after_in)), {});
+    EXPECT_TRUE(before == after) << "the good checkpoint changed";
+    EXPECT_FALSE(fs::exists(file.string() + ".tmp"));
+    // Written without the check, it is refused on a finite load.
+    const fs::path nan_file = dir_ / "nan.safetensors";
+    save_safetensors(nan_file, m.tensors(), {}, *backend);
+    const std::string msg = corrupt_message(
+        [&] { load_safetensors(nan_file, m.tensors(), *backend, false, TensorValues::finite); });
+    EXPECT_NE(msg.find("non-finite"), std::string::npos) << msg;
+    v[t.elements() - 1] = keep;
+  }
+}
+
+TEST_F(Checkpoint, NamesItDoesNotWriteAreNotCheckpointsAndDamagedOnesAreSetAside) {
+  auto backend = make_backend("cpu");
+  Model m(testing::micro_model(InteractionKind::dot), *backend, 8, 1);
+  save_safetensors(checkpoint_path(dir_, 7), m.tensors(), {}, *backend);
+  fs::copy_file(checkpoint_path(dir_, 7), dir_ / "step-0200.safetensors");
+  EXPECT_EQ(list_checkpoints(dir_), (std::vector<std::int64_t>{7}));
+  const fs::path aside = set_aside_checkpoint(checkpoint_path(dir_, 7));
+  EXPECT_EQ(aside.filename(), "step-7.safetensors.corrupt");
+  EXPECT_TRUE(list_checkpoints(dir_).empty());
+  EXPECT_THROW(prune_checkpoints(dir_, 0), Error);
+}
+
+TEST_F(Checkpoint, ADirectoryIsHeldByOneRunAtATime) {
+  {
+    const CheckpointDirLock first(dir_ / "runs");
+    try {
+      const CheckpointDirLock second(dir_ / "runs");
+      FAIL() << "locked twice";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("(process {})", ::getpid())),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  const CheckpointDirLock again(dir_ / "runs");  // released with its holder
+  std::ofstream(dir_ / "file") << "x";
+  EXPECT_THROW(CheckpointDirLock(dir_ / "file"), InputError);
 }
 
 }  // namespace

@@ -158,7 +158,7 @@ void print_profile(const TrainResult& r, const Plan* plan, std::int64_t batch) {
 struct TrainArgs {
   std::string model = "tiny";
   std::int64_t steps = 0, batch = 0, eval_examples = 32768, eval_every = 250;
-  std::int64_t checkpoint_every = 0;
+  std::int64_t checkpoint_every = 0, keep_checkpoints = 2;
   std::uint64_t seed = 1;
   std::string checkpoint, backend = "auto", on_bad_line = "stop", plan;
   bool resume = false, profile = false, no_plan = false;
@@ -265,6 +265,7 @@ void run_train(const TrainArgs& args, bool model_given) {
   cfg.backend = args.backend;
   cfg.checkpoint_dir = args.checkpoint;
   cfg.checkpoint_every = args.checkpoint_every;
+  cfg.keep_checkpoints = static_cast<int>(args.keep_checkpoints);
   cfg.resume = args.resume;
   choose_data(args, cfg);
   cfg.on_bad_line = args.on_bad_line == "skip" ? OnBadLine::skip : OnBadLine::stop;
@@ -308,6 +309,12 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--checkpoint-every", args->checkpoint_every,
                   "Steps between checkpoints (default: at the end only)")
       ->check(nonnegative_integer());
+  cmd->add_option("--keep-checkpoints", args->keep_checkpoints,
+                  "Checkpoints kept in --checkpoint, the newest ones (a checkpoint is written "
+                  "only when every value is finite, so the newest good one is always kept)")
+      ->check(integer_at_least(1, "a positive integer"))
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   cmd->add_flag("--resume", args->resume, "Continue from the newest checkpoint in --checkpoint");
   cmd->add_option("--backend", args->backend,
                   "Backend: auto (the GPU where one is usable, else cpu), cpu, gpu (the GPU "

@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
   } catch (const parity::InputError& e) {
     fmt::print(stderr, "parity: error: {}\n", e.what());
     return 2;
+  } catch (const parity::NumericalError& e) {
+    fmt::print(stderr, "parity: stopped: {}\n", e.what());
+    return 3;
   } catch (const std::exception& e) {
     fmt::print(stderr, "parity: failed: {}\n", e.what());
     return 1;
