@@ -8,10 +8,13 @@
 // - A part file is column-major per table, so a batch of examples [e, e + B) is, for each table,
 //   one contiguous run of ids and one run of offsets: reading is T memcpys and a rebase, and the
 //   batch comes out in the table-major CSR every backend wants.
-// - Files are mapped read-only (the page cache holds a hot dataset). Every file is checked when
-//   opened (magic, version, shape, size, offsets) and every id of a batch against its table's
-//   rows as it is widened, so a truncated, foreign or corrupt file is an InputError naming the
-//   file and the field, never an out-of-bounds access on the device.
+// - Files are read with pread (the page cache holds a hot dataset), not mapped: a mapped file that
+//   another process truncates kills the reader with SIGBUS, where a short read is an error that
+//   names the file. Every file is checked when opened (magic, version, shape, size, offsets),
+//   again (identity and size) each time a batch reads it, and every label, dense feature and id
+//   of a batch as it is copied (labels 0 or 1, features finite, ids below their table's rows), so
+//   a truncated, foreign, rewritten or corrupt file is an InputError naming the file and the
+//   field, never an out-of-bounds access on the device.
 // - Written atomically: each part file and meta.json are written to a temporary name, synced
 //   and renamed; meta.json comes last, so a directory without it is not a dataset.
 //
@@ -27,14 +30,13 @@
 //   ids      u32 or u64 [ids in the file]
 #include <fcntl.h>
 #include <fmt/core.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <system_error>
@@ -254,76 +256,207 @@ void ShardWriter::finish() {
 
 // ------------------------------------------------------------------ reader --
 
-struct ShardReader::File {
+namespace {
+
+// What a non-regular file is, for messages.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// An open file descriptor, closed when it goes.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd& operator=(Fd&&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Opens a file for reading; a FIFO or a device in its place is refused before it is opened
+// (opening a FIFO blocks until a writer comes; a device never ends).
+Fd open_regular(const std::filesystem::path& path) {
+  const std::string name = fmt::format("'{}'", path.string());
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw InputError(fmt::format("cannot read {}: {}", name, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    throw InputError(fmt::format("cannot read {}: it is {}, expected a regular file", name,
+                                 file_kind(st.st_mode)));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw InputError(fmt::format("cannot read {}: {}", name, std::strerror(errno)));
+  return Fd(fd);
+}
+
+// A part file as it was checked when the reader opened it.
+struct Part {
   std::filesystem::path path;
-  void* map = nullptr;
   std::size_t bytes = 0;
+  dev_t device = 0;  // its identity: a file rewritten since is refused
+  ino_t inode = 0;
   Header h{};
-  const float* labels = nullptr;
-  const float* teacher = nullptr;
-  const float* dense = nullptr;
-  const std::int64_t* offsets = nullptr;  // [T, n + 1]
-  const void* ids = nullptr;
-  ~File() {
-    if (map != nullptr) ::munmap(map, bytes);
+  Sections sec{};
+
+  // bytes at offset into dst; a short read (the file shrank) is an InputError naming the file.
+  void read_at(const Fd& fd, std::uint64_t offset, void* dst, std::size_t n) const {
+    auto* c = static_cast<char*>(dst);
+    while (n > 0) {
+      const ssize_t r = ::pread(fd.get(), c, n, static_cast<off_t>(offset));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        throw InputError(fmt::format(
+            "'{}': cannot read {} bytes at offset {}: {} (it was {} bytes when training opened "
+            "it: was it truncated or rewritten while being read?)",
+            path.string(), n, offset, r < 0 ? std::strerror(errno) : "end of file", bytes));
+      c += r;
+      offset += static_cast<std::uint64_t>(r);
+      n -= static_cast<std::size_t>(r);
+    }
+  }
+
+  // Opens the file again for a batch: it must still be the file that was checked, at its size.
+  Fd reopen() const {
+    Fd fd = open_regular(path);
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0 || st.st_dev != device || st.st_ino != inode ||
+        static_cast<std::size_t>(st.st_size) != bytes)
+      throw InputError(fmt::format(
+          "'{}' changed since training opened it ({} bytes, was {}): the dataset was rewritten "
+          "or truncated while being read",
+          path.string(), static_cast<std::int64_t>(st.st_size), bytes));
+    return fd;
   }
 };
+
+}  // namespace
+
+struct ShardReader::File : Part {};
 
 bool is_shard_dataset(const std::filesystem::path& p) {
   std::error_code ec;
   return std::filesystem::is_directory(p, ec) && std::filesystem::exists(p / "meta.json", ec);
 }
 
+namespace {
+
+// meta.json's fields, each read with its path in the message ("splits.train.files[2].examples").
+class MetaField {
+ public:
+  MetaField(const nlohmann::json& j, std::string file, std::string path)
+      : j_(j), file_(std::move(file)), path_(std::move(path)) {}
+  MetaField operator[](const std::string& key) const {
+    if (!j_.is_object()) fail(fmt::format("expected an object with '{}', got {}", key, kind()));
+    if (!j_.contains(key))
+      throw InputError(fmt::format("'{}': field '{}' is missing", file_, sub(key)));
+    return MetaField(j_.at(key), file_, sub(key));
+  }
+  std::size_t size() const {
+    if (!j_.is_array()) fail(fmt::format("expected a list, got {}", kind()));
+    return j_.size();
+  }
+  MetaField operator[](std::size_t i) const {
+    return MetaField(j_.at(i), file_, fmt::format("{}[{}]", path_, i));
+  }
+  std::int64_t integer() const {
+    if (!j_.is_number_integer()) fail(fmt::format("expected an integer, got {}", kind()));
+    return j_.get<std::int64_t>();
+  }
+  std::string text() const {
+    if (!j_.is_string()) fail(fmt::format("expected a string, got {}", kind()));
+    return j_.get<std::string>();
+  }
+  bool has(const std::string& key) const { return j_.is_object() && j_.contains(key); }
+  [[noreturn]] void fail(const std::string& message) const {
+    throw InputError(fmt::format("'{}': field '{}': {}", file_, path_, message));
+  }
+
+ private:
+  std::string sub(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  std::string kind() const { return j_.dump().substr(0, 40); }
+  const nlohmann::json& j_;
+  std::string file_, path_;
+};
+
+// The whole of a small regular file (meta.json).
+std::string read_small_file(const std::filesystem::path& path, std::size_t limit) {
+  const Fd fd = open_regular(path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0)
+    throw InputError(fmt::format("cannot stat '{}': {}", path.string(), std::strerror(errno)));
+  if (static_cast<std::size_t>(st.st_size) > limit)
+    throw InputError(fmt::format("'{}' is {} bytes; a dataset description is at most {}",
+                                 path.string(), static_cast<std::int64_t>(st.st_size), limit));
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  Part p;
+  p.path = path;
+  p.bytes = text.size();
+  p.read_at(fd, 0, text.data(), text.size());
+  return text;
+}
+
+}  // namespace
+
 ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& model, Split split)
     : dir_(dir), split_(split) {
   const auto meta_path = dir / "meta.json";
   const std::string meta_name = meta_path.string();
-  auto where = [&](const std::string& field) {
-    return fmt::format("'{}': field '{}'", meta_name, field);
-  };
-  std::ifstream in(meta_path);
-  if (!in)
+  std::error_code ec;
+  if (!std::filesystem::exists(meta_path, ec))
     throw InputError(
         fmt::format("cannot read '{}': not a parity shard dataset (no meta.json)", meta_name));
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("'{}': not valid JSON: {}", meta_name, e.what()));
+  const nlohmann::json j =
+      nlohmann::json::parse(read_small_file(meta_path, std::size_t{64} << 20), nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw InputError(
+        fmt::format("'{}': not valid JSON, or not a JSON object (parity data synth "
+                    "and parity data convert write it; was it edited?)",
+                    meta_name));
+  const MetaField meta(j, meta_name, "");
+  if (const std::string format = meta.has("format") ? meta["format"].text() : ""; format != kFormat)
+    meta["format"].fail(fmt::format("expected '{}', got '{}'", kFormat, format));
+  const std::int64_t dense = meta["dense_features"].integer();
+  if (dense != model.dense_features)
+    meta["dense_features"].fail(fmt::format("the data has {}, model '{}' expects {}", dense,
+                                            model.name, model.dense_features));
+  const MetaField tables = meta["tables"];
+  if (tables.size() != model.tables.size())
+    tables.fail(fmt::format("the data has {} tables, model '{}' has {}", tables.size(), model.name,
+                            model.tables.size()));
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const std::int64_t rows = tables[t]["rows"].integer();
+    if (rows <= 0 || rows > model.tables[t].rows)
+      tables[t]["rows"].fail(fmt::format(
+          "the data's ids go up to {} rows, table '{}' of model '{}' has {} (expected 1 to {})",
+          rows, model.tables[t].name, model.name, model.tables[t].rows, model.tables[t].rows));
+    rows_.push_back(model.tables[t].rows);
   }
-  try {
-    if (meta.value("format", std::string()) != kFormat)
-      throw InputError(fmt::format("{}: expected '{}', got {}", where("format"), kFormat,
-                                   meta.value("format", std::string("nothing"))));
-    const int dense = meta.at("dense_features").get<int>();
-    if (dense != model.dense_features)
-      throw InputError(fmt::format("{}: the data has {}, model '{}' expects {}",
-                                   where("dense_features"), dense, model.name,
-                                   model.dense_features));
-    const auto& tables = meta.at("tables");
-    if (!tables.is_array() || tables.size() != model.tables.size())
-      throw InputError(fmt::format("{}: the data has {} tables, model '{}' has {}", where("tables"),
-                                   tables.size(), model.name, model.tables.size()));
-    for (std::size_t t = 0; t < tables.size(); ++t) {
-      const auto rows = tables[t].at("rows").get<std::int64_t>();
-      if (rows > model.tables[t].rows)
-        throw InputError(
-            fmt::format("{}: the data's ids go up to {} rows, table '{}' of model '{}' has {}",
-                        where(fmt::format("tables[{}].rows", t)), rows, model.tables[t].name,
-                        model.name, model.tables[t].rows));
-      rows_.push_back(model.tables[t].rows);
-    }
-    source_ = meta.value("source", std::string());
-    const auto& files = meta.at("splits").at(split_name(split)).at("files");
-    for (const auto& f : files) {
-      auto file = std::make_unique<File>();
-      file->path = dir / f.at("file").get<std::string>();
-      open_file(*file, f.at("examples").get<std::int64_t>(), model);
-      examples_ += file->h.examples;
-      files_.push_back(std::move(file));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("'{}': {}", meta_name, e.what()));
+  source_ = meta.has("source") ? meta["source"].text() : std::string();
+  const MetaField files = meta["splits"][split_name(split)]["files"];
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const std::string name = files[i]["file"].text();
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+      files[i]["file"].fail(
+          fmt::format("'{}' is not a file name in the dataset's directory", name));
+    const std::int64_t examples = files[i]["examples"].integer();
+    if (examples <= 0)
+      files[i]["examples"].fail(fmt::format("{} is not a positive count", examples));
+    auto file = std::make_unique<File>();
+    file->path = dir / name;
+    open_file(*file, examples, model);
+    examples_ += file->h.examples;
+    files_.push_back(std::move(file));
   }
 }
 
@@ -331,26 +464,17 @@ ShardReader::~ShardReader() = default;
 
 void ShardReader::open_file(File& f, std::int64_t expected_examples, const ModelSpec& model) {
   const std::string name = fmt::format("'{}'", f.path.string());
-  const int fd = ::open(f.path.c_str(), O_RDONLY);
-  if (fd < 0) throw InputError(fmt::format("cannot read {}: {}", name, std::strerror(errno)));
+  const Fd fd = open_regular(f.path);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0)
     throw InputError(fmt::format("cannot stat {}: {}", name, std::strerror(errno)));
-  }
   f.bytes = static_cast<std::size_t>(st.st_size);
-  if (f.bytes < sizeof(Header)) {
-    ::close(fd);
+  f.device = st.st_dev;
+  f.inode = st.st_ino;
+  if (f.bytes < sizeof(Header))
     throw InputError(
         fmt::format("{}: {} bytes, shorter than the 64-byte header (truncated?)", name, f.bytes));
-  }
-  f.map = ::mmap(nullptr, f.bytes, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (f.map == MAP_FAILED) {
-    f.map = nullptr;
-    throw InputError(fmt::format("cannot map {}: {}", name, std::strerror(errno)));
-  }
-  std::memcpy(&f.h, f.map, sizeof(Header));
+  f.read_at(fd, 0, &f.h, sizeof(Header));
   const Header& h = f.h;
   if (std::memcmp(h.magic, kMagic, 8) != 0)
     throw InputError(fmt::format("{}: not a parity shard file (bad magic)", name));
@@ -360,7 +484,10 @@ void ShardReader::open_file(File& f, std::int64_t expected_examples, const Model
   if (h.id_bytes != 4 && h.id_bytes != 8)
     throw InputError(
         fmt::format("{}: header field 'id_bytes' is {}, expected 4 or 8", name, h.id_bytes));
-  if (h.examples != expected_examples || h.examples <= 0)
+  if (h.examples <= 0)
+    throw InputError(fmt::format("{}: header field 'examples' is {}, expected a positive count",
+                                 name, h.examples));
+  if (h.examples != expected_examples)
     throw InputError(fmt::format("{}: header field 'examples' is {}, meta.json says {}", name,
                                  h.examples, expected_examples));
   if (h.dense_features != model.dense_features || h.tables != model.num_tables())
@@ -374,28 +501,34 @@ void ShardReader::open_file(File& f, std::int64_t expected_examples, const Model
     throw InputError(fmt::format(
         "{}: header fields 'ids', 'examples' or 'has_teacher' are out of range (corrupt file)",
         name));
-  const Sections sec = sections_of(h);
-  if (sec.end != f.bytes)
+  f.sec = sections_of(h);
+  if (f.sec.end != f.bytes)
     throw InputError(fmt::format("{}: {} bytes, the header implies {} (truncated or corrupt)", name,
-                                 f.bytes, sec.end));
-  const auto* base = static_cast<const char*>(f.map);
-  const auto n = static_cast<std::size_t>(h.examples);
-  f.labels = reinterpret_cast<const float*>(base + sec.labels);
-  if (h.has_teacher) f.teacher = reinterpret_cast<const float*>(base + sec.teacher);
-  f.dense = reinterpret_cast<const float*>(base + sec.dense);
-  f.offsets = reinterpret_cast<const std::int64_t*>(base + sec.offsets);
-  f.ids = base + sec.ids;
+                                 f.bytes, f.sec.end));
   // Offsets: each table's run starts where the previous ended, never decreases and ends within
-  // the ids block, checked for every example once here, so reading a batch needs no checks.
+  // the ids block, checked for every example once here (read in chunks), so reading a batch
+  // needs no checks.
+  const auto n = static_cast<std::size_t>(h.examples);
+  std::vector<std::int64_t> chunk(std::min<std::size_t>(n + 1, std::size_t{1} << 20));
   std::int64_t at = 0;
   for (int t = 0; t < h.tables; ++t) {
-    const std::int64_t* o = f.offsets + static_cast<std::size_t>(t) * (n + 1);
-    bool ok = o[0] == at;
-    for (std::size_t e = 0; e < n && ok; ++e) ok = o[e + 1] >= o[e];
-    if (!ok || o[n] > h.ids)
+    std::int64_t prev = at;
+    bool ok = true;
+    for (std::size_t e = 0; e < n + 1 && ok;) {
+      const std::size_t m = std::min(chunk.size(), n + 1 - e);
+      f.read_at(fd, f.sec.offsets + 8 * (static_cast<std::uint64_t>(t) * (n + 1) + e), chunk.data(),
+                m * 8);
+      if (e == 0) ok = chunk[0] == at;
+      for (std::size_t k = 0; k < m && ok; ++k) {
+        ok = chunk[k] >= prev;
+        prev = chunk[k];
+      }
+      e += m;
+    }
+    if (!ok || prev > h.ids)
       throw InputError(
           fmt::format("{}: offsets of table {} are inconsistent (corrupt file)", name, t));
-    at = o[n];
+    at = prev;
   }
   if (at != h.ids)
     throw InputError(
@@ -445,6 +578,8 @@ bool ShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
   }
   const std::int64_t n = batch_size - need;
   if (n == 0) return false;
+  std::vector<Fd> fds;
+  for (const Piece& p : pieces) fds.push_back(p.f->reopen());
   const int T = static_cast<int>(rows_.size());
   const int F = files_.front()->h.dense_features;
   out.size = n;
@@ -453,85 +588,128 @@ bool ShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
   out.labels.resize(static_cast<std::size_t>(n));
   out.dense.resize(static_cast<std::size_t>(n * F));
   const bool teacher = std::all_of(pieces.begin(), pieces.end(),
-                                   [](const Piece& p) { return p.f->teacher != nullptr; });
+                                   [](const Piece& p) { return p.f->h.has_teacher != 0; });
   out.teacher_prob.resize(teacher ? static_cast<std::size_t>(n) : 0);
   out.offsets.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(n) + 1);
   std::int64_t at = 0;
-  for (const Piece& p : pieces) {
-    std::memcpy(out.labels.data() + at, p.f->labels + p.first,
-                static_cast<std::size_t>(p.count) * 4);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    const Part& f = *p.f;
+    const auto count = static_cast<std::size_t>(p.count);
+    const auto first = static_cast<std::uint64_t>(p.first);
+    float* labels = out.labels.data() + at;
+    float* dense = out.dense.data() + at * F;
+    f.read_at(fds[i], f.sec.labels + 4 * first, labels, count * 4);
     if (teacher)
-      std::memcpy(out.teacher_prob.data() + at, p.f->teacher + p.first,
-                  static_cast<std::size_t>(p.count) * 4);
-    std::memcpy(out.dense.data() + at * F, p.f->dense + p.first * F,
-                static_cast<std::size_t>(p.count * F) * 4);
+      f.read_at(fds[i], f.sec.teacher + 4 * first, out.teacher_prob.data() + at, count * 4);
+    f.read_at(fds[i], f.sec.dense + 4 * first * static_cast<std::uint64_t>(F), dense,
+              count * static_cast<std::size_t>(F) * 4);
+    for (std::size_t e = 0; e < count; ++e) {
+      if (labels[e] != 0.0f && labels[e] != 1.0f)
+        throw InputError(fmt::format("'{}': example {}: label {} is not 0 or 1", f.path.string(),
+                                     first + e, labels[e]));
+      for (int k = 0; k < F; ++k)
+        if (!std::isfinite(dense[e * static_cast<std::size_t>(F) + static_cast<std::size_t>(k)]))
+          throw InputError(fmt::format("'{}': example {}: dense feature {} is {} (not finite)",
+                                       f.path.string(), first + e, k,
+                                       dense[e * static_cast<std::size_t>(F) + k]));
+    }
     at += p.count;
   }
-  // Offsets (table-major) and where each table's ids go in the batch.
+  // Offsets (table-major) and where each table's ids go in the batch; firsts[t][i] is piece i's
+  // first id of table t in its file.
   std::vector<std::int64_t> table_start(static_cast<std::size_t>(T) + 1, 0);
+  std::vector<std::vector<std::int64_t>> firsts(static_cast<std::size_t>(T),
+                                                std::vector<std::int64_t>(pieces.size()));
+  std::vector<std::int64_t> o;
   for (int t = 0; t < T; ++t) {
     std::int64_t ids = 0, e = 0;
-    for (const Piece& p : pieces) {
-      const std::int64_t* o = p.f->offsets + static_cast<std::size_t>(t) *
-                                                 static_cast<std::size_t>(p.f->h.examples + 1);
-      const std::int64_t base = table_start[static_cast<std::size_t>(t)] + ids - o[p.first];
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& p = pieces[i];
+      const Part& f = *p.f;
+      o.resize(static_cast<std::size_t>(p.count) + 1);
+      f.read_at(fds[i],
+                f.sec.offsets + 8 * (static_cast<std::uint64_t>(t) *
+                                         static_cast<std::uint64_t>(f.h.examples + 1) +
+                                     static_cast<std::uint64_t>(p.first)),
+                o.data(), o.size() * 8);
+      const std::int64_t base = table_start[static_cast<std::size_t>(t)] + ids - o[0];
       std::int64_t* dst =
           out.offsets.data() + static_cast<std::size_t>(t) * static_cast<std::size_t>(n) + e;
       for (std::int64_t k = 0; k < p.count; ++k)
-        dst[k] = base + o[p.first + k];  // checked monotone at open
-      ids += o[p.first + p.count] - o[p.first];
+        dst[k] = base + o[static_cast<std::size_t>(k)];  // checked monotone at open
+      firsts[static_cast<std::size_t>(t)][i] = o[0];
+      ids += o.back() - o[0];
       e += p.count;
     }
     table_start[static_cast<std::size_t>(t) + 1] = table_start[static_cast<std::size_t>(t)] + ids;
   }
   out.offsets.back() = table_start.back();
   out.ids.resize(static_cast<std::size_t>(table_start.back()));
-  // Ids: widened and range-checked in parallel, in runs of at most kRun ids (one table of the
-  // MLPerf model holds 6.5M of a batch's 14M ids, so whole tables would leave threads idle).
+  // Ids: read, widened and range-checked in parallel, in runs of at most kRun ids (one table of
+  // the MLPerf model holds 6.5M of a batch's 14M ids, so whole tables would leave threads idle).
   struct Run {
     int table;
-    const File* f;
+    std::size_t piece;
     std::int64_t src, count, dst;
   };
   constexpr std::int64_t kRun = std::int64_t{1} << 18;
   std::vector<Run> runs;
+  // Each piece's ids of table t: the span of its examples' batch offsets.
   for (int t = 0; t < T; ++t) {
-    std::int64_t dst = table_start[static_cast<std::size_t>(t)];
-    for (const Piece& p : pieces) {
-      const std::int64_t* o = p.f->offsets + static_cast<std::size_t>(t) *
-                                                 static_cast<std::size_t>(p.f->h.examples + 1);
-      const std::int64_t first = o[p.first], count = o[p.first + p.count] - first;
-      for (std::int64_t k = 0; k < count; k += kRun)
-        runs.push_back({t, p.f, first + k, std::min(kRun, count - k), dst + k});
-      dst += count;
+    std::int64_t e = 0;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const std::int64_t* bo =
+          out.offsets.data() + static_cast<std::size_t>(t) * static_cast<std::size_t>(n);
+      const std::int64_t begin = bo[e];
+      const std::int64_t end = bo[e + pieces[i].count];
+      const std::int64_t first = firsts[static_cast<std::size_t>(t)][i];
+      for (std::int64_t k = 0; k < end - begin; k += kRun)
+        runs.push_back({t, i, first + k, std::min(kRun, end - begin - k), begin + k});
+      e += pieces[i].count;
     }
   }
   std::int64_t bad_table = -1;
+  std::string read_error;
   const auto nruns = static_cast<std::int64_t>(runs.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (std::int64_t i = 0; i < nruns; ++i) {
-    const Run& run = runs[static_cast<std::size_t>(i)];
-    std::int64_t* dst = out.ids.data() + run.dst;
-    const auto rows = static_cast<std::uint64_t>(rows_[static_cast<std::size_t>(run.table)]);
-    std::uint64_t worst = 0;
-    if (run.f->h.id_bytes == 4) {
-      const auto* src = static_cast<const std::uint32_t*>(run.f->ids) + run.src;
-      for (std::int64_t k = 0; k < run.count; ++k) {
-        dst[k] = src[k];
-        worst = std::max<std::uint64_t>(worst, src[k]);
-      }
-    } else {
-      const auto* src = static_cast<const std::uint64_t*>(run.f->ids) + run.src;
-      for (std::int64_t k = 0; k < run.count; ++k) {
-        dst[k] = static_cast<std::int64_t>(src[k]);
-        worst = std::max(worst, src[k]);
-      }
-    }
-    if (worst >= rows) {
+#pragma omp parallel
+  {
+    std::vector<std::uint64_t> buffer(static_cast<std::size_t>(kRun));
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t i = 0; i < nruns; ++i) {
+      const Run& run = runs[static_cast<std::size_t>(i)];
+      const Part& f = *pieces[run.piece].f;
+      const std::size_t w = f.h.id_bytes;
+      try {  // nothing may leave a parallel region by an exception
+        f.read_at(fds[run.piece], f.sec.ids + w * static_cast<std::uint64_t>(run.src),
+                  buffer.data(), static_cast<std::size_t>(run.count) * w);
+      } catch (const InputError& e) {
 #pragma omp critical
-      bad_table = run.table;
+        if (read_error.empty()) read_error = e.what();
+        continue;
+      }
+      std::int64_t* dst = out.ids.data() + run.dst;
+      const auto rows = static_cast<std::uint64_t>(rows_[static_cast<std::size_t>(run.table)]);
+      std::uint64_t worst = 0;
+      if (w == 4) {
+        const auto* src = reinterpret_cast<const std::uint32_t*>(buffer.data());
+        for (std::int64_t k = 0; k < run.count; ++k) {
+          dst[k] = src[k];
+          worst = std::max<std::uint64_t>(worst, src[k]);
+        }
+      } else {
+        for (std::int64_t k = 0; k < run.count; ++k) {
+          dst[k] = static_cast<std::int64_t>(buffer[static_cast<std::size_t>(k)]);
+          worst = std::max(worst, buffer[static_cast<std::size_t>(k)]);
+        }
+      }
+      if (worst >= rows) {
+#pragma omp critical
+        bad_table = run.table;
+      }
     }
   }
+  if (!read_error.empty()) throw InputError(read_error);
   if (bad_table >= 0)
     throw InputError(fmt::format(
         "'{}': an id of table {} is >= its {} rows (corrupt file or another model's data)",

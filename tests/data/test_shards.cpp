@@ -3,11 +3,15 @@
 // InputError naming the file and what is wrong, never a crash.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -242,6 +246,109 @@ TEST_F(Shards, BadMetaJsonIsAnInputError) {
     out << "{\"format\": \"something-else\"}";
   }
   EXPECT_NE(error_of(dir_, m).find("field 'format'"), std::string::npos) << error_of(dir_, m);
+}
+
+// A FIFO, a device or a directory where a file should be is refused at once: opening a FIFO would
+// block until a writer came, a device would never end.
+TEST_F(Shards, NonRegularFilesAreRefusedWithoutBlocking) {
+  const ModelSpec m = model();
+  write(m);
+  const fs::path part = dir_ / "train-00001.bin";
+  fs::remove(part);
+  ASSERT_EQ(::mkfifo(part.c_str(), 0644), 0);
+  std::string msg = error_of(dir_, m);
+  EXPECT_NE(msg.find("train-00001.bin"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a FIFO"), std::string::npos) << msg;
+  fs::remove(part);
+  fs::create_directory(part);
+  EXPECT_NE(error_of(dir_, m).find("a directory"), std::string::npos) << error_of(dir_, m);
+  fs::remove(part);
+  fs::create_symlink("/dev/zero", part);
+  EXPECT_NE(error_of(dir_, m).find("a character device"), std::string::npos) << error_of(dir_, m);
+  fs::remove(part);
+  fs::remove(dir_ / "meta.json");
+  ASSERT_EQ(::mkfifo((dir_ / "meta.json").c_str(), 0644), 0);
+  EXPECT_NE(error_of(dir_, m).find("a FIFO"), std::string::npos) << error_of(dir_, m);
+}
+
+// A part file truncated or rewritten while a reader has it open: the next batch that reads it is an
+// InputError naming the file (a mapped file would have ended the process with SIGBUS).
+TEST_F(Shards, AFileTruncatedWhileReadingIsAnErrorNotACrash) {
+  const ModelSpec m = model();
+  write(m);
+  for (const bool rewrite : {false, true}) {
+    ShardReader r(dir_, m, Split::train);
+    Batch b;
+    ASSERT_TRUE(r.next(100, b));
+    const fs::path part = dir_ / "train-00001.bin";
+    const auto size = fs::file_size(part);
+    if (rewrite) {
+      fs::copy_file(part, dir_ / "copy.bin");
+      fs::rename(dir_ / "copy.bin", part);  // same bytes, another file
+    } else {
+      fs::resize_file(part, size / 2);
+    }
+    std::string msg = "no error";
+    try {
+      while (r.next(100, b)) {
+      }
+    } catch (const InputError& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("train-00001.bin' changed since training opened it"), std::string::npos)
+        << msg;
+    fs::remove_all(dir_);
+    write(m);
+  }
+}
+
+// Labels are 0 or 1 and dense features finite in every batch read; meta.json's fields are named
+// by their path.
+TEST_F(Shards, BadValuesAndFieldsNameTheExampleOrThePath) {
+  const ModelSpec m = model();
+  write(m);
+  const fs::path part = dir_ / "train-00000.bin";
+  std::vector<char> bytes(fs::file_size(part));
+  {
+    std::ifstream in(part, std::ios::binary);
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  auto put = [&](const std::vector<char>& b) {
+    std::ofstream out(part, std::ios::binary | std::ios::trunc);
+    out.write(b.data(), static_cast<std::streamsize>(b.size()));
+  };
+  auto bad = bytes;
+  const float two = 2.0f, nan = std::nanf("");
+  std::memcpy(bad.data() + 64 + 4 * 7, &two, 4);  // label of example 7
+  put(bad);
+  EXPECT_NE(error_of(dir_, m).find("example 7: label 2 is not 0 or 1"), std::string::npos)
+      << error_of(dir_, m);
+  bad = bytes;
+  const std::size_t dense = ((64 + 4 * 333 + 7) / 8 * 8 + 4 * 333 + 7) / 8 * 8;  // after teacher
+  std::memcpy(bad.data() + dense + 4 * (5 * 9 + 2), &nan, 4);  // example 9, feature 2
+  put(bad);
+  EXPECT_NE(error_of(dir_, m).find("example 9: dense feature 2 is nan"), std::string::npos)
+      << error_of(dir_, m);
+  put(bytes);
+  std::string meta;
+  {
+    std::ifstream in(dir_ / "meta.json");
+    meta.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::size_t at = meta.find("\"examples\": 333");
+  ASSERT_NE(at, std::string::npos);
+  std::string edited = meta;
+  edited.replace(at, 15, "\"examples\": -1");
+  std::ofstream(dir_ / "meta.json", std::ios::trunc) << edited;
+  EXPECT_NE(error_of(dir_, m).find("field 'splits.train.files[0].examples': -1 is not a positive"),
+            std::string::npos)
+      << error_of(dir_, m);
+  edited = meta;
+  edited.replace(at, 15, "\"examples\": \"x\"");
+  std::ofstream(dir_ / "meta.json", std::ios::trunc) << edited;
+  EXPECT_NE(error_of(dir_, m).find("splits.train.files[0].examples': expected an integer"),
+            std::string::npos)
+      << error_of(dir_, m);
 }
 
 }  // namespace
