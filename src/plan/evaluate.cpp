@@ -273,6 +273,17 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   }
   p.peak_memory_bytes = worst;
   p.host_memory_bytes = *std::max_element(host_mem.begin(), host_mem.end());
+  // A rate near zero in the device spec or the calibration overflows a time: refused here, where
+  // the numbers are known, rather than planned as "inf ms/step".
+  std::vector<std::pair<std::string, double>> numbers{{"step_s", p.step_s},
+                                                      {"peak_memory_bytes", worst}};
+  for (const auto& [name, v] : p.time_s) numbers.emplace_back("time_s." + name, v);
+  for (const auto& [name, v] : numbers)
+    if (!std::isfinite(v) || v < 0)
+      throw InputError(fmt::format(
+          "{} on {}: the predicted {} is {}; a rate in the device spec '{}' or the calibration "
+          "'{}' is near zero or not a number (check its units)",
+          where, dev.display_name, name, v, dev.source_file, cal.source));
   return p;
 }
 

@@ -3,10 +3,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <string_view>
 
+#include <nlohmann/json.hpp>
+
+#include "core/input_file.h"
 #include "parity/error.h"
 #include "parity/plan.h"
 
@@ -32,6 +36,15 @@ class Reader {
     return Reader(j_.at(key), path, origin_);
   }
   bool has(const std::string& key) const { return j_.is_object() && j_.contains(key); }
+  // Refuses fields other than `known`: a misspelt one would otherwise be ignored without a word.
+  const Reader& only(std::initializer_list<std::string_view> known) const {
+    if (!j_.is_object()) fail("expected an object");
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (std::find(known.begin(), known.end(), it.key()) == known.end())
+        Reader(*it, path_.empty() ? it.key() : fmt::format("{}.{}", path_, it.key()), origin_)
+            .fail(fmt::format("unknown field (expected one of {})", fmt::join(known, ", ")));
+    return *this;
+  }
   Reader at(std::size_t i) const {
     return Reader(j_.at(i), fmt::format("{}[{}]", path_, i), origin_);
   }
@@ -51,7 +64,9 @@ class Reader {
   }
   double number() const {
     if (!j_.is_number()) fail("expected a number");
-    return j_.get<double>();
+    const double v = j_.get<double>();
+    if (!std::isfinite(v) || v < 0) fail(fmt::format("expected a finite number >= 0, got {}", v));
+    return v;
   }
   // One of the values of an enum's name table (spec.h), those `allowed` accepts.
   template <class E, std::size_t N>
@@ -139,6 +154,9 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded()) throw InputError(fmt::format("{}: not valid JSON", origin));
   const Reader r(j, "", origin);
+  r.only({"format", "model", "model_file", "device", "gpus", "per_device_batch", "global_batch",
+          "dense_math", "embedding_optimizer", "tables", "changes", "kernels", "prediction",
+          "calibration"});
   if (r.at("format").str() != kFormat) r.at("format").fail(fmt::format("expected '{}'", kFormat));
   Plan p;
   p.model = r.at("model").str();
@@ -155,6 +173,7 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
   const Reader tables = r.at("tables");
   for (std::size_t i = 0; i < tables.size(); ++i) {
     const Reader t = tables.at(i);
+    t.only({"name", "dtype", "optimizer", "sharding", "placement", "cache_rows", "shards"});
     TablePlan tp;
     tp.name = t.at("name").str();
     tp.dtype = t.at("dtype").choice(kTableDTypeNames);
@@ -169,6 +188,7 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
     const Reader shards = t.at("shards");
     for (std::size_t s = 0; s < shards.size(); ++s) {
       const Reader sh = shards.at(s);
+      sh.only({"device", "rows", "cols"});
       ShardPlan sp;
       sp.device = static_cast<int>(sh.at("device").integer(0, p.gpus - 1));
       const Reader rows = sh.at("rows");
@@ -187,6 +207,7 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
     const Reader changes = r.at("changes");
     for (std::size_t i = 0; i < changes.size(); ++i) {
       const Reader c = changes.at(i);
+      c.only({"what", "from", "to", "reason"});
       p.changes.push_back(
           {c.at("what").str(), c.at("from").str(), c.at("to").str(), c.at("reason").str()});
     }
@@ -195,6 +216,7 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
     const Reader ks = r.at("kernels");
     for (std::size_t i = 0; i < ks.size(); ++i) {
       const Reader k = ks.at(i);
+      k.only({"op", "m", "n", "k", "tile", "predicted_s"});
       KernelChoice kc;
       kc.op = k.at("op").str();
       kc.m = k.at("m").integer(0, std::int64_t{1} << 50);
@@ -210,6 +232,8 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
   }
   if (r.has("prediction")) {
     const Reader pr = r.at("prediction");
+    pr.only({"step_s", "examples_per_s", "examples_per_s_per_gpu", "time_s", "memory_bytes",
+             "peak_memory_bytes", "peak_device", "memory_budget_bytes", "host_memory_bytes"});
     p.prediction.step_s = pr.at("step_s").number();
     p.prediction.examples_per_s = pr.at("examples_per_s").number();
     p.prediction.examples_per_s_per_gpu = pr.at("examples_per_s_per_gpu").number();
@@ -221,7 +245,8 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
       const json& obj = j["prediction"][key];
       if (!obj.is_object()) pr.at(key).fail("expected an object of numbers");
       for (auto it = obj.begin(); it != obj.end(); ++it) {
-        if (!it->is_number()) pr.at(key).at(it.key()).fail("expected a number");
+        if (!it->is_number() || !std::isfinite(it->get<double>()))
+          pr.at(key).at(it.key()).fail("expected a finite number");
         (std::string(key) == "time_s" ? p.prediction.time_s : p.prediction.memory_bytes)[it.key()] =
             it->get<double>();
       }
@@ -232,11 +257,14 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
 }
 
 Plan load_plan(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  if (!in) throw InputError(fmt::format("cannot read plan '{}'", file.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return plan_from_json(ss.str(), file.string());
+  Plan p = plan_from_json(read_input_file(file, "plan", std::size_t{256} << 20), file.string());
+  // A model file named relative to the plan (plans written before it was recorded absolute).
+  if (!p.model_file.empty() && std::filesystem::path(p.model_file).is_relative()) {
+    const auto beside = file.parent_path() / p.model_file;
+    std::error_code ec;
+    if (std::filesystem::exists(beside, ec)) p.model_file = beside.string();
+  }
+  return p;
 }
 
 }  // namespace parity

@@ -15,6 +15,7 @@
 // again without it. Deterministic: no hash-order iteration, ties broken by index.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <optional>
 
@@ -142,7 +143,12 @@ class Planner {
     out.variant = variant;
     Plan& p = out.plan;
     p.model = m_.name;
-    p.model_file = m_.source_file;
+    // Absolute, so that the plan can be used from any directory.
+    if (!m_.source_file.empty() && m_.source_file != "<string>") {
+      std::error_code ec;
+      const auto abs = std::filesystem::absolute(m_.source_file, ec);
+      p.model_file = ec ? m_.source_file : abs.lexically_normal().string();
+    }
     p.device = dev_.name;
     p.gpus = W_;
     p.global_batch = c.global_batch;
@@ -377,6 +383,60 @@ Plan port_plan(const Plan& source, const ModelSpec& m, const DeviceSpec& dev,
   return p;
 }
 
+namespace {
+
+// A table's shards lie within the table and cover it once (a replicated table: once per device):
+// no row or column outside it, none twice, none left out.
+void check_shards(const TablePlan& tp, const TableSpec& table, int gpus) {
+  const std::string where =
+      fmt::format("plan table '{}' ({} rows x {} columns)", tp.name, table.rows, table.dim);
+  if (tp.shards.empty()) throw InputError(fmt::format("{}: has no shards", where));
+  double area = 0;
+  for (std::size_t i = 0; i < tp.shards.size(); ++i) {
+    const ShardPlan& s = tp.shards[i];
+    if (s.row_begin < 0 || s.row_end > table.rows || s.row_begin >= s.row_end || s.col_begin < 0 ||
+        s.col_end > table.dim || s.col_begin >= s.col_end)
+      throw InputError(
+          fmt::format("{}: shard {} holds rows [{}, {}) and columns [{}, {}), "
+                      "outside the table",
+                      where, i, s.row_begin, s.row_end, s.col_begin, s.col_end));
+    if (s.device < 0 || s.device >= gpus)
+      throw InputError(fmt::format("{}: shard {} is on device {}, the plan has {} GPUs", where, i,
+                                   s.device, gpus));
+    area += static_cast<double>(s.row_end - s.row_begin) * (s.col_end - s.col_begin);
+  }
+  const std::size_t n = tp.shards.size();
+  if (tp.sharding == Sharding::replicated) {  // a whole copy on every device
+    std::vector<bool> seen(static_cast<std::size_t>(gpus), false);
+    for (std::size_t i = 0; i < n; ++i) {
+      const ShardPlan& s = tp.shards[i];
+      if (s.row_begin != 0 || s.row_end != table.rows || s.col_begin != 0 ||
+          s.col_end != table.dim || seen[static_cast<std::size_t>(s.device)])
+        throw InputError(fmt::format(
+            "{}: replicated, so each of its {} shards is the whole table on a device of its own; "
+            "shard {} is not",
+            where, gpus, i));
+      seen[static_cast<std::size_t>(s.device)] = true;
+    }
+    if (n != static_cast<std::size_t>(gpus))
+      throw InputError(fmt::format("{}: replicated on {} of the plan's {} GPUs", where, n, gpus));
+    return;
+  }
+  if (n <= 4096)
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = i + 1; j < n; ++j) {
+        const ShardPlan &a = tp.shards[i], &b = tp.shards[j];
+        if (a.row_begin < b.row_end && b.row_begin < a.row_end && a.col_begin < b.col_end &&
+            b.col_begin < a.col_end)
+          throw InputError(fmt::format("{}: shards {} and {} overlap", where, i, j));
+      }
+  if (area != static_cast<double>(table.rows) * table.dim)
+    throw InputError(fmt::format("{}: the shards cover {:.0f} of its {} entries", where, area,
+                                 table.rows * table.dim));
+}
+
+}  // namespace
+
 ModelSpec apply_plan(const ModelSpec& model, const Plan& plan, std::int64_t batch) {
   if (plan.model != model.name)
     throw InputError(fmt::format("plan is for model '{}', not '{}'", plan.model, model.name));
@@ -389,6 +449,7 @@ ModelSpec apply_plan(const ModelSpec& model, const Plan& plan, std::int64_t batc
       throw InputError(fmt::format("plan table {} is '{}', the model's is '{}'", t,
                                    plan.tables[t].name, m.tables[t].name));
     m.tables[t].dtype = plan.tables[t].dtype;
+    check_shards(plan.tables[t], m.tables[t], plan.gpus);
   }
   m.embedding_optimizer.kind = plan.embedding_optimizer;
   m.batch_size = batch > 0 ? batch : plan.global_batch;

@@ -58,6 +58,8 @@ std::string lower(std::string_view s) {
 // What a number is, for the rules applied to it.
 enum class Kind { rate, count, bytes_or_zero };
 
+constexpr double kMinRate = 1e6;
+
 struct ReadNumber {
   Sourced value;
   Field field;  // the {value, source} map, for messages that compare numbers
@@ -84,7 +86,14 @@ ReadNumber read_sourced(const MapView& parent, std::string_view key, std::string
                                    ? (zero_ok ? "a whole number >= 0" : "a positive whole number")
                                    : "a positive number";
   const double x = v.as_number(expected);
-  if (zero_ok ? x < 0.0 : !(x > 0.0)) v.fail_expected(expected);
+  if (!std::isfinite(x) || (zero_ok ? x < 0.0 : !(x > 0.0))) v.fail_expected(expected);
+  // No accelerator moves or computes fewer than a million a second: a smaller rate is a unit
+  // mistake (GB/s given for B/s), and would plan steps of years.
+  if (kind == Kind::rate && x < kMinRate)
+    v.fail(
+        fmt::format("{:g} is not a plausible {} (expected at least {:g}: give bytes/s or "
+                    "FLOP/s, not GB/s or TFLOP/s)",
+                    x, meaning, kMinRate));
   if (integral && (std::trunc(x) != x || x > kMaxExactInteger)) v.fail_expected(expected);
   out.value.value = x;
   out.value.source = s.as_nonempty_string("a non-empty source (where the number comes from)");

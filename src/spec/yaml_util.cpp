@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/input_file.h"
 #include "parity/error.h"
 
 namespace parity::spec_yaml {
@@ -132,20 +133,7 @@ std::string join_or(const std::vector<std::string_view>& words) {
 }
 
 std::string read_text_file(const std::filesystem::path& file, std::string_view what) {
-  const std::string prefix = fmt::format("cannot read {} '{}': ", what, file.string());
-  std::error_code ec;
-  const auto status = std::filesystem::status(file, ec);
-  if (ec || !std::filesystem::exists(status)) throw InputError(prefix + "no such file");
-  if (std::filesystem::is_directory(status)) throw InputError(prefix + "it is a directory");
-  errno = 0;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"), &std::fclose);
-  if (!f) throw InputError(prefix + (errno != 0 ? std::strerror(errno) : "cannot open"));
-  std::string text;
-  char buffer[1 << 16];
-  std::size_t got = 0;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), f.get())) > 0) text.append(buffer, got);
-  if (std::ferror(f.get())) throw InputError(prefix + "read error");
-  return text;
+  return read_input_file(file, what, kMaxSpecBytes);
 }
 
 YAML::Node parse_document(std::string_view text, const std::string& origin, std::string_view what) {

@@ -49,6 +49,8 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string_vi
 std::string join_or(const std::vector<std::string_view>& words);
 
 // Reads a whole file; throws InputError "cannot read <what> '<path>': <reason>".
+// Specs are a few kilobytes; a file far larger is not one (a wrong path to a data file).
+inline constexpr std::size_t kMaxSpecBytes = std::size_t{16} << 20;
 std::string read_text_file(const std::filesystem::path& file, std::string_view what);
 
 // Parses text holding exactly one YAML document whose top level is a map.

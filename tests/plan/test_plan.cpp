@@ -245,6 +245,25 @@ TEST(PlanFile, BadFilesNameTheField) {
   // A shard outside the plan's GPUs.
   EXPECT_NE(message(edited("\"device\": 0", "\"device\": 3")).find("tables[0].shards[0].device"),
             std::string::npos);
+  // A misspelt field is refused, not ignored; a non-finite prediction is refused.
+  EXPECT_NE(message(edited("\"gpus\": 1", "\"gpus\": 1, \"global_bach\": 7"))
+                .find("field 'global_bach': unknown field (expected one of format, model"),
+            std::string::npos)
+      << message(edited("\"gpus\": 1", "\"gpus\": 1, \"global_bach\": 7"));
+  EXPECT_NE(message(edited("\"placement\": \"hbm\"", "\"placement\": \"hbm\", \"cache\": 1"))
+                .find("field 'tables[0].cache': unknown field"),
+            std::string::npos);
+  EXPECT_NE(message(edited("\"step_s\": ", "\"step_s\": -1, \"x_s\": "))
+                .find("field 'prediction.x_s': unknown field"),
+            std::string::npos);
+  // Rows outside the table: refused when the plan is applied to the model.
+  const Plan rows = plan_from_json(edited("5000\n", "6000\n"), "edited.json");
+  try {
+    apply_plan(model("tiny"), rows);
+    ADD_FAILURE() << "a shard past the table's rows was applied";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the table"), std::string::npos) << e.what();
+  }
   // A plan whose shards do not cover the table is rejected when evaluated.
   Plan q = plan_from_json(edited("5000\n", "4000\n"), "edited.json");
   EXPECT_THROW(evaluate_plan(q, model("tiny"), device("h200"), default_calibration(device("h200"))),

@@ -226,6 +226,13 @@ TEST(DeviceParse, NumbersMustBePositiveAndWholeWhereCounted) {
   EXPECT_CONTAINS(msg, "field 'interconnect.scale_up_domain.value'");
   msg = device_error(replaced(kDevice, "{value: 67.0e12,", "{value: .nan,"));
   EXPECT_CONTAINS(msg, "field 'compute.fp32_flops.value'");
+  // Rates that are infinite, or so small that they are a unit mistake, would plan inf ms/step.
+  msg = device_error(replaced(kDevice, "{value: 3.35e12,", "{value: .inf,"));
+  EXPECT_CONTAINS(msg, "field 'memory.hbm_bandwidth.value': expected a positive number");
+  msg = device_error(replaced(kDevice, "{value: 3.35e12,", "{value: 3.35,"));
+  EXPECT_CONTAINS(msg, "field 'memory.hbm_bandwidth.value': 3.35 is not a plausible peak bytes/s");
+  msg = device_error(replaced(kDevice, "{value: 67.0e12,", "{value: 1e-300,"));
+  EXPECT_CONTAINS(msg, "give bytes/s or FLOP/s, not GB/s or TFLOP/s");
 }
 
 TEST(DeviceParse, PeakOrdering) {

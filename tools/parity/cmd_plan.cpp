@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common.h"
+#include "core/atomic_file.h"
 #include "parity/error.h"
 #include "parity/plan.h"
 
@@ -160,6 +161,29 @@ void print_port(const Plan& source, const Plan& port, const Plan& co, const Devi
                c.reason);
 }
 
+// Writes the plan atomically (a full disk leaves the old file, never a torn one), refusing to
+// write over one of the files it was made from.
+void write_plan(const std::string& out, const Plan& plan, const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& in : inputs)
+    if (!in.empty() && fs::exists(out, ec) && fs::equivalent(out, in, ec))
+      throw InputError(fmt::format(
+          "--out '{}' is the file the plan was made from ('{}'): give the plan its own file, "
+          "e.g. plan.json",
+          out, in));
+  if (fs::is_directory(out, ec))
+    throw InputError(fmt::format("--out '{}' is a directory; give a file name", out));
+  const std::string text = plan_to_json(plan);
+  try {
+    AtomicFile f(out, "plan");
+    f.write(text.data(), text.size());
+    f.commit();
+  } catch (const Error& e) {
+    throw InputError(e.what());
+  }
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
@@ -225,9 +249,7 @@ void add_plan_command(CLI::App& app) {
       print_plan(plan, dev, args->verbose);
     }
     if (!args->out.empty()) {
-      std::ofstream out(args->out);
-      out << plan_to_json(plan);
-      if (!out) throw InputError(fmt::format("cannot write '{}'", args->out));
+      write_plan(args->out, plan, {model.source_file, dev.source_file});
       fmt::print("\nwrote {}\n", args->out);
     }
   });
