@@ -342,7 +342,7 @@ while ((kills < KILLS)); do
       deadline=$((LAUNCH + SIGMA + TAU * (target - r) * 3 + 2 * T_EVAL + 2000000))
       # Armed once the checkpoint before it is there and the run is near the target (a pause in
       # the start-up is not the evaluation's).
-      near=$((LAUNCH + SIGMA + TAU_STEP * (target - r - SPR) * 8 / 10))
+      near=$((LAUNCH + SIGMA + TAU_STEP * (target - r - SPR) / 2))  # the speed varies 2x on a shared machine
       armed=0
       while kill -0 "$PID" 2>/dev/null; do
         now_us
@@ -353,7 +353,7 @@ while ((kills < KILLS)); do
         if ((!armed)); then
           if ((NOW >= near)) && { ((before <= r)) || [ -e "$SOAK/step-$before.safetensors" ]; }; then armed=1; fi
         elif [ -s "$log" ] && ((NOW - $(mtime_us "$log") > SIL)); then
-          rand $((T_EVAL / 2))
+          rand $((T_EVAL / 4))
           snooze "$(secs "$R")"
           break
         fi
