@@ -1,12 +1,12 @@
 // parity check: validate model and device specs and summarise them.
 #include <fmt/core.h>
 
-#include <fstream>
+#include <filesystem>
 #include <memory>
 #include <regex>
-#include <sstream>
 
 #include "common.h"
+#include "core/input_file.h"
 #include "parity/error.h"
 #include "parity/spec.h"
 
@@ -14,11 +14,25 @@ namespace parity::cli {
 namespace {
 
 bool looks_like_device(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::string text;
+  try {
+    text = read_input_file(path, "spec", std::size_t{16} << 20);
+  } catch (const InputError&) {
+    return false;  // the loader gives the error
+  }
   static const std::regex vendor(R"((^|\n)vendor\s*:)");
-  return std::regex_search(ss.str(), vendor);
+  return std::regex_search(text, vendor);
+}
+
+// A spec file, a zoo model name or a device catalog key ("tiny", "h200").
+std::string resolve_spec(const std::string& f) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (f.find('/') != std::string::npos || f.ends_with(".yaml") || fs::exists(f, ec)) return f;
+  const fs::path device = configs_dir() / "devices" / (f + ".yaml");
+  const fs::path model = resolve_model(f);
+  if (!fs::exists(model, ec) && fs::exists(device, ec)) return device.string();
+  return model.string();
 }
 
 }  // namespace
@@ -30,12 +44,13 @@ void add_check_command(CLI::App& app) {
       "Validate model and device specs (YAML) and print a one-line summary of each.\n"
       "Errors name the file, line and field.\n\n"
       "Examples:\n  parity check configs/models/*.yaml configs/devices/*.yaml\n"
-      "  parity check tiny");
-  cmd->add_option("files", *files, "Spec files, or zoo model names")->required();
+      "  parity check tiny h200");
+  cmd->add_option("files", *files, "Spec files, zoo model names or device catalog keys")
+      ->required();
   cmd->callback([files] {
     int bad = 0;
     for (const auto& f : *files) {
-      const std::string path = resolve_model(f).string();
+      const std::string path = resolve_spec(f);
       try {
         if (looks_like_device(path)) {
           const DeviceSpec d = load_device_spec(path);

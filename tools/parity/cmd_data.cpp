@@ -31,6 +31,31 @@ void add_writer_options(CLI::App* cmd, std::string& model, std::int64_t& per_fil
   cmd->add_option("--out", out, "Directory to create")->required();
 }
 
+// The dataset's size against the free space where it goes, before anything is written: a typo in
+// --examples must not fill the disk.
+void require_space(const std::filesystem::path& out, const ModelSpec& model,
+                   std::int64_t examples) {
+  namespace fs = std::filesystem;
+  bool wide = false;
+  for (const auto& t : model.tables) wide = wide || t.rows > 0xffffffffLL;
+  // Per example: label, teacher, dense features, one offset per table, the ids.
+  const double per_example = 8.0 + 4.0 * model.dense_features + 8.0 * model.num_tables() +
+                             (wide ? 8.0 : 4.0) * static_cast<double>(model.lookups_per_example());
+  const double need = per_example * static_cast<double>(examples);
+  fs::path probe = fs::absolute(out);
+  std::error_code ec;
+  while (!fs::exists(probe, ec) && probe.has_parent_path() && probe != probe.parent_path())
+    probe = probe.parent_path();
+  const fs::space_info space = fs::space(probe, ec);
+  if (ec) return;  // no figure to compare with: the writer's own errors remain
+  if (need > static_cast<double>(space.available))
+    throw InputError(fmt::format(
+        "the dataset would be about {:.3g} GB ({} examples of {:.0f} bytes), and '{}' has {:.3g} "
+        "GB free: write fewer examples or choose another --out",
+        need / 1e9, examples, per_example, probe.string(),
+        static_cast<double>(space.available) / 1e9));
+}
+
 void add_synth(CLI::App& data) {
   struct Args {
     std::string model = "tiny", out;
@@ -52,9 +77,11 @@ void add_synth(CLI::App& data) {
       ->check(nonnegative_integer())
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the synthetic data (as parity train --seed)")
+      ->check(seed_value())
       ->capture_default_str();
   cmd->callback([args] {
     const ModelSpec model = load_model_spec(resolve_model(args->model));
+    require_space(args->out, model, args->examples + args->eval_examples);
     const SyntheticData synth(model, args->seed);
     ShardWriter writer(args->out, model,
                        fmt::format("synthetic, model {}, seed {}", model.name, args->seed),
@@ -131,10 +158,18 @@ void add_info(CLI::App& data) {
   cmd->add_option("--model", args->model, "Model YAML file or zoo name")->required();
   cmd->callback([args] {
     const ModelSpec model = load_model_spec(resolve_model(args->model));
-    const ShardReader train(args->dir, model, Split::train);
-    const ShardReader eval(args->dir, model, Split::eval);
-    fmt::print("{}: {} training and {} held-out examples for model {} ({})\n", args->dir,
-               train.examples(), eval.examples(), model.name, train.source());
+    // Every example read as training reads it (labels, features, ids), so that a dataset this
+    // calls fine is one that training accepts.
+    ShardReader train(args->dir, model, Split::train);
+    ShardReader eval(args->dir, model, Split::eval);
+    Batch b;
+    for (ShardReader* r : {&train, &eval})
+      while (r->next(65536, b)) {
+      }
+    fmt::print(
+        "{}: {} training and {} held-out examples for model {} ({}); every example read "
+        "and checked\n",
+        args->dir, train.examples(), eval.examples(), model.name, train.source());
   });
 }
 

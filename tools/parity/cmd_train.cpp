@@ -227,6 +227,21 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
 
 // --data and --eval-data: one shard dataset directory, or Criteo TSV files (none: synthetic).
 void choose_data(const TrainArgs& args, TrainConfig& cfg) {
+  for (const auto& f : args.data) {
+    std::error_code ec;
+    if (!std::filesystem::exists(f, ec))
+      throw InputError(fmt::format("--data '{}': no such file or directory", f));
+    if (args.data.size() > 1 && is_shard_dataset(f))
+      throw InputError(fmt::format(
+          "--data '{}' is a shard dataset: give one dataset directory alone (--data takes one "
+          "dataset, or Criteo TSV files)",
+          f));
+  }
+  for (const auto& f : args.eval_data) {
+    std::error_code ec;
+    if (!std::filesystem::exists(f, ec))
+      throw InputError(fmt::format("--eval-data '{}': no such file", f));
+  }
   if (args.data.size() == 1 && is_shard_dataset(args.data.front())) {
     cfg.shard_dir = args.data.front();
     if (!args.eval_data.empty())
@@ -299,10 +314,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--steps", args->steps,
                   "Total steps (resumed ones included); default 1000 on synthetic data, one pass "
                   "over --data files")
-      ->check(nonnegative_integer());
+      ->check(positive_integer());
   cmd->add_option("--batch", args->batch, "Examples per step (default: the model's batch_size)")
       ->check(positive_integer());
   cmd->add_option("--seed", args->seed, "Seed of initialisation and synthetic data")
+      ->check(seed_value())
       ->capture_default_str();
   cmd->add_option("--checkpoint", args->checkpoint,
                   "Directory for checkpoints (safetensors, written atomically)");

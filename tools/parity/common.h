@@ -4,9 +4,13 @@
 #include <fmt/core.h>
 
 #include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 namespace parity::cli {
 
@@ -38,6 +42,19 @@ inline CLI::Validator positive_integer() {
 }
 inline CLI::Validator nonnegative_integer() {
   return integer_at_least(0, "a non-negative integer");
+}
+
+// A seed: a decimal whole number in [0, 2^64 - 1] ("-1" and "2^64" are refused, not wrapped).
+inline CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+          return fmt::format("'{}' is not a whole number from 0 to 18446744073709551615", s);
+        return std::string();
+      },
+      "SEED");
 }
 
 void add_train_command(CLI::App& app);

@@ -1,11 +1,15 @@
 // parity: co-designed training of recommendation models.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "common.h"
 #include "parity/error.h"
@@ -63,6 +67,19 @@ int main(int argc, char** argv) {
   parity::cli::add_plan_command(app);
   parity::cli::add_check_command(app);
   parity::cli::add_data_command(app);
+  // A first word that is no command: said plainly (CLI11 would say only that one is required, and
+  // `parity doctor --help` would print the main help and succeed).
+  if (argc >= 2 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+      names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      fmt::print(stderr,
+                 "parity: error: '{}' is not a command; the commands are {} (parity --help)\n",
+                 argv[1], fmt::join(names, ", "));
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
