@@ -150,8 +150,10 @@ loads() {  # FILE STEP
   rm -rf "$dir"
   mkdir -p "$dir"
   ln "$1" "$dir/" 2>/dev/null || cp "$1" "$dir/"
-  "$PARITY" train --backend cpu --model "$MODEL" --seed "$TRAIN_SEED" --steps "$2" --checkpoint "$dir" \
-    --resume --eval-examples 512 >"$SCRATCH/load.log" 2>&1 && grep -q "resumed at step $2\$" "$SCRATCH/load.log"
+  # One step more than the checkpoint's (parity refuses a resume with nothing left to train).
+  "$PARITY" train --backend cpu --model "$MODEL" --seed "$TRAIN_SEED" --steps "$(($2 + 1))" \
+    --checkpoint "$dir" --resume --eval-examples 512 >"$SCRATCH/load.log" 2>&1 &&
+    grep -q "resumed at step $2\$" "$SCRATCH/load.log"
 }
 header_len() { od -An -tu8 --endian=little -N8 "$1" | tr -d ' '; }
 # What differs between two checkpoints: "identical", or which of metadata and tensor bytes differ.
@@ -238,8 +240,9 @@ t0=$NOW
 loads "$REF_ALL/step-$STEPS.safetensors" "$STEPS"
 now_us
 SIGMA=$((NOW - t0))
-"$PARITY" train --backend cpu --model "$MODEL" --seed "$TRAIN_SEED" --steps "$STEPS" --checkpoint "$SCRATCH/load" \
-  --resume --eval-examples "$EVAL_EXAMPLES" >/dev/null 2>&1
+# (loads left step STEPS + 1 there: one step more again, now with the run's evaluation)
+"$PARITY" train --backend cpu --model "$MODEL" --seed "$TRAIN_SEED" --steps "$((STEPS + 2))" \
+  --checkpoint "$SCRATCH/load" --resume --eval-examples "$EVAL_EXAMPLES" >/dev/null 2>&1
 now_us
 T_EVAL=$((NOW - t0 - 2 * SIGMA))
 ((T_EVAL > 1000)) || T_EVAL=1000
@@ -255,7 +258,7 @@ say "timing: start-up $(secs $SIGMA) s, evaluation $(secs $T_EVAL) s, $((TAU_STE
 # One line a kill: mode, resumed from, killed after (us), where it landed, its step, newest
 # checkpoint after, new .tmp left, the folder's check.
 ROWS=()
-kills=0 rounds=0 failures=0 finished_early=0 LAST_DONE=""
+kills=0 rounds=0 failures=0 finished_early=0 LAST_DONE="" LAST_DONE_LOG=""
 declare -A landed_count=()
 while ((kills < KILLS)); do
   rounds=$((rounds + 1))
@@ -266,6 +269,10 @@ while ((kills < KILLS)); do
   fi
   r=$(newest_step "$SOAK")
   r=${r:-0}
+  if ((r == STEPS)); then  # a run reached the end before its kill: nothing is left to resume
+    say "a run trained the last step before its kill: $kills kills in all"
+    break
+  fi
   rem=$((STEPS - r))
   left=$((KILLS - kills))
   # The latest a kill may come: well before the run could reach its last step.
@@ -380,7 +387,8 @@ while ((kills < KILLS)); do
   if ((RC == 0)) && [ -n "$(final_numbers "$log")" ]; then
     # It ended by itself before the kill: not a kill (the loop goes on, resuming at its end).
     finished_early=$((finished_early + 1))
-    plain_log "$log" | grep -q "resumed at step $STEPS\$" || LAST_DONE=$(final_numbers "$log")
+    LAST_DONE=$(final_numbers "$log")
+    LAST_DONE_LOG=$log
     say "run $rounds ($mode) finished before its kill; not counted"
     continue
   fi
@@ -432,23 +440,21 @@ done
 # ---- 3. to the end ---------------------------------------------------------------------------
 r=$(newest_step "$SOAK")
 say "last run: resumes from ${r:-0} to $STEPS"
-train_args "$SOAK" --resume
-launch "$OUT/runs/final.log" "${ARGS[@]}"
-finish
-FINAL_RC=$RC
-FINAL_NUMBERS=$(final_numbers "$OUT/runs/final.log")
 LOSS_NOTE=""
-if plain_log "$OUT/runs/final.log" | grep -q "resumed at step $STEPS\$"; then
-  # It trained no step, so it prints no loss (a checkpoint does not hold the last step's loss):
-  # the loss is the one the run that made the last step printed, where that run got to say it.
-  if [ -n "$LAST_DONE" ]; then
-    FINAL_NUMBERS="${LAST_DONE% AUC *} AUC ${FINAL_NUMBERS##* AUC }"
-    LOSS_NOTE=" (loss from the run that trained the last step)"
-  else
-    LOSS_NOTE=" (no loss: the run that trained the last step was killed before it printed it)"
-  fi
+if [ "${r:-0}" = "$STEPS" ]; then
+  # The run that trained the last step ended by itself: its output is the final one.
+  FINAL_RC=0
+  FINAL_NUMBERS=$LAST_DONE
+  FINAL_EVAL=$(final_eval "$LAST_DONE_LOG")
+  LOSS_NOTE=" (from the run that trained the last step before its kill)"
+else
+  train_args "$SOAK" --resume
+  launch "$OUT/runs/final.log" "${ARGS[@]}"
+  finish
+  FINAL_RC=$RC
+  FINAL_NUMBERS=$(final_numbers "$OUT/runs/final.log")
+  FINAL_EVAL=$(final_eval "$OUT/runs/final.log")
 fi
-FINAL_EVAL=$(final_eval "$OUT/runs/final.log")
 check_folder "$SOAK"
 FINAL_CHECK=$CHECK
 ((BAD == 0)) || failures=$((failures + 1))
