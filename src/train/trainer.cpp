@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/host_memory.h"
 #include "parity/checkpoint.h"
 #include "parity/engine.h"
 #include "parity/error.h"
@@ -71,6 +72,23 @@ TrainConfig settle(const TrainConfig& in) {
   }
   if (cfg.resume && cfg.checkpoint_dir.empty())
     throw InputError("--resume needs a checkpoint directory (--checkpoint DIR)");
+  // The host holds three batches at once (the loader's next one, the one staged or trained, and
+  // the evaluation's), each of a size known now: more than the machine has is refused here, with
+  // the figures, rather than killed by the out-of-memory killer after the set-up.
+  if (const auto avail = host_memory_available()) {
+    const ModelSpec& m = cfg.model;
+    const double per_example = 4.0 * (m.dense_features + 2) + 8.0 * m.num_tables() +
+                               8.0 * static_cast<double>(m.lookups_per_example());
+    const double need = 3 * per_example * static_cast<double>(cfg.batch);
+    if (need > static_cast<double>(*avail))
+      throw InputError(fmt::format(
+          "a batch of {} examples of model '{}' is {:.3g} GB on the host ({} lookups and {} dense "
+          "features an example), and training holds three: {:.3g} GB, more than the {:.3g} GB "
+          "this machine has available; use a smaller --batch",
+          cfg.batch, m.name, per_example * static_cast<double>(cfg.batch) / 1e9,
+          m.lookups_per_example(), m.dense_features, need / 1e9,
+          static_cast<double>(*avail) / 1e9));
+  }
   if (cfg.keep_checkpoints < 1)
     throw InputError(fmt::format(
         "checkpoints kept must be at least 1 (the newest good one), got {}", cfg.keep_checkpoints));

@@ -19,6 +19,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "core/host_memory.h"
 #include "cpu_test_util.h"
 #include "parity/error.h"
 #include "parity/random.h"
@@ -97,6 +98,29 @@ TEST(CpuBackendGuard, FlagNonfiniteRecordsTheFirstBadStep) {
   be.flag_nonfinite(x.data(), static_cast<std::int64_t>(x.size()), 6, &record);
   EXPECT_EQ(record, 5) << "a record was overwritten";
   EXPECT_THROW(be.flag_nonfinite(x.data(), 1, 1, nullptr), Error);
+}
+
+// Allocations past the host memory that was available are refused with the figures (Linux would
+// grant them and kill the process when it touched the pages); freed memory counts again.
+TEST(CpuBackendMemory, AllocationsBeyondTheHostAreInputErrors) {
+  ASSERT_TRUE(host_memory_available().has_value()) << "no /proc/meminfo here";
+  CpuBackend be;
+  EXPECT_EQ(be.allocated_bytes(), 0u);
+  try {
+    be.allocate(std::size_t{1} << 50);
+    FAIL() << "a petabyte was granted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("more memory than this machine has"), std::string::npos)
+        << e.what();
+  }
+  const std::size_t half = static_cast<std::size_t>(*host_memory_available() / 2);
+  {
+    Buffer a(be, half / 2);
+    EXPECT_GE(be.allocated_bytes(), half / 2);
+    EXPECT_THROW(Buffer(be, half * 2), InputError);
+  }
+  EXPECT_EQ(be.allocated_bytes(), 0u);
+  Buffer again(be, half / 2);  // what was freed is available again
 }
 
 TEST(CpuBackendMemory, FillUniformIsTheCounterFormula) {

@@ -9,6 +9,7 @@
 
 #include "backend/checks.h"
 #include "backend/cpu/cpu_ops.h"
+#include "core/host_memory.h"
 #include "parity/error.h"
 
 namespace parity {
@@ -95,18 +96,45 @@ class Out {
 
 }  // namespace
 
+CpuBackend::CpuBackend() : budget_(host_memory_available()) {}
+
 void* CpuBackend::allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   // aligned_alloc wants a size that is a multiple of the alignment.
   const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  // Checked against what the host had available when the backend was made: past it, the pages
+  // would be granted (overcommit) and the process killed when it touched them.
+  if (budget_ && allocated_ + rounded > *budget_)
+    throw InputError(fmt::format(
+        "cpu backend: {:.3g} GB more of host memory would make {:.3g} GB, and the host had "
+        "{:.3g} GB available: the model and batch need more memory than this machine has (use a "
+        "smaller --batch, or a GPU)",
+        static_cast<double>(rounded) / 1e9, static_cast<double>(allocated_ + rounded) / 1e9,
+        static_cast<double>(*budget_) / 1e9));
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) {
     throw Error(fmt::format("cpu allocate: could not allocate {} bytes of host memory", bytes));
   }
+  allocated_ += rounded;
+  sizes_[p] = rounded;
   return p;
 }
 
+std::size_t CpuBackend::allocated_bytes() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return allocated_;
+}
+
 void CpuBackend::deallocate(void* p) noexcept {
+  if (p == nullptr) return;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (const auto it = sizes_.find(p); it != sizes_.end()) {
+      allocated_ -= it->second;
+      sizes_.erase(it);
+    }
+  }
   std::free(p);
 }
 

@@ -9,10 +9,16 @@
 // activations on this backend (activation_dtype() is fp32); bf16 views come from the tests.
 // Memory is 64-byte aligned host memory (a cache line, and the widest vector load), copies are
 // memcpy, and every op completes before it returns, so synchronize() has nothing to wait for.
+// Allocations are counted against the host memory available when the backend is made, so that a
+// model or batch too large for the machine is an InputError with the figures, not a kill.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "parity/backend.h"
 
@@ -20,6 +26,7 @@ namespace parity {
 
 class CpuBackend : public Backend {
  public:
+  CpuBackend();
   std::string name() const override { return "cpu"; }
 
   void* allocate(std::size_t bytes) override;
@@ -60,6 +67,15 @@ class CpuBackend : public Backend {
 
   void dense_optimizer_step(float* params, const float* grads, float* state, std::int64_t n,
                             const OptimizerParams& opt, std::int64_t step) override;
+
+  // Bytes held by allocate() now.
+  std::size_t allocated_bytes() const;
+
+ private:
+  std::optional<std::uint64_t> budget_;  // host memory available when the backend was made
+  mutable std::mutex mutex_;
+  std::size_t allocated_ = 0;
+  std::unordered_map<void*, std::size_t> sizes_;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
