@@ -26,6 +26,7 @@
 #include <system_error>
 #include <utility>
 
+#include "core/input_file.h"
 #include "data/model_names.h"
 #include "parity/data.h"
 #include "parity/error.h"
@@ -52,6 +53,7 @@ struct LineError {
   int field = 0;           // 0-based field index
   std::string_view value;  // the offending field
   int field_count = 0;
+  bool carriage_return = false;  // a field-count error on a line that holds '\r'
 };
 
 // The value as it may appear in a message: printable, at most 40 characters.
@@ -78,8 +80,11 @@ std::string describe(const LineError& e) {
     case Problem::field_count:
       return fmt::format(
           "{} tab-separated field{}, expected 40 (label, 13 integer features, 26 categorical "
-          "features)",
-          e.field_count, e.field_count == 1 ? "" : "s");
+          "features){}",
+          e.field_count, e.field_count == 1 ? "" : "s",
+          e.carriage_return ? "; the line holds carriage returns: the file has CR (old Mac) line "
+                              "endings? convert them with tr '\\r' '\\n'"
+                            : "");
     case Problem::label:
       return fmt::format("bad label {}{}, expected 0 or 1", quoted(e.value), at);
     case Problem::integer:
@@ -140,13 +145,27 @@ CriteoReader::CriteoReader(std::vector<std::filesystem::path> files, const Model
           fmt::format("max_reported must be >= 0, got {}", options_.max_reported));
   // Fail before training starts rather than hours in.
   for (const auto& f : files_) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(f, ec)) {
-      throw InputError(fmt::format("{}: is a directory, expected a Criteo TSV file", f.string()));
-    }
+    require_regular_file(f, "Criteo TSV file");
     errno = 0;
     std::ifstream probe(f, std::ios::binary);
     if (!probe) throw open_error(f, errno);
+    // Compressed or binary files would be reported line by line as field-count errors.
+    char head[4096];
+    probe.read(head, sizeof head);
+    const auto got = static_cast<std::size_t>(probe.gcount());
+    const std::string_view start(head, got);
+    if (start.starts_with("\x1f\x8b"))
+      throw InputError(fmt::format(
+          "{}: gzip-compressed; decompress it first (zcat {} > day.tsv): the reader takes plain "
+          "TSV",
+          f.string(), f.string()));
+    if (start.starts_with("\x28\xb5\x2f\xfd"))
+      throw InputError(
+          fmt::format("{}: zstd-compressed; decompress it first (zstd -d)", f.string()));
+    if (start.find('\0') != std::string_view::npos)
+      throw InputError(
+          fmt::format("{}: holds NUL bytes in its first {} bytes: a binary file, not Criteo TSV",
+                      f.string(), got));
   }
 }
 
@@ -205,6 +224,7 @@ bool CriteoReader::next(std::int64_t batch_size, Batch& out) {
     if (count != kNumFields) {
       err.problem = Problem::field_count;
       err.field_count = count;
+      err.carriage_return = line.find('\r') != std::string::npos;
     }
 
     const std::size_t b = static_cast<std::size_t>(n);

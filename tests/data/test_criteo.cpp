@@ -2,6 +2,7 @@
 // CSR layout, batches spanning files, and one test per kind of bad line in both modes (the
 // message must name the file, the line and the field, since that is what a user acts on).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -334,6 +335,41 @@ TEST_F(Criteo, UnreadableFile) {
   }
   EXPECT_THROW(CriteoReader({dir_}, criteo_model()), InputError);
   EXPECT_THROW(CriteoReader({}, criteo_model()), InputError);
+}
+
+// Files that are not plain TSV are named for what they are, before any line is read: compressed,
+// binary, a FIFO (which would block), a device (which would never end); CR-only line endings are
+// pointed out where the field count fails.
+TEST_F(Criteo, NotPlainTsvIsNamedForWhatItIs) {
+  auto error_of = [&](const fs::path& p) {
+    try {
+      CriteoReader reader({p}, criteo_model());
+      Batch b;
+      while (reader.next(4, b)) {
+      }
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const fs::path gz = dir_ / "day_0.gz";
+  std::ofstream(gz, std::ios::binary) << "\x1f\x8b\x08\x00rest of a gzip stream";
+  EXPECT_NE(error_of(gz).find("gzip-compressed; decompress it first"), std::string::npos)
+      << error_of(gz);
+  const fs::path bin = dir_ / "data.bin";
+  {
+    std::ofstream f(bin, std::ios::binary);
+    f << "1\t2";
+    f.put('\0');
+  }
+  EXPECT_NE(error_of(bin).find("NUL bytes"), std::string::npos) << error_of(bin);
+  const fs::path fifo = dir_ / "pipe.tsv";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_NE(error_of(fifo).find("a FIFO"), std::string::npos) << error_of(fifo);
+  EXPECT_NE(error_of("/dev/zero").find("a character device"), std::string::npos);
+  EXPECT_NE(error_of(dir_).find("a directory"), std::string::npos);
+  const fs::path cr = write("cr.tsv", {good_line(0), good_line(1)}, "\r");
+  EXPECT_NE(error_of(cr).find("CR (old Mac) line endings"), std::string::npos) << error_of(cr);
 }
 
 TEST_F(Criteo, ModelValidation) {
