@@ -164,6 +164,7 @@ class Trainer {
           "counts the resumed steps too: give more than {})",
           result_.last_checkpoint.string(), start_, total_, start_));
     train_data_->seek(start_ * cfg_.batch);
+    check_eval_data();
     announce();
     train_steps();
     if (model_.step() == start_)
@@ -235,6 +236,20 @@ class Trainer {
         "every checkpoint in '{}' is damaged (set aside: {}); nothing to resume from: remove "
         "--resume to start again from step 0",
         cfg_.checkpoint_dir.string(), fmt::join(set_aside, ", ")));
+  }
+
+  // The examples evaluation will read, read once before the first step: a missing, empty or
+  // corrupt held-out file fails now, not after the training work is spent.
+  void check_eval_data() {
+    eval_data_->seek(0);
+    Batch b;
+    std::int64_t seen = 0;
+    while (seen < cfg_.eval_examples &&
+           eval_data_->next(std::min(cfg_.batch, cfg_.eval_examples - seen), b))
+      seen += b.size;
+    if (seen == 0)
+      throw InputError(fmt::format("the evaluation data ({}) gave no example to evaluate on",
+                                   eval_data_->describe()));
   }
 
   // Stops the run once the finite-value guard has recorded a bad step (read where the host waits

@@ -97,6 +97,35 @@ TEST_F(CriteoTraining, MalformedLineStopsWithFileAndLineOrIsSkipped) {
       << warnings.warning_text();
 }
 
+// A malformed line among the held-out examples stops the run before its first step (evaluation
+// comes only after the training work), and so does a held-out file with no example at all.
+TEST_F(CriteoTraining, BadHeldOutDataStopsBeforeTheFirstStep) {
+  {
+    std::ofstream out(dir_ / "day_1.tsv", std::ios::app);
+    out << "1\t2\tnot-a-number\n";
+  }
+  TrainConfig cfg;
+  cfg.model = criteo_model();
+  cfg.batch = 256;
+  cfg.train_files = {dir_ / "day_0.tsv"};
+  cfg.eval_files = {dir_ / "day_1.tsv"};
+  test::Events events;
+  try {
+    train(cfg, &events);
+    FAIL() << "bad held-out data passed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("day_1.tsv:2001"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(events.all.empty()) << "training started";
+  std::ofstream(dir_ / "day_1.tsv", std::ios::trunc).flush();
+  try {
+    train(cfg);
+    FAIL() << "an empty held-out file passed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("gave no example"), std::string::npos) << e.what();
+  }
+}
+
 // A resumed run skips what the earlier steps read, a malformed line among it too (skip mode), and
 // ends with the weights of an uninterrupted run.
 TEST_F(CriteoTraining, ResumeSkipsWhatEarlierStepsReadAndGivesIdenticalWeights) {
