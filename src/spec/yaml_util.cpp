@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 
 #include "core/input_file.h"
 #include "parity/error.h"
@@ -140,6 +141,10 @@ YAML::Node parse_document(std::string_view text, const std::string& origin, std:
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(text));
+  } catch (const YAML::DeepRecursion& e) {
+    throw InputError(fmt::format(
+        "{}: YAML nested {} levels deep, deeper than the parser allows; a {} needs a few levels",
+        location(origin, e.mark), e.depth(), what));
   } catch (const YAML::ParserException& e) {
     throw InputError(fmt::format("{}: YAML syntax error: {}", location(origin, e.mark), e.msg));
   } catch (const YAML::Exception& e) {

@@ -245,6 +245,13 @@ TEST(ModelParse, SyntaxError) {
   EXPECT_CONTAINS(msg, "bad.yaml:8:8: YAML syntax error: end of sequence flow not found");
 }
 
+TEST(ModelParse, DeepNestingSaysSo) {
+  const std::string deep = std::string(3000, '[') + std::string(3000, ']');
+  const std::string msg =
+      model_error(replaced(kBase, "bottom_mlp: [16, 8]", "bottom_mlp: " + deep));
+  EXPECT_CONTAINS(msg, "levels deep, deeper than the parser allows");
+}
+
 TEST(ModelParse, UnknownFieldSuggestsClosest) {
   std::string msg = model_error(replaced(kBase, "rows: 10,", "row: 10,"));
   EXPECT_CONTAINS(msg, "bad.yaml:5:");
