@@ -249,7 +249,7 @@ class Backend {
   // ---- numerical health ----
   // *first_bad (backend memory, one int64 that holds -1 until a record is made) = step, where it
   // holds -1 and some x[i], i in [0, n), is NaN or infinite; otherwise nothing changes. Enqueued
-  // like any op, never synchronising: the engine flags each step's loss and dense gradients and
+  // like any op, never synchronising: the engine flags each step's loss and dense parameters and
   // reads the record where the host waits anyway (Model::first_nonfinite_step).
   virtual void flag_nonfinite(const float* x, std::int64_t n, std::int64_t step,
                               std::int64_t* first_bad) = 0;

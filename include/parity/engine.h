@@ -57,8 +57,8 @@ class Model {
   int staged() const;
   // Mean loss of the last train_step (synchronises).
   float last_loss();
-  // The finite-value guard: the first step (counted as step() counts them) whose loss or dense
-  // gradients held a NaN or an infinity, or -1 (synchronises). Every step is checked on the
+  // The finite-value guard: the first step (counted as step() counts them) whose loss or updated
+  // dense parameters held a NaN or an infinity, or -1 (synchronises). Every step is checked on the
   // device as part of the step; steps after a bad one still run, so a caller reads this wherever
   // it synchronises anyway and stops there.
   std::int64_t first_nonfinite_step();

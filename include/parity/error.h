@@ -22,7 +22,7 @@ class InputError : public Error {
 };
 
 // Training stopped because its numbers stopped being numbers: a NaN or an infinity in the loss,
-// the dense gradients, the weights or the predictions (a learning rate too high for the model and
+// the dense parameters, the weights or the predictions (a learning rate too high for the model and
 // batch, or bad values in the data). what() names the step and what was found.
 class NumericalError : public Error {
  public:

@@ -118,7 +118,11 @@ ShardWriter::ShardWriter(std::filesystem::path dir, const ModelSpec& model, std:
   if (std::filesystem::exists(dir_ / "meta.json"))
     throw InputError(fmt::format("'{}' already holds a dataset (meta.json); choose a new directory",
                                  dir_.string()));
-  std::filesystem::create_directories(dir_);
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec)
+    throw InputError(
+        fmt::format("cannot create the dataset directory '{}': {}", dir_.string(), ec.message()));
   id_bytes_ = 4;
   for (const auto& t : model_.tables)
     if (t.rows > 0xffffffffLL) id_bytes_ = 8;

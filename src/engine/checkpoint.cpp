@@ -209,12 +209,18 @@ SafetensorsHeader read_safetensors_header(const fs::path& file) {
           fmt::format("{}: unknown dtype '{}'", tw, v["dtype"].get<std::string>()));
     e.dtype = *dt;
     std::uint64_t elems = 1;
+    bool overflow = false;
     for (const auto& d : v["shape"]) {
       if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
         throw CheckpointCorrupt(fmt::format("{}: shape must hold non-negative integers", tw));
       e.shape.push_back(d.get<std::int64_t>());
-      elems *= static_cast<std::uint64_t>(e.shape.back());
+      overflow = overflow ||
+                 __builtin_mul_overflow(elems, static_cast<std::uint64_t>(e.shape.back()), &elems);
     }
+    if (overflow || elems > data_size)
+      throw CheckpointCorrupt(
+          fmt::format("{}: shape [{}] holds more elements than the file's {}-byte data section", tw,
+                      fmt::join(e.shape, ", "), data_size));
     for (const auto& d : v["data_offsets"])
       if (!d.is_number_unsigned())
         throw CheckpointCorrupt(fmt::format("{}: data_offsets must be non-negative integers", tw));

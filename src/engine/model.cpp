@@ -325,15 +325,17 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
                             Mat(grad(l.w), l.out, l.in), grad(l.b));
     dy = dx;
   }
-  // One optimizer step over every dense parameter, after the guard has looked at the step's loss
-  // and gradients (a NaN or an infinity anywhere upstream reaches one of them).
+  // One optimizer step over every dense parameter; then the guard looks at the step's loss and
+  // the updated dense parameters. A NaN or an infinity upstream reaches the loss, or a gradient and
+  // so a parameter; a parameter that overflows or holds a NaN stays so even where a ReLU masks it
+  // from the loss (the GPU's max(x, 0) turns NaN into 0).
   profiler.section("dense_optimizer");
-  backend.flag_nonfinite(acts.loss.as<float>(), 1, step + 1, guard.as<std::int64_t>());
-  backend.flag_nonfinite(params.grads.as<float>(), L.dense_count, step + 1,
-                         guard.as<std::int64_t>());
   backend.dense_optimizer_step(params.dense.as<float>(), params.grads.as<float>(),
                                params.dense_state.as<float>(), L.dense_count, L.dense_opt,
                                step + 1);
+  backend.flag_nonfinite(acts.loss.as<float>(), 1, step + 1, guard.as<std::int64_t>());
+  backend.flag_nonfinite(params.dense.as<float>(), L.dense_count, step + 1,
+                         guard.as<std::int64_t>());
 }
 
 // ---- the public interface ----

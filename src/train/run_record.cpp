@@ -2,7 +2,10 @@
 
 #include <fmt/core.h>
 
-#include <exception>
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <system_error>
 #include <utility>
 
 #include "parity/checkpoint.h"
@@ -92,12 +95,21 @@ std::int64_t resumable_step(const std::filesystem::path& path, const RunRecord& 
           "plan (--plan), --batch and model file (learning rates follow the batch)",
           file, key, it->second, now));
   }
-  const std::string step = meta("step");
-  try {
-    return std::stoll(step);
-  } catch (const std::exception&) {
-    throw InputError(fmt::format("checkpoint '{}': metadata 'step' is not a number", file));
-  }
+  const std::string text = meta("step");
+  std::int64_t step = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  // The data are positioned at step x batch examples: that product must be a count.
+  if (ec != std::errc() || end != text.data() + text.size() || step < 0 ||
+      step > std::numeric_limits<std::int64_t>::max() / std::max<std::int64_t>(run.batch, 1))
+    throw InputError(
+        fmt::format("checkpoint '{}': metadata 'step' is '{}', not a step count", file, text));
+  const std::string name = path.filename().string();
+  if (name.starts_with("step-") && name != fmt::format("step-{}.safetensors", step))
+    throw InputError(
+        fmt::format("checkpoint '{}' holds step {} by its metadata, not the step its "
+                    "name says",
+                    file, step));
+  return step;
 }
 
 }  // namespace parity::train_detail

@@ -258,7 +258,7 @@ class Trainer {
     const std::int64_t bad = model_.first_nonfinite_step();
     if (bad < 0) return;
     throw NumericalError(fmt::format(
-        "training diverged: the loss or the dense gradients of step {} are NaN or infinite "
+        "training diverged: the loss or the dense parameters of step {} are NaN or infinite "
         "(found at step {}); nothing after step {} was saved{}. A learning rate too high for this "
         "model and batch, or NaN or infinite values in the data, are the usual causes",
         bad, model_.step(), bad - 1, last_good()));

@@ -1,5 +1,5 @@
 // The finite-value guard (Backend::flag_nonfinite, include/parity/backend.h): records the first
-// step whose loss or dense gradients hold a NaN or an infinity, on the device, so that the step
+// step whose loss or dense parameters hold a NaN or an infinity, on the device, so that the step
 // never waits for the host. Host entry point; kernel in finite_guard.cu.
 #pragma once
 
