@@ -188,6 +188,22 @@ TEST(TrainHardening, ResumeUnderAnotherRecipeIsRefused) {
   fs::remove_all(dir);
 }
 
+// A checkpoint renamed to another step is refused rather than resumed at the wrong place in the
+// data.
+TEST(TrainHardening, ACheckpointWhoseNameContradictsItsStepIsRefused) {
+  const fs::path dir = temp_dir("hard-renamed");
+  TrainConfig cfg = small_run(dir);
+  cfg.steps = 2;
+  train(cfg);
+  fs::rename(checkpoint_path(dir, 2), checkpoint_path(dir, 3));
+  cfg.resume = true;
+  cfg.steps = 6;
+  const std::string m = error_of([&] { train(cfg); });
+  EXPECT_NE(m.find("holds step 2 by its metadata, not the step its name says"), std::string::npos)
+      << m;
+  fs::remove_all(dir);
+}
+
 TEST(TrainHardening, ResumeWithNothingLeftToTrainIsAnError) {
   const fs::path dir = temp_dir("hard-nothing-left");
   TrainConfig cfg = small_run(dir);
