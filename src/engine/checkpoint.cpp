@@ -19,6 +19,7 @@
 
 #include "core/atomic_file.h"
 #include "core/crc32c.h"
+#include "core/input_file.h"
 #include "parity/error.h"
 
 namespace parity {
@@ -138,6 +139,7 @@ void save_safetensors(const fs::path& file, const std::vector<TensorRef>& tensor
 
 SafetensorsHeader read_safetensors_header(const fs::path& file) {
   const std::string where = fmt::format("checkpoint '{}'", file.string());
+  require_regular_file(file, "checkpoint");
   std::ifstream in(file, std::ios::binary);
   if (!in) throw InputError(fmt::format("cannot read {}: {}", where, sys_error()));
   std::error_code ec;

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -142,6 +143,16 @@ TEST_F(Checkpoint, BadFilesGiveClearErrorsAndLeaveTheModelUntouched) {
   EXPECT_NE(msg.find("tensor '"), std::string::npos) << msg;
   for (std::size_t i = 0; i < before.size(); ++i)
     EXPECT_EQ(std::memcmp(before[i].data, copy[i].data(), before[i].bytes()), 0);
+
+  // A directory or a FIFO in a checkpoint's place.
+  fs::create_directory(dir_ / "step-9.safetensors");
+  EXPECT_NE(message_of([&] {
+              read_safetensors_header(dir_ / "step-9.safetensors");
+            }).find("it is a directory"),
+            std::string::npos);
+  ASSERT_EQ(::mkfifo((dir_ / "fifo.safetensors").c_str(), 0644), 0);
+  EXPECT_NE(message_of([&] { read_safetensors_header(dir_ / "fifo.safetensors"); }).find("FIFO"),
+            std::string::npos);
 
   // Missing file.
   EXPECT_NE(
