@@ -281,6 +281,14 @@ ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& mode
   auto where = [&](const std::string& field) {
     return fmt::format("'{}': field '{}'", meta_name, field);
   };
+  // nlohmann's get<int>() of a number like 1e300 is undefined behaviour (a float converted out of
+  // range), so integer fields are read only where they are integers.
+  auto integer = [&](const nlohmann::json& j, const std::string& field) {
+    if (!j.is_number_integer())
+      throw InputError(fmt::format("{}: expected an integer, got {}", where(field),
+                                   j.is_number() ? j.dump() : std::string(j.type_name())));
+    return j.get<std::int64_t>();
+  };
   std::ifstream in(meta_path);
   if (!in)
     throw InputError(
@@ -295,7 +303,7 @@ ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& mode
     if (meta.value("format", std::string()) != kFormat)
       throw InputError(fmt::format("{}: expected '{}', got {}", where("format"), kFormat,
                                    meta.value("format", std::string("nothing"))));
-    const int dense = meta.at("dense_features").get<int>();
+    const std::int64_t dense = integer(meta.at("dense_features"), "dense_features");
     if (dense != model.dense_features)
       throw InputError(fmt::format("{}: the data has {}, model '{}' expects {}",
                                    where("dense_features"), dense, model.name,
@@ -305,7 +313,7 @@ ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& mode
       throw InputError(fmt::format("{}: the data has {} tables, model '{}' has {}", where("tables"),
                                    tables.size(), model.name, model.tables.size()));
     for (std::size_t t = 0; t < tables.size(); ++t) {
-      const auto rows = tables[t].at("rows").get<std::int64_t>();
+      const auto rows = integer(tables[t].at("rows"), fmt::format("tables[{}].rows", t));
       if (rows > model.tables[t].rows)
         throw InputError(
             fmt::format("{}: the data's ids go up to {} rows, table '{}' of model '{}' has {}",
@@ -315,10 +323,12 @@ ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& mode
     }
     source_ = meta.value("source", std::string());
     const auto& files = meta.at("splits").at(split_name(split)).at("files");
+    std::size_t i = 0;
     for (const auto& f : files) {
       auto file = std::make_unique<File>();
       file->path = dir / f.at("file").get<std::string>();
-      open_file(*file, f.at("examples").get<std::int64_t>(), model);
+      const std::string field = fmt::format("splits.{}.files[{}].examples", split_name(split), i++);
+      open_file(*file, integer(f.at("examples"), field), model);
       examples_ += file->h.examples;
       files_.push_back(std::move(file));
     }
