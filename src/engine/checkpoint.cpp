@@ -263,7 +263,9 @@ std::map<std::string, std::string> load_safetensors(const fs::path& file,
                                    dtype_name(t.dtype), shape_str(t.shape)));
   }
   if (!allow_extra) {
-    for (const auto& [name, e] : h.tensors) {
+    for (const auto& tensor : h.tensors) {
+      const std::string& name = tensor.first;  // not a structured binding: clang < 16 cannot
+                                               // capture one in the lambda below
       const bool known =
           std::any_of(into.begin(), into.end(), [&](const TensorRef& t) { return t.name == name; });
       if (!known)

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <sstream>
 #include <system_error>
 
 #include <fmt/format.h>
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 
 #include "core/input_file.h"
 #include "parity/error.h"
@@ -49,6 +51,37 @@ std::optional<double> parse_double(std::string_view text) {
   if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return value;
 }
+
+// The mark of each document's top node (where LoadAll's node would say it is).
+class DocumentMarks final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark&) override { top_ = true; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { node(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { node(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    node(m);
+  }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    node(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    node(m);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  bool top_ = false;
+  void node(const YAML::Mark& m) {
+    if (top_) marks.push_back(m);
+    top_ = false;
+  }
+};
 
 }  // namespace
 
@@ -138,9 +171,18 @@ std::string read_text_file(const std::filesystem::path& file, std::string_view w
 }
 
 YAML::Node parse_document(std::string_view text, const std::string& origin, std::string_view what) {
+  const std::string yaml(text);
   std::vector<YAML::Node> docs;
+  DocumentMarks starts;
   try {
-    docs = YAML::LoadAll(std::string(text));
+    // yaml-cpp 0.7's LoadAll never returns on a document that starts with ',' (it makes empty
+    // documents without consuming the token until memory runs out), so documents are counted
+    // first, up to a second one, and loaded only when there is one at most.
+    std::istringstream in(yaml);
+    YAML::Parser parser(in);
+    while (starts.marks.size() < 2 && parser.HandleNextDocument(starts)) {
+    }
+    if (starts.marks.size() < 2) docs = YAML::LoadAll(yaml);
   } catch (const YAML::DeepRecursion& e) {
     throw InputError(fmt::format(
         "{}: YAML nested {} levels deep, deeper than the parser allows; a {} needs a few levels",
@@ -150,13 +192,13 @@ YAML::Node parse_document(std::string_view text, const std::string& origin, std:
   } catch (const YAML::Exception& e) {
     throw InputError(fmt::format("{}: cannot parse YAML: {}", location(origin, e.mark), e.msg));
   }
-  if (docs.empty() || (docs.size() == 1 && docs[0].IsNull()))
-    throw InputError(fmt::format(
-        "{}: the {} is empty (expected a map of fields; see docs/configs.md)", origin, what));
-  if (docs.size() > 1)
+  if (starts.marks.size() > 1)
     throw InputError(fmt::format(
         "{}: expected one YAML document in the {}, found a second one here (remove the '---')",
-        location(origin, docs[1].Mark()), what));
+        location(origin, starts.marks[1]), what));
+  if (docs.empty() || docs[0].IsNull())
+    throw InputError(fmt::format(
+        "{}: the {} is empty (expected a map of fields; see docs/configs.md)", origin, what));
   if (!docs[0].IsMap())
     throw InputError(fmt::format("{}: expected a map of {} fields at the top level, got {}",
                                  location(origin, docs[0].Mark()), what, describe(docs[0])));

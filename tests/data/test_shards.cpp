@@ -246,6 +246,14 @@ TEST_F(Shards, BadMetaJsonIsAnInputError) {
     out << "{\"format\": \"something-else\"}";
   }
   EXPECT_NE(error_of(dir_, m).find("field 'format'"), std::string::npos) << error_of(dir_, m);
+  // An integer field given as a number out of int's range (read as one, undefined behaviour).
+  {
+    std::ofstream out(dir_ / "meta.json", std::ios::trunc);
+    out << "{\"format\": \"parity-shards-1\", \"dense_features\": 1e300}";
+  }
+  EXPECT_NE(error_of(dir_, m).find("field 'dense_features': expected an integer, got 1e+300"),
+            std::string::npos)
+      << error_of(dir_, m);
 }
 
 // A FIFO, a device or a directory where a file should be is refused at once: opening a FIFO would

@@ -438,6 +438,9 @@ TEST(ModelParse, DocumentShape) {
   EXPECT_CONTAINS(model_error("- a\n- b\n"), "bad.yaml:1:1: expected a map of model spec fields");
   EXPECT_CONTAINS(model_error(kBase + "---\nname: n\n"),
                   "bad.yaml:14:1: expected one YAML document");
+  // A ',' where a document starts (yaml-cpp 0.7's LoadAll never returns on it).
+  EXPECT_CONTAINS(model_error(",\n"), "bad.yaml:1:1: expected one YAML document");
+  EXPECT_CONTAINS(model_error(kBase + "...\n, x\n"), "expected one YAML document");
   EXPECT_CONTAINS(model_error(replaced(kBase,
                                        "tables:\n  - {name: a, rows: 10, dim: 8}\n"
                                        "  - {name: b, rows: 20, dim: 8, pooling_size: 2}\n",

@@ -1,0 +1,114 @@
+// Feeds the input to ShardReader as a shard dataset of the model tests/fuzz/micro.yaml. The input
+// is a small archive: meta.json's text, then for each part file a line "@@file NAME" and the
+// file's bytes, up to the next such line:
+//   {"format": "parity-shards-1", ...}\n@@file train-00000.bin\nPRTYSHD1...
+// The files are written to a directory of their own; both splits are opened and read through,
+// in batches that cross file ends, then read again after seeks with and without wrapping.
+// A finding: a crash, a sanitizer report, a hang, a leak, an exception other than parity::Error
+// escaping, or a batch that breaks what the reader promises (the CSR consistent, every id below
+// its table's rows).
+#include <stdlib.h>
+
+#include <cctype>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "fuzz_util.h"
+#include "parity/data.h"
+#include "parity/spec.h"
+
+namespace {
+
+constexpr std::string_view kMarker = "\n@@file ";
+
+const parity::ModelSpec& model() {
+  static const parity::ModelSpec m =
+      parity::load_model_spec(PARITY_SOURCE_DIR "/tests/fuzz/micro.yaml");
+  return m;
+}
+
+// A part file's name as the archive gives it: a plain file name within the directory (a
+// dataset's meta.json may name any path, but the archive writes only into its own directory).
+bool plain_name(std::string_view name) {
+  if (name.empty() || name.size() > 64 || name.front() == '.' || name == "meta.json") return false;
+  for (const char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return false;
+  return true;
+}
+
+void write_archive(std::string_view in) {
+  std::size_t at = in.find(kMarker);
+  parity::fuzz::write_file("meta.json", in.substr(0, at));
+  while (at != std::string_view::npos) {
+    const std::size_t name_at = at + kMarker.size();
+    const std::size_t name_end = in.find('\n', name_at);
+    if (name_end == std::string_view::npos) break;
+    at = in.find(kMarker, name_end);
+    const std::string_view name = in.substr(name_at, name_end - name_at);
+    const std::string_view bytes =
+        in.substr(name_end + 1, at == std::string_view::npos ? at : at - (name_end + 1));
+    if (plain_name(name)) parity::fuzz::write_file(std::string(name), bytes);
+  }
+}
+
+void check_batch(const parity::Batch& b, std::int64_t max_size) {
+  using parity::fuzz::check;
+  const auto& m = model();
+  const auto n = static_cast<std::size_t>(b.size);
+  check(b.size > 0 && b.size <= max_size, "a batch holds 1 to batch_size examples");
+  check(b.num_dense == m.dense_features && b.num_tables == m.num_tables(),
+        "a batch has the model's shape");
+  check(b.labels.size() == n && b.dense.size() == n * static_cast<std::size_t>(b.num_dense) &&
+            (b.teacher_prob.empty() || b.teacher_prob.size() == n),
+        "labels, dense features and teacher hold one entry per example");
+  check(b.offsets.size() == static_cast<std::size_t>(b.num_tables) * n + 1 && b.offsets[0] == 0 &&
+            b.offsets.back() == static_cast<std::int64_t>(b.ids.size()),
+        "the offsets span the ids");
+  for (std::size_t i = 0; i + 1 < b.offsets.size(); ++i)
+    check(b.offsets[i] <= b.offsets[i + 1], "the offsets do not decrease");
+  for (int t = 0; t < b.num_tables; ++t) {
+    const std::int64_t rows = m.tables[static_cast<std::size_t>(t)].rows;
+    for (auto k = b.offsets[static_cast<std::size_t>(t) * n];
+         k < b.offsets[static_cast<std::size_t>(t + 1) * n]; ++k)
+      check(b.ids[static_cast<std::size_t>(k)] >= 0 && b.ids[static_cast<std::size_t>(k)] < rows,
+            "every id is a row of its table");
+  }
+}
+
+void read_split(parity::Split split) {
+  parity::fuzz::run_reader([&] {
+    parity::ShardReader reader(parity::fuzz::temp_dir(), model(), split);
+    parity::Batch b;
+    constexpr std::int64_t kBatch = 5;  // not a divisor of the seeds' part sizes
+    std::int64_t seen = 0;
+    while (reader.next(kBatch, b)) {
+      check_batch(b, kBatch);
+      seen += b.size;
+    }
+    parity::fuzz::check(seen == reader.examples(), "one pass reads every example once");
+    if (reader.examples() == 0) return;
+    reader.seek(reader.examples() + 3);  // wraps into the second epoch
+    for (int i = 0; i < 3 && reader.next(kBatch + 2, b, true); ++i) check_batch(b, kBatch + 2);
+    reader.seek(reader.examples(), false);
+    parity::fuzz::check(!reader.next(kBatch, b), "nothing is left after the end");
+  });
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  ::setenv("OMP_NUM_THREADS", "1", 0);  // one core per fuzzing process, as libFuzzer's -jobs expect
+  (void)model();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  parity::fuzz::clear_temp_dir();
+  write_archive(parity::fuzz::as_text(data, size));
+  read_split(parity::Split::train);
+  read_split(parity::Split::eval);
+  return 0;
+}

@@ -1,0 +1,92 @@
+// What the fuzz targets share: the rule for what a reader may throw, a check that ends the
+// process on a broken promise, and a temporary directory for the readers that take a path.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+
+#include "parity/error.h"
+
+namespace parity::fuzz {
+
+// A reader refusing bad input with parity::Error (InputError included) is correct behaviour. Any
+// other exception escaping is a finding: reported and aborted, so that libFuzzer keeps the input.
+template <class F>
+void run_reader(F&& read) {
+  try {
+    read();
+  } catch (const Error&) {
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuzz: %s escaped the reader: %s\n", typeid(e).name(), e.what());
+    std::abort();
+  }
+}
+
+// A promise of the reader's interface broken on an input it accepted: a finding.
+inline void check(bool cond, const char* what) {
+  if (!cond) {
+    std::fprintf(stderr, "fuzz: the reader accepted an input that breaks: %s\n", what);
+    std::abort();
+  }
+}
+
+inline void remove_temp_dir();
+
+// A directory of this process's own under $TMPDIR (or /tmp), made on first use and removed at
+// exit: libFuzzer may run several processes side by side (-jobs, -fork).
+inline const std::filesystem::path& temp_dir() {
+  static const std::filesystem::path dir = [] {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/parity-fuzz-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      std::perror("fuzz: mkdtemp");
+      std::abort();
+    }
+    return std::filesystem::path(pattern);
+  }();
+  // Registered after dir is made, so it runs before dir is destroyed.
+  static const bool removed_at_exit = std::atexit(remove_temp_dir) == 0;
+  (void)removed_at_exit;
+  return dir;
+}
+
+inline void remove_temp_dir() {
+  std::error_code ec;
+  std::filesystem::remove_all(temp_dir(), ec);
+}
+
+// Empties temp_dir(), so that one input's files do not leak into the next.
+inline void clear_temp_dir() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(temp_dir(), ec))
+    std::filesystem::remove_all(entry.path(), ec);
+}
+
+// Writes bytes to temp_dir()/name, replacing the file, and returns its path.
+inline std::filesystem::path write_file(const std::string& name, std::string_view bytes) {
+  const std::filesystem::path path = temp_dir() / name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "fuzz: cannot write %s\n", path.c_str());
+    std::abort();
+  }
+  return path;
+}
+
+inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
+}
+
+}  // namespace parity::fuzz
