@@ -144,6 +144,20 @@ TEST_F(Checkpoint, BadFilesGiveClearErrorsAndLeaveTheModelUntouched) {
   for (std::size_t i = 0; i < before.size(); ++i)
     EXPECT_EQ(std::memcmp(before[i].data, copy[i].data(), before[i].bytes()), 0);
 
+  // A shape whose element count wraps past 2^64 (and so matched an empty byte range).
+  const fs::path wrap = dir_ / "wrap.safetensors";
+  {
+    std::string h = R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})";
+    while ((h.size() + 8) % 8 != 0) h.push_back(' ');
+    std::ofstream o(wrap, std::ios::binary);
+    const std::uint64_t hs = h.size();
+    o.write(reinterpret_cast<const char*>(&hs), 8);
+    o << h;
+  }
+  EXPECT_NE(message_of([&] { read_safetensors_header(wrap); }).find("holds more elements"),
+            std::string::npos)
+      << message_of([&] { read_safetensors_header(wrap); });
+
   // A directory or a FIFO in a checkpoint's place.
   fs::create_directory(dir_ / "step-9.safetensors");
   EXPECT_NE(message_of([&] {

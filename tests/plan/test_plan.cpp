@@ -213,6 +213,16 @@ TEST(PlanFile, RoundTripsAndReEvaluatesTheSame) {
   EXPECT_THROW(apply_plan(other, q), InputError);
 }
 
+// The plan names its model file by an absolute path, so that it works from any directory.
+TEST(PlanFile, RecordsTheModelFileAbsolutely) {
+  const fs::path here = fs::current_path();
+  fs::current_path(kConfigs);
+  const Plan p = make_plan(load_model_spec("models/tiny.yaml"), device("h200"), 1, options());
+  fs::current_path(here);
+  EXPECT_TRUE(fs::path(p.model_file).is_absolute()) << p.model_file;
+  EXPECT_TRUE(fs::equivalent(p.model_file, kConfigs / "models/tiny.yaml")) << p.model_file;
+}
+
 TEST(PlanFile, BadFilesNameTheField) {
   const Plan p = make_plan(model("tiny"), device("h200"), 1, options());
   std::string json = plan_to_json(p);
