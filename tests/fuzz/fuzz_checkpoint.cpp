@@ -25,8 +25,8 @@ struct Target {
   std::unique_ptr<parity::Backend> backend = parity::make_backend("cpu");
   parity::Model model{spec, *backend, 1, 1};
   // The run tests/fuzz/make-seeds.sh trains: `parity train --model micro.yaml --batch 16`.
-  parity::train_detail::RunRecord run{"micro", 16,     1,          "rowwise_adagrad",
-                                      "adam",  "fp32", "synthetic"};
+  parity::train_detail::RunRecord run =
+      parity::train_detail::run_record(spec, 16, 1, parity::DenseMath::fp32, "synthetic");
 };
 
 Target& target() {
