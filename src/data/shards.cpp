@@ -43,6 +43,7 @@
 #include <utility>
 
 #include "core/atomic_file.h"
+#include "core/input_file.h"
 #include "parity/data.h"
 #include "parity/error.h"
 
@@ -262,16 +263,6 @@ void ShardWriter::finish() {
 
 namespace {
 
-// What a non-regular file is, for messages.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 // An open file descriptor, closed when it goes.
 class Fd {
  public:
@@ -289,18 +280,14 @@ class Fd {
   int fd_;
 };
 
-// Opens a file for reading; a FIFO or a device in its place is refused before it is opened
+// Opens a part file for reading; a FIFO or a device in its place is refused before it is opened
 // (opening a FIFO blocks until a writer comes; a device never ends).
 Fd open_regular(const std::filesystem::path& path) {
-  const std::string name = fmt::format("'{}'", path.string());
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw InputError(fmt::format("cannot read {}: {}", name, std::strerror(errno)));
-  if (!S_ISREG(st.st_mode))
-    throw InputError(fmt::format("cannot read {}: it is {}, expected a regular file", name,
-                                 file_kind(st.st_mode)));
+  require_regular_file(path, "shard file");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw InputError(fmt::format("cannot read {}: {}", name, std::strerror(errno)));
+  if (fd < 0)
+    throw InputError(
+        fmt::format("cannot read shard file '{}': {}", path.string(), std::strerror(errno)));
   return Fd(fd);
 }
 
@@ -393,23 +380,6 @@ class MetaField {
   std::string file_, path_;
 };
 
-// The whole of a small regular file (meta.json).
-std::string read_small_file(const std::filesystem::path& path, std::size_t limit) {
-  const Fd fd = open_regular(path);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0)
-    throw InputError(fmt::format("cannot stat '{}': {}", path.string(), std::strerror(errno)));
-  if (static_cast<std::size_t>(st.st_size) > limit)
-    throw InputError(fmt::format("'{}' is {} bytes; a dataset description is at most {}",
-                                 path.string(), static_cast<std::int64_t>(st.st_size), limit));
-  std::string text(static_cast<std::size_t>(st.st_size), '\0');
-  Part p;
-  p.path = path;
-  p.bytes = text.size();
-  p.read_at(fd, 0, text.data(), text.size());
-  return text;
-}
-
 }  // namespace
 
 ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& model, Split split)
@@ -420,8 +390,8 @@ ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& mode
   if (!std::filesystem::exists(meta_path, ec))
     throw InputError(
         fmt::format("cannot read '{}': not a parity shard dataset (no meta.json)", meta_name));
-  const nlohmann::json j =
-      nlohmann::json::parse(read_small_file(meta_path, std::size_t{64} << 20), nullptr, false);
+  const nlohmann::json j = nlohmann::json::parse(
+      read_input_file(meta_path, "dataset description", std::size_t{64} << 20), nullptr, false);
   if (j.is_discarded() || !j.is_object())
     throw InputError(
         fmt::format("'{}': not valid JSON, or not a JSON object (parity data synth "
