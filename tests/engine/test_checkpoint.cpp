@@ -33,13 +33,15 @@ class Checkpoint : public ::testing::Test {
   fs::path dir_;
 };
 
+// The message of the E that f throws ("(no E)" where it throws none).
+template <class E = InputError>
 std::string message_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const InputError& e) {
+  } catch (const E& e) {
     return e.what();
   }
-  return "(no InputError)";
+  return "(no error of the expected type)";
 }
 
 TEST_F(Checkpoint, RoundTripIsExactAndReadableAsSafetensors) {
@@ -185,15 +187,6 @@ void flip(const fs::path& file, std::uint64_t offset, char mask) {
   f.write(&c, 1);
 }
 
-std::string corrupt_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const CheckpointCorrupt& e) {
-    return e.what();
-  }
-  return "(no CheckpointCorrupt)";
-}
-
 // Every tensor and the header carry a CRC-32C; one flipped bit anywhere in them is found on load
 // (in a tensor's data, a digit of a shape, a byte of the metadata).
 TEST_F(Checkpoint, ChecksumsFindAFlippedBitAnywhere) {
@@ -210,7 +203,8 @@ TEST_F(Checkpoint, ChecksumsFindAFlippedBitAnywhere) {
     const fs::path bad = dir_ / "bad.safetensors";
     fs::copy_file(good, bad, fs::copy_options::overwrite_existing);
     flip(bad, h.data_offset + e.end - 1, 0x01);
-    const std::string msg = corrupt_message([&] { load_safetensors(bad, m.tensors(), *backend); });
+    const std::string msg =
+        message_of<CheckpointCorrupt>([&] { load_safetensors(bad, m.tensors(), *backend); });
     EXPECT_NE(msg.find("tensor '" + name + "' has checksum"), std::string::npos) << msg;
   }
   // The header: a shape digit that still parses ([13, 4] -> [13, 5] would be caught by the byte
@@ -223,11 +217,12 @@ TEST_F(Checkpoint, ChecksumsFindAFlippedBitAnywhere) {
   const fs::path bad = dir_ / "bad-header.safetensors";
   fs::copy_file(good, bad);
   flip(bad, at + 8, 'x' ^ 'y');
-  const std::string msg = corrupt_message([&] { read_safetensors_header(bad); });
+  const std::string msg = message_of<CheckpointCorrupt>([&] { read_safetensors_header(bad); });
   EXPECT_NE(msg.find("header's checksum"), std::string::npos) << msg;
   // A truncated file is damage too (an older checkpoint may be good).
   fs::resize_file(bad, 20);
-  EXPECT_NE(corrupt_message([&] { read_safetensors_header(bad); }), "(no CheckpointCorrupt)");
+  EXPECT_NE(message_of<CheckpointCorrupt>([&] { read_safetensors_header(bad); }),
+            "(no error of the expected type)");
 }
 
 // With TensorValues::finite a NaN or an infinity is never written: the file at the path stays as
@@ -259,7 +254,7 @@ TEST_F(Checkpoint, NonFiniteValuesAreNeverWrittenOverAGoodCheckpoint) {
     // Written without the check, it is refused on a finite load.
     const fs::path nan_file = dir_ / "nan.safetensors";
     save_safetensors(nan_file, m.tensors(), {}, *backend);
-    const std::string msg = corrupt_message(
+    const std::string msg = message_of<CheckpointCorrupt>(
         [&] { load_safetensors(nan_file, m.tensors(), *backend, false, TensorValues::finite); });
     EXPECT_NE(msg.find("non-finite"), std::string::npos) << msg;
     v[t.elements() - 1] = keep;
