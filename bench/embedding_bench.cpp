@@ -307,7 +307,8 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
     if (v.forward) {
       const double ms = time_ms(s, o.warmup, o.reps, [&](int i) {
         const int r = i % rotations;
-        pg::embedding_forward(s.get(), tables, {weights.data(), v.wdtype}, dev[r]->in,
+        pg::embedding_forward(s.get(), tables, parity::TableWeights::all(v.wdtype, weights.data()),
+                              dev[r]->in,
                               {outs[r].data(), DType::f32, set.batch, set.out_cols, set.out_cols});
       });
       tables.raise_input_errors(s.get());
@@ -347,8 +348,9 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
         const double ms = time_ms(s, o.warmup, o.reps, [&](int i) {
           const int r = i % rotations;
           upd.step = static_cast<std::uint64_t>(i);
-          pg::embedding_backward_update(s.get(), tables, {weights.data(), v.wdtype}, state.data(),
-                                        dev[r]->in, grads(r), opt, upd, ws);
+          pg::embedding_backward_update(s.get(), tables,
+                                        parity::TableWeights::all(v.wdtype, weights.data()),
+                                        state.data(), dev[r]->in, grads(r), opt, upd, ws);
         });
         tables.raise_input_errors(s.get());
         // Bytes: averaged over the rotations (their distinct-row counts differ slightly).
@@ -361,8 +363,9 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
         }
         pg::BackwardProfile prof;
         upd.profile = &prof;
-        pg::embedding_backward_update(s.get(), tables, {weights.data(), v.wdtype}, state.data(),
-                                      dev[0]->in, grads(0), opt, upd, ws);
+        pg::embedding_backward_update(s.get(), tables,
+                                      parity::TableWeights::all(v.wdtype, weights.data()),
+                                      state.data(), dev[0]->in, grads(0), opt, upd, ws);
         float stage[pg::BackwardProfile::kStages];
         prof.stage_ms(stage);
         const auto stats = ws.last_stats(s.get());

@@ -35,18 +35,46 @@ struct TableLayout {
   std::int64_t rows = 0;
   int dim = 0;
   Pooling pooling = Pooling::sum;
-  std::int64_t weight_offset =
-      0;  // elements into the weight buffer; row r is at weight_offset + r*dim
-  std::int64_t state_offset = 0;  // elements into the optimizer-state buffer:
+  // Elements into the weight buffer of the table's storage type (TableWeights); row r is at
+  // weight_offset + r*dim.
+  std::int64_t weight_offset = 0;
+  std::int64_t state_offset = 0;  // elements into the (fp32) optimizer-state buffer:
                                   //   adagrad: rows*dim floats, row r at state_offset + r*dim
                                   //   rowwise_adagrad: rows floats, row r at state_offset + r
                                   //   sgd: unused
   std::int64_t out_col = 0;       // first column of this table's pooled output, relative to
                                   // the output view
-  DType dtype = DType::f32;       // storage precision of the weights. Backends that store
-                                  // fp32 emulate fp16/bf16 by rounding every updated row to it
-                                  // (nearest even); GPU backends store the narrow type and
-                                  // round stochastically.
+  DType dtype = DType::f32;       // storage type of the weights: f32, f16 or bf16
+};
+
+// The weight buffers of a set of tables, one per storage type (backend memory); a table's rows
+// are in the buffer of its TableLayout::dtype. A buffer no table uses may be null.
+struct TableWeights {
+  void* f32 = nullptr;
+  void* f16 = nullptr;
+  void* bf16 = nullptr;
+  // The buffer of storage type t (null for a type that is not a table storage type).
+  void* of(DType t) const {
+    return t == DType::f32 ? f32 : t == DType::f16 ? f16 : t == DType::bf16 ? bf16 : nullptr;
+  }
+  // Every table in one buffer of type t (const for the ops that only read it).
+  static TableWeights all(DType t, const void* data) {
+    void* p = const_cast<void*>(data);
+    return TableWeights{t == DType::f32 ? p : nullptr, t == DType::f16 ? p : nullptr,
+                        t == DType::bf16 ? p : nullptr};
+  }
+};
+// Whether t is a table storage type (f32, f16, bf16).
+inline bool is_table_dtype(DType t) {
+  return t == DType::f32 || t == DType::f16 || t == DType::bf16;
+}
+
+// How fp16 and bf16 rows are rounded after an update: stochastically, element c of row r of
+// table t with the 16 random bits rng::bits16(rng::key(seed, step, t, r), c) (random.h), so a run
+// is reproducible bit for bit on every backend and a resumed run continues the same stream.
+struct StochasticRounding {
+  std::uint64_t seed = 0;
+  std::uint64_t step = 0;  // the training step being taken (1-based)
 };
 
 // All embedding inputs of one batch, for all tables, in one CSR (table-major).
@@ -90,10 +118,13 @@ class Backend {
                             std::size_t bytes) = 0;  // synchronises
   virtual void fill(float* p, std::int64_t n, float value) = 0;
   // p[i] = lo + (hi - lo) * rng::uniform01(rng::key(seed, stream), i) for i in [0, n).
-  virtual void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
-                            std::uint64_t stream) = 0;
-  // p[i] = round_to_dtype(p[i], dtype) (dtype.h): emulated fp16/bf16 storage.
-  virtual void round_to_dtype(float* p, std::int64_t n, DType dtype) = 0;
+  // Stored as dtype (f32, f16 or bf16): the value rounded once to nearest even.
+  virtual void fill_uniform(void* p, DType dtype, std::int64_t n, float lo, float hi,
+                            std::uint64_t seed, std::uint64_t stream) = 0;
+  void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
+                    std::uint64_t stream) {
+    fill_uniform(p, DType::f32, n, lo, hi, seed, stream);
+  }
   virtual void synchronize() = 0;
 
   // ---- activation storage ----
@@ -120,10 +151,10 @@ class Backend {
                                float* dbias) = 0;
 
   // ---- embeddings ----
-  // out(b, out_col_t + d) = pool_{id in bag(t,b)} weights[weight_offset_t + id*dim_t + d]
-  // sum, or mean (an empty bag gives zeros).  out [B, >= Σ dims] (a column block of a wider
-  // buffer).
-  virtual void embedding_forward(std::span<const TableLayout> tables, const float* weights,
+  // out(b, out_col_t + d) = pool_{id in bag(t,b)} w_t[weight_offset_t + id*dim_t + d]
+  // sum, or mean (an empty bag gives zeros), with w_t = weights.of(dtype_t) and the sum in fp32
+  // or wider.  out [B, >= Σ dims] (a column block of a wider buffer).
+  virtual void embedding_forward(std::span<const TableLayout> tables, const TableWeights& weights,
                                  const SparseInput& in, AMat out) = 0;
   // Backward fused with the optimizer update. The gradient of row r of table t is the sum over
   // every occurrence of r in the batch of dout(b, out_col_t + ·) (divided by the bag size for
@@ -132,10 +163,14 @@ class Backend {
   //   sgd:             w -= lr * g
   //   adagrad:         s += g²;            w -= lr * g / (sqrt(s) + eps)      (s per element)
   //   rowwise_adagrad: s += mean_d(g²);    w -= lr * g / (sqrt(s) + eps)      (s per row)
-  // dout is fp32 or bf16 (the gradient of x0 under bf16 math); the sums and the update are fp32.
-  virtual void embedding_backward_update(std::span<const TableLayout> tables, float* weights,
-                                         float* state, const SparseInput& in, CAMat dout,
-                                         const OptimizerParams& opt) = 0;
+  // dout is fp32 or bf16 (the gradient of x0 under bf16 math); the sums and the update are fp32
+  // or wider; the state is fp32. An fp16 or bf16 row is read, updated in fp32 and stored rounded
+  // as `rounding` says; no other row is touched.
+  virtual void embedding_backward_update(std::span<const TableLayout> tables,
+                                         const TableWeights& weights, float* state,
+                                         const SparseInput& in, CAMat dout,
+                                         const OptimizerParams& opt,
+                                         const StochasticRounding& rounding) = 0;
 
   // ---- interactions ----
   // Dot interaction. Features z_0 = dense [B, D], z_k = emb columns [(k-1)D, kD) for k = 1..T

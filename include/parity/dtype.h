@@ -34,6 +34,13 @@ float bf16_to_float(std::uint16_t bits);
 std::uint16_t half_bits(float v);
 float half_to_float(std::uint16_t bits);
 
+// Stochastic rounding to bf16 and fp16 with 16 random bits r (the low 16 used): rounds up with
+// probability equal to the dropped fraction, so E[round(v)] = v. Infinities, NaN and (fp16)
+// magnitudes of 65504 or more round to nearest. The GPU kernels round with the same rule (and the
+// same bits), so the CPU backend is their oracle bit for bit.
+std::uint16_t bf16_bits_sr(float v, std::uint32_t r);
+std::uint16_t half_bits_sr(float v, std::uint32_t r);
+
 // Element i of a buffer stored as t (fp32, fp16 or bf16) as float, and the store that rounds to t.
 float load_element(const void* p, DType t, std::int64_t i);
 void store_element(void* p, DType t, std::int64_t i, float v);

@@ -34,6 +34,13 @@ PARITY_HD std::uint64_t bits(std::uint64_t stream_key, std::uint64_t i) {
   return mix64(stream_key ^ mix64(i));
 }
 
+// 16 random bits for element i of the stream: four consecutive elements share one 64-bit draw
+// (element i takes bits [16 (i mod 4), 16 (i mod 4) + 16) of draw i / 4), so a kernel that rounds
+// four elements at once makes one draw.
+PARITY_HD std::uint32_t bits16(std::uint64_t stream_key, std::uint64_t i) {
+  return static_cast<std::uint32_t>(bits(stream_key, i >> 2) >> (16 * (i & 3))) & 0xffffu;
+}
+
 // Uniform double in [0, 1) with 53 random bits.
 PARITY_HD double uniform01(std::uint64_t stream_key, std::uint64_t i) {
   return static_cast<double>(bits(stream_key, i) >> 11) * (1.0 / 9007199254740992.0);

@@ -109,6 +109,26 @@ float half_to_float(std::uint16_t bits) {
   return std::bit_cast<float>(sign | ((e - 15u + 127u) << 23) | (m << 13));
 }
 
+std::uint16_t bf16_bits_sr(float v, std::uint32_t r) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
+  if ((u & 0x7f800000u) == 0x7f800000u) return bf16_bits(v);  // inf, NaN
+  return static_cast<std::uint16_t>((u + (r & 0xffffu)) >> 16);
+}
+
+std::uint16_t half_bits_sr(float v, std::uint32_t r) {
+  const float a = std::fabs(v);
+  if (!(a < 65504.0f)) return half_bits(v);
+  if (a >= 6.103515625e-05f) {  // normal in fp16: 13 dropped mantissa bits
+    const std::uint32_t u = (std::bit_cast<std::uint32_t>(v) + (r & 0x1fffu)) & ~0x1fffu;
+    return half_bits(std::bit_cast<float>(u));  // exact (or 65536 -> infinity)
+  }
+  // Subnormal (or zero) in fp16: the grid of 2^-24.
+  const float s = a * 16777216.0f;
+  const float lo = std::floor(s);
+  const float up = (s - lo) > static_cast<float>(r & 0xffffu) * (1.0f / 65536.0f) ? 1.0f : 0.0f;
+  return half_bits(std::copysign((lo + up) * (1.0f / 16777216.0f), v));
+}
+
 float load_element(const void* p, DType t, std::int64_t i) {
   switch (t) {
     case DType::f32:

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstddef>
+
+#include "parity/error.h"
 
 namespace parity::engine {
 namespace {
@@ -75,27 +78,52 @@ ModelLayout::ModelLayout(const ModelSpec& spec)
   dense_count = off;
 
   // ---- embeddings ----
-  std::int64_t woff = 0, soff = 0, col = 0;  // out_col is relative to the embedding block of x0
+  // Each table starts 16-byte aligned in its buffer (the kernels' vector loads want it).
+  auto aligned = [](std::int64_t elements, std::size_t element_bytes) {
+    const auto per = static_cast<std::int64_t>(16 / element_bytes);
+    return (elements + per - 1) / per * per;
+  };
+  std::int64_t soff = 0, col = 0;  // out_col is relative to the embedding block of x0
   for (const auto& t : spec.tables) {
     TableLayout l;
     l.rows = t.rows;
     l.dim = t.dim;
     l.pooling = t.pooling;
+    l.dtype = t.dtype;
+    std::int64_t& woff = emb_elements[buffer_index(t.dtype)];
     l.weight_offset = woff;
+    woff = aligned(woff + t.rows * t.dim, dtype_size(t.dtype));
     l.state_offset = soff;
     l.out_col = col;
-    l.dtype = t.dtype;
-    woff += t.rows * t.dim;
-    if (emb_opt.kind == OptimizerKind::adagrad) soff += t.rows * t.dim;
+    emb_count += t.rows * t.dim;
+    if (emb_opt.kind == OptimizerKind::adagrad) soff = aligned(soff + t.rows * t.dim, 4);
     if (emb_opt.kind == OptimizerKind::rowwise_adagrad) soff += t.rows;
     col += t.dim;
     tables.push_back(l);
   }
-  emb_count = woff;
   emb_state_count = soff;
 }
 
-void ModelLayout::initialise(Backend& backend, float* params, float* emb_weights,
+int ModelLayout::buffer_index(DType t) {
+  switch (t) {
+    case DType::f32:
+      return 0;
+    case DType::f16:
+      return 1;
+    case DType::bf16:
+      return 2;
+    default:
+      throw InputError(
+          fmt::format("tables are stored as fp32, fp16 or bf16, not {}", dtype_name(t)));
+  }
+}
+
+void* table_rows(const TableWeights& weights, const TableLayout& table) {
+  return static_cast<std::byte*>(weights.of(table.dtype)) +
+         table.weight_offset * static_cast<std::int64_t>(dtype_size(table.dtype));
+}
+
+void ModelLayout::initialise(Backend& backend, float* params, const TableWeights& emb_weights,
                              std::uint64_t seed) const {
   for (std::size_t i = 0; i < bottom.size() + top.size(); ++i) {
     const bool is_bottom = i < bottom.size();
@@ -116,15 +144,13 @@ void ModelLayout::initialise(Backend& backend, float* params, float* emb_weights
   }
   for (std::size_t t = 0; t < tables.size(); ++t) {
     const float a = 1.0f / std::sqrt(static_cast<float>(tables[t].rows));
-    float* w = emb_weights + tables[t].weight_offset;
-    backend.fill_uniform(w, tables[t].rows * tables[t].dim, -a, a, seed, kEmbedding << 32 | t);
-    if (tables[t].dtype != DType::f32)
-      backend.round_to_dtype(w, tables[t].rows * tables[t].dim, tables[t].dtype);
+    backend.fill_uniform(table_rows(emb_weights, tables[t]), tables[t].dtype,
+                         tables[t].rows * tables[t].dim, -a, a, seed, kEmbedding << 32 | t);
   }
 }
 
 std::vector<TensorRef> ModelLayout::tensors(const ModelSpec& spec, float* params,
-                                            float* emb_weights, float* emb_state,
+                                            const TableWeights& emb_weights, float* emb_state,
                                             float* dense_state) const {
   std::vector<TensorRef> out;
   auto f32 = [&](std::string name, std::vector<std::int64_t> shape, float* p) {
@@ -149,7 +175,10 @@ std::vector<TensorRef> ModelLayout::tensors(const ModelSpec& spec, float* params
   for (std::size_t t = 0; t < tables.size(); ++t) {
     const auto& l = tables[t];
     const std::string& name = spec.tables[t].name;
-    f32(fmt::format("embedding.{}.weight", name), {l.rows, l.dim}, emb_weights + l.weight_offset);
+    out.push_back(TensorRef{fmt::format("embedding.{}.weight", name),
+                            l.dtype,
+                            {l.rows, l.dim},
+                            table_rows(emb_weights, l)});
     if (emb_opt.kind == OptimizerKind::adagrad)
       f32(fmt::format("optimizer.embedding.{}.state", name), {l.rows, l.dim},
           emb_state + l.state_offset);

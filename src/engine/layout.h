@@ -4,8 +4,11 @@
 // Layout (the way table-batched kernels want it):
 //   dense parameters   one flat buffer: bottom MLP, cross layers, top MLP, in that order
 //   dense gradients    one flat buffer with the same layout (one fused optimizer call)
-//   embedding weights  one buffer, table t at TableLayout::weight_offset, [rows, dim] row-major
-//   embedding state    one buffer, table t at TableLayout::state_offset (per element or per row)
+//   embedding weights  one buffer per storage type (fp32, fp16, bf16: TableWeights), table t in
+//                      its type's buffer at TableLayout::weight_offset, [rows, dim] row-major,
+//                      each table starting 16-byte aligned
+//   embedding state    one fp32 buffer, table t at TableLayout::state_offset (per element or per
+//                      row)
 //   interaction input  x0 [B, D + Σ dims]: the bottom MLP writes columns [0, D), the embedding
 //                      forward writes the rest, so the concat costs nothing
 #pragma once
@@ -42,23 +45,32 @@ struct ModelLayout {
   std::vector<Cross> cross;  // empty with the dot interaction
   std::vector<TableLayout> tables;
   OptimizerParams emb_opt, dense_opt;
-  std::int64_t dense_count = 0;      // floats of dense parameters (and of their gradients)
-  std::int64_t emb_count = 0;        // floats of embedding weights
-  std::int64_t emb_state_count = 0;  // floats of embedding optimizer state
-  int dense_features = 0;            // F
-  int bottom_out = 0;                // D
-  int x0_cols = 0;                   // D + Σ dims (N of the cross layers)
-  int inter_out = 0;                 // interaction output width
-  int rank = 0;                      // low rank of the cross layers
+  std::int64_t dense_count = 0;       // floats of dense parameters (and of their gradients)
+  std::int64_t emb_count = 0;         // embedding weights (parameters, of every storage type)
+  std::int64_t emb_elements[3] = {};  // elements of the fp32, fp16 and bf16 weight buffers
+  std::int64_t emb_state_count = 0;   // floats of embedding optimizer state (with alignment gaps)
+
+  // The index of a table storage type's buffer in emb_elements (0 fp32, 1 fp16, 2 bf16).
+  static int buffer_index(DType t);
+  int dense_features = 0;  // F
+  int bottom_out = 0;      // D
+  int x0_cols = 0;         // D + Σ dims (N of the cross layers)
+  int inter_out = 0;       // interaction output width
+  int rank = 0;            // low rank of the cross layers
 
   // Initialises the parameters, deterministically in seed and on the backend: Glorot-uniform
   // weights and zero biases for the MLPs and cross layers; tables uniform in ±1/sqrt(rows),
   // rounded to the table's storage type.
-  void initialise(Backend& backend, float* params, float* emb_weights, std::uint64_t seed) const;
+  void initialise(Backend& backend, float* params, const TableWeights& emb_weights,
+                  std::uint64_t seed) const;
 
   // The parameter and optimizer-state tensors in these buffers, named as Model::tensors says.
-  std::vector<TensorRef> tensors(const ModelSpec& spec, float* params, float* emb_weights,
-                                 float* emb_state, float* dense_state) const;
+  std::vector<TensorRef> tensors(const ModelSpec& spec, float* params,
+                                 const TableWeights& emb_weights, float* emb_state,
+                                 float* dense_state) const;
 };
+
+// Where table t's first row is (backend memory).
+void* table_rows(const TableWeights& weights, const TableLayout& table);
 
 }  // namespace parity::engine

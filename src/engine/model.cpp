@@ -45,14 +45,23 @@ struct Parameters {
       dense_state = floats(backend, per_element * layout.dense_count);
       backend.fill(dense_state.as<float>(), per_element * layout.dense_count, 0.0f);
     }
-    emb_weights = floats(backend, layout.emb_count);
+    for (const DType t : {DType::f32, DType::f16, DType::bf16}) {
+      const int i = ModelLayout::buffer_index(t);
+      if (layout.emb_elements[i] > 0)
+        emb_weights[i] =
+            Buffer(backend, static_cast<std::size_t>(layout.emb_elements[i]) * dtype_size(t));
+    }
     if (layout.emb_state_count > 0) {
       emb_state = floats(backend, layout.emb_state_count);
       backend.fill(emb_state.as<float>(), layout.emb_state_count, 0.0f);
     }
   }
+  TableWeights tables() const {
+    return TableWeights{emb_weights[0].get(), emb_weights[1].get(), emb_weights[2].get()};
+  }
   Buffer dense, grads, dense_state;  // [dense_count] each; the state [k, dense_count]
-  Buffer emb_weights, emb_state;
+  Buffer emb_weights[3];             // by storage type (ModelLayout::buffer_index)
+  Buffer emb_state;
 };
 
 // Activations and their gradients, for max_batch rows. Activations are stored in act_dtype
@@ -137,7 +146,7 @@ std::int64_t TensorRef::elements() const {
 struct Model::Impl {
   // The members are made in this order: the backend allocates the parameters, then the input
   // slots, then the activations, and initialises the parameters last.
-  Impl(const ModelSpec& s, Backend& b, std::int64_t max_batch, std::uint64_t seed)
+  Impl(const ModelSpec& s, Backend& b, std::int64_t max_batch, std::uint64_t rng_seed)
       : spec(s),
         backend(b),
         layout(spec),
@@ -145,8 +154,9 @@ struct Model::Impl {
         input(backend, spec, max_batch),
         acts(backend, layout, max_batch),
         guard(backend, sizeof(std::int64_t)),
-        profiler(backend) {
-    layout.initialise(backend, param(0), params.emb_weights.as<float>(), seed);
+        profiler(backend),
+        seed(rng_seed) {
+    layout.initialise(backend, param(0), params.tables(), rng_seed);
     clear_guard();
   }
   ~Impl() { backend.release_constants(); }  // the activations are about to be freed
@@ -177,6 +187,7 @@ struct Model::Impl {
   // Backend::flag_nonfinite on the device).
   Buffer guard;
   engine::StepProfiler profiler;
+  std::uint64_t seed;  // of the initialisation, and of the tables' stochastic rounding
 };
 
 static_assert(Model::kInputSlots == engine::InputStager::kSlots);
@@ -204,7 +215,7 @@ void Model::Impl::forward(const InputSlot& in, std::int64_t n) {
   }
   // Embedding bags into x0[:, D:].
   profiler.section("embedding_forward");
-  backend.embedding_forward(L.tables, params.emb_weights.as<float>(), in.sparse,
+  backend.embedding_forward(L.tables, params.tables(), in.sparse,
                             x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out));
   hold(x0);
   // Interaction.
@@ -306,9 +317,9 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   }
   // Embedding backward fused with the table optimizer.
   profiler.section("embedding_backward");
-  backend.embedding_backward_update(L.tables, params.emb_weights.as<float>(),
-                                    params.emb_state.as<float>(), in.sparse, dx0.cols_slice(D, E),
-                                    L.emb_opt);
+  const StochasticRounding rounding{seed, static_cast<std::uint64_t>(step + 1)};
+  backend.embedding_backward_update(L.tables, params.tables(), params.emb_state.as<float>(),
+                                    in.sparse, dx0.cols_slice(D, E), L.emb_opt, rounding);
   // Bottom MLP backward from dx0[:, :D] (then fp32 gradients in the scratch pair).
   CAMat dy = dx0.cols_slice(0, D);
   for (std::size_t k = L.bottom.size(); k-- > 0;) {
@@ -437,8 +448,8 @@ Backend& Model::backend() {
 
 std::vector<TensorRef> Model::tensors() {
   const Impl& m = *impl_;
-  return m.layout.tensors(m.spec, m.param(0), m.params.emb_weights.as<float>(),
-                          m.params.emb_state.as<float>(), m.params.dense_state.as<float>());
+  return m.layout.tensors(m.spec, m.param(0), m.params.tables(), m.params.emb_state.as<float>(),
+                          m.params.dense_state.as<float>());
 }
 
 void Model::set_profiling(bool on) {
@@ -467,8 +478,9 @@ std::int64_t Model::embedding_parameter_count() const {
 std::size_t Model::allocated_bytes() const {
   const Impl& m = *impl_;
   std::size_t total = m.input.allocated_bytes() + m.acts.bytes();
-  for (const Buffer* b : {&m.params.dense, &m.params.grads, &m.params.dense_state,
-                          &m.params.emb_weights, &m.params.emb_state})
+  for (const Buffer* b :
+       {&m.params.dense, &m.params.grads, &m.params.dense_state, &m.params.emb_weights[0],
+        &m.params.emb_weights[1], &m.params.emb_weights[2], &m.params.emb_state})
     total += b->bytes();
   return total;
 }

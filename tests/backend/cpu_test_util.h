@@ -21,6 +21,13 @@
 
 namespace parity::test {
 
+// Tables whose weights are all fp32 (of type T: the cpu ops' double instantiation reads the fp32
+// buffer as double), in one buffer.
+template <class T>
+TableWeights fp32_tables(const T* w) {
+  return TableWeights{const_cast<T*>(w), nullptr, nullptr};
+}
+
 // A seeded source of test values.
 class Rand {
  public:

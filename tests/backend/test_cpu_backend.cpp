@@ -200,8 +200,8 @@ TEST_P(CpuFloatVsDouble, Embedding) {
 
     Matrix<float> of = nan_matrix<float>(batch, width);
     Matrix<double> od = nan_matrix<double>(batch, width);
-    be_.embedding_forward(tables, wf.data(), sparse.input(), of.view());
-    cpu::embedding_forward<double>(tables, wd.data(), sparse.input(), od.view());
+    be_.embedding_forward(tables, test::fp32_tables(wf.data()), sparse.input(), of.view());
+    cpu::embedding_forward<double>(tables, test::fp32_tables(wd.data()), sparse.input(), od.view());
     expect_close(of.cview(), od.cview(), kFloatVsDouble, "out");
 
     const Pair dout = random_pair(rand, batch, width);
@@ -216,10 +216,10 @@ TEST_P(CpuFloatVsDouble, Embedding) {
     opt.kind = kind;
     opt.lr = 0.05f;
     opt.weight_decay = 0.01f;
-    be_.embedding_backward_update(tables, wf1.data(), sf.data(), sparse.input(), dout.f.cview(),
-                                  opt);
-    cpu::embedding_backward_update<double>(tables, wd1.data(), sd.data(), sparse.input(),
-                                           dout.d.cview(), opt);
+    be_.embedding_backward_update(tables, test::fp32_tables(wf1.data()), sf.data(), sparse.input(),
+                                  dout.f.cview(), opt, {});
+    cpu::embedding_backward_update<double>(tables, test::fp32_tables(wd1.data()), sd.data(),
+                                           sparse.input(), dout.d.cview(), opt, {});
     expect_close(wf1, wd1, kFloatVsDouble, "weights");
     expect_close(sf, sd, kFloatVsDouble, "state");
   }
@@ -348,7 +348,7 @@ TEST(CpuExact, EmbeddingSumOfIntegers) {
   std::vector<float> weights(static_cast<std::size_t>(test::total_weights(tables)));
   for (auto& w : weights) w = static_cast<float>(rand.integer(-1000, 1000));
   Matrix<float> out = nan_matrix<float>(batch, 21);
-  be.embedding_forward(tables, weights.data(), sparse.input(), out.view());
+  be.embedding_forward(tables, test::fp32_tables(weights.data()), sparse.input(), out.view());
   const SparseInput in = sparse.input();
   for (int t = 0; t < 2; ++t) {
     const TableLayout& tl = tables[t];
@@ -446,14 +446,14 @@ std::vector<std::vector<float>> run_every_op() {
     Matrix<float> weights = random_matrix<float>(rand, 1, test::total_weights(tables));
     Matrix<float> state = random_matrix<float>(rand, 1, test::total_weights(tables), 0.0, 1.0);
     Matrix<float> pooled = nan_matrix<float>(eb, 60);
-    be.embedding_forward(tables, weights.ptr(), sparse.input(), pooled.view());
+    be.embedding_forward(tables, test::fp32_tables(weights.ptr()), sparse.input(), pooled.view());
     const Matrix<float> dout = random_matrix<float>(rand, eb, 60);
     OptimizerParams opt;
     opt.kind = kind;
     opt.lr = 0.1f;
     opt.weight_decay = 0.01f;
-    be.embedding_backward_update(tables, weights.ptr(), state.ptr(), sparse.input(), dout.cview(),
-                                 opt);
+    be.embedding_backward_update(tables, test::fp32_tables(weights.ptr()), state.ptr(),
+                                 sparse.input(), dout.cview(), opt, {});
     keep(pooled), keep(weights), keep(state);
   }
 
@@ -604,11 +604,12 @@ TEST(CpuValidation, SparseInput) {
   std::vector<float> weights(static_cast<std::size_t>(test::total_weights(tables)), 1.0f);
   Matrix<float> out(3, 5);
   auto forward = [&](const test::SparseBatch& s) {
-    be.embedding_forward(tables, weights.data(), s.input(), out.view());
+    be.embedding_forward(tables, test::fp32_tables(weights.data()), s.input(), out.view());
   };
   OptimizerParams opt;
   auto backward = [&](const test::SparseBatch& s) {
-    be.embedding_backward_update(tables, weights.data(), nullptr, s.input(), out.cview(), opt);
+    be.embedding_backward_update(tables, test::fp32_tables(weights.data()), nullptr, s.input(),
+                                 out.cview(), opt, {});
   };
 
   const test::SparseBatch good = test::make_sparse({{{1}, {}, {9, 9}}, {{0, 3}, {2}, {}}});
@@ -635,17 +636,26 @@ TEST(CpuValidation, SparseInput) {
   // A stated id count must agree with the offsets.
   SparseInput stated = good.input();
   stated.nnz = 6;
-  EXPECT_NO_THROW(be.embedding_forward(tables, weights.data(), stated, out.view()));
+  EXPECT_NO_THROW(
+      be.embedding_forward(tables, test::fp32_tables(weights.data()), stated, out.view()));
   stated.nnz = 4;
-  expect_error([&] { be.embedding_forward(tables, weights.data(), stated, out.view()); },
-               {"embedding_forward", "nnz is 4", "offsets end at 6"});
+  expect_error(
+      [&] { be.embedding_forward(tables, test::fp32_tables(weights.data()), stated, out.view()); },
+      {"embedding_forward", "nnz is 4", "offsets end at 6"});
 
   Matrix<float> narrow(3, 4);
-  expect_error([&] { be.embedding_forward(tables, weights.data(), good.input(), narrow.view()); },
-               {"embedding_forward", "table 1", "columns"});
+  expect_error(
+      [&] {
+        be.embedding_forward(tables, test::fp32_tables(weights.data()), good.input(),
+                             narrow.view());
+      },
+      {"embedding_forward", "table 1", "columns"});
   Matrix<float> short_out(2, 5);
   expect_error(
-      [&] { be.embedding_forward(tables, weights.data(), good.input(), short_out.view()); },
+      [&] {
+        be.embedding_forward(tables, test::fp32_tables(weights.data()), good.input(),
+                             short_out.view());
+      },
       {"embedding_forward", "rows"});
 
   opt.kind = OptimizerKind::adam;
@@ -706,10 +716,10 @@ TEST(CpuViews, EmbeddingOutputAndGradientAsColumnBlocks) {
 
   // Pooled output written into columns [4, 13) of a [batch, 16] buffer (the interaction input).
   Matrix<float> out = nan_matrix<float>(batch, width);
-  be.embedding_forward(tables, weights.data(), sparse.input(), out.view());
+  be.embedding_forward(tables, test::fp32_tables(weights.data()), sparse.input(), out.view());
   Matrix<float> wide = nan_matrix<float>(batch, 16);
   const Mat block = wide.view().cols_slice(4, width);
-  be.embedding_forward(tables, weights.data(), sparse.input(), block);
+  be.embedding_forward(tables, test::fp32_tables(weights.data()), sparse.input(), block);
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t c = 0; c < width; ++c) ASSERT_EQ(block(b, c), out(b, c));
   }
@@ -726,9 +736,10 @@ TEST(CpuViews, EmbeddingOutputAndGradientAsColumnBlocks) {
   opt.lr = 0.1f;
   std::vector<float> w1 = weights, w2 = weights;
   std::vector<float> s1(weights.size(), 0.5f), s2 = s1;
-  be.embedding_backward_update(tables, w1.data(), s1.data(), sparse.input(), dout.cview(), opt);
-  be.embedding_backward_update(tables, w2.data(), s2.data(), sparse.input(),
-                               wide_dout.cview().cols_slice(2, width), opt);
+  be.embedding_backward_update(tables, test::fp32_tables(w1.data()), s1.data(), sparse.input(),
+                               dout.cview(), opt, {});
+  be.embedding_backward_update(tables, test::fp32_tables(w2.data()), s2.data(), sparse.input(),
+                               wide_dout.cview().cols_slice(2, width), opt, {});
   EXPECT_EQ(w1, w2);
   EXPECT_EQ(s1, s2);
 }
@@ -909,14 +920,14 @@ TEST(CpuBf16Storage, EmbeddingIntoAColumnBlockOfBf16) {
   const test::SparseBatch sparse = test::random_sparse(rand, batch, tables, 5);
   const std::vector<float> weights = random_vector<float>(rand, test::total_weights(tables));
   Matrix<float> out = nan_matrix<float>(batch, width);
-  be.embedding_forward(tables, weights.data(), sparse.input(), out.view());
+  be.embedding_forward(tables, test::fp32_tables(weights.data()), sparse.input(), out.view());
   // Columns [4, 15) of a bf16 [batch, 16] buffer; the others (and the two gap columns) hold a
   // pattern that must survive.
   std::vector<std::uint16_t> bits(static_cast<std::size_t>(batch * wide));
   for (std::size_t i = 0; i < bits.size(); ++i)
     bits[i] = static_cast<std::uint16_t>(0x3f80u + i % 97);
   const std::vector<std::uint16_t> before = bits;
-  be.embedding_forward(tables, weights.data(), sparse.input(),
+  be.embedding_forward(tables, test::fp32_tables(weights.data()), sparse.input(),
                        AMat(bits.data(), DType::bf16, batch, wide).cols_slice(4, width));
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t c = 0; c < wide; ++c) {

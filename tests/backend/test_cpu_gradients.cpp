@@ -125,7 +125,7 @@ void check_embedding(const std::vector<TableLayout>& tables, const test::SparseB
   Matrix<double> out(in.batch, out_cols);                                 // [B, out_cols]
 
   auto objective = [&] {
-    cpu::embedding_forward<double>(tables, weights.data(), in, out.view());
+    cpu::embedding_forward<double>(tables, test::fp32_tables(weights.data()), in, out.view());
     double s = 0.0;
     for (const TableLayout& tl : tables) {
       s += dot(out.cview().cols_slice(tl.out_col, tl.dim),
@@ -213,8 +213,8 @@ TEST(CpuGradients, EmbeddingUpdateUsesTheGradient) {
   OptimizerParams opt;
   opt.kind = OptimizerKind::sgd;
   opt.lr = 1.0f;
-  cpu::embedding_backward_update<double>(tables, weights.data(), nullptr, sparse.input(),
-                                         dout.cview(), opt);
+  cpu::embedding_backward_update<double>(tables, test::fp32_tables(weights.data()), nullptr,
+                                         sparse.input(), dout.cview(), opt, {});
   EXPECT_EQ(weights, expected);
 }
 

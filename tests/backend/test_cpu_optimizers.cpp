@@ -37,11 +37,11 @@ class CpuOptimizer : public ::testing::Test {
                         const test::Matrix<T>& dout, const OptimizerParams& opt) {
     T* st = state.empty() ? nullptr : state.data();
     if constexpr (std::is_same_v<T, float>) {
-      backend_.embedding_backward_update(tables, weights.data(), st, sparse.input(), dout.cview(),
-                                         opt);
+      backend_.embedding_backward_update(tables, test::fp32_tables(weights.data()), st,
+                                         sparse.input(), dout.cview(), opt, {});
     } else {
-      cpu::embedding_backward_update<T>(tables, weights.data(), st, sparse.input(), dout.cview(),
-                                        opt);
+      cpu::embedding_backward_update<T>(tables, test::fp32_tables(weights.data()), st,
+                                        sparse.input(), dout.cview(), opt, {});
     }
   }
 
@@ -278,39 +278,60 @@ TYPED_TEST(CpuOptimizer, EmbeddingRejectsAdamAndMissingState) {
 namespace parity {
 namespace {
 
-// Emulated fp16/bf16 tables: every updated row is rounded to the table's precision (nearest
-// even); untouched rows keep their values.
-TEST(CpuEmbeddingPrecision, UpdatedRowsAreRoundedToTheTableDtype) {
+// fp16/bf16 tables live in a buffer of their own type: an updated row is its update in double,
+// rounded to fp32 and then stochastically with the bits of (seed, step, table, row, column), as
+// the GPU kernels round; untouched rows keep their bits, and fp32 tables beside them are updated
+// as before.
+TEST(CpuEmbeddingPrecision, NarrowTablesAreStoredAndRoundedStochastically) {
   CpuBackend backend;
   for (DType dt : {DType::f16, DType::bf16}) {
-    auto tables = test::pack_tables({5}, {2}, {Pooling::sum}, OptimizerKind::sgd);
-    tables[0].dtype = dt;
-    std::vector<float> w = {1, 0, 2, 0.5f, 3, 1, 4, 1.5f, 5, 2};
-    const auto sparse = test::make_sparse({{{1, 3, 1}, {}, {3}}});
-    test::Matrix<float> dout(3, 2);
-    dout(0, 0) = 1;
-    dout(0, 1) = 2;
-    dout(1, 0) = dout(1, 1) = 100;
-    dout(2, 0) = 0.5f;
-    dout(2, 1) = -1;
+    auto tables = test::pack_tables({3, 5}, {2, 2}, {Pooling::sum, Pooling::sum});
+    tables[1].dtype = dt;
+    tables[1].weight_offset = 0;  // the first table of its own buffer
+    std::vector<float> w32 = {1, 2, 3, 4, 5, 6};
+    const std::vector<float> start = {1, 0, 2, 0.5f, 3, 1, 4, 1.5f, 5, 2};
+    std::vector<std::uint16_t> w16(start.size());
+    for (std::size_t i = 0; i < start.size(); ++i)
+      store_element(w16.data(), dt, static_cast<std::int64_t>(i), start[i]);
+    const std::vector<std::uint16_t> before = w16;
+    const auto sparse = test::make_sparse({{{0}, {}, {2}}, {{1, 3, 1}, {}, {3}}});
+    test::Matrix<float> dout(3, 4);
+    const float g[3][4] = {{0.25f, -1, 1, 2}, {100, 100, 100, 100}, {2, 0.5f, 0.5f, -1}};
+    for (int r = 0; r < 3; ++r)
+      for (int c = 0; c < 4; ++c) dout(r, c) = g[r][c];
     OptimizerParams opt;
     opt.kind = OptimizerKind::sgd;
-    opt.lr = 0.0123f;  // not a power of two: the fp32 results are not representable in fp16
-    backend.embedding_backward_update(tables, w.data(), nullptr, sparse.input(), dout.cview(), opt);
-    // Row 1: g = (2, 4); row 3: g = (1.5, 1). Expected: the fp32 update, then rounded.
-    const float lr = 0.0123f;
-    EXPECT_EQ(w[2], round_to_dtype(2 - lr * 2, dt));
-    EXPECT_EQ(w[3], round_to_dtype(0.5f - lr * 4, dt));
-    EXPECT_EQ(w[6], round_to_dtype(4 - lr * 1.5f, dt));
-    EXPECT_EQ(w[7], round_to_dtype(1.5f - lr * 1, dt));
-    EXPECT_NE(w[3], 0.5f - lr * 4);  // rounding happened
-    EXPECT_EQ(w[0], 1);              // untouched rows as they were
-    EXPECT_EQ(w[4], 3);
-    EXPECT_EQ(w[8], 5);
+    opt.lr = 0.0123f;  // not a power of two: the results are not representable in fp16/bf16
+    const StochasticRounding rounding{7, 3};
+    TableWeights weights;
+    weights.f32 = w32.data();
+    (dt == DType::f16 ? weights.f16 : weights.bf16) = w16.data();
+    backend.embedding_backward_update(tables, weights, nullptr, sparse.input(), dout.cview(), opt,
+                                      rounding);
+    const double lr = opt.lr;
+    // Table 0 (fp32): rows 0 and 2, each once.
+    EXPECT_EQ(w32[0], static_cast<float>(1 - lr * 0.25));
+    EXPECT_EQ(w32[5], static_cast<float>(6 - lr * 0.5));
+    EXPECT_EQ(w32[2], 3);
+    // Table 1: row 1 twice in bag 0 (g = 2 dout(0, 2..3)); row 3 in bags 0 and 2.
+    auto expect_row = [&](std::int64_t row, double g0, double g1) {
+      const std::uint64_t key = rng::key(7, 3, 1, static_cast<std::uint64_t>(row));
+      const double grad[2] = {g0, g1};
+      for (int c = 0; c < 2; ++c) {
+        const auto i = static_cast<std::size_t>(row * 2 + c);
+        const auto v = static_cast<float>(start[i] - lr * grad[c]);
+        const std::uint32_t bits = rng::bits16(key, static_cast<std::uint64_t>(c));
+        EXPECT_EQ(w16[i], dt == DType::f16 ? half_bits_sr(v, bits) : bf16_bits_sr(v, bits))
+            << dtype_name(dt) << " row " << row << " col " << c;
+        // Either neighbour of the exact value, never further.
+        const float got = load_element(w16.data(), dt, static_cast<std::int64_t>(i));
+        EXPECT_LE(std::fabs(got - v), std::fabs(v) * (dt == DType::f16 ? 1e-3f : 8e-3f));
+      }
+    };
+    expect_row(1, 2.0, 4.0);
+    expect_row(3, 1.5, 1.0);
+    for (const std::size_t i : {0u, 1u, 4u, 5u, 8u, 9u}) EXPECT_EQ(w16[i], before[i]);
   }
-  std::vector<float> v = {0.1f, 1.0f / 3};
-  backend.round_to_dtype(v.data(), 2, DType::bf16);
-  EXPECT_EQ(v[1], 0.333984375f);
 }
 
 }  // namespace

@@ -98,5 +98,63 @@ TEST(DType, LoadAndStoreElementsRoundOnce) {
   EXPECT_EQ(load_element(f, DType::f32, 0), 0.1f);
 }
 
+// Stochastic rounding goes to one of the two neighbours, and over every value of the random bits
+// it rounds away from zero exactly as often as the dropped bits say: E[round(v)] = v.
+TEST(DType, StochasticRoundingIsUnbiasedOverTheRandomBits) {
+  struct Case {
+    float v;
+    DType t;
+    int expected_up;  // of the 65536 values of r; -1: not checked (fp16 subnormals)
+  };
+  auto low = [](float v, std::uint32_t mask) {
+    return static_cast<int>(std::bit_cast<std::uint32_t>(v) & mask);
+  };
+  const Case cases[] = {
+      {1.0f / 3, DType::bf16, low(1.0f / 3, 0xffff)},
+      {-0.1234567f, DType::bf16, low(-0.1234567f, 0xffff)},
+      {1.0e30f, DType::bf16, low(1.0e30f, 0xffff)},
+      {1.0f / 3, DType::f16, 8 * low(1.0f / 3, 0x1fff)},  // 13 dropped bits: r & 0x1fff
+      {-1234.567f, DType::f16, 8 * low(-1234.567f, 0x1fff)},
+      {3.0e-6f, DType::f16, -1},
+      {-4.5e-7f, DType::f16, -1},
+  };
+  for (const Case& c : cases) {
+    const bool half = c.t == DType::f16;
+    auto value = [&](std::uint16_t b) { return half ? half_to_float(b) : bf16_to_float(b); };
+    double sum = 0;
+    int up = 0;
+    float down_v = 0, up_v = 0;
+    for (std::uint32_t r = 0; r < 65536; ++r) {
+      const float x = value(half ? half_bits_sr(c.v, r) : bf16_bits_sr(c.v, r));
+      sum += x;
+      if (std::fabs(x) > std::fabs(c.v)) {
+        ++up;
+        ASSERT_TRUE(up_v == 0 || up_v == x) << c.v;  // always the same neighbour
+        up_v = x;
+      } else {
+        ASSERT_TRUE(down_v == 0 || down_v == x) << c.v;
+        down_v = x;
+      }
+    }
+    EXPECT_GT(up, 0) << c.v;
+    EXPECT_LT(up, 65536) << c.v;
+    if (c.expected_up >= 0) {
+      EXPECT_EQ(up, c.expected_up) << c.v << " " << dtype_name(c.t);
+    }
+    // The neighbours bracket v, and the mean is v up to the resolution of 16 random bits.
+    EXPECT_TRUE(std::fabs(down_v) < std::fabs(c.v) && std::fabs(c.v) < std::fabs(up_v)) << c.v;
+    EXPECT_NEAR(sum / 65536, c.v, std::fabs(up_v - down_v) / 65536 + 1e-30) << c.v;
+  }
+  // Exactly representable values never move; infinities, NaN and fp16's edge round to nearest.
+  for (std::uint32_t r : {0u, 1u, 0x8000u, 0xffffu}) {
+    EXPECT_EQ(bf16_bits_sr(1.5f, r), bf16_bits(1.5f));
+    EXPECT_EQ(half_bits_sr(-0.75f, r), half_bits(-0.75f));
+    EXPECT_EQ(bf16_bits_sr(INFINITY, r), bf16_bits(INFINITY));
+    EXPECT_TRUE(std::isnan(bf16_to_float(bf16_bits_sr(NAN, r))));
+    EXPECT_EQ(half_bits_sr(65504.0f, r), half_bits(65504.0f));
+    EXPECT_EQ(half_bits_sr(1e6f, r), 0x7c00u);
+  }
+}
+
 }  // namespace
 }  // namespace parity

@@ -320,6 +320,53 @@ TEST_P(EngineModel, GuardRecordsTheFirstNonFiniteStep) {
   EXPECT_EQ(m.first_nonfinite_step(), 4);
 }
 
+// fp16 and bf16 tables are stored in their own type: the tensors say so and hold two bytes an
+// element, they start as the fp32 initialisation rounded to nearest, and training updates them
+// deterministically (stochastic rounding keyed by the seed and the step), beside an fp32 table.
+TEST_P(EngineModel, NarrowTablesAreStoredInTheirOwnType) {
+  ModelSpec spec = testing::micro_model(InteractionKind::dcnv2, OptimizerKind::rowwise_adagrad,
+                                        OptimizerKind::sgd, 0.05);
+  const ModelSpec wide = spec;
+  spec.tables[0].dtype = DType::f16;
+  spec.tables[2].dtype = DType::bf16;
+  auto be = backend();
+  Model a(spec, *be, 8, 3), b(spec, *be, 8, 3), w(wide, *be, 8, 3);
+  EXPECT_LT(a.allocated_bytes(), w.allocated_bytes());
+  auto find = [](Model& m, const std::string& name) {
+    for (const TensorRef& t : m.tensors())
+      if (t.name == name) return t;
+    throw Error("no tensor " + name);
+  };
+  for (const auto& [name, dtype] :
+       {std::pair{"embedding.t0.weight", DType::f16}, std::pair{"embedding.t1.weight", DType::f32},
+        std::pair{"embedding.t2.weight", DType::bf16}}) {
+    const TensorRef t = find(a, name);
+    EXPECT_EQ(t.dtype, dtype) << name;
+    EXPECT_EQ(t.bytes(), static_cast<std::size_t>(t.elements()) * dtype_size(dtype)) << name;
+    // The initial values: the fp32 model's, rounded once to nearest.
+    const auto narrow = testing::host_bytes(*be, t);
+    const auto f32 = testing::host_bytes(*be, find(w, name));
+    for (std::int64_t i = 0; i < t.elements(); ++i) {
+      float v;
+      std::memcpy(&v, f32.data() + 4 * i, 4);
+      ASSERT_EQ(load_element(narrow.data(), dtype, i), round_to_dtype(v, dtype)) << name << i;
+    }
+  }
+  const auto start = testing::host_bytes(*be, find(a, "embedding.t0.weight"));
+  SyntheticData data(spec, 2);
+  Batch batch;
+  for (int k = 0; k < 5; ++k) {
+    data.batch(Split::train, k, 8, batch);
+    a.train_step(batch);
+    b.train_step(batch);
+  }
+  const auto ta = a.tensors(), tb = b.tensors();
+  for (std::size_t i = 0; i < ta.size(); ++i)
+    EXPECT_EQ(testing::host_bytes(*be, ta[i]), testing::host_bytes(*be, tb[i])) << ta[i].name;
+  EXPECT_NE(testing::host_bytes(*be, find(a, "embedding.t0.weight")), start);
+  EXPECT_EQ(a.first_nonfinite_step(), -1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, EngineModel, ::testing::ValuesIn(testing::engine_backends()),
                          testing::backend_param_name);
 

@@ -211,6 +211,26 @@ TEST_P(EngineTraining, Fp32TracksCpuFor500Steps) {
   }
 }
 
+// fp16 and bf16 tables against the cpu: both round every update stochastically with the same
+// bits, so the runs part only where the fp32 and double updates straddle a random rounding point
+// (one narrow step, rarely). Asserted with SGD (see with_sgd) at the per-step bound.
+TEST_P(EngineTraining, NarrowTablesTrackCpuFor500Steps) {
+  PARITY_SKIP_ON_CPU("it is the reference");
+  ModelSpec narrow = with_sgd(spec());
+  for (std::size_t t = 0; t < narrow.tables.size(); ++t)
+    narrow.tables[t].dtype = t % 3 == 0 ? DType::f16 : t % 3 == 1 ? DType::bf16 : DType::f32;
+  auto cpu = make_backend("cpu"), be = backend(DenseMath::fp32);
+  const std::vector<float> ref = train(narrow, *cpu, kEngineSteps, 11).losses;
+  const TrainingRun run = train(narrow, *be, kEngineSteps, 11);
+  const Deviation d = compare_losses(run.losses, ref);
+  report(fmt::format("{} (sgd, fp16/bf16 tables) vs cpu, {} steps", label(), kEngineSteps), d,
+         run.losses, ref);
+  EXPECT_LE(d.max_rel, kLossTolerance);
+  EXPECT_LT(ref.back(), ref.front()) << "the reference run did not learn";
+  if (const std::optional<Counters> last = gpu_counters(*be))
+    expect_steady(fmt::format("{} narrow tables", label()), *run.after_first, *last);
+}
+
 TEST_P(EngineTraining, Bf16AndTf32TrackFp32For500Steps) {
   PARITY_SKIP_ON_CPU("every dense math computes in fp32 there");
   const ModelSpec configured = spec();

@@ -31,7 +31,7 @@ std::vector<float> gpu_forward(const Problem& p, const std::vector<float>& weigh
   std::vector<std::uint8_t> poison(out_bytes, 0xff);
   DeviceBuffer<std::uint8_t> out = to_device(poison);
   Stream s;
-  embedding_forward(s.get(), tables, {w.data(), wdtype}, din.in,
+  embedding_forward(s.get(), tables, TableWeights::all(wdtype, w.data()), din.in,
                     {out.data(), odtype, p.batch, p.out_cols, p.ld});
   s.synchronize();
   tables.raise_input_errors(s.get());
@@ -55,9 +55,9 @@ void check_forward(const Problem& p, const std::vector<float>& weights, DType wd
   std::vector<float> ref(static_cast<std::size_t>(p.batch * p.ld), 0.0f), mag(ref.size(), 0.0f);
   std::vector<float> absw(weights.size());
   for (std::size_t i = 0; i < weights.size(); ++i) absw[i] = std::fabs(weights[i]);
-  cpu::embedding_forward<float>(ref_tables, weights.data(), p.input(),
-                                {ref.data(), p.batch, p.out_cols, p.ld});
-  cpu::embedding_forward<float>(ref_tables, absw.data(), p.input(),
+  cpu::embedding_forward<float>(ref_tables, TableWeights::all(DType::f32, weights.data()),
+                                p.input(), {ref.data(), p.batch, p.out_cols, p.ld});
+  cpu::embedding_forward<float>(ref_tables, TableWeights::all(DType::f32, absw.data()), p.input(),
                                 {mag.data(), p.batch, p.out_cols, p.ld});
   int bad = 0;
   for (std::int64_t b = 0; b < p.batch; ++b) {
@@ -220,8 +220,9 @@ BackwardResult gpu_backward(const Problem& p, const std::vector<float>& w0,
   DeviceBuffer<std::uint8_t> g = to_device(encode(dout, c.gdtype));
   EmbeddingWorkspace ws(tables, p.batch, static_cast<std::int64_t>(p.ids.size()), c.sort);
   Stream s;
-  embedding_backward_update(s.get(), tables, {w.data(), c.wdtype}, s0.empty() ? nullptr : st.data(),
-                            din.in, {g.data(), c.gdtype, p.batch, p.out_cols, p.ld}, opt, upd, ws);
+  embedding_backward_update(s.get(), tables, TableWeights::all(c.wdtype, w.data()),
+                            s0.empty() ? nullptr : st.data(), din.in,
+                            {g.data(), c.gdtype, p.batch, p.out_cols, p.ld}, opt, upd, ws);
   s.synchronize();
   tables.raise_input_errors(s.get());
   BackwardResult r;
@@ -282,9 +283,9 @@ CaseOutcome run_backward_case(const ProblemSpec& spec, const BackwardCase& c,
 
   const auto ref_tables = as_f32(p.tables);
   std::vector<float> ref_w = w0, ref_s = s0;
-  cpu::embedding_backward_update<float>(ref_tables, ref_w.data(),
+  cpu::embedding_backward_update<float>(ref_tables, TableWeights::all(DType::f32, ref_w.data()),
                                         ref_s.empty() ? nullptr : ref_s.data(), p.input(),
-                                        {dout.data(), p.batch, p.out_cols, p.ld}, opt);
+                                        {dout.data(), p.batch, p.out_cols, p.ld}, opt, {});
   // Per weight element: the gradient g (with weight decay) and the scale G of its terms.
   std::vector<double> g(w0.size(), 0.0), big_g(w0.size(), 0.0), state_tol(s0.size(), 0.0);
   {
@@ -633,8 +634,9 @@ TEST(GpuEmbeddingBackward, NearestRoundingWhenAsked) {
   c.wdtype = DType::bf16;
   const auto r = gpu_backward(p, w0, {}, dout, c, opt, upd);
   std::vector<float> ref = w0;
-  cpu::embedding_backward_update<float>(as_f32(p.tables), ref.data(), nullptr, p.input(),
-                                        {dout.data(), p.batch, p.out_cols, p.ld}, opt);
+  cpu::embedding_backward_update<float>(as_f32(p.tables), TableWeights::all(DType::f32, ref.data()),
+                                        nullptr, p.input(),
+                                        {dout.data(), p.batch, p.out_cols, p.ld}, opt, {});
   int bad = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const float nearest = bf16_to_float(bf16_bits(ref[i]));

@@ -1,5 +1,6 @@
 // GpuBackend as an adapter: the embedding ops through it (layouts, the id count, output views
-// with gaps, emulated narrow tables, bf16 storage), misuse, and shape errors named like the CPU's.
+// with gaps, tables of mixed storage types, bf16 activations), misuse, and shape errors named like
+// the CPU's.
 #include <gtest/gtest.h>
 
 #include "dense_test_util.h"
@@ -31,12 +32,13 @@ TEST(DenseGpuBf16Storage, EmbeddingIntoAndFromBf16) {
                         goff.as<std::int64_t>()};
   HostBf16 out(p.batch, p.out_cols, p.ld);
   HostMat mag(p.batch, p.out_cols, p.ld);
-  cpu.embedding_forward(p.tables, weights.data(), p.input(), out.view());
+  cpu.embedding_forward(p.tables, TableWeights::all(DType::f32, weights.data()), p.input(),
+                        out.view());
   std::vector<float> aw(weights.size());
   for (std::size_t i = 0; i < aw.size(); ++i) aw[i] = std::fabs(weights[i]);
-  cpu.embedding_forward(p.tables, aw.data(), p.input(), mag.view());
+  cpu.embedding_forward(p.tables, TableWeights::all(DType::f32, aw.data()), p.input(), mag.view());
   const DevBf16 gout(gpu, out.poisoned());
-  gpu.embedding_forward(p.tables, gw.as<float>(), din, gout.view());
+  gpu.embedding_forward(p.tables, TableWeights::all(DType::f32, gw.get()), din, gout.view());
   // fp32 sums in another order, then one rounding to bf16: at most one bf16 step apart.
   expect_close("embedding_forward into bf16", gout.download().to_float(), out.to_float(), mag,
                0x1p-7);
@@ -50,12 +52,13 @@ TEST(DenseGpuBf16Storage, EmbeddingIntoAndFromBf16) {
   OptimizerParams opt;
   opt.kind = OptimizerKind::rowwise_adagrad;
   opt.lr = 0.1f;
-  cpu.embedding_backward_update(p.tables, w_cpu.data(), state.data(), p.input(), dout16.cview(),
-                                opt);
+  cpu.embedding_backward_update(p.tables, TableWeights::all(DType::f32, w_cpu.data()), state.data(),
+                                p.input(), dout16.cview(), opt, {});
   Buffer gs(gpu, state.size() * 4);
   gpu.fill(gs.as<float>(), static_cast<std::int64_t>(state.size()), 0.0f);
   const DevBf16 gdout(gpu, dout16);
-  gpu.embedding_backward_update(p.tables, gw.as<float>(), gs.as<float>(), din, gdout.view(), opt);
+  gpu.embedding_backward_update(p.tables, TableWeights::all(DType::f32, gw.get()), gs.as<float>(),
+                                din, gdout.view(), opt, {});
   gpu.raise_input_errors();
   const auto got = download_vec(gpu, gw.as<float>(), weights.size());
   int bad = 0;
@@ -88,7 +91,91 @@ TEST(DenseGpuBf16Storage, MisuseIsAnError) {
 }
 
 // The adapter onto the embedding module (whose kernels have their own tests): layouts, the id
-// count, output views with gaps, and emulated bf16 tables.
+// count, output views with gaps, and tables of three storage types interleaved (fp32, fp16, fp32,
+// bf16), each in its own type's buffer as the engine lays them out.
+
+// A problem's tables given storage types, each table at its offset in its type's buffer, with
+// host values: uniform in [-1, 1), or (dyadic) multiples of 1/8 in [-1, 1], exact in every type.
+struct MixedTables {
+  std::vector<TableLayout> tables;
+  std::vector<float> f32;
+  std::vector<std::uint16_t> f16, bf16;
+
+  MixedTables(const Problem& p, const std::vector<DType>& types, std::uint64_t seed, bool dyadic)
+      : tables(p.tables) {
+    Rand rand(seed, 3);
+    for (std::size_t t = 0; t < tables.size(); ++t) {
+      TableLayout& tl = tables[t];
+      tl.dtype = types[t % types.size()];
+      const std::int64_t n = tl.rows * tl.dim;
+      tl.weight_offset = size(tl.dtype);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float v =
+            dyadic ? static_cast<float>(rand.integer(-8, 8)) / 8 : rand.uniform(-1.0f, 1.0f);
+        if (tl.dtype == DType::f32) f32.push_back(v);
+        if (tl.dtype == DType::f16) f16.push_back(half_bits(v));
+        if (tl.dtype == DType::bf16) bf16.push_back(bf16_bits(v));
+      }
+    }
+  }
+  std::int64_t size(DType t) const {
+    return static_cast<std::int64_t>(t == DType::f32   ? f32.size()
+                                     : t == DType::f16 ? f16.size()
+                                                       : bf16.size());
+  }
+  TableWeights host() { return {f32.data(), f16.data(), bf16.data()}; }
+  // |w| of every table (the scale of a forward's rounding error), all fp32.
+  std::vector<float> magnitudes(std::vector<TableLayout>& layouts) const {
+    std::vector<float> m;
+    layouts = tables;
+    for (TableLayout& tl : layouts) {
+      const std::int64_t off = tl.weight_offset;
+      const DType dt = tl.dtype;
+      tl.weight_offset = static_cast<std::int64_t>(m.size());
+      tl.dtype = DType::f32;
+      for (std::int64_t i = 0; i < tl.rows * tl.dim; ++i) {
+        const float v = dt == DType::f32   ? f32[static_cast<std::size_t>(off + i)]
+                        : dt == DType::f16 ? half_to_float(f16[static_cast<std::size_t>(off + i)])
+                                           : bf16_to_float(bf16[static_cast<std::size_t>(off + i)]);
+        m.push_back(std::fabs(v));
+      }
+    }
+    return m;
+  }
+};
+
+// The same tables in GPU memory.
+struct DeviceTables {
+  Buffer f32, f16, bf16;
+  DeviceTables(Backend& gpu, const MixedTables& m)
+      : f32(gpu, std::max<std::size_t>(m.f32.size(), 1) * 4),
+        f16(gpu, std::max<std::size_t>(m.f16.size(), 1) * 2),
+        bf16(gpu, std::max<std::size_t>(m.bf16.size(), 1) * 2) {
+    gpu.copy_to_device(f32.get(), m.f32.data(), m.f32.size() * 4);
+    gpu.copy_to_device(f16.get(), m.f16.data(), m.f16.size() * 2);
+    gpu.copy_to_device(bf16.get(), m.bf16.data(), m.bf16.size() * 2);
+  }
+  TableWeights weights() const { return {f32.get(), f16.get(), bf16.get()}; }
+  void download(Backend& gpu, MixedTables& m) const {
+    gpu.copy_to_host(m.f32.data(), f32.get(), m.f32.size() * 4);
+    gpu.copy_to_host(m.f16.data(), f16.get(), m.f16.size() * 2);
+    gpu.copy_to_host(m.bf16.data(), bf16.get(), m.bf16.size() * 2);
+  }
+};
+
+struct DeviceCsr {
+  Buffer ids, offsets;
+  SparseInput in;
+  DeviceCsr(Backend& gpu, const Problem& p)
+      : ids(gpu, std::max<std::size_t>(p.ids.size(), 1) * 8), offsets(gpu, p.offsets.size() * 8) {
+    gpu.copy_to_device(ids.get(), p.ids.data(), p.ids.size() * 8);
+    gpu.copy_to_device(offsets.get(), p.offsets.data(), p.offsets.size() * 8);
+    in = SparseInput{p.batch, static_cast<int>(p.tables.size()), ids.as<std::int64_t>(),
+                     offsets.as<std::int64_t>()};
+  }
+};
+
+const std::vector<DType> kMixed = {DType::f32, DType::f16, DType::f32, DType::bf16};
 
 TEST(DenseGpu, EmbeddingOpsThroughTheBackend) {
   PARITY_REQUIRE_GPU();
@@ -97,72 +184,123 @@ TEST(DenseGpu, EmbeddingOpsThroughTheBackend) {
     GpuBackend gpu;
     CpuBackend cpu;
     ProblemSpec ps;
-    ps.dims = {8, 16, 4, 16};
-    ps.rows = {100, 50, 30, 7};
+    ps.dims = {8, 16, 4, 16, 12};
+    ps.rows = {100, 50, 30, 7, 40};
     ps.pooling = {Pooling::sum, Pooling::mean};
     ps.batch = 64;
     ps.kind = kind;
     ps.zipf_alpha = 1.1;
-    Problem p = make_problem(ps, 900 + static_cast<std::uint64_t>(kind));
-    p.tables[3].dtype = DType::bf16;  // emulated: fp32 storage rounded after each update
-    const auto nids = static_cast<std::int64_t>(p.ids.size());
-    std::vector<float> weights = random_values(p.weight_elems, 901, false, DType::f32);
-    const std::int64_t off3 = p.tables[3].weight_offset, n3 = p.tables[3].rows * p.tables[3].dim;
-    cpu.round_to_dtype(weights.data() + off3, n3, DType::bf16);
+    const Problem p = make_problem(ps, 900 + static_cast<std::uint64_t>(kind));
+    MixedTables host(p, kMixed, 901, false);
+    const DeviceTables dev(gpu, host);
     std::vector<float> state(static_cast<std::size_t>(std::max<std::int64_t>(p.state_elems, 1)),
                              0.0f);
-
-    Buffer gw(gpu, weights.size() * 4), gs(gpu, state.size() * 4),
-        gids(gpu, static_cast<std::size_t>(std::max<std::int64_t>(nids, 1)) * 8),
-        goff(gpu, p.offsets.size() * 8);
-    gpu.copy_to_device(gw.get(), weights.data(), weights.size() * 4);
+    Buffer gs(gpu, state.size() * 4);
     gpu.copy_to_device(gs.get(), state.data(), state.size() * 4);
-    gpu.copy_to_device(gids.get(), p.ids.data(), static_cast<std::size_t>(nids) * 8);
-    gpu.copy_to_device(goff.get(), p.offsets.data(), p.offsets.size() * 8);
-    const SparseInput din{p.batch, static_cast<int>(p.tables.size()), gids.as<std::int64_t>(),
-                          goff.as<std::int64_t>()};
+    const DeviceCsr csr(gpu, p);
 
     HostMat out(p.batch, p.out_cols, p.ld), outm = out.poisoned();
-    cpu.embedding_forward(p.tables, weights.data(), p.input(), out.view());
-    std::vector<float> aw(weights.size());
-    for (std::size_t i = 0; i < aw.size(); ++i) aw[i] = std::fabs(weights[i]);
-    cpu.embedding_forward(p.tables, aw.data(), p.input(), outm.view());
+    cpu.embedding_forward(host.tables, host.host(), p.input(), out.view());
+    std::vector<TableLayout> mag_tables;
+    const std::vector<float> mag = host.magnitudes(mag_tables);
+    cpu.embedding_forward(mag_tables, TableWeights::all(DType::f32, mag.data()), p.input(),
+                          outm.view());
     const DevMat gout(gpu, out.poisoned());
-    gpu.embedding_forward(p.tables, gw.as<float>(), din, gout.view());
-    expect_close("embedding_forward (adapter)", gout.download(), out, outm, 1e-6);
+    gpu.embedding_forward(host.tables, dev.weights(), csr.in, gout.view());
+    expect_close("embedding_forward (adapter, mixed types)", gout.download(), out, outm, 1e-6);
 
     Rand rand(902 + static_cast<std::uint64_t>(kind));
     const HostMat dout = HostMat::random(p.batch, p.out_cols, p.ld - p.out_cols, rand);
     OptimizerParams opt;
     opt.kind = kind;
     opt.lr = 0.1f;
-    cpu.embedding_backward_update(p.tables, weights.data(), state.data(), p.input(), dout.cview(),
-                                  opt);
+    const StochasticRounding rounding{77, 5};
+    MixedTables got = host;
+    cpu.embedding_backward_update(host.tables, host.host(), state.data(), p.input(), dout.cview(),
+                                  opt, rounding);
     const DevMat gdout(gpu, dout);
-    gpu.embedding_backward_update(p.tables, gw.as<float>(), gs.as<float>(), din, gdout.view(), opt);
+    gpu.embedding_backward_update(host.tables, dev.weights(), gs.as<float>(), csr.in, gdout.view(),
+                                  opt, rounding);
     gpu.raise_input_errors();
-    const auto gotw = download_vec(gpu, gw.as<float>(), weights.size());
-    // fp32 tables: the same sums in another order, an update of a few ulps; bf16 table: the same
-    // rounding of nearly the same value (one bf16 step where the two straddle a rounding point).
+    dev.download(gpu, got);
+    // fp32 tables: the same sums in another order, an update of a few ulps. fp16/bf16 tables: the
+    // same stochastic rounding (same bits) of nearly the same fp32 value: the same bits but where
+    // the two values straddle the random rounding point, then one step apart.
     int bad = 0;
-    double worst = 0;
-    for (std::size_t t = 0; t < p.tables.size(); ++t) {
-      const auto& tl = p.tables[t];
-      for (std::int64_t i = tl.weight_offset; i < tl.weight_offset + tl.rows * tl.dim; ++i) {
-        const float g = gotw[static_cast<std::size_t>(i)], e = weights[static_cast<std::size_t>(i)];
-        const double tol =
-            tl.dtype == DType::bf16 ? 0x1p-7 * std::fabs(e) + 1e-30 : 1e-5 * (std::fabs(e) + 1e-3);
-        worst = std::max(worst, std::fabs(static_cast<double>(g) - e));
-        if (!(std::fabs(static_cast<double>(g) - e) <= tol) && ++bad <= 5)
-          ADD_FAILURE() << "embedding update, table " << t << " element " << i << ": gpu " << g
-                        << " cpu " << e;
-        if (tl.dtype == DType::bf16 && parity::round_to_dtype(g, DType::bf16) != g && ++bad <= 5)
-          ADD_FAILURE() << "bf16 table element " << i << " = " << g << " is not a bf16 value";
+    std::int64_t narrow = 0, same = 0;
+    for (std::size_t i = 0; i < host.f32.size(); ++i) {
+      const float g = got.f32[i], e = host.f32[i];
+      if (!(std::fabs(static_cast<double>(g) - e) <= 1e-5 * (std::fabs(e) + 1e-3)) && ++bad <= 5)
+        ADD_FAILURE() << "fp32 element " << i << ": gpu " << g << " cpu " << e;
+    }
+    for (const DType dt : {DType::f16, DType::bf16}) {
+      const auto& g = dt == DType::f16 ? got.f16 : got.bf16;
+      const auto& e = dt == DType::f16 ? host.f16 : host.bf16;
+      for (std::size_t i = 0; i < e.size(); ++i) {
+        ++narrow;
+        if (g[i] == e[i]) {
+          ++same;
+          continue;
+        }
+        const int steps = std::abs(static_cast<int>(g[i]) - static_cast<int>(e[i]));
+        if (steps > 1 && ++bad <= 5)
+          ADD_FAILURE() << dtype_name(dt) << " element " << i << ": gpu bits " << g[i] << " cpu "
+                        << e[i];
       }
     }
     EXPECT_EQ(bad, 0);
+    EXPECT_GE(same, narrow * 99 / 100) << "narrow elements with the CPU's exact bits";
     std::cout << "[ measured ] embedding_backward_update (adapter, optimizer "
-              << static_cast<int>(kind) << "): max |gpu - cpu| = " << worst << "\n";
+              << static_cast<int>(kind) << "): " << same << " of " << narrow
+              << " fp16/bf16 elements bit-identical\n";
+  }
+}
+
+// Where the math is exact (sgd with a power-of-two rate, sums of dyadic values), the GPU's update
+// of fp16 and bf16 rows is the CPU's bit for bit: the same fp32 value, the same random bits, the
+// same rounding rule.
+TEST(DenseGpu, NarrowTableUpdatesMatchTheCpuBitForBit) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu;
+  CpuBackend cpu;
+  ProblemSpec ps;
+  ps.dims = {16, 8, 3, 24, 64};  // vector and scalar paths (dim 3)
+  ps.rows = {60, 9, 20, 30, 5};
+  ps.pooling = {Pooling::sum};
+  ps.batch = 128;
+  ps.zipf_alpha = 1.2;  // duplicates, and heavy rows in the small tables
+  ps.max_pool = 40;
+  const Problem p = make_problem(ps, 4242);
+  for (const auto& types :
+       {kMixed, std::vector<DType>{DType::f16}, std::vector<DType>{DType::bf16}}) {
+    MixedTables host(p, types, 4243, true);
+    const DeviceTables dev(gpu, host);
+    const DeviceCsr csr(gpu, p);
+    Rand rand(4244);
+    HostMat dout(p.batch, p.out_cols, p.ld);
+    for (std::int64_t r = 0; r < p.batch; ++r)
+      for (std::int64_t c = 0; c < p.out_cols; ++c)
+        dout.at(r, c) = static_cast<float>(rand.integer(-4, 4)) / 4096;  // below both types' ulps
+    OptimizerParams opt;
+    opt.kind = OptimizerKind::sgd;
+    opt.lr = 0.25f;
+    const StochasticRounding rounding{9, 12};
+    MixedTables got = host;
+    cpu.embedding_backward_update(host.tables, host.host(), nullptr, p.input(), dout.cview(), opt,
+                                  rounding);
+    const DevMat gdout(gpu, dout);
+    gpu.embedding_backward_update(host.tables, dev.weights(), nullptr, csr.in, gdout.view(), opt,
+                                  rounding);
+    gpu.raise_input_errors();
+    dev.download(gpu, got);
+    EXPECT_EQ(got.f32, host.f32);
+    EXPECT_EQ(got.f16, host.f16);
+    EXPECT_EQ(got.bf16, host.bf16);
+    // The updates were rounded: some narrow element left its start value's grid of 1/8.
+    std::int64_t off_grid = 0;
+    for (std::uint16_t b : host.f16) off_grid += std::fmod(half_to_float(b) * 8, 1.0f) != 0;
+    for (std::uint16_t b : host.bf16) off_grid += std::fmod(bf16_to_float(b) * 8, 1.0f) != 0;
+    EXPECT_GT(off_grid, 0);
   }
 }
 

@@ -1,6 +1,7 @@
 // CpuBackend: forwards every op to the float instantiation of cpu_ops.h (see cpu_backend.h).
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/host_memory.h"
 #include "parity/error.h"
+#include "parity/random.h"
 
 namespace parity {
 namespace {
@@ -150,17 +152,6 @@ void CpuBackend::fill(float* p, std::int64_t n, float value) {
   cpu::fill(p, n, value);
 }
 
-void CpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
-  if (n < 0 || (n > 0 && p == nullptr)) throw Error("round_to_dtype: bad buffer");
-  // Checked here: an exception thrown inside the parallel loop would end the process.
-  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
-    throw Error(
-        fmt::format("round_to_dtype: {} is not a floating-point storage type (fp32, fp16, bf16)",
-                    dtype_name(dtype)));
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
-  for (std::int64_t i = 0; i < n; ++i) p[i] = parity::round_to_dtype(p[i], dtype);
-}
-
 void CpuBackend::flag_nonfinite(const float* x, std::int64_t n, std::int64_t step,
                                 std::int64_t* first_bad) {
   if (n < 0 || (n > 0 && x == nullptr) || first_bad == nullptr)
@@ -172,9 +163,23 @@ void CpuBackend::flag_nonfinite(const float* x, std::int64_t n, std::int64_t ste
   if (bad) *first_bad = step;
 }
 
-void CpuBackend::fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
-                              std::uint64_t stream) {
-  cpu::fill_uniform(p, n, lo, hi, seed, stream);
+void CpuBackend::fill_uniform(void* p, DType dtype, std::int64_t n, float lo, float hi,
+                              std::uint64_t seed, std::uint64_t stream) {
+  if (dtype == DType::f32)
+    return cpu::fill_uniform(static_cast<float*>(p), n, lo, hi, seed, stream);
+  if (dtype != DType::f16 && dtype != DType::bf16)
+    throw Error(fmt::format("fill_uniform: {} is not fp32, fp16 or bf16", dtype_name(dtype)));
+  if (n < 0 || (n > 0 && p == nullptr)) throw Error("fill_uniform: bad buffer");
+  // The fp32 value (as the fp32 fill computes it), rounded once to nearest even, as the GPU does.
+  auto* bits = static_cast<std::uint16_t*>(p);
+  const std::uint64_t key = rng::key(seed, stream);
+  const bool half = dtype == DType::f16;
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v =
+        static_cast<float>(lo + (hi - lo) * rng::uniform01(key, static_cast<std::uint64_t>(i)));
+    bits[i] = half ? half_bits(v) : bf16_bits(v);
+  }
 }
 
 void CpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) {
@@ -194,18 +199,20 @@ void CpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation 
   dxf.store();
 }
 
-void CpuBackend::embedding_forward(std::span<const TableLayout> tables, const float* weights,
+void CpuBackend::embedding_forward(std::span<const TableLayout> tables, const TableWeights& weights,
                                    const SparseInput& in, AMat out) {
   const Out of("embedding_forward", "out", out);
   cpu::embedding_forward<float>(tables, weights, in, of);
   of.store();
 }
 
-void CpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights,
-                                           float* state, const SparseInput& in, CAMat dout,
-                                           const OptimizerParams& opt) {
-  cpu::embedding_backward_update<float>(tables, weights, state, in,
-                                        In("embedding_backward_update", "dout", dout), opt);
+void CpuBackend::embedding_backward_update(std::span<const TableLayout> tables,
+                                           const TableWeights& weights, float* state,
+                                           const SparseInput& in, CAMat dout,
+                                           const OptimizerParams& opt,
+                                           const StochasticRounding& rounding) {
+  cpu::embedding_backward_update<float>(
+      tables, weights, state, in, In("embedding_backward_update", "dout", dout), opt, rounding);
 }
 
 void CpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) {

@@ -34,10 +34,10 @@ class CpuBackend : public Backend {
   void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override;
   void fill(float* p, std::int64_t n, float value) override;
-  void round_to_dtype(float* p, std::int64_t n, DType dtype) override;
   void flag_nonfinite(const float* x, std::int64_t n, std::int64_t step,
                       std::int64_t* first_bad) override;
-  void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
+  using Backend::fill_uniform;
+  void fill_uniform(void* p, DType dtype, std::int64_t n, float lo, float hi, std::uint64_t seed,
                     std::uint64_t stream) override;
   void synchronize() override {}
 
@@ -45,11 +45,12 @@ class CpuBackend : public Backend {
   void linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx, Mat dw,
                        float* dbias) override;
 
-  void embedding_forward(std::span<const TableLayout> tables, const float* weights,
+  void embedding_forward(std::span<const TableLayout> tables, const TableWeights& weights,
                          const SparseInput& in, AMat out) override;
-  void embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
-                                 const SparseInput& in, CAMat dout,
-                                 const OptimizerParams& opt) override;
+  void embedding_backward_update(std::span<const TableLayout> tables, const TableWeights& weights,
+                                 float* state, const SparseInput& in, CAMat dout,
+                                 const OptimizerParams& opt,
+                                 const StochasticRounding& rounding) override;
 
   void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) override;
   void dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,

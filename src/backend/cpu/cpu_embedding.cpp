@@ -18,6 +18,7 @@
 
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_ops.h"
+#include "parity/random.h"
 
 namespace parity::cpu {
 
@@ -75,6 +76,53 @@ std::int64_t max_dim(std::span<const TableLayout> tables) {
   for (const TableLayout& tl : tables) m = std::max<std::int64_t>(m, tl.dim);
   return m;
 }
+
+// Every table's weights are in a buffer of a storage type (checked before any parallel loop: an
+// exception thrown inside one would end the process).
+void check_weights(const char* op, std::span<const TableLayout> tables,
+                   const TableWeights& weights) {
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const DType dt = tables[t].dtype;
+    if (!is_table_dtype(dt))
+      fail(op, "table {} is stored as {}; tables are fp32, fp16 or bf16", t, dtype_name(dt));
+    if (weights.of(dt) == nullptr && tables[t].rows > 0)
+      fail(op, "table {} is {}, and the {} weight buffer is null", t, dtype_name(dt),
+           dtype_name(dt));
+  }
+}
+
+// One table's rows in its storage type: T for fp32 tables (the double instantiation reads its
+// fp32 buffer as double), 16-bit patterns for fp16 and bf16. set() rounds an updated element:
+// to T, or to fp32 (nearest) and then stochastically with the bits of (row_key, column) as the
+// GPU kernels do (StochasticRounding).
+template <class T>
+class TableRows {
+ public:
+  TableRows(const TableWeights& w, const TableLayout& tl) : dtype_(tl.dtype) {
+    if (dtype_ == DType::f32)
+      wide_ = static_cast<T*>(w.f32) + tl.weight_offset;
+    else
+      narrow_ = static_cast<std::uint16_t*>(w.of(dtype_)) + tl.weight_offset;
+  }
+  double get(std::int64_t i) const {
+    if (wide_ != nullptr) return static_cast<double>(wide_[i]);
+    return dtype_ == DType::f16 ? half_to_float(narrow_[i]) : bf16_to_float(narrow_[i]);
+  }
+  void set(std::int64_t i, double v, std::uint64_t row_key, int col) const {
+    if (wide_ != nullptr) {
+      wide_[i] = static_cast<T>(v);
+      return;
+    }
+    const float f = static_cast<float>(v);
+    const std::uint32_t r = rng::bits16(row_key, static_cast<std::uint64_t>(col));
+    narrow_[i] = dtype_ == DType::f16 ? half_bits_sr(f, r) : bf16_bits_sr(f, r);
+  }
+
+ private:
+  DType dtype_;
+  T* wide_ = nullptr;
+  std::uint16_t* narrow_ = nullptr;
+};
 
 // The occurrences of the batch grouped into segments of equal (table, id).
 struct Segments {
@@ -148,12 +196,12 @@ void row_gradient(const Segments& s, std::size_t u, std::span<const TableLayout>
 }  // namespace
 
 template <class T>
-void embedding_forward(std::span<const TableLayout> tables, const T* weights, const SparseInput& in,
-                       MatView<T> out) {
+void embedding_forward(std::span<const TableLayout> tables, const TableWeights& weights,
+                       const SparseInput& in, MatView<T> out) {
   constexpr const char* op = "embedding_forward";
   detail::check_view(op, "out", out);
   validate_sparse_input(op, tables, in, out.rows, out.cols);
-  if (weights == nullptr && in.offsets[in.batch * in.num_tables] > 0) fail(op, "weights is null");
+  check_weights(op, tables, weights);
   const std::int64_t batch = in.batch;
   const std::int64_t dim_max = max_dim(tables);
   std::int64_t width = 0;
@@ -166,13 +214,14 @@ void embedding_forward(std::span<const TableLayout> tables, const T* weights, co
     for (std::int64_t b = 0; b < batch; ++b) {
       for (int t = 0; t < in.num_tables; ++t) {
         const TableLayout& tl = tables[t];
+        const TableRows<T> w(weights, tl);
         const int dim = tl.dim;
         const std::int64_t lo = in.offsets[t * batch + b];
         const std::int64_t hi = in.offsets[t * batch + b + 1];
         std::fill(acc.begin(), acc.begin() + dim, 0.0);
         for (std::int64_t j = lo; j < hi; ++j) {
-          const T* row = weights + tl.weight_offset + in.ids[j] * dim;  // [dim]
-          for (int d = 0; d < dim; ++d) acc[d] += static_cast<double>(row[d]);
+          const std::int64_t row = in.ids[j] * dim;
+          for (int d = 0; d < dim; ++d) acc[d] += w.get(row + d);
         }
         T* dst = out.row(b) + tl.out_col;  // [dim]
         if (tl.pooling == Pooling::mean && hi > lo) {
@@ -213,9 +262,9 @@ EmbeddingGradient embedding_gradient(std::span<const TableLayout> tables, const 
 }
 
 template <class T>
-void embedding_backward_update(std::span<const TableLayout> tables, T* weights, T* state,
-                               const SparseInput& in, MatView<const T> dout,
-                               const OptimizerParams& opt) {
+void embedding_backward_update(std::span<const TableLayout> tables, const TableWeights& weights,
+                               T* state, const SparseInput& in, MatView<const T> dout,
+                               const OptimizerParams& opt, const StochasticRounding& rounding) {
   constexpr const char* op = "embedding_backward_update";
   detail::check_view(op, "dout", dout);
   validate_sparse_input(op, tables, in, dout.rows, dout.cols);
@@ -225,7 +274,7 @@ void embedding_backward_update(std::span<const TableLayout> tables, T* weights, 
   }
   const std::int64_t nnz = in.offsets[in.batch * in.num_tables];
   if (nnz == 0) return;
-  if (weights == nullptr) fail(op, "weights is null");
+  check_weights(op, tables, weights);
   if (kind != OptimizerKind::sgd && state == nullptr) {
     fail(op, "{} needs optimizer state, and state is null",
          kind == OptimizerKind::adagrad ? "adagrad" : "rowwise_adagrad");
@@ -241,26 +290,30 @@ void embedding_backward_update(std::span<const TableLayout> tables, T* weights, 
 #pragma omp parallel if (nnz * dim_max >= detail::kParallelElements)
   {
     std::vector<double> g(static_cast<std::size_t>(dim_max));  // [dim]
+    std::vector<double> w(static_cast<std::size_t>(dim_max));  // [dim] the row, then its update
 #pragma omp for schedule(static)
     for (std::int64_t u = 0; u < segments; ++u) {
-      const TableLayout& tl = tables[s.table[u]];
+      const int t = s.table[u];
+      const TableLayout& tl = tables[t];
+      const TableRows<T> rows(weights, tl);
       const int dim = tl.dim;
       const std::int64_t row = in.ids[s.order[s.start[u]]];
+      const std::int64_t at = row * dim;
       row_gradient(s, static_cast<std::size_t>(u), tables, in, dout, g.data());
-      T* w = weights + tl.weight_offset + row * dim;  // [dim]
+      for (int d = 0; d < dim; ++d) w[d] = rows.get(at + d);
       if (wd != 0.0) {
-        for (int d = 0; d < dim; ++d) g[d] += wd * static_cast<double>(w[d]);
+        for (int d = 0; d < dim; ++d) g[d] += wd * w[d];
       }
       switch (kind) {
         case OptimizerKind::sgd:
-          for (int d = 0; d < dim; ++d) w[d] = static_cast<T>(w[d] - lr * g[d]);
+          for (int d = 0; d < dim; ++d) w[d] -= lr * g[d];
           break;
         case OptimizerKind::adagrad: {
           T* st = state + tl.state_offset + row * dim;  // [dim]
           for (int d = 0; d < dim; ++d) {
             const double sum = static_cast<double>(st[d]) + g[d] * g[d];
             st[d] = static_cast<T>(sum);
-            w[d] = static_cast<T>(w[d] - lr * g[d] / (std::sqrt(sum) + eps));
+            w[d] -= lr * g[d] / (std::sqrt(sum) + eps);
           }
           break;
         }
@@ -271,28 +324,28 @@ void embedding_backward_update(std::span<const TableLayout> tables, T* weights, 
           const double sum = static_cast<double>(*st) + squares / dim;
           *st = static_cast<T>(sum);
           const double denom = std::sqrt(sum) + eps;
-          for (int d = 0; d < dim; ++d) w[d] = static_cast<T>(w[d] - lr * g[d] / denom);
+          for (int d = 0; d < dim; ++d) w[d] -= lr * g[d] / denom;
           break;
         }
         case OptimizerKind::adam:
           break;  // rejected above
       }
-      if (tl.dtype != DType::f32) {  // emulated fp16/bf16 storage
-        for (int d = 0; d < dim; ++d)
-          w[d] = static_cast<T>(round_to_dtype(static_cast<float>(w[d]), tl.dtype));
-      }
+      const std::uint64_t row_key =
+          rng::key(rounding.seed, rounding.step, static_cast<std::uint64_t>(t),
+                   static_cast<std::uint64_t>(row));
+      for (int d = 0; d < dim; ++d) rows.set(at + d, w[d], row_key, d);
     }
   }
 }
 
-#define PARITY_INSTANTIATE(T)                                                                    \
-  template void embedding_forward<T>(std::span<const TableLayout>, const T*, const SparseInput&, \
-                                     MatView<T>);                                                \
-  template EmbeddingGradient embedding_gradient<T>(std::span<const TableLayout>,                 \
-                                                   const SparseInput&, MatView<const T>);        \
-  template void embedding_backward_update<T>(std::span<const TableLayout>, T*, T*,               \
-                                             const SparseInput&, MatView<const T>,               \
-                                             const OptimizerParams&);
+#define PARITY_INSTANTIATE(T)                                                                   \
+  template void embedding_forward<T>(std::span<const TableLayout>, const TableWeights&,         \
+                                     const SparseInput&, MatView<T>);                           \
+  template EmbeddingGradient embedding_gradient<T>(std::span<const TableLayout>,                \
+                                                   const SparseInput&, MatView<const T>);       \
+  template void embedding_backward_update<T>(std::span<const TableLayout>, const TableWeights&, \
+                                             T*, const SparseInput&, MatView<const T>,          \
+                                             const OptimizerParams&, const StochasticRounding&);
 PARITY_INSTANTIATE(float)
 PARITY_INSTANTIATE(double)
 #undef PARITY_INSTANTIATE

@@ -59,11 +59,12 @@ void linear_backward(MatView<const T> x, MatView<const T> w, MatView<const T> y,
 void validate_sparse_input(const char* op, std::span<const TableLayout> tables,
                            const SparseInput& in, std::int64_t out_rows, std::int64_t out_cols);
 
-// out(b, out_col_t + d) = pool over bag (t, b) of weights[weight_offset_t + id * dim_t + d].
+// out(b, out_col_t + d) = pool over bag (t, b) of w_t[weight_offset_t + id * dim_t + d], w_t the
+// buffer of table t's storage type (fp32 tables: weights.f32 holds T; fp16/bf16: 16-bit patterns).
 // out [B, >= Σ dims], may be a column block of a wider buffer.
 template <class T>
-void embedding_forward(std::span<const TableLayout> tables, const T* weights, const SparseInput& in,
-                       MatView<T> out);
+void embedding_forward(std::span<const TableLayout> tables, const TableWeights& weights,
+                       const SparseInput& in, MatView<T> out);
 
 // The gradient of every embedding row that occurs in the batch: one entry per distinct
 // (table, row), in ascending (table, row) order. The gradient of row r of table t is the sum,
@@ -81,11 +82,13 @@ EmbeddingGradient embedding_gradient(std::span<const TableLayout> tables, const 
 
 // The gradient above, then one optimizer step per distinct row (sgd, adagrad, rowwise_adagrad;
 // see Backend::embedding_backward_update). Rows that do not occur, and their state, are left
-// untouched. g += weight_decay * w (L2) before the step. state may be null for sgd.
+// untouched. g += weight_decay * w (L2) before the step. state may be null for sgd. The update is
+// in double; an fp16/bf16 row is then rounded to fp32 and stochastically to its type, with the
+// bits the GPU kernels use (Backend::embedding_backward_update).
 template <class T>
-void embedding_backward_update(std::span<const TableLayout> tables, T* weights, T* state,
-                               const SparseInput& in, MatView<const T> dout,
-                               const OptimizerParams& opt);
+void embedding_backward_update(std::span<const TableLayout> tables, const TableWeights& weights,
+                               T* state, const SparseInput& in, MatView<const T> dout,
+                               const OptimizerParams& opt, const StochasticRounding& rounding);
 
 // ------------------------------------------------------------ interactions --
 

@@ -33,8 +33,9 @@ GroupShape group_shape(int max_dim, int vec_width, int warp_size) {
 }
 
 // Checks shared by forward and backward: shapes, dtypes and the CSR's host-known sizes.
-void check_embedding_call(const char* op, const EmbeddingTables& tables, WeightBuffer weights,
-                          const DeviceSparseInput& in, CAMat m, const char* m_name) {
+void check_embedding_call(const char* op, const EmbeddingTables& tables,
+                          const TableWeights& weights, const DeviceSparseInput& in, CAMat m,
+                          const char* m_name) {
   if (in.num_tables != tables.num_tables()) {
     throw InputError(fmt::format("{}: the sparse input has {} tables, the layout has {}", op,
                                  in.num_tables, tables.num_tables()));
@@ -47,16 +48,11 @@ void check_embedding_call(const char* op, const EmbeddingTables& tables, WeightB
         fmt::format("{}: {} bags and {} ids; this kernel handles fewer than 2^31 of each", op,
                     in.batch * in.num_tables, in.nnz));
   }
-  if (weights.dtype != DType::f32 && weights.dtype != DType::f16 && weights.dtype != DType::bf16) {
-    throw InputError(fmt::format("{}: weights are {}, expected fp32, fp16 or bf16", op,
-                                 dtype_name(weights.dtype)));
+  for (const TableGroup& g : tables.groups()) {
+    if (weights.of(g.dtype) == nullptr && in.nnz > 0)
+      throw InputError(fmt::format("{}: table {} is {}, and the {} weight buffer is null", op,
+                                   g.tables[0], dtype_name(g.dtype), dtype_name(g.dtype)));
   }
-  if (weights.dtype != tables.dtype()) {
-    throw InputError(fmt::format("{}: the weight buffer is {}, the tables' layouts say {}", op,
-                                 dtype_name(weights.dtype), dtype_name(tables.dtype())));
-  }
-  if (weights.data == nullptr && in.nnz > 0)
-    throw InputError(fmt::format("{}: weights is null", op));
   if (m.dtype != DType::f32 && m.dtype != DType::bf16) {
     throw InputError(
         fmt::format("{}: {} is {}, expected fp32 or bf16", op, m_name, dtype_name(m.dtype)));
@@ -99,8 +95,6 @@ GroupShape backward_group_shape(int max_dim, int vec_width, int warp_size, int v
 EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables)
     : layouts_(tables.begin(), tables.end()) {
   if (layouts_.empty()) throw InputError("EmbeddingTables: no tables");
-  std::vector<detail::TableMeta> meta(layouts_.size());
-  std::uint64_t key_base = 0;
   for (std::size_t t = 0; t < layouts_.size(); ++t) {
     const TableLayout& tl = layouts_[t];
     if (tl.dim <= 0)
@@ -114,33 +108,49 @@ EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables)
       throw InputError(
           fmt::format("EmbeddingTables: table {} has a negative offset or output column", t));
     }
-    meta[t].weight_offset = tl.weight_offset;
-    meta[t].state_offset = tl.state_offset;
-    meta[t].out_col = tl.out_col;
-    meta[t].rows = tl.rows;
-    meta[t].key_base = static_cast<std::uint32_t>(key_base);
-    meta[t].dim = tl.dim;
-    meta[t].pooling = tl.pooling == Pooling::mean ? 1 : 0;
-    meta[t].pad = 0;
-    key_base += static_cast<std::uint64_t>(tl.rows);
-    if (key_base >= 0xffffffffull) {
-      throw InputError(
-          fmt::format("EmbeddingTables: the tables have {}+ rows together; one group holds at most "
-                      "2^32 - 2 (split the tables into several groups)",
-                      key_base));
-    }
-    if (tl.dtype != layouts_[0].dtype) {
-      throw InputError(
-          fmt::format("EmbeddingTables: table {} is {}, table 0 is {}; one group holds one weight "
-                      "dtype (make one group per precision)",
-                      t, dtype_name(tl.dtype), dtype_name(layouts_[0].dtype)));
-    }
-    if (tl.dtype != DType::f32 && tl.dtype != DType::f16 && tl.dtype != DType::bf16) {
+    if (!is_table_dtype(tl.dtype)) {
       throw InputError(fmt::format("EmbeddingTables: table {} is {}, expected fp32, fp16 or bf16",
                                    t, dtype_name(tl.dtype)));
     }
     max_dim_ = std::max(max_dim_, tl.dim);
     min_out_cols_ = std::max(min_out_cols_, tl.out_col + tl.dim);
+  }
+  // Keys by storage type, then in input order: each type's keys are one range.
+  std::vector<detail::TableMeta> meta(layouts_.size());
+  std::uint64_t key_base = 0;
+  for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    TableGroup g;
+    g.dtype = dt;
+    g.key_begin = static_cast<std::uint32_t>(key_base);
+    for (std::size_t t = 0; t < layouts_.size(); ++t) {
+      const TableLayout& tl = layouts_[t];
+      if (tl.dtype != dt) continue;
+      detail::TableMeta& m = meta[t];
+      m.weight_offset = tl.weight_offset;
+      m.state_offset = tl.state_offset;
+      m.out_col = tl.out_col;
+      m.rows = tl.rows;
+      m.key_base = static_cast<std::uint32_t>(key_base);
+      m.dim = tl.dim;
+      m.pooling = tl.pooling == Pooling::mean ? 1 : 0;
+      m.input = static_cast<int>(t);
+      key_base += static_cast<std::uint64_t>(tl.rows);
+      if (key_base >= 0xffffffffull) {
+        throw InputError(fmt::format(
+            "EmbeddingTables: the tables have {}+ rows together; one set holds at most 2^32 - 2 "
+            "(split the tables into several sets)",
+            key_base));
+      }
+      g.tables.push_back(static_cast<int>(t));
+      g.max_dim = std::max(g.max_dim, tl.dim);
+    }
+    if (g.tables.empty()) continue;
+    g.key_end = static_cast<std::uint32_t>(key_base);
+    std::vector<detail::TableMeta> gm;
+    for (const int t : g.tables) gm.push_back(meta[static_cast<std::size_t>(t)]);
+    g.meta = DeviceBuffer<detail::TableMeta>(gm.size(), "embedding table layouts");
+    g.meta.upload_sync(gm.data(), gm.size());
+    groups_.push_back(std::move(g));
   }
   total_rows_ = static_cast<std::int64_t>(key_base);
   key_bits_ = static_cast<int>(std::bit_width(static_cast<std::uint64_t>(total_rows_)));
@@ -194,7 +204,8 @@ EmbeddingWorkspace::EmbeddingWorkspace(const EmbeddingTables& tables, std::int64
   seg_start_ = DeviceBuffer<std::uint32_t>(n + 1, "embedding backward segments");
   scan_tmp_ = DeviceBuffer<std::uint32_t>(static_cast<std::size_t>(scan::tiles_for(max_nnz_)),
                                           "embedding backward scan");
-  counters_ = DeviceBuffer<int>(4, "embedding backward counters");
+  counters_ = DeviceBuffer<int>(kCounterBounds + EmbeddingTables::kMaxGroups + 1,
+                                "embedding backward counters");
   max_heavy_ = max_nnz_ / (detail::kHeavyRow + 1) + 1;
   max_chunks_ = max_nnz_ / detail::kChunk + max_heavy_ + 1;
   partial_ld_ = (max_dim_ + 7) / 8 * 8;

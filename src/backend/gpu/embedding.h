@@ -5,9 +5,11 @@
 // The math is Backend::embedding_forward / embedding_backward_update (include/parity/backend.h)
 // and the data layout is the CPU backend's exactly: TableLayout offsets into one weight buffer
 // (elements), one table-major CSR SparseInput (int64 ids, offsets of length T*B + 1), output rows
-// with a leading dimension and out_col relative to the output view. Tables kept in fp16 or bf16
-// live in their own buffer of that type with the same element offsets; one call handles one
-// weight buffer (one dtype), so a model with mixed precisions makes one call per group.
+// with a leading dimension and out_col relative to the output view. Tables of each storage type
+// (fp32, fp16, bf16) live in a buffer of that type (TableWeights), each at its element offset.
+// One call handles every table: the forward launches once per storage type present, the backward
+// sorts every occurrence once and launches its update kernels once per storage type (the keys of
+// each type's tables form one range, so its rows are one contiguous run of segments).
 //
 // What the GPU adds to the CPU contract:
 // - the caller passes nnz = offsets[T*B] (the host knows it when it builds the batch), so that no
@@ -23,9 +25,8 @@
 // Typical use (all pointers are device pointers):
 //   EmbeddingTables tables(layouts);                  // uploads the layouts once
 //   EmbeddingWorkspace ws(tables, max_batch, max_nnz); // all scratch, allocated once
-//   embedding_forward(stream, tables, {w, DType::f32}, input, {out, DType::f32, B, cols, ld});
-//   embedding_backward_update(stream, tables, {w, DType::f32}, state, input, {dout, ...}, opt, upd,
-//   ws);
+//   embedding_forward(stream, tables, weights, input, {out, DType::f32, B, cols, ld});
+//   embedding_backward_update(stream, tables, weights, state, input, {dout, ...}, opt, upd, ws);
 #pragma once
 
 #include <cstdint>
@@ -47,10 +48,11 @@ struct TableMeta {
   std::int64_t state_offset;
   std::int64_t out_col;
   std::int64_t rows;
-  std::uint32_t key_base;  // first linearised key of the table: Σ rows of the tables before it
+  std::uint32_t key_base;  // first linearised key of the table (the tables are keyed by storage
+                           // type, then in input order: see EmbeddingTables)
   int dim;
   int pooling;  // 0 sum, 1 mean
-  int pad;
+  int input;    // the table's index in the sparse input (and in the error reports)
 };
 // The first bad input a kernel met (code 0: none).
 struct InputErrorRecord {
@@ -61,15 +63,27 @@ struct InputErrorRecord {
 };
 }  // namespace detail
 
-// The layouts of a group of tables that share one weight buffer, uploaded to the device once.
+// The tables of one storage type: their indices in the input, and their metadata in that order
+// (what a forward launch over them reads; TableMeta::input maps back to the input).
+struct TableGroup {
+  DType dtype = DType::f32;
+  std::vector<int> tables;  // input indices, ascending
+  int max_dim = 0;
+  std::uint32_t key_begin = 0, key_end = 0;  // the group's keys: [key_begin, key_end)
+  DeviceBuffer<detail::TableMeta> meta;      // [tables.size()]
+};
+
+// The layouts of a step's tables (of any storage types), uploaded to the device once.
 class EmbeddingTables {
  public:
+  static constexpr int kMaxGroups = 3;  // fp32, fp16, bf16
   explicit EmbeddingTables(std::span<const TableLayout> tables);
 
   int num_tables() const { return static_cast<int>(layouts_.size()); }
   std::span<const TableLayout> layouts() const { return layouts_; }
   int max_dim() const { return max_dim_; }
-  DType dtype() const { return layouts_[0].dtype; }  // of the weights (TableLayout::dtype)
+  // The storage types present, in the order fp32, fp16, bf16 (keys follow the same order).
+  const std::vector<TableGroup>& groups() const { return groups_; }
   std::int64_t total_rows() const { return total_rows_; }
   // Sort keys are in [0, total_rows] (total_rows marks a skipped occurrence): this many bits.
   int key_bits() const { return key_bits_; }
@@ -85,6 +99,7 @@ class EmbeddingTables {
 
  private:
   std::vector<TableLayout> layouts_;
+  std::vector<TableGroup> groups_;
   int max_dim_ = 0;
   std::int64_t total_rows_ = 0;
   int key_bits_ = 0;
@@ -102,16 +117,10 @@ struct DeviceSparseInput {
   std::int64_t nnz = 0;                   // offsets[num_tables * batch], known on the host
 };
 
-// A weight buffer: f32, f16 or bf16 elements.
-struct WeightBuffer {
-  void* data = nullptr;
-  DType dtype = DType::f32;
-};
-
-// out(b, out_col_t + d) = pool over bag (t, b) of weights[weight_offset_t + id * dim_t + d]
-// (sum or mean; an empty bag gives zeros). Accumulates in fp32; out is f32 or bf16 (rounded to
-// nearest even). Other columns of out are not touched.
-void embedding_forward(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights,
+// out(b, out_col_t + d) = pool over bag (t, b) of w_t[weight_offset_t + id * dim_t + d], w_t the
+// buffer of table t's storage type (sum or mean; an empty bag gives zeros). Accumulates in fp32;
+// out is f32 or bf16 (rounded to nearest even). Other columns of out are not touched.
+void embedding_forward(Stream_t stream, const EmbeddingTables& tables, const TableWeights& weights,
                        const DeviceSparseInput& in, AMat out);
 
 // Events around the backward's stages (benchmarks): keys, sort, segments, rows, heavy rows.
@@ -156,13 +165,15 @@ class EmbeddingWorkspace {
   Stats last_stats(Stream_t stream) const;
   // The group size of the rows kernel's specialization for rows that fill their lane group
   // exactly (every table dim == the group's width, every row 16-byte aligned) that the last
-  // backward took, or 0 when it took the general kernel (host-side, no synchronisation).
+  // backward took for its first storage type, or 0 when it took the general kernel (host-side, no
+  // synchronisation).
   int last_rows_fit_group() const { return last_fit_group_; }
 
  private:
-  friend void embedding_backward_update(Stream_t, const EmbeddingTables&, WeightBuffer, float*,
-                                        const DeviceSparseInput&, CAMat, const OptimizerParams&,
-                                        const UpdateOptions&, EmbeddingWorkspace&);
+  friend void embedding_backward_update(Stream_t, const EmbeddingTables&, const TableWeights&,
+                                        float*, const DeviceSparseInput&, CAMat,
+                                        const OptimizerParams&, const UpdateOptions&,
+                                        EmbeddingWorkspace&);
   std::int64_t max_batch_;
   std::int64_t max_nnz_;
   int max_dim_;
@@ -171,7 +182,10 @@ class EmbeddingWorkspace {
   DeviceBuffer<std::uint32_t> bags_[2];    // [max_nnz] bag index t * batch + b of each occurrence
   DeviceBuffer<std::uint32_t> seg_start_;  // [max_nnz + 1]
   DeviceBuffer<std::uint32_t> scan_tmp_;
-  DeviceBuffer<int> counters_;    // [0] segments, [1] heavy rows, [2] heavy chunks
+  // [0] segments, [1] heavy rows, [2] heavy chunks (of the storage type being updated), then
+  // kCounterBounds + g: the first segment of group g (g = groups: the end of the valid ones).
+  static constexpr int kCounterBounds = 4;
+  DeviceBuffer<int> counters_;
   DeviceBuffer<int> heavy_rows_;  // [max heavy] segment of each heavy row
   DeviceBuffer<int> heavy_base_;  // [max heavy] first chunk slot of each heavy row
   DeviceBuffer<int> chunk_seg_;   // [max chunks] (segment, chunk index) of each slot
@@ -188,9 +202,9 @@ class EmbeddingWorkspace {
 // the sum of dout(b, out_col_t + ·) over its occurrences (divided by the bag size for mean
 // pooling), then one optimizer step per distinct row. dout is f32 or bf16 [batch, >= cols];
 // state is fp32 (adagrad: rows*dim per table at state_offset; rowwise: rows; sgd: may be null).
-void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights,
-                               float* state, const DeviceSparseInput& in, CAMat dout,
-                               const OptimizerParams& opt, const UpdateOptions& update,
-                               EmbeddingWorkspace& workspace);
+void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables,
+                               const TableWeights& weights, float* state,
+                               const DeviceSparseInput& in, CAMat dout, const OptimizerParams& opt,
+                               const UpdateOptions& update, EmbeddingWorkspace& workspace);
 
 }  // namespace parity::gpu

@@ -1,4 +1,5 @@
-// Embedding-bag backward fused with the optimizer update, for all tables of a group in one pass.
+// Embedding-bag backward fused with the optimizer update, for all tables in one pass (one sort;
+// the update kernels once per storage type).
 //
 // Why it is built this way:
 // - The optimizer must see each distinct row's whole gradient once (adagrad is not linear in g),
@@ -6,6 +7,8 @@
 //   (table, row) and stably radix-sorted with their bag index as the value: equal keys become
 //   contiguous segments, in batch order. A scan marks segment starts (no host round trip: the
 //   segment count stays on the device and the update kernels run persistent grids over it).
+//   Tables are keyed by storage type first, so each type's rows are one run of segments; the scan
+//   also records where each run begins, and each type's update kernels walk only its own run.
 // - One group of lanes per distinct row (8 lanes of four 16-byte vectors for a dim-128 fp32 row:
 //   backward_group_shape, chosen so that a warp has several rows in flight; the update is bound
 //   by rows in flight, not arithmetic) sums its occurrences' output gradients in segment order,
@@ -53,7 +56,9 @@ struct BackwardArgs {
   const std::uint32_t* keys;       // [nnz] sorted linearised (table, row)
   const std::uint32_t* bags;       // [nnz] bag of each sorted occurrence
   const std::uint32_t* seg_start;  // [U + 1]
-  int* counters;                   // [0] U, [1] heavy rows, [2] heavy chunks
+  int* counters;                   // [0] U, [1] heavy rows, [2] heavy chunks, then group bounds
+  int bound;                       // counters[bound] .. counters[bound + 1]: this launch's segments
+  std::uint32_t key_begin, key_end;  // this launch's keys (one storage type)
   const std::int64_t* offsets;
   std::int64_t batch;
   DivideBy batch_div;      // bag -> table (bags < 2^31)
@@ -180,12 +185,30 @@ struct SegmentFlag {
     return i == 0 || keys[i] != keys[i - 1] ? 1u : 0u;
   }
 };
+// Stores the segment starts, and bounds[g] = the first segment whose key is at least
+// first_key[g] (g < groups; bounds[groups] for the skip key): the first segment of each storage
+// type's run, and the end of the last.
 struct SegmentStore {
   std::uint32_t* seg_start;
   std::int64_t n;
+  const std::uint32_t* keys;
+  int* bounds;
+  int groups;
+  std::uint32_t first_key[EmbeddingTables::kMaxGroups + 1];
   __device__ void operator()(std::int64_t i, std::uint32_t prefix, std::uint32_t v) const {
-    if (v) seg_start[prefix] = static_cast<std::uint32_t>(i);
-    if (i == n - 1) seg_start[prefix + v] = static_cast<std::uint32_t>(n);
+    if (v) {
+      seg_start[prefix] = static_cast<std::uint32_t>(i);
+      const std::uint32_t k = keys[i];
+      for (int g = 0; g <= groups; ++g) {
+        if (k >= first_key[g] && (i == 0 || keys[i - 1] < first_key[g]))
+          bounds[g] = static_cast<int>(prefix);
+      }
+    }
+    if (i == n - 1) {
+      seg_start[prefix + v] = static_cast<std::uint32_t>(n);
+      for (int g = 0; g <= groups; ++g)
+        if (keys[i] < first_key[g]) bounds[g] = static_cast<int>(prefix + v);
+    }
   }
 };
 
@@ -217,7 +240,7 @@ template <class W, class Gd, int kFit = 0>
 __device__ __forceinline__ bool resolve_row(const BackwardArgs& a, std::uint32_t key,
                                             std::uint32_t bag0, RowRef& r) {
   constexpr int V = VecWidth<W>::value;
-  if (key == a.skip_key) return false;
+  if (key == a.skip_key || key < a.key_begin || key >= a.key_end) return false;
   const std::uint32_t t = a.batch_div(bag0);
   if (t >= static_cast<std::uint32_t>(a.num_tables)) return false;
   r.t = static_cast<int>(t);
@@ -490,7 +513,8 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
       store_vec16<V, W, true>(p, h);
     };
     auto put_one = [&](W* p, float x, int c) {
-      *p = a.sr ? from_float_sr<W>(x, random16(row_key, c)) : from_float_rn<W>(x);
+      *p = a.sr ? from_float_sr<W>(x, rng::bits16(row_key, static_cast<std::uint64_t>(c)))
+                : from_float_rn<W>(x);
     };
     detail::store_row<kVecs, V, kFit>(w, wv, r.vec, L.glane, group, dim, put, put_one);
   }
@@ -567,9 +591,10 @@ __global__ PARITY_LAUNCH_BOUNDS(
   const Lanes L = group_lanes(group);
   const std::int64_t groups_per_block = kRowsBlock / group;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups_per_block;
-  const std::int64_t segments = a.counters[0];
-  const std::int64_t u0 =
-      static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / group;
+  const std::int64_t segments = a.counters[a.bound + 1];  // this storage type's run ends here
+  const std::int64_t u0 = a.counters[a.bound] +
+                          static_cast<std::int64_t>(blockIdx.x) * groups_per_block +
+                          threadIdx.x / group;
   if (u0 >= segments) return;
   SegmentIndex cur = load_segment(a, load_bounds(a, u0, segments), L);
   SegmentIndex ahead1 = load_segment(a, load_bounds(a, u0 + stride, segments), L);
@@ -700,7 +725,7 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 1) void embedding_backward_heavy_kernel(
 // every weight row, gradient row and adagrad state row is aligned for 16-byte vectors: the rows
 // kernel can take its kFit specialization (see group_of).
 template <class W, class Gd>
-bool rows_fit(const EmbeddingTables& tables, const BackwardArgs& a, int vecs) {
+bool rows_fit(const EmbeddingTables& tables, const TableGroup& g, const BackwardArgs& a, int vecs) {
   constexpr int V = VecWidth<W>::value;
   constexpr std::size_t kGradAlign = V * sizeof(Gd) < 16 ? V * sizeof(Gd) : 16;
   const auto aligned = [](const void* p, std::size_t bytes) {
@@ -711,7 +736,8 @@ bool rows_fit(const EmbeddingTables& tables, const BackwardArgs& a, int vecs) {
       (a.ld * sizeof(Gd)) % kGradAlign != 0 || (adagrad && !aligned(a.state, 16))) {
     return false;
   }
-  for (const TableLayout& t : tables.layouts()) {
+  for (const int i : g.tables) {
+    const TableLayout& t = tables.layouts()[static_cast<std::size_t>(i)];
     if (t.dim != a.group * vecs * V || (t.weight_offset * sizeof(W)) % 16 != 0 ||
         (t.out_col * sizeof(Gd)) % kGradAlign != 0 ||
         (adagrad && (t.state_offset * sizeof(float)) % 16 != 0)) {
@@ -780,12 +806,12 @@ int launch_update(Stream_t stream, const BackwardArgs& a, bool fit, BackwardProf
 }
 
 template <class W, class Gd>
-int dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, BackwardArgs& a,
-                  int vectors_per_lane, BackwardProfile* p) {
+int dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, const TableGroup& g,
+                  BackwardArgs& a, int vectors_per_lane, BackwardProfile* p) {
   const detail::GroupShape shape = detail::backward_group_shape(
-      tables.max_dim(), VecWidth<W>::value, device_info().warp_size, vectors_per_lane);
+      g.max_dim, VecWidth<W>::value, device_info().warp_size, vectors_per_lane);
   a.group = shape.group;
-  const bool fit = rows_fit<W, Gd>(tables, a, shape.vecs);
+  const bool fit = rows_fit<W, Gd>(tables, g, a, shape.vecs);
   switch (shape.vecs) {
     case 1:
       return launch_update<W, Gd, 1>(stream, a, fit, p);
@@ -797,19 +823,19 @@ int dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, BackwardArgs& 
 }
 
 template <class W>
-int dispatch_grad(Stream_t stream, const EmbeddingTables& tables, BackwardArgs& a, DType grad,
-                  const UpdateOptions& u) {
+int dispatch_grad(Stream_t stream, const EmbeddingTables& tables, const TableGroup& g,
+                  BackwardArgs& a, DType grad, const UpdateOptions& u) {
   if (grad == DType::bf16)
-    return dispatch_vecs<W, Bf16>(stream, tables, a, u.vectors_per_lane, u.profile);
-  return dispatch_vecs<W, float>(stream, tables, a, u.vectors_per_lane, u.profile);
+    return dispatch_vecs<W, Bf16>(stream, tables, g, a, u.vectors_per_lane, u.profile);
+  return dispatch_vecs<W, float>(stream, tables, g, a, u.vectors_per_lane, u.profile);
 }
 
 }  // namespace
 
-void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights,
-                               float* state, const DeviceSparseInput& in, CAMat dout,
-                               const OptimizerParams& opt, const UpdateOptions& update,
-                               EmbeddingWorkspace& ws) {
+void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables,
+                               const TableWeights& weights, float* state,
+                               const DeviceSparseInput& in, CAMat dout, const OptimizerParams& opt,
+                               const UpdateOptions& update, EmbeddingWorkspace& ws) {
   constexpr const char* op = "embedding_backward_update";
   detail::check_embedding_call(op, tables, weights, in, dout, "dout");
   if (opt.kind == OptimizerKind::adam) {
@@ -852,9 +878,17 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, W
   const int cur = ws.sorter_.sort_pairs(stream, keys, vals, in.nnz, tables.key_bits());
   mark(2);
 
-  scan::exclusive_scan(stream, "embedding_segments", in.nnz, nullptr, SegmentFlag{keys[cur]},
-                       SegmentStore{ws.seg_start_.data(), in.nnz}, ws.scan_tmp_.data(),
-                       reinterpret_cast<std::uint32_t*>(ws.counters_.data()));
+  const std::vector<TableGroup>& groups = tables.groups();
+  SegmentStore store{};
+  store.seg_start = ws.seg_start_.data();
+  store.n = in.nnz;
+  store.keys = keys[cur];
+  store.bounds = ws.counters_.data() + EmbeddingWorkspace::kCounterBounds;
+  store.groups = static_cast<int>(groups.size());
+  for (std::size_t g = 0; g < groups.size(); ++g) store.first_key[g] = groups[g].key_begin;
+  store.first_key[groups.size()] = skip_key;
+  scan::exclusive_scan(stream, "embedding_segments", in.nnz, nullptr, SegmentFlag{keys[cur]}, store,
+                       ws.scan_tmp_.data(), reinterpret_cast<std::uint32_t*>(ws.counters_.data()));
   mark(3);
 
   BackwardArgs a{};
@@ -870,7 +904,6 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, W
   a.skip_key = skip_key;
   a.dout = dout.data;
   a.ld = dout.ld;
-  a.weights = weights.data;
   a.state = state;
   a.opt = static_cast<int>(opt.kind);
   a.lr = opt.lr;
@@ -887,16 +920,29 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables, W
   a.partial_ld = ws.partial_ld_;
   a.max_heavy = ws.max_heavy_;
   a.max_chunks = ws.max_chunks_;
-  switch (weights.dtype) {
-    case DType::f16:
-      ws.last_fit_group_ = dispatch_grad<F16>(stream, tables, a, dout.dtype, update);
-      break;
-    case DType::bf16:
-      ws.last_fit_group_ = dispatch_grad<Bf16>(stream, tables, a, dout.dtype, update);
-      break;
-    default:
-      ws.last_fit_group_ = dispatch_grad<float>(stream, tables, a, dout.dtype, update);
-      break;
+  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+    const TableGroup& g = groups[gi];
+    if (gi > 0 && !rehearsing()) {  // the heavy-row lists start empty for each storage type
+      check(memset_async(ws.counters_.data() + 1, 0, 2 * sizeof(int), stream),
+            "embedding_backward_update: counters");
+    }
+    a.weights = weights.of(g.dtype);
+    a.bound = EmbeddingWorkspace::kCounterBounds + static_cast<int>(gi);
+    a.key_begin = g.key_begin;
+    a.key_end = g.key_end;
+    int fit = 0;
+    switch (g.dtype) {
+      case DType::f16:
+        fit = dispatch_grad<F16>(stream, tables, g, a, dout.dtype, update);
+        break;
+      case DType::bf16:
+        fit = dispatch_grad<Bf16>(stream, tables, g, a, dout.dtype, update);
+        break;
+      default:
+        fit = dispatch_grad<float>(stream, tables, g, a, dout.dtype, update);
+        break;
+    }
+    if (gi == 0) ws.last_fit_group_ = fit;
   }
 }
 

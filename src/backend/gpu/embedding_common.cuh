@@ -48,8 +48,9 @@ GroupShape backward_group_shape(int max_dim, int vec_width, int warp_size,
                                 int vectors_per_lane = 0);
 
 // Checks shared by forward and backward (shapes, dtypes, sizes); throws InputError naming op.
-void check_embedding_call(const char* op, const EmbeddingTables& tables, WeightBuffer weights,
-                          const DeviceSparseInput& in, CAMat m, const char* m_name);
+void check_embedding_call(const char* op, const EmbeddingTables& tables,
+                          const TableWeights& weights, const DeviceSparseInput& in, CAMat m,
+                          const char* m_name);
 
 #if defined(PARITY_GPU_COMPILER)
 

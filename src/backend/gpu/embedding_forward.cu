@@ -1,4 +1,5 @@
-// Table-batched embedding-bag forward: every bag of every table of the step in one launch.
+// Table-batched embedding-bag forward: every bag of every table of a storage type in one launch
+// (one launch per type present).
 //
 // Why it is built this way: the forward is a gather; its floor is reading each looked-up row once
 // (plus ids, offsets and the output), so the kernel exists to keep HBM busy:
@@ -7,8 +8,9 @@
 // - the group loads up to G ids at once (coalesced) and broadcasts them with shuffles, then issues
 //   kUnroll row loads before the first add, so several rows are in flight per lane;
 // - per-table dims, offsets, pooling and alignment are read per bag from a small table of
-//   metadata (L1-resident), so all tables go in one launch and the grid is T * B / (bags per
-//   block) blocks, table-major like the CSR;
+//   metadata (L1-resident: the group's tables, each naming its table in the input), so all tables
+//   of a type go in one launch and the grid is T * B / (bags per block) blocks, table-major like
+//   the CSR;
 // - rows that are not 16-byte aligned (dims not a multiple of V, odd offsets) and outputs with an
 //   unaligned ld or out_col take a scalar path for that table only;
 // - accumulation in fp32 whatever the weight type; mean divides once at the end; an empty bag
@@ -43,12 +45,14 @@ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_fo
                            static_cast<std::int64_t>(threadIdx.x) / group;
   if (bag >= num_bags) return;  // the whole group leaves together
 
-  const int t = static_cast<int>(bag / batch);
-  const std::int64_t b = bag - static_cast<std::int64_t>(t) * batch;
-  const TableMeta m = meta[t];
+  const int local = static_cast<int>(bag / batch);
+  const std::int64_t b = bag - static_cast<std::int64_t>(local) * batch;
+  const TableMeta m = meta[local];
+  const int t = m.input;  // in the sparse input
   const int dim = m.dim;
-  std::int64_t lo = offsets[bag];
-  std::int64_t hi = offsets[bag + 1];
+  const std::int64_t in_bag = static_cast<std::int64_t>(t) * batch + b;
+  std::int64_t lo = offsets[in_bag];
+  std::int64_t hi = offsets[in_bag + 1];
   if (lo < 0 || hi < lo || hi > nnz) {
     if (glane == 0) detail::record_input_error(errors, 2, t, b, hi < lo ? hi : lo);
     lo = hi = 0;
@@ -138,51 +142,57 @@ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_fo
 }
 
 template <class W, class O, int kVecs>
-void launch_forward(Stream_t stream, const EmbeddingTables& tables, const void* weights,
-                    const DeviceSparseInput& in, const AMat& out, int group) {
-  const std::int64_t bags = in.batch * in.num_tables;
+void launch_forward(Stream_t stream, const EmbeddingTables& tables, const TableGroup& g,
+                    const void* weights, const DeviceSparseInput& in, const AMat& out, int group) {
+  const std::int64_t bags = in.batch * static_cast<std::int64_t>(g.tables.size());
   const std::int64_t bags_per_block = detail::kBlock / group;
   launch("embedding_forward", embedding_forward_kernel<W, O, kVecs>,
-         {ceil_div(bags, bags_per_block), detail::kBlock, 0}, stream, tables.device_meta(),
+         {ceil_div(bags, bags_per_block), detail::kBlock, 0}, stream, g.meta.data(),
          static_cast<const W*>(weights), in.ids, in.offsets, in.batch, in.nnz, bags,
          static_cast<O*>(out.data), out.ld, group, tables.device_errors());
 }
 
 template <class W, class O>
-void dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, const void* weights,
-                   const DeviceSparseInput& in, const AMat& out) {
+void dispatch_vecs(Stream_t stream, const EmbeddingTables& tables, const TableGroup& g,
+                   const void* weights, const DeviceSparseInput& in, const AMat& out) {
   const detail::GroupShape shape =
-      detail::group_shape(tables.max_dim(), VecWidth<W>::value, device_info().warp_size);
+      detail::group_shape(g.max_dim, VecWidth<W>::value, device_info().warp_size);
   switch (shape.vecs) {
     case 1:
-      return launch_forward<W, O, 1>(stream, tables, weights, in, out, shape.group);
+      return launch_forward<W, O, 1>(stream, tables, g, weights, in, out, shape.group);
     case 2:
-      return launch_forward<W, O, 2>(stream, tables, weights, in, out, shape.group);
+      return launch_forward<W, O, 2>(stream, tables, g, weights, in, out, shape.group);
     default:
-      return launch_forward<W, O, 4>(stream, tables, weights, in, out, shape.group);
+      return launch_forward<W, O, 4>(stream, tables, g, weights, in, out, shape.group);
   }
 }
 
 template <class W>
-void dispatch_out(Stream_t stream, const EmbeddingTables& tables, const void* weights,
-                  const DeviceSparseInput& in, const AMat& out) {
-  if (out.dtype == DType::bf16) return dispatch_vecs<W, Bf16>(stream, tables, weights, in, out);
-  return dispatch_vecs<W, float>(stream, tables, weights, in, out);
+void dispatch_out(Stream_t stream, const EmbeddingTables& tables, const TableGroup& g,
+                  const void* weights, const DeviceSparseInput& in, const AMat& out) {
+  if (out.dtype == DType::bf16) return dispatch_vecs<W, Bf16>(stream, tables, g, weights, in, out);
+  return dispatch_vecs<W, float>(stream, tables, g, weights, in, out);
 }
 
 }  // namespace
 
-void embedding_forward(Stream_t stream, const EmbeddingTables& tables, WeightBuffer weights,
+void embedding_forward(Stream_t stream, const EmbeddingTables& tables, const TableWeights& weights,
                        const DeviceSparseInput& in, AMat out) {
   detail::check_embedding_call("embedding_forward", tables, weights, in, out, "out");
   if (in.batch == 0) return;
-  switch (weights.dtype) {
-    case DType::f16:
-      return dispatch_out<F16>(stream, tables, weights.data, in, out);
-    case DType::bf16:
-      return dispatch_out<Bf16>(stream, tables, weights.data, in, out);
-    default:
-      return dispatch_out<float>(stream, tables, weights.data, in, out);
+  for (const TableGroup& g : tables.groups()) {
+    const void* w = weights.of(g.dtype);
+    switch (g.dtype) {
+      case DType::f16:
+        dispatch_out<F16>(stream, tables, g, w, in, out);
+        break;
+      case DType::bf16:
+        dispatch_out<Bf16>(stream, tables, g, w, in, out);
+        break;
+      default:
+        dispatch_out<float>(stream, tables, g, w, in, out);
+        break;
+    }
   }
 }
 

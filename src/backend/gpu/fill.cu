@@ -44,16 +44,6 @@ void launch_fill_uniform(Stream_t s, void* p, std::int64_t n, float lo, float hi
   launch("fill_uniform", kernel, {blocks, kBlock, 0}, s, static_cast<T*>(p), n, lo, hi - lo, key);
 }
 
-// T: the type whose nearest value replaces each element (Bf16 or F16); NaN stays as it is.
-template <class T>
-__global__ __launch_bounds__(kBlock) void round_kernel(float* __restrict__ p, std::int64_t n) {
-  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
-    const float v = p[i];
-    if (v != v) continue;
-    p[i] = to_float(from_float_rn<T>(v));
-  }
-}
-
 }  // namespace
 
 void fill(Stream_t s, float* p, std::int64_t n, float value) {
@@ -80,18 +70,6 @@ void fill_uniform(Stream_t s, void* p, DType dtype, std::int64_t n, float lo, fl
       return launch_fill_uniform<float>(s, p, n, lo, hi, key);
     default:
       throw GpuError(cat("fill_uniform: ", dtype_name(dtype), " is not fp32, fp16 or bf16"));
-  }
-}
-
-void round_to_dtype(Stream_t s, float* p, std::int64_t n, DType dtype) {
-  if (n <= 0 || dtype == DType::f32) return;
-  if (dtype == DType::bf16) {
-    launch("round_to_bf16", round_kernel<Bf16>, {grid_for(n), kBlock, 0}, s, p, n);
-  } else if (dtype == DType::f16) {
-    launch("round_to_f16", round_kernel<F16>, {grid_for(n), kBlock, 0}, s, p, n);
-  } else {
-    throw Error(cat("round_to_dtype: ", dtype_name(dtype),
-                    " is not a floating-point storage type (fp32, fp16, bf16)"));
   }
 }
 

@@ -1,7 +1,7 @@
 // Fills and in-place rounding: constant fills, the counter-based uniform fill that initialises
 // parameters (the GPU twin of Backend::fill_uniform, so tables of any size are initialised at
-// memory speed and the same (seed, stream) gives the same values on every device and on the CPU),
-// and the rounding that emulates fp16/bf16 storage in fp32. Host entry points; kernels in fill.cu.
+// memory speed and the same (seed, stream) gives the same values on every device and on the CPU).
+// Host entry points; kernels in fill.cu.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +19,5 @@ void fill(Stream_t s, float* p, std::int64_t n, float value);
 // (f32, f16 or bf16; nearest even).
 void fill_uniform(Stream_t s, void* p, DType dtype, std::int64_t n, float lo, float hi,
                   std::uint64_t seed, std::uint64_t stream);
-
-// p[i] = round_to_dtype(p[i], dtype) (dtype.h): f16 or bf16, nearest even (NaN kept); f32 is a
-// no-op.
-void round_to_dtype(Stream_t s, float* p, std::int64_t n, DType dtype);
 
 }  // namespace parity::gpu

@@ -115,11 +115,10 @@ struct GpuBackend::Impl {
   Counters counters;
   std::unordered_map<const void*, std::size_t> sizes;  // bytes of each allocate()d block
   // Embedding module state, built on the first call with a given set of layouts.
-  std::vector<TableLayout> emb_layouts;              // as the engine passed them
-  std::unique_ptr<gpu::EmbeddingTables> emb_tables;  // the same with fp32 storage
+  std::vector<TableLayout> emb_layouts;  // as the engine passed them
+  std::unique_ptr<gpu::EmbeddingTables> emb_tables;
   std::unique_ptr<gpu::EmbeddingWorkspace> emb_workspace;
   std::int64_t emb_growths = 0;  // tables and workspaces (re)built
-  std::uint64_t emb_updates = 0;
 
   explicit Impl(DenseMath m)
       : math(m),
@@ -206,10 +205,8 @@ struct GpuBackend::Impl {
     gpu::check(gpu::stream_synchronize(s()), "embedding layout change");
     if (emb_tables != nullptr) emb_tables->raise_input_errors(s());
     emb_layouts.assign(tables.begin(), tables.end());
-    std::vector<TableLayout> f32(tables.begin(), tables.end());
-    for (auto& t : f32) t.dtype = DType::f32;  // storage is fp32; narrow types are emulated
     emb_workspace.reset();
-    emb_tables = std::make_unique<gpu::EmbeddingTables>(f32);
+    emb_tables = std::make_unique<gpu::EmbeddingTables>(tables);
     ++emb_growths;
   }
 
@@ -304,18 +301,10 @@ void GpuBackend::fill(float* p, std::int64_t n, float value) {
   gpu::fill(impl_->s(), p, n, value);
 }
 
-void GpuBackend::fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
-                              std::uint64_t stream) {
+void GpuBackend::fill_uniform(void* p, DType dtype, std::int64_t n, float lo, float hi,
+                              std::uint64_t seed, std::uint64_t stream) {
   if (n < 0 || (n > 0 && p == nullptr)) fail("fill_uniform", "bad buffer (n {})", n);
-  gpu::fill_uniform(impl_->s(), p, DType::f32, n, lo, hi, seed, stream);
-}
-
-void GpuBackend::round_to_dtype(float* p, std::int64_t n, DType dtype) {
-  if (n < 0 || (n > 0 && p == nullptr)) fail("round_to_dtype", "bad buffer (n {})", n);
-  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
-    fail("round_to_dtype", "{} is not a floating-point storage type (fp32, fp16, bf16)",
-         dtype_name(dtype));
-  gpu::round_to_dtype(impl_->s(), p, n, dtype);
+  gpu::fill_uniform(impl_->s(), p, dtype, n, lo, hi, seed, stream);
 }
 
 void GpuBackend::flag_nonfinite(const float* x, std::int64_t n, std::int64_t step,
@@ -432,20 +421,21 @@ void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation 
 
 // ------------------------------------------------------------- embeddings --
 
-void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const float* weights,
+void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const TableWeights& weights,
                                    const SparseInput& in, AMat out) {
   check_embedding_call("embedding_forward", "out", out, in, tables);
   if (tables.empty() || in.batch == 0) return;
   Impl& im = *impl_;
   im.ensure_tables(tables);
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, im.nnz_of(in)};
-  gpu::embedding_forward(im.s(), *im.emb_tables, {const_cast<float*>(weights), DType::f32}, din,
-                         out);
+  gpu::embedding_forward(im.s(), *im.emb_tables, weights, din, out);
 }
 
-void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, float* weights,
-                                           float* state, const SparseInput& in, CAMat dout,
-                                           const OptimizerParams& opt) {
+void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables,
+                                           const TableWeights& weights, float* state,
+                                           const SparseInput& in, CAMat dout,
+                                           const OptimizerParams& opt,
+                                           const StochasticRounding& rounding) {
   check_embedding_call("embedding_backward_update", "dout", dout, in, tables);
   if (tables.empty() || in.batch == 0) return;
   Impl& im = *impl_;
@@ -454,16 +444,11 @@ void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables, 
   if (nnz == 0) return;  // no row occurs: nothing is updated
   gpu::EmbeddingWorkspace& workspace = im.workspace_for(in.batch, nnz);
   gpu::UpdateOptions upd;
-  upd.step = gpu::rehearsing() ? im.emb_updates : im.emb_updates++;  // a rehearsal takes no step
+  upd.seed = rounding.seed;
+  upd.step = rounding.step;
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, nnz};
-  gpu::embedding_backward_update(im.s(), *im.emb_tables, {weights, DType::f32}, state, din, dout,
-                                 opt, upd, workspace);
-  // Emulated fp16/bf16 storage: rounding a whole table is the same as rounding its updated rows,
-  // since the others already hold representable values (the engine rounds them at initialisation).
-  for (const TableLayout& t : tables) {
-    if (t.dtype != DType::f32)
-      gpu::round_to_dtype(im.s(), weights + t.weight_offset, t.rows * t.dim, t.dtype);
-  }
+  gpu::embedding_backward_update(im.s(), *im.emb_tables, weights, state, din, dout, opt, upd,
+                                 workspace);
 }
 
 void GpuBackend::raise_input_errors() {

@@ -54,9 +54,9 @@ class GpuBackend final : public Backend {
   void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override;
   void fill(float* p, std::int64_t n, float value) override;
-  void fill_uniform(float* p, std::int64_t n, float lo, float hi, std::uint64_t seed,
+  using Backend::fill_uniform;
+  void fill_uniform(void* p, DType dtype, std::int64_t n, float lo, float hi, std::uint64_t seed,
                     std::uint64_t stream) override;
-  void round_to_dtype(float* p, std::int64_t n, DType dtype) override;
   void flag_nonfinite(const float* x, std::int64_t n, std::int64_t step,
                       std::int64_t* first_bad) override;
   void synchronize() override;
@@ -91,11 +91,12 @@ class GpuBackend final : public Backend {
   // even after the update). Ids out of range are skipped and recorded, not thrown: they surface
   // at raise_input_errors(). The module needs the id count on the host: SparseInput::nnz, or
   // where that is -1 a read of offsets[T*B] (a host synchronisation, counted in host_syncs).
-  void embedding_forward(std::span<const TableLayout> tables, const float* weights,
+  void embedding_forward(std::span<const TableLayout> tables, const TableWeights& weights,
                          const SparseInput& in, AMat out) override;
-  void embedding_backward_update(std::span<const TableLayout> tables, float* weights, float* state,
-                                 const SparseInput& in, CAMat dout,
-                                 const OptimizerParams& opt) override;
+  void embedding_backward_update(std::span<const TableLayout> tables, const TableWeights& weights,
+                                 float* state, const SparseInput& in, CAMat dout,
+                                 const OptimizerParams& opt,
+                                 const StochasticRounding& rounding) override;
 
   void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) override;
   void dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,

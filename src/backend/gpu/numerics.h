@@ -257,12 +257,6 @@ __device__ __forceinline__ void store_vec_rn(T* __restrict__ p, const float (&v)
   }
 }
 
-// 16 random bits for column `col` of a row: one 64-bit draw serves 4 columns.
-__device__ __forceinline__ std::uint32_t random16(std::uint64_t row_key, std::int64_t col) {
-  const std::uint64_t b = rng::bits(row_key, static_cast<std::uint64_t>(col) >> 2);
-  return static_cast<std::uint32_t>(b >> (16 * (col & 3))) & 0xffffu;
-}
-
 #endif  // PARITY_GPU_COMPILER
 
 }  // namespace parity::gpu
