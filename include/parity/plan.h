@@ -143,6 +143,38 @@ Plan load_plan(const std::filesystem::path& file);
 // model's batch to it. Throws InputError if the plan is not for this model.
 ModelSpec apply_plan(const ModelSpec& model, const Plan& plan, std::int64_t batch = 0);
 
+// ---- the plan check (can_implement): before anything runs ----
+
+// What the run about to start can execute: how many GPUs it has, which device, how much host
+// memory it may use.
+struct ExecutionTarget {
+  int gpus = 1;                  // devices of the run (the engine trains on one)
+  std::string device;            // catalog key of the detected device ("" when none or unknown)
+  double host_memory_bytes = 0;  // available to the run (0: unknown, not checked)
+  bool gpu_backend = true;       // false: the cpu backend (dense math is fp32 there)
+};
+
+// One decision of a plan and how the run executes it.
+struct PlanDecision {
+  std::string what;      // "global batch", "table c3", "dense math", ...
+  std::string executed;  // what runs
+};
+
+// Thrown when a plan holds a decision this run cannot execute; what() names the plan field, why,
+// and what to do.
+class PlanNotExecutable : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// Every decision of `plan` for `model` (batch, each table's precision, optimizer, placement and
+// sharding, dense math, kernel choices, host memory) either executed by a run on `target`, as the
+// returned list says, or refused: throws PlanNotExecutable naming the first decision refused.
+// batch: the batch the run trains (the plan's when 0). Also refuses a plan that does not match the
+// model (InputError, as apply_plan).
+std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
+                                     const ExecutionTarget& target, std::int64_t batch = 0);
+
 // Whether a predicted step fits: every device within its HBM budget and the host-placed tables
 // within the host's memory per GPU.
 bool fits(const Prediction& prediction, const DeviceSpec& device);

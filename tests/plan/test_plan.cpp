@@ -213,6 +213,57 @@ TEST(PlanFile, RoundTripsAndReEvaluatesTheSame) {
   EXPECT_THROW(apply_plan(other, q), InputError);
 }
 
+// The plan check: a plan this run can execute gives what runs, decision by decision; a decision it
+// cannot execute is refused by its field, with the reason and what to do.
+TEST(PlanCheck, ExecutesOrRefusesEveryDecisionByName) {
+  const ModelSpec m = model("criteo-kaggle-dot");
+  const DeviceSpec d = device("h200");
+  const Plan p = make_plan(m, d, 1, options());
+  ExecutionTarget one;
+  one.device = "h200";
+  one.host_memory_bytes = 64e9;
+  const std::vector<PlanDecision> run = check_plan(p, m, one);
+  std::map<std::string, std::string> by;
+  for (const PlanDecision& x : run) by[x.what] = x.executed;
+  EXPECT_EQ(by.at("global batch"), std::to_string(p.global_batch));
+  EXPECT_NE(by.at("tables").find("stored natively (fp16 x26)"), std::string::npos)
+      << by.at("tables");
+  EXPECT_EQ(by.at("dense math"), dense_math_name(p.dense_math));
+  auto refused = [&](const Plan& q, const ExecutionTarget& t) -> std::string {
+    try {
+      check_plan(q, m, t);
+    } catch (const PlanNotExecutable& e) {
+      return e.what();
+    }
+    return "(not refused)";
+  };
+  const Plan eight = make_plan(m, d, 8, options());
+  EXPECT_NE(refused(eight, one).find("plan gpus: the plan is for 8 GPUs and this run has 1"),
+            std::string::npos);
+  Plan host = p;
+  host.tables[2].placement = Placement::host;
+  host.tables[2].cache_rows = 1000;
+  EXPECT_NE(refused(host, one).find("plan tables[2] ('c3').placement: host memory (with 1000 rows "
+                                    "cached in HBM) is not implemented"),
+            std::string::npos)
+      << refused(host, one);
+  Plan mixed = p;
+  mixed.tables[0].optimizer = OptimizerKind::adagrad;
+  EXPECT_NE(refused(mixed, one).find("tables[0] ('c1').optimizer"), std::string::npos);
+  Plan needy = p;
+  needy.prediction.host_memory_bytes = 100e9;
+  EXPECT_NE(refused(needy, one).find("needs 100.0 GB of host memory and this machine has 64.0 GB"),
+            std::string::npos);
+  ExecutionTarget cpu = one;
+  cpu.gpu_backend = false;
+  for (const PlanDecision& x : check_plan(p, m, cpu)) {
+    if (x.what == "dense math") {
+      EXPECT_EQ(x.executed.rfind("fp32 (the plan says", 0), 0u);
+    }
+  }
+  EXPECT_THROW(check_plan(p, model("tiny"), one), InputError);  // another model's plan
+}
+
 // The plan names its model file by an absolute path, so that it works from any directory.
 TEST(PlanFile, RecordsTheModelFileAbsolutely) {
   const fs::path here = fs::current_path();

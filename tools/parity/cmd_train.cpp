@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <set>
 
 #include "common.h"
+#include "core/host_memory.h"
 #include "parity/error.h"
 #include "parity/plan.h"
 #include "parity/train.h"
@@ -165,13 +167,32 @@ struct TrainArgs {
   std::vector<std::string> data, eval_data;
 };
 
+// What this run can execute: one device (the detected GPU's catalog key, where known), the host
+// memory available now, and whether a GPU backend runs it.
+ExecutionTarget execution_target(const TrainArgs& args) {
+  ExecutionTarget t;
+  const std::string gpu = args.backend == "cpu" ? std::string() : detect_gpu();
+  t.gpu_backend = !gpu.empty();
+  if (t.gpu_backend) {
+    if (const auto dev = match_device(gpu, configs_dir() / "devices")) t.device = dev->name;
+  }
+  if (const auto avail = host_memory_available()) t.host_memory_bytes = static_cast<double>(*avail);
+  return t;
+}
+
 // Trains `model` with the recipe of `plan` (its batch, table precisions, optimizer and dense
-// math); apply_plan scales the learning rates when --batch overrides the plan's batch.
+// math) after the plan check: every decision executed, or the run refused before anything is
+// allocated; apply_plan scales the learning rates when --batch overrides the plan's batch. Prints
+// what runs under `title`.
 void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan,
-                      std::int64_t batch) {
-  cfg.model = apply_plan(model, plan, batch);
+                      const TrainArgs& args, const std::string& title) {
+  const std::vector<PlanDecision> decisions =
+      check_plan(plan, model, execution_target(args), args.batch);
+  cfg.model = apply_plan(model, plan, args.batch);
   cfg.batch = plan.global_batch;
   cfg.dense_math = plan.dense_math;
+  fmt::print("parity train: {}; executing:\n", title);
+  for (const PlanDecision& d : decisions) fmt::print("  {:<13} {}\n", d.what, d.executed);
 }
 
 // The model and its recipe: a plan given with --plan; on a GPU without one, the plan made for the
@@ -182,13 +203,9 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
     auto plan = std::make_shared<Plan>(load_plan(args.plan));
     const std::string model =
         model_given || plan->model_file.empty() ? args.model : plan->model_file;
-    train_as_planned(cfg, load_model_spec(resolve_model(model)), *plan, args.batch);
-    fmt::print(
-        "parity train: plan {} ({} x {}): global batch {}, embedding optimizer {}, dense "
-        "math {} (GPU backends; the cpu backend computes in fp32); placement and "
-        "sharding are for multi-GPU runs\n",
-        args.plan, plan->gpus, plan->device, plan->global_batch,
-        optimizer_name(plan->embedding_optimizer), dense_math_name(plan->dense_math));
+    train_as_planned(cfg, load_model_spec(resolve_model(model)), *plan, args,
+                     fmt::format("plan {} (predicted {:.2f} ms/step)", args.plan,
+                                 plan->prediction.step_s * 1e3));
     return plan;
   }
   cfg.model = load_model_spec(resolve_model(args.model));
@@ -215,13 +232,12 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
         cfg.model.name, dev->display_name, e.what());
     return nullptr;
   }
-  train_as_planned(cfg, cfg.model, *plan, args.batch);
-  fmt::print(
-      "parity train: planned for the detected {} as {} ({}): batch {}, embedding optimizer {}, "
-      "dense math {}, predicted {:.2f} ms/step (--no-plan trains the model's own recipe)\n",
-      gpu, dev->display_name, dev->source_file, plan->global_batch,
-      optimizer_name(plan->embedding_optimizer), dense_math_name(plan->dense_math),
-      plan->prediction.step_s * 1e3);
+  const ModelSpec model = cfg.model;
+  train_as_planned(
+      cfg, model, *plan, args,
+      fmt::format("planned for the detected {} as {} ({}), predicted {:.2f} ms/step "
+                  "(--no-plan trains the model's own recipe)",
+                  gpu, dev->display_name, dev->source_file, plan->prediction.step_s * 1e3));
   return plan;
 }
 
@@ -287,9 +303,20 @@ void run_train(const TrainArgs& args, bool model_given) {
   cfg.eval_examples = args.eval_examples;
   cfg.eval_every = args.eval_every;
   cfg.profile = args.profile;
+  // The profile's "plan" column: the plan's prediction for the batch that runs.
+  std::shared_ptr<const Plan> profiled = plan;
+  if (plan && cfg.profile && args.batch > 0 && args.batch != plan->global_batch) {
+    auto at = std::make_shared<Plan>(*plan);
+    at->global_batch = args.batch;
+    at->per_device_batch = args.batch / std::max(plan->gpus, 1);
+    const DeviceSpec dev = find_device(plan->device, configs_dir() / "devices");
+    at->prediction = evaluate_plan(*at, cfg.model, dev, calibration_for(dev, configs_dir()));
+    profiled = at;
+  }
   ConsoleObserver console;
   const TrainResult r = train(cfg, &console);
-  if (cfg.profile) print_profile(r, plan.get(), cfg.batch > 0 ? cfg.batch : cfg.model.batch_size);
+  if (cfg.profile)
+    print_profile(r, profiled.get(), cfg.batch > 0 ? cfg.batch : cfg.model.batch_size);
 }
 
 }  // namespace

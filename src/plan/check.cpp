@@ -1,0 +1,92 @@
+// The plan check: each decision of a plan is executed by the run or refused by name, before any
+// memory is touched (the CUTLASS can_implement idea applied to a whole recipe).
+#include <fmt/format.h>
+
+#include <map>
+
+#include "parity/plan.h"
+
+namespace parity {
+namespace {
+
+[[noreturn]] void refuse(const std::string& field, const std::string& why, const std::string& fix) {
+  throw PlanNotExecutable(fmt::format("plan {}: {}; {}", field, why, fix));
+}
+
+std::string gb(double bytes) {
+  return fmt::format("{:.1f} GB", bytes / 1e9);
+}
+
+}  // namespace
+
+std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
+                                     const ExecutionTarget& target, std::int64_t batch) {
+  (void)apply_plan(model, plan, batch);  // the tables match the model; shards are well formed
+  std::vector<PlanDecision> out;
+  if (plan.gpus > target.gpus)
+    refuse("gpus",
+           fmt::format("the plan is for {} GPUs and this run has {}", plan.gpus, target.gpus),
+           fmt::format("make a plan for {} (parity plan --gpus {})", target.gpus, target.gpus));
+  const std::string here = !target.gpu_backend     ? std::string("the cpu backend")
+                           : target.device.empty() ? std::string("1 x a GPU not in the catalog")
+                                                   : "1 x " + target.device;
+  out.push_back({"devices", target.gpu_backend && target.device == plan.device
+                                ? here
+                                : fmt::format("{} (the plan is for {} x {}: its predictions are "
+                                              "that device's)",
+                                              here, plan.gpus, plan.device)});
+  const std::int64_t b = batch > 0 ? batch : plan.global_batch;
+  out.push_back({"global batch", b == plan.global_batch
+                                     ? fmt::format("{}", b)
+                                     : fmt::format("{} (--batch; the plan's is {}, learning rates "
+                                                   "scaled linearly)",
+                                                   b, plan.global_batch)});
+  std::map<std::string, int> by_dtype;
+  for (std::size_t t = 0; t < plan.tables.size(); ++t) {
+    const TablePlan& tp = plan.tables[t];
+    const std::string field = fmt::format("tables[{}] ('{}')", t, tp.name);
+    if (tp.optimizer != plan.embedding_optimizer)
+      refuse(field + ".optimizer",
+             fmt::format("{}, and the plan's embedding optimizer is {}: the engine updates every "
+                         "table with one optimizer",
+                         optimizer_name(tp.optimizer), optimizer_name(plan.embedding_optimizer)),
+             "give every table the plan's embedding_optimizer");
+    if (tp.placement == Placement::host)
+      refuse(field + ".placement",
+             fmt::format("host memory (with {} rows cached in HBM) is not implemented by this "
+                         "engine: every table lives in HBM",
+                         tp.cache_rows),
+             "place it in HBM (placement \"hbm\") where it fits, or plan for more GPUs");
+    if (tp.dtype != DType::f32 && tp.dtype != DType::f16 && tp.dtype != DType::bf16)
+      refuse(field + ".dtype",
+             fmt::format("{} tables are not implemented (fp32, fp16 and bf16 are)",
+                         dtype_name(tp.dtype)),
+             "choose fp32, fp16 or bf16");
+    ++by_dtype[std::string(dtype_name(tp.dtype))];
+  }
+  std::string dtypes;
+  for (const auto& [name, n] : by_dtype)
+    dtypes += fmt::format("{}{} x{}", dtypes.empty() ? "" : ", ", name, n);
+  out.push_back({"tables", fmt::format("{} stored natively ({}), all in HBM, on one device, "
+                                       "updated by {}",
+                                       plan.tables.size(), dtypes,
+                                       optimizer_name(plan.embedding_optimizer))});
+  out.push_back(
+      {"dense math", target.gpu_backend
+                         ? std::string(dense_math_name(plan.dense_math))
+                         : fmt::format("fp32 (the plan says {}; the cpu backend computes every "
+                                       "product in fp32 with double accumulation)",
+                                       dense_math_name(plan.dense_math))});
+  if (!plan.kernels.empty())
+    out.push_back({"kernels", fmt::format("{} matrix-product choices are the plan's predictions; "
+                                          "the products run the BLAS library's own choice",
+                                          plan.kernels.size())});
+  if (target.host_memory_bytes > 0 && plan.prediction.host_memory_bytes > target.host_memory_bytes)
+    refuse("prediction.host_memory_bytes",
+           fmt::format("the plan needs {} of host memory and this machine has {} available",
+                       gb(plan.prediction.host_memory_bytes), gb(target.host_memory_bytes)),
+           "free host memory, or plan for a machine with more");
+  return out;
+}
+
+}  // namespace parity
