@@ -70,8 +70,9 @@ inline bool is_table_dtype(DType t) {
 }
 
 // How fp16 and bf16 rows are rounded after an update: stochastically, element c of row r of
-// table t with the 16 random bits rng::bits16(rng::key(seed, step, t, r), c) (random.h), so a run
-// is reproducible bit for bit on every backend and a resumed run continues the same stream.
+// table t with the 16 random bits rng::bits16(rng::row_key(rng::key(seed, step), t, r), c)
+// (random.h), so a run is reproducible bit for bit on every backend and a resumed run continues
+// the same stream.
 struct StochasticRounding {
   std::uint64_t seed = 0;
   std::uint64_t step = 0;  // the training step being taken (1-based)

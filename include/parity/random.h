@@ -34,11 +34,34 @@ PARITY_HD std::uint64_t bits(std::uint64_t stream_key, std::uint64_t i) {
   return mix64(stream_key ^ mix64(i));
 }
 
-// 16 random bits for element i of the stream: four consecutive elements share one 64-bit draw
-// (element i takes bits [16 (i mod 4), 16 (i mod 4) + 16) of draw i / 4), so a kernel that rounds
-// four elements at once makes one draw.
-PARITY_HD std::uint32_t bits16(std::uint64_t stream_key, std::uint64_t i) {
-  return static_cast<std::uint32_t>(bits(stream_key, i >> 2) >> (16 * (i & 3))) & 0xffffu;
+// A 32-bit integer hash with good avalanche (two multiplies: on a GPU several times cheaper than
+// the 64-bit mixer), for bits drawn per element inside kernels.
+PARITY_HD std::uint32_t hash32(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+// The key of row `row` of table `table` within the stream `stream_key` (one 64-bit mix). Rows
+// below 2^40 of tables below 2^24 get distinct inputs; beyond, some rows share keys, which
+// correlates their random bits and changes nothing else.
+PARITY_HD std::uint64_t row_key(std::uint64_t stream_key, std::uint64_t table, std::uint64_t row) {
+  return mix64(stream_key ^ (table << 40 | row));
+}
+
+// 32 random bits for pair j of a row's elements (elements 2j and 2j + 1): a hash of the row key's
+// low word and j.
+PARITY_HD std::uint32_t bits32(std::uint64_t row, std::uint64_t j) {
+  return hash32(static_cast<std::uint32_t>(row) ^ static_cast<std::uint32_t>(j) * 0x9e3779b9U);
+}
+
+// 16 random bits for element i of a row: the low half of bits32(row, i / 2) for even i, the high
+// half for odd i (so a kernel rounding two elements makes one draw).
+PARITY_HD std::uint32_t bits16(std::uint64_t row, std::uint64_t i) {
+  return (bits32(row, i >> 1) >> (16 * (i & 1))) & 0xffffU;
 }
 
 // Uniform double in [0, 1) with 53 random bits.

@@ -315,7 +315,7 @@ TEST(CpuEmbeddingPrecision, NarrowTablesAreStoredAndRoundedStochastically) {
     EXPECT_EQ(w32[2], 3);
     // Table 1: row 1 twice in bag 0 (g = 2 dout(0, 2..3)); row 3 in bags 0 and 2.
     auto expect_row = [&](std::int64_t row, double g0, double g1) {
-      const std::uint64_t key = rng::key(7, 3, 1, static_cast<std::uint64_t>(row));
+      const std::uint64_t key = rng::row_key(rng::key(7, 3), 1, static_cast<std::uint64_t>(row));
       const double grad[2] = {g0, g1};
       for (int c = 0; c < 2; ++c) {
         const auto i = static_cast<std::size_t>(row * 2 + c);

@@ -286,6 +286,7 @@ void embedding_backward_update(std::span<const TableLayout> tables, const TableW
   const double eps = opt.eps;
   const double wd = opt.weight_decay;
   const std::int64_t dim_max = max_dim(tables);
+  const std::uint64_t step_key = rng::key(rounding.seed, rounding.step);
 
 #pragma omp parallel if (nnz * dim_max >= detail::kParallelElements)
   {
@@ -331,8 +332,7 @@ void embedding_backward_update(std::span<const TableLayout> tables, const TableW
           break;  // rejected above
       }
       const std::uint64_t row_key =
-          rng::key(rounding.seed, rounding.step, static_cast<std::uint64_t>(t),
-                   static_cast<std::uint64_t>(row));
+          rng::row_key(step_key, static_cast<std::uint64_t>(t), static_cast<std::uint64_t>(row));
       for (int d = 0; d < dim; ++d) rows.set(at + d, w[d], row_key, d);
     }
   }

@@ -71,8 +71,7 @@ struct BackwardArgs {
   float lr;
   float eps;
   float wd;
-  std::uint64_t sr_seed;
-  std::uint64_t sr_step;
+  std::uint64_t sr_key;  // rng::key(seed, step): the stream of this update's rounding bits
   int sr;
   int* heavy_rows;
   int* heavy_base;
@@ -491,20 +490,17 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
   if constexpr (std::is_same_v<W, float>) {
     store_row_f32<kVecs, V, kFit>(w, wv, r.vec, L.glane, group, dim);
   } else {
-    const std::uint64_t row_key = rng::key(a.sr_seed, a.sr_step, static_cast<std::uint64_t>(r.t),
-                                           static_cast<std::uint64_t>(r.row));
-    // A vector group's random bits: one 64-bit draw per 4 columns.
+    const std::uint64_t row_key =
+        rng::row_key(a.sr_key, static_cast<std::uint64_t>(r.t), static_cast<std::uint64_t>(r.row));
+    // A vector group's random bits: one 32-bit hash per 2 columns (c is even here).
     auto put = [&](W* p, const float(&x)[V], int c) {
       std::uint16_t h[V];
       if (a.sr) {
 #pragma unroll
-        for (int e4 = 0; e4 < V; e4 += 4) {
-          const std::uint64_t bits = rng::bits(row_key, static_cast<std::uint64_t>(c + e4) >> 2);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            h[e4 + e] =
-                from_float_sr<W>(x[e4 + e], static_cast<std::uint32_t>(bits >> (16 * e))).bits;
-          }
+        for (int e = 0; e < V; e += 2) {
+          const std::uint32_t bits = rng::bits32(row_key, static_cast<std::uint64_t>(c + e) >> 1);
+          h[e] = from_float_sr<W>(x[e], bits & 0xffffu).bits;
+          h[e + 1] = from_float_sr<W>(x[e + 1], bits >> 16).bits;
         }
       } else {
 #pragma unroll
@@ -909,8 +905,7 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables,
   a.lr = opt.lr;
   a.eps = opt.eps;
   a.wd = opt.weight_decay;
-  a.sr_seed = update.seed;
-  a.sr_step = update.step;
+  a.sr_key = rng::key(update.seed, update.step);
   a.sr = update.stochastic_rounding ? 1 : 0;
   a.heavy_rows = ws.heavy_rows_.data();
   a.heavy_base = ws.heavy_base_.data();
