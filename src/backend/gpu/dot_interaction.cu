@@ -6,10 +6,18 @@
 // different banks) and its threads take the pairs (forward) or the (feature, column) outputs
 // (backward); each sum runs in ascending order in fp32. No warp-level primitives, so the file is
 // the same for 32- and 64-lane warps.
+//
+// Where D is a multiple of 4 and every row is 16-byte aligned (the engine's x0 for dims that are
+// multiples of 4) the kernels move 4 columns per access, in global and in shared memory: the
+// scalar kernels issue two shared-memory loads per multiply-add and were bound by them; the vector
+// ones issue one 16-byte load per 2 (forward: a pair's two rows) or 4 (backward) multiply-adds. The
+// sums keep the scalar kernels' order, so both give the same bits.
 #include "backend/gpu/dot_interaction.h"
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 
 #include "backend/gpu/launch.h"
 #include "backend/gpu/runtime.h"
@@ -90,6 +98,104 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward_kernel(CMat dense, CMa
   }
 }
 
+// ---- 4 columns at a time (D % 4 == 0, rows 16-byte aligned) ----
+
+// Rows padded to D + 4 floats: 16-byte aligned, and consecutive rows start 4 banks apart, so the
+// 8 threads of a 16-byte load phase (consecutive pairs: the same row i, consecutive rows j) hit
+// distinct banks.
+__device__ __forceinline__ void load_features4(const float* drow, const float* erow, int features,
+                                               int D, int stride, float* zs) {
+  const int D4 = D / 4;
+  for (int idx = threadIdx.x; idx < features * D4; idx += blockDim.x) {
+    const int f = idx / D4, d = (idx - f * D4) * 4;
+    const float4 v = *reinterpret_cast<const float4*>(f == 0 ? drow + d : erow + (f - 1) * D + d);
+    *reinterpret_cast<float4*>(zs + f * stride + d) = v;
+  }
+}
+
+__global__ __launch_bounds__(kDotBlock) void dot_forward4_kernel(CMat dense, CMat emb, int features,
+                                                                 Mat out) {
+  extern __shared__ float zs[];  // [F, D + 4]
+  const std::int64_t b = blockIdx.x;
+  const int D = static_cast<int>(dense.cols);
+  const int stride = D + 4;
+  const float* drow = dense.data + b * dense.ld;
+  float* orow = out.data + b * out.ld;
+  load_features4(drow, emb.data + b * emb.ld, features, D, stride, zs);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) orow[d] = drow[d];  // out may be unaligned
+  __syncthreads();
+  const int pairs = features * (features - 1) / 2;
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    int i, j;
+    pair_of(p, i, j);
+    const float4* zi = reinterpret_cast<const float4*>(zs + i * stride);
+    const float4* zj = reinterpret_cast<const float4*>(zs + j * stride);
+    float acc = 0.0f;
+    for (int q = 0; q < D / 4; ++q) {
+      const float4 a = zi[q], c = zj[q];
+      acc = fmaf(a.x, c.x, acc);
+      acc = fmaf(a.y, c.y, acc);
+      acc = fmaf(a.z, c.z, acc);
+      acc = fmaf(a.w, c.w, acc);
+    }
+    orow[D + p] = acc;
+  }
+}
+
+__global__ __launch_bounds__(kDotBlock) void dot_backward4_kernel(CMat dense, CMat emb,
+                                                                  int features, CMat dout,
+                                                                  Mat ddense, Mat demb) {
+  extern __shared__ float sm[];
+  const int D = static_cast<int>(dense.cols);
+  const int stride = D + 4;
+  float* zs = sm;                      // [F, D + 4]
+  float* gs = sm + features * stride;  // [F, F] symmetric, zero diagonal
+  const std::int64_t b = blockIdx.x;
+  const float* grow = dout.data + b * dout.ld;
+  load_features4(dense.data + b * dense.ld, emb.data + b * emb.ld, features, D, stride, zs);
+  for (int idx = threadIdx.x; idx < features * features; idx += blockDim.x) {
+    const int i = idx / features, j = idx - i * features;
+    const int hi = i > j ? i : j, lo = i > j ? j : i;
+    gs[idx] = i == j ? 0.0f : grow[D + hi * (hi - 1) / 2 + lo];
+  }
+  __syncthreads();
+  const int D4 = D / 4;
+  for (int idx = threadIdx.x; idx < features * D4; idx += blockDim.x) {
+    const int k = idx / D4, d = (idx - k * D4) * 4;
+    const float* gk = gs + k * features;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int j = 0; j < features; ++j) {
+      const float g = gk[j];
+      const float4 z = *reinterpret_cast<const float4*>(zs + j * stride + d);
+      acc.x = fmaf(g, z.x, acc.x);
+      acc.y = fmaf(g, z.y, acc.y);
+      acc.z = fmaf(g, z.z, acc.z);
+      acc.w = fmaf(g, z.w, acc.w);
+    }
+    if (k == 0) {
+      float* dst = ddense.data + b * ddense.ld + d;
+      const float a[4] = {acc.x, acc.y, acc.z, acc.w};
+      for (int e = 0; e < 4; ++e)
+        dst[e] = static_cast<float>(static_cast<double>(grow[d + e]) + static_cast<double>(a[e]));
+    } else {
+      *reinterpret_cast<float4*>(demb.data + b * demb.ld + (k - 1) * D + d) = acc;
+    }
+  }
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+// Whether the 4-column kernels apply: D % 4 == 0 and every row of these views 16-byte aligned.
+bool by_four(CMat dense, CMat emb, std::initializer_list<CMat> more = {}) {
+  if (dense.cols % 4 != 0) return false;
+  for (const CMat& m : {dense, emb})
+    if (!aligned16(m.data) || m.ld % 4 != 0) return false;
+  for (const CMat& m : more)
+    if (!aligned16(m.data) || m.ld % 4 != 0) return false;
+  return true;
+}
+
 std::size_t dot_forward_smem(int features, int dim) {
   return static_cast<std::size_t>(features) * static_cast<std::size_t>(dim + 1) * sizeof(float);
 }
@@ -113,6 +219,12 @@ void dot_forward(Stream_t s, CMat dense, CMat emb, int num_tables, Mat out) {
   if (dense.rows <= 0) return;
   const int features = num_tables + 1;
   const int dim = static_cast<int>(dense.cols);
+  if (by_four(dense, emb)) {
+    const std::size_t smem = dot_forward_smem(features, dim + 3);  // rows of D + 4
+    check_dot_smem("dot_interaction_forward", smem, features, dim);
+    return launch("dot_interaction_forward", dot_forward4_kernel, {dense.rows, kDotBlock, smem}, s,
+                  dense, emb, features, out);
+  }
   const std::size_t smem = dot_forward_smem(features, dim);
   check_dot_smem("dot_interaction_forward", smem, features, dim);
   launch("dot_interaction_forward", dot_forward_kernel, {dense.rows, kDotBlock, smem}, s, dense,
@@ -124,6 +236,12 @@ void dot_backward(Stream_t s, CMat dense, CMat emb, int num_tables, CMat dout, M
   if (dense.rows <= 0) return;
   const int features = num_tables + 1;
   const int dim = static_cast<int>(dense.cols);
+  if (by_four(dense, emb, {demb}) && dense.cols % 4 == 0) {
+    const std::size_t smem = dot_backward_smem(features, dim + 4);  // rows of D + 4
+    check_dot_smem("dot_interaction_backward", smem, features, dim);
+    return launch("dot_interaction_backward", dot_backward4_kernel, {dense.rows, kDotBlock, smem},
+                  s, dense, emb, features, dout, ddense, demb);
+  }
   const std::size_t smem = dot_backward_smem(features, dim);
   check_dot_smem("dot_interaction_backward", smem, features, dim);
   launch("dot_interaction_backward", dot_backward_kernel, {dense.rows, kDotBlock, smem}, s, dense,
