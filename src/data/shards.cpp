@@ -37,6 +37,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <system_error>
@@ -591,32 +592,60 @@ bool ShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
     at += p.count;
   }
   // Offsets (table-major) and where each table's ids go in the batch; firsts[t][i] is piece i's
-  // first id of table t in its file.
+  // first id of table t in its file. Each (table, piece)'s offsets are read in parallel straight
+  // into their place in the batch (and the one after its last example beside them), then rebased
+  // once each table's first id in the batch is known.
   std::vector<std::int64_t> table_start(static_cast<std::size_t>(T) + 1, 0);
   std::vector<std::vector<std::int64_t>> firsts(static_cast<std::size_t>(T),
                                                 std::vector<std::int64_t>(pieces.size()));
-  std::vector<std::int64_t> o;
+  std::vector<std::int64_t> lasts(static_cast<std::size_t>(T) * pieces.size());
+  std::vector<std::int64_t> piece_at(pieces.size() + 1, 0);  // first example of each piece
+  for (std::size_t i = 0; i < pieces.size(); ++i) piece_at[i + 1] = piece_at[i] + pieces[i].count;
+  const auto jobs = static_cast<std::int64_t>(T) * static_cast<std::int64_t>(pieces.size());
+  std::string offsets_error;
+#pragma omp parallel for schedule(static) if (jobs > 1)
+  for (std::int64_t job = 0; job < jobs; ++job) {
+    const auto t = static_cast<std::size_t>(job / static_cast<std::int64_t>(pieces.size()));
+    const auto i = static_cast<std::size_t>(job % static_cast<std::int64_t>(pieces.size()));
+    const Piece& p = pieces[i];
+    const Part& f = *p.f;
+    const std::uint64_t at_first =
+        f.sec.offsets +
+        8 * (static_cast<std::uint64_t>(t) * static_cast<std::uint64_t>(f.h.examples + 1) +
+             static_cast<std::uint64_t>(p.first));
+    std::int64_t* dst = out.offsets.data() + t * static_cast<std::size_t>(n) +
+                        static_cast<std::size_t>(piece_at[i]);
+    try {  // nothing may leave a parallel region by an exception
+      f.read_at(fds[i], at_first, dst, static_cast<std::size_t>(p.count) * 8);
+      f.read_at(fds[i], at_first + 8 * static_cast<std::uint64_t>(p.count),
+                &lasts[t * pieces.size() + i], 8);
+    } catch (const InputError& e) {
+#pragma omp critical
+      if (offsets_error.empty()) offsets_error = e.what();
+    }
+  }
+  if (!offsets_error.empty()) throw InputError(offsets_error);
+  std::vector<std::int64_t> bases(static_cast<std::size_t>(jobs));
   for (int t = 0; t < T; ++t) {
-    std::int64_t ids = 0, e = 0;
+    std::int64_t ids = 0;
     for (std::size_t i = 0; i < pieces.size(); ++i) {
-      const Piece& p = pieces[i];
-      const Part& f = *p.f;
-      o.resize(static_cast<std::size_t>(p.count) + 1);
-      f.read_at(fds[i],
-                f.sec.offsets + 8 * (static_cast<std::uint64_t>(t) *
-                                         static_cast<std::uint64_t>(f.h.examples + 1) +
-                                     static_cast<std::uint64_t>(p.first)),
-                o.data(), o.size() * 8);
-      const std::int64_t base = table_start[static_cast<std::size_t>(t)] + ids - o[0];
-      std::int64_t* dst =
-          out.offsets.data() + static_cast<std::size_t>(t) * static_cast<std::size_t>(n) + e;
-      for (std::int64_t k = 0; k < p.count; ++k)
-        dst[k] = base + o[static_cast<std::size_t>(k)];  // checked monotone at open
-      firsts[static_cast<std::size_t>(t)][i] = o[0];
-      ids += o.back() - o[0];
-      e += p.count;
+      const auto ti = static_cast<std::size_t>(t);
+      const std::int64_t first =
+          out.offsets[ti * static_cast<std::size_t>(n) + static_cast<std::size_t>(piece_at[i])];
+      bases[ti * pieces.size() + i] = table_start[ti] + ids - first;
+      firsts[ti][i] = first;
+      ids += lasts[ti * pieces.size() + i] - first;
     }
     table_start[static_cast<std::size_t>(t) + 1] = table_start[static_cast<std::size_t>(t)] + ids;
+  }
+#pragma omp parallel for schedule(static) if (jobs > 1)
+  for (std::int64_t job = 0; job < jobs; ++job) {
+    const auto t = static_cast<std::size_t>(job / static_cast<std::int64_t>(pieces.size()));
+    const auto i = static_cast<std::size_t>(job % static_cast<std::int64_t>(pieces.size()));
+    std::int64_t* dst = out.offsets.data() + t * static_cast<std::size_t>(n) +
+                        static_cast<std::size_t>(piece_at[i]);
+    const std::int64_t base = bases[static_cast<std::size_t>(job)];
+    for (std::int64_t k = 0; k < pieces[i].count; ++k) dst[k] += base;  // checked monotone at open
   }
   out.offsets.back() = table_start.back();
   out.ids.resize(static_cast<std::size_t>(table_start.back()));
@@ -646,17 +675,22 @@ bool ShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
   std::int64_t bad_table = -1;
   std::string read_error;
   const auto nruns = static_cast<std::int64_t>(runs.size());
-#pragma omp parallel
+  std::int64_t longest = 0;
+  for (const Run& r : runs) longest = std::max(longest, r.count);
+#pragma omp parallel if (nruns > 1)
   {
-    std::vector<std::uint64_t> buffer(static_cast<std::size_t>(kRun));
+    // Uninitialised, and no longer than the longest run: a batch of one-hot tables has short runs,
+    // and zeroing a whole kRun buffer per thread per batch cost more than reading them.
+    const auto buffer =
+        std::make_unique_for_overwrite<std::uint64_t[]>(static_cast<std::size_t>(longest));
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t i = 0; i < nruns; ++i) {
       const Run& run = runs[static_cast<std::size_t>(i)];
       const Part& f = *pieces[run.piece].f;
       const std::size_t w = f.h.id_bytes;
       try {  // nothing may leave a parallel region by an exception
-        f.read_at(fds[run.piece], f.sec.ids + w * static_cast<std::uint64_t>(run.src),
-                  buffer.data(), static_cast<std::size_t>(run.count) * w);
+        f.read_at(fds[run.piece], f.sec.ids + w * static_cast<std::uint64_t>(run.src), buffer.get(),
+                  static_cast<std::size_t>(run.count) * w);
       } catch (const InputError& e) {
 #pragma omp critical
         if (read_error.empty()) read_error = e.what();
@@ -666,7 +700,7 @@ bool ShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
       const auto rows = static_cast<std::uint64_t>(rows_[static_cast<std::size_t>(run.table)]);
       std::uint64_t worst = 0;
       if (w == 4) {
-        const auto* src = reinterpret_cast<const std::uint32_t*>(buffer.data());
+        const auto* src = reinterpret_cast<const std::uint32_t*>(buffer.get());
         for (std::int64_t k = 0; k < run.count; ++k) {
           dst[k] = src[k];
           worst = std::max<std::uint64_t>(worst, src[k]);
