@@ -19,7 +19,25 @@ __global__ __launch_bounds__(kBlock) void convert_kernel(MatView<const A> src, M
   });
 }
 
+// Zeros in columns [cols, ld) of each of rows rows (fewer than 8 a row): one thread a row.
+__global__ __launch_bounds__(kBlock) void zero_tail_kernel(std::uint16_t* __restrict__ p,
+                                                           std::int64_t rows, std::int64_t cols,
+                                                           std::int64_t ld) {
+  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kBlock + threadIdx.x;
+  if (r >= rows) return;
+  for (std::int64_t c = cols; c < ld; ++c) p[r * ld + c] = 0;  // +0.0 in bf16
+}
+
 }  // namespace
+
+void convert_padded(Stream_t s, CMat src, AMat dst) {
+  convert(s, src, dst);
+  if (src.rows <= 0 || dst.ld == src.cols) return;
+  if (dst.dtype != DType::bf16 || dst.ld < src.cols || dst.ld - src.cols >= 8)
+    throw Error("convert_padded: expects a bf16 copy whose ld rounds cols up to a multiple of 8");
+  launch("zero_tail", zero_tail_kernel, {ceil_div(src.rows, kBlock), kBlock, 0}, s,
+         static_cast<std::uint16_t*>(dst.data), src.rows, src.cols, dst.ld);
+}
 
 void convert(Stream_t s, CAMat src, AMat dst) {
   if (src.rows <= 0 || src.cols <= 0) return;

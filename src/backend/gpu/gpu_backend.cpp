@@ -127,12 +127,12 @@ struct GpuBackend::Impl {
 
   gpu::Stream_t s() const { return stream.get(); }
 
-  // The bf16 copy of m (leading dimension copy_ld): the held copy when m lies in held memory,
-  // else converted into the slot's scratch now.
+  // The bf16 copy of m (leading dimension copy_ld, the columns past m's zero): the held copy when
+  // m lies in held memory, else converted into the slot's scratch now.
   const Bf16* bf16_of(CMat m, Slot slot) {
     if (const Bf16* h = held.find(m, copy_ld(m.cols), s())) return h;
     auto* p = scratch.get_as<Bf16>(slot, m.rows * copy_ld(m.cols), s());
-    gpu::convert(s(), m, AMat(p, DType::bf16, m.rows, m.cols, copy_ld(m.cols)));
+    gpu::convert_padded(s(), m, AMat(p, DType::bf16, m.rows, m.cols, copy_ld(m.cols)));
     return p;
   }
 
@@ -181,6 +181,11 @@ struct GpuBackend::Impl {
     }
     g.a = operand(a, ta, Slot::a16, a16);
     g.b = operand(b, tb, Slot::b16);
+    // x · wᵀ with both operands bf16 copies of fp32 views: their rows run along k and end in
+    // zeros up to a multiple of 8, so the product may run over the padded k (same result), where
+    // an odd k takes the library's slow unaligned kernels.
+    if (math == DenseMath::bf16 && !ta && tb && a16 == nullptr && a.is_f32() && b.is_f32())
+      g.k = copy_ld(g.k);
     blas.gemm(s(), gemm_math(math), g);
   }
 

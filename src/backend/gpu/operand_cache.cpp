@@ -55,7 +55,7 @@ const Bf16* OperandCache::find(CMat m, std::int64_t ld, Stream_t s) {
   if (!is_held(m)) return nullptr;
   Copy& c = slot_for(m, ld);
   if (!c.valid) {
-    convert(s, m, AMat(c.bf16.data(), DType::bf16, m.rows, m.cols, ld));
+    convert_padded(s, m, AMat(c.bf16.data(), DType::bf16, m.rows, m.cols, ld));
     c.valid = true;
   }
   return c.bf16.data();
