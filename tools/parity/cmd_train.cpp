@@ -233,11 +233,20 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
     return nullptr;
   }
   const ModelSpec model = cfg.model;
-  train_as_planned(
-      cfg, model, *plan, args,
-      fmt::format("planned for the detected {} as {} ({}), predicted {:.2f} ms/step "
-                  "(--no-plan trains the model's own recipe)",
-                  gpu, dev->display_name, dev->source_file, plan->prediction.step_s * 1e3));
+  try {
+    train_as_planned(
+        cfg, model, *plan, args,
+        fmt::format("planned for the detected {} as {} ({}), predicted {:.2f} ms/step "
+                    "(--no-plan trains the model's own recipe)",
+                    gpu, dev->display_name, dev->source_file, plan->prediction.step_s * 1e3));
+  } catch (const PlanNotExecutable& e) {
+    cfg.model = model;
+    fmt::print(
+        "parity train: the plan made for the detected {} cannot run here ({}): training the "
+        "model's own recipe (it may not fit)\n",
+        dev->display_name, e.what());
+    return nullptr;
+  }
   return plan;
 }
 
