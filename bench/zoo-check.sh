@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# THE one script for "does every model of the zoo train at the speed and memory its plan predicts
+# on this GPU": run on the GPU machine from the repository root.
+#
+#   PARITY_PREBUILT=build-prebuilt bench/zoo-check.sh      # binaries from scripts/make-prebuilt.sh
+#   MODELS="tiny criteo-kaggle-dot" bench/zoo-check.sh     # some models only
+#
+# Per model of configs/models (or MODELS): the plan for one GPU of DEVICE (default h200). Where no
+# plan fits one GPU (the planner asks for more) or the plan puts tables in host memory (the engine
+# keeps every table in HBM today), every table's rows are capped, at 8M and then halved until a
+# plan keeps them all in HBM, every other shape kept (the table says which cap). Then parity train
+# --plan for STEPS steps on synthetic batches made on the fly, with --profile: the device time of
+# the steps (timing marks) beside the plan's, per category, the wall time and examples/s, and the
+# peak GPU memory (nvidia-smi every 50 ms, less what was in use before) beside the plan's
+# predicted peak. A plan the engine refuses is reported with the plan check's reason.
+# The table is printed last and written to $OUT/zoo.md (default out/zoo-check); the plans, the
+# training logs and the memory samples go into $OUT/zoo-logs.tgz. Environment: MODELS, DEVICE, STEPS (default 40), TIMEOUT (seconds a model, 240).
+set -uo pipefail
+# shellcheck source=bench/common.sh
+. "$(dirname "$0")/common.sh" zoo-check
+DEVICE=${DEVICE:-h200}
+STEPS=${STEPS:-40}
+TIMEOUT=${TIMEOUT:-240}
+device_facts
+find_binaries parity
+TABLE=$OUT
+OUT=$SCRATCH/logs  # the per-model files, packed at the end
+mkdir -p "$OUT"
+P="$BIN/parity"
+models=${MODELS:-$(ls configs/models/*.yaml | xargs -n1 basename | sed 's/\.yaml$//')}
+
+# A copy of model $1 with every rows: value above $2 set to $2 (the zoo's YAML writes rows as
+# "rows: N" in flow mappings).
+capped() {
+  awk -v cap="$2" '{
+    line = $0; out = ""
+    while (match(line, /rows: *[0-9]+/)) {
+      n = substr(line, RSTART, RLENGTH); sub(/rows: */, "", n)
+      out = out substr(line, 1, RSTART - 1) "rows: " (n + 0 > cap + 0 ? cap : n)
+      line = substr(line, RSTART + RLENGTH)
+    }
+    print out line
+  }' "configs/models/$1.yaml" | sed "s/^name: .*/name: $1/" >"$SCRATCH/$1-capped.yaml"
+  echo "$SCRATCH/$1-capped.yaml"
+}
+
+rows_md=()
+for m in $models; do
+  say "$m"
+  file=configs/models/$m.yaml
+  cap="-"
+  run_bin "$P" plan --model "$file" --device "$DEVICE" --gpus 1 --out "$OUT/$m.plan.json" >"$OUT/$m.plan.txt" 2>&1
+  rc=$?
+  c=8000000
+  # Capped while no plan fits one GPU, or the plan places tables in host memory (which the engine
+  # does not run yet).
+  needs_cap() {
+    { [ $rc -ne 0 ] && grep -q "more GPUs" "$OUT/$m.plan.txt"; } ||
+      { [ $rc -eq 0 ] && ! grep -qE ', 0 in host memory' "$OUT/$m.plan.txt"; }
+  }
+  while needs_cap && [ $c -ge 125000 ]; do
+    file=$(capped "$m" $c)
+    cap=$c
+    run_bin "$P" plan --model "$file" --device "$DEVICE" --gpus 1 --out "$OUT/$m.plan.json" >"$OUT/$m.plan.txt" 2>&1
+    rc=$?
+    c=$((c / 2))
+  done
+  if [ $rc -ne 0 ]; then
+    rows_md+=("| $m | $cap | no plan: $(grep -m1 -o 'error: .*' "$OUT/$m.plan.txt" | cut -c1-90) ||||||||")
+    continue
+  fi
+  plan_ms=$(grep -m1 -oE 'predicted: [0-9.]+ ms' "$OUT/$m.plan.txt" | grep -oE '[0-9.]+')
+  pred_gb=$(grep -m1 -oE '"peak_memory_bytes": *[0-9.e+]+' "$OUT/$m.plan.json" | awk -F: '{printf "%.2f", $2 / 1e9}')
+  base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 >"$OUT/$m.mem" 2>/dev/null &
+  poll=$!
+  run_bin timeout "$TIMEOUT" "$P" train --plan "$OUT/$m.plan.json" --model "$file" --steps "$STEPS" \
+    --eval-examples 4096 --eval-every 0 --profile >"$OUT/$m.train.txt" 2>&1
+  rc=$?
+  kill $poll 2>/dev/null
+  wait $poll 2>/dev/null
+  if [ $rc -ne 0 ]; then
+    rows_md+=("| $m | $cap | $plan_ms | refused or failed (exit $rc): $(grep -m1 -oE '(error|stopped): .*' "$OUT/$m.train.txt" | cut -c1-160) |||||||")
+    continue
+  fi
+  peak_gb=$(sort -n "$OUT/$m.mem" | tail -1 | awk -v b="$base" '{printf "%.2f", ($1 - b) * 1048576 / 1e9}')
+  # Device time of the step's ops (the categories the plan predicts: input_wait, the device waiting
+  # for the host's batch, is not one), and the categories more than 1.3x their prediction by more
+  # than 5% of the predicted step.
+  dev_ms=$(awk '/^  category/ {on = 1; next} on && /sum of categories/ {on = 0}
+    on && NF >= 2 && $1 != "input_wait" {s += $2} END {printf "%.3f", s}' "$OUT/$m.train.txt")
+  wait_ms=$(awk '/^  input_wait/ {print $2}' "$OUT/$m.train.txt")
+  wall_ms=$(awk '/wall time per step/ {print $5}' "$OUT/$m.train.txt")
+  rate=$(grep -m1 -E '^done' "$OUT/$m.train.txt" | grep -oE '\([0-9.]+[kM]? after' | grep -oE '[0-9.]+[kM]?')
+  over=$(awk -v plan="$plan_ms" '/^  category/ {on = 1; next} on && /sum of categories/ {on = 0}
+    on && NF == 3 && $3 + 0 > 0 && $2 > 1.3 * $3 && $2 - $3 > 0.05 * plan {
+      printf "%s%s %.2fx", sep, $1, $2 / $3; sep = ", "}' "$OUT/$m.train.txt")
+  ratio=$(awk -v a="$dev_ms" -v b="$plan_ms" 'BEGIN {if (b > 0) printf "%.2f", a / b}')
+  rows_md+=("| $m | $cap | $plan_ms | $dev_ms | $ratio | ${over:--} | $wait_ms | $wall_ms | $rate | $peak_gb / $pred_gb |")
+done
+OUT=$TABLE
+device_after
+tar -czf "$OUT/zoo-logs.tgz" -C "$SCRATCH" logs
+{
+  echo "| model | rows capped at | plan ms | device ms | device / plan | categories over 1.3x | input wait ms | wall ms | examples/s (steady) | peak GPU GB measured / predicted |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${rows_md[@]}"
+} | tee "$OUT/zoo.md"
