@@ -22,7 +22,7 @@ std::string_view dtype_safetensors_name(DType t);
 std::optional<DType> parse_safetensors_dtype(std::string_view name);
 
 // v rounded to the nearest value representable in t (fp16 or bf16; ties to even; fp16
-// overflows to infinity). Identity for fp32. Used to emulate fp16/bf16 storage in fp32.
+// overflows to infinity). Identity for fp32: the value an fp32 number has once stored as t.
 float round_to_dtype(float v, DType t);
 
 // bf16 storage bits of v (nearest even; NaN stays NaN) and back: what activations stored in bf16

@@ -86,11 +86,11 @@ class GpuBackend final : public Backend {
   void linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx, Mat dw,
                        float* dbias) override;
 
-  // Through the embedding module (embedding.h) on fp32 weight storage; tables whose layout says
-  // fp16/bf16 are emulated as the interface allows (every row of the table rounded to nearest
-  // even after the update). Ids out of range are skipped and recorded, not thrown: they surface
-  // at raise_input_errors(). The module needs the id count on the host: SparseInput::nnz, or
-  // where that is -1 a read of offsets[T*B] (a host synchronisation, counted in host_syncs).
+  // Through the embedding module (embedding.h): each table in its storage type's buffer, fp16 and
+  // bf16 rows updated in fp32 and stored with the stochastic rounding the call names. Ids out of
+  // range are skipped and recorded, not thrown: they surface at raise_input_errors(). The module
+  // needs the id count on the host: SparseInput::nnz, or where that is -1 a read of offsets[T*B] (a
+  // host synchronisation, counted in host_syncs).
   void embedding_forward(std::span<const TableLayout> tables, const TableWeights& weights,
                          const SparseInput& in, AMat out) override;
   void embedding_backward_update(std::span<const TableLayout> tables, const TableWeights& weights,
