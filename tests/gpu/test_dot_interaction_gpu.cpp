@@ -10,8 +10,9 @@ namespace {
 // (bwd) in ascending order. Worst case D·u = 128 · 6e-8 = 7.6e-6 of the magnitude: tol 1e-5.
 
 // Each shape twice: x0 rows padded by 4 floats (rows 16-byte aligned where D % 4 == 0: the
-// 4-column kernels) and by 3 (the scalar kernels); both against the CPU, and the two GPU results
-// bit for bit (the same sums in the same order).
+// 4-column kernels, or with 32 features or more the register-tiled ones) and by 3 (the scalar
+// kernels); both against the CPU, and the two GPU results bit for bit (the same sums in the same
+// order).
 TEST(DenseGpu, DotInteractionMatchesCpu) {
   PARITY_REQUIRE_GPU();
   GpuBackend gpu;
@@ -22,8 +23,9 @@ TEST(DenseGpu, DotInteractionMatchesCpu) {
     int tables;
   };
   int seed = 0;
-  for (const Shape& s : {Shape{33, 16, 8}, Shape{257, 128, 26}, Shape{5, 7, 1}, Shape{64, 32, 0},
-                         Shape{300, 64, 26}, Shape{19, 4, 3}}) {
+  for (const Shape& s :
+       {Shape{33, 16, 8}, Shape{257, 128, 26}, Shape{5, 7, 1}, Shape{64, 32, 0}, Shape{300, 64, 26},
+        Shape{19, 4, 3}, Shape{70, 64, 40}, Shape{33, 16, 35}, Shape{9, 256, 54}}) {
     Rand rand(500 + seed++);
     const std::int64_t f = s.tables + 1;
     const std::int64_t out_cols = s.dim + f * (f - 1) / 2;
