@@ -12,7 +12,7 @@
 namespace parity::gpu {
 
 // Scratch purposes. An op may hold several slots at once, never the same slot twice.
-enum class ScratchSlot : int { a16, b16, dz, dz16, du, du16, bias16, reduce, count };
+enum class ScratchSlot : int { a16, b16, dz, dz16, du, du16, bias16, reduce, dw, count };
 
 class Scratch {
  public:
