@@ -72,6 +72,26 @@ TEST(Train, ProfileTimesTheStepsAndTheOneTimeCosts) {
   EXPECT_EQ(r.auc, plain.auc);
 }
 
+// Trains cfg (cfg.steps = N) straight into `straight`, and N/2 then resumed to N into `halves`:
+// the final checkpoints must hold the same bits (weights and optimizer state).
+void expect_resume_is_exact(TrainConfig cfg, const fs::path& straight, const fs::path& halves) {
+  const std::int64_t n = cfg.steps;
+  cfg.checkpoint_dir = straight;
+  train(cfg);
+  cfg.checkpoint_dir = halves;
+  cfg.steps = n / 2;
+  train(cfg);
+  cfg.steps = n;
+  cfg.resume = true;
+  const TrainResult r = train(cfg);
+  EXPECT_EQ(r.start_step, n / 2);
+  EXPECT_EQ(r.steps, n);
+  const auto a = tensor_bytes(checkpoint_path(straight, n));
+  const auto b = tensor_bytes(checkpoint_path(halves, n));
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << "tensor " << i;
+}
+
 // Train N steps straight, or N/2, stop, resume for N/2: bit-identical weights and state.
 TEST(Train, ResumeGivesIdenticalWeights) {
   const fs::path straight = temp_dir("straight"), halves = temp_dir("halves");
@@ -81,20 +101,7 @@ TEST(Train, ResumeGivesIdenticalWeights) {
   cfg.eval_examples = 512;
   cfg.seed = 11;
   cfg.steps = 40;
-  cfg.checkpoint_dir = straight;
-  train(cfg);
-  cfg.checkpoint_dir = halves;
-  cfg.steps = 20;
-  train(cfg);
-  cfg.steps = 40;
-  cfg.resume = true;
-  const TrainResult r = train(cfg);
-  EXPECT_EQ(r.start_step, 20);
-  EXPECT_EQ(r.steps, 40);
-  const auto a = tensor_bytes(checkpoint_path(straight, 40));
-  const auto b = tensor_bytes(checkpoint_path(halves, 40));
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << "tensor " << i;
+  expect_resume_is_exact(cfg, straight, halves);
   fs::remove_all(straight);
   fs::remove_all(halves);
 }
@@ -111,20 +118,9 @@ TEST(Train, ResumeWithNarrowTablesIsExact) {
   cfg.eval_examples = 512;
   cfg.seed = 13;
   cfg.steps = 30;
-  cfg.checkpoint_dir = straight;
-  train(cfg);
-  cfg.checkpoint_dir = halves;
-  cfg.steps = 15;
-  train(cfg);
-  cfg.steps = 30;
-  cfg.resume = true;
-  EXPECT_EQ(train(cfg).start_step, 15);
-  const fs::path file = checkpoint_path(straight, 30);
-  const auto a = tensor_bytes(file), b = tensor_bytes(checkpoint_path(halves, 30));
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << "tensor " << i;
+  expect_resume_is_exact(cfg, straight, halves);
   // The header names each table's own type.
-  std::ifstream in(file, std::ios::binary);
+  std::ifstream in(checkpoint_path(straight, 30), std::ios::binary);
   std::uint64_t hs = 0;
   in.read(reinterpret_cast<char*>(&hs), 8);
   std::string h(hs, '\0');

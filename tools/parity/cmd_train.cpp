@@ -167,11 +167,10 @@ struct TrainArgs {
   std::vector<std::string> data, eval_data;
 };
 
-// What this run can execute: one device (the detected GPU's catalog key, where known), the host
-// memory available now, and whether a GPU backend runs it.
-ExecutionTarget execution_target(const TrainArgs& args) {
+// What this run can execute: one device (the catalog key of `gpu`, the detected GPU's name or
+// empty for the cpu backend), the host memory available now, and whether a GPU backend runs it.
+ExecutionTarget execution_target(const std::string& gpu) {
   ExecutionTarget t;
-  const std::string gpu = args.backend == "cpu" ? std::string() : detect_gpu();
   t.gpu_backend = !gpu.empty();
   if (t.gpu_backend) {
     if (const auto dev = match_device(gpu, configs_dir() / "devices")) t.device = dev->name;
@@ -183,11 +182,11 @@ ExecutionTarget execution_target(const TrainArgs& args) {
 // Trains `model` with the recipe of `plan` (its batch, table precisions, optimizer and dense
 // math) after the plan check: every decision executed, or the run refused before anything is
 // allocated; apply_plan scales the learning rates when --batch overrides the plan's batch. Prints
-// what runs under `title`.
+// what runs under `title`. gpu: the detected GPU's name (empty for the cpu backend).
 void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan,
-                      const TrainArgs& args, const std::string& title) {
+                      const TrainArgs& args, const std::string& gpu, const std::string& title) {
   const std::vector<PlanDecision> decisions =
-      check_plan(plan, model, execution_target(args), args.batch);
+      check_plan(plan, model, execution_target(gpu), args.batch);
   cfg.model = apply_plan(model, plan, args.batch);
   cfg.batch = plan.global_batch;
   cfg.dense_math = plan.dense_math;
@@ -204,6 +203,7 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
     const std::string model =
         model_given || plan->model_file.empty() ? args.model : plan->model_file;
     train_as_planned(cfg, load_model_spec(resolve_model(model)), *plan, args,
+                     args.backend == "cpu" ? std::string() : detect_gpu(),
                      fmt::format("plan {} (predicted {:.2f} ms/step)", args.plan,
                                  plan->prediction.step_s * 1e3));
     return plan;
@@ -235,7 +235,7 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
   const ModelSpec model = cfg.model;
   try {
     train_as_planned(
-        cfg, model, *plan, args,
+        cfg, model, *plan, args, gpu,
         fmt::format("planned for the detected {} as {} ({}), predicted {:.2f} ms/step "
                     "(--no-plan trains the model's own recipe)",
                     gpu, dev->display_name, dev->source_file, plan->prediction.step_s * 1e3));

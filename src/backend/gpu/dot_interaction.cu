@@ -39,6 +39,23 @@ __device__ __forceinline__ void pair_of(int p, int& i, int& j) {
   j = p - i * (i - 1) / 2;
 }
 
+// gs [F, ld] = the pair gradients of one example's dout as a symmetric matrix with a zero
+// diagonal (entry (i, j), i > j, is dout[D + i(i-1)/2 + j]); columns [F, ld) are zeros.
+__device__ __forceinline__ void load_pair_gradients(const float* grow, int D, int features, int ld,
+                                                    float* gs) {
+  for (int idx = threadIdx.x; idx < features * ld; idx += blockDim.x) {
+    const int i = idx / ld, j = idx - i * ld;
+    const int hi = i > j ? i : j, lo = i > j ? j : i;
+    gs[idx] = i == j || j >= features ? 0.0f : grow[D + hi * (hi - 1) / 2 + lo];
+  }
+}
+
+// The gradient of a dense feature: dout's pass-through column plus the interaction's sum, added
+// in double and rounded once.
+__device__ __forceinline__ float dense_gradient(float through, float interaction) {
+  return static_cast<float>(static_cast<double>(through) + static_cast<double>(interaction));
+}
+
 __global__ __launch_bounds__(kDotBlock) void dot_forward_kernel(CMat dense, CMat emb, int features,
                                                                 Mat out) {
   extern __shared__ float zs[];  // [F, D + 1]
@@ -81,11 +98,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward_kernel(CMat dense, CMa
     const int f = idx / D, d = idx - f * D;
     zs[idx] = f == 0 ? drow[d] : erow[(f - 1) * D + d];
   }
-  for (int idx = threadIdx.x; idx < features * features; idx += blockDim.x) {
-    const int i = idx / features, j = idx - i * features;
-    const int hi = i > j ? i : j, lo = i > j ? j : i;
-    gs[idx] = i == j ? 0.0f : grow[D + hi * (hi - 1) / 2 + lo];
-  }
+  load_pair_gradients(grow, D, features, features, gs);
   __syncthreads();
   for (int idx = threadIdx.x; idx < features * D; idx += blockDim.x) {
     const int k = idx / D, d = idx - k * D;
@@ -93,8 +106,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward_kernel(CMat dense, CMa
     float acc = 0.0f;
     for (int j = 0; j < features; ++j) acc = fmaf(gk[j], zs[j * D + d], acc);
     if (k == 0) {
-      ddense.data[b * ddense.ld + d] =
-          static_cast<float>(static_cast<double>(grow[d]) + static_cast<double>(acc));
+      ddense.data[b * ddense.ld + d] = dense_gradient(grow[d], acc);
     } else {
       demb.data[b * demb.ld + (k - 1) * D + d] = acc;
     }
@@ -156,11 +168,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward4_kernel(CMat dense, CM
   const std::int64_t b = blockIdx.x;
   const float* grow = dout.data + b * dout.ld;
   load_features4(dense.data + b * dense.ld, emb.data + b * emb.ld, features, D, stride, zs);
-  for (int idx = threadIdx.x; idx < features * features; idx += blockDim.x) {
-    const int i = idx / features, j = idx - i * features;
-    const int hi = i > j ? i : j, lo = i > j ? j : i;
-    gs[idx] = i == j ? 0.0f : grow[D + hi * (hi - 1) / 2 + lo];
-  }
+  load_pair_gradients(grow, D, features, features, gs);
   __syncthreads();
   const int D4 = D / 4;
   for (int idx = threadIdx.x; idx < features * D4; idx += blockDim.x) {
@@ -178,8 +186,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward4_kernel(CMat dense, CM
     if (k == 0) {
       float* dst = ddense.data + b * ddense.ld + d;
       const float a[4] = {acc.x, acc.y, acc.z, acc.w};
-      for (int e = 0; e < 4; ++e)
-        dst[e] = static_cast<float>(static_cast<double>(grow[d + e]) + static_cast<double>(a[e]));
+      for (int e = 0; e < 4; ++e) dst[e] = dense_gradient(grow[d + e], a[e]);
     } else {
       *reinterpret_cast<float4*>(demb.data + b * demb.ld + (k - 1) * D + d) = acc;
     }
@@ -267,11 +274,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward_tiled_kernel(CMat dens
   const std::int64_t b = blockIdx.x;
   const float* grow = dout.data + b * dout.ld;
   load_features4(dense.data + b * dense.ld, emb.data + b * emb.ld, features, D, stride, zs);
-  for (int idx = threadIdx.x; idx < features * fp; idx += blockDim.x) {
-    const int j = idx / fp, k = idx - j * fp;
-    const int hi = j > k ? j : k, lo = j > k ? k : j;
-    gs[idx] = j == k || k >= features ? 0.0f : grow[D + hi * (hi - 1) / 2 + lo];
-  }
+  load_pair_gradients(grow, D, features, fp, gs);
   __syncthreads();
   const int kblocks = fp / 4, dblocks = D / 4;
   for (int t = threadIdx.x; t < kblocks * dblocks; t += blockDim.x) {
@@ -300,9 +303,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward_tiled_kernel(CMat dens
       if (k >= features) continue;
       if (k == 0) {
         float* dst = ddense.data + b * ddense.ld + d;
-        for (int e = 0; e < 4; ++e)
-          dst[e] =
-              static_cast<float>(static_cast<double>(grow[d + e]) + static_cast<double>(acc[r][e]));
+        for (int e = 0; e < 4; ++e) dst[e] = dense_gradient(grow[d + e], acc[r][e]);
       } else {
         *reinterpret_cast<float4*>(demb.data + b * demb.ld + (k - 1) * D + d) =
             make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
