@@ -44,6 +44,13 @@ capped() {
   echo "$SCRATCH/$1-capped.yaml"
 }
 
+# Whether plan output $1 (exit status $2) asks for a cap: no plan fits one GPU, or the plan places
+# tables in host memory (which the engine does not run yet).
+needs_cap() {
+  { [ "$2" -ne 0 ] && grep -q "more GPUs" "$1"; } ||
+    { [ "$2" -eq 0 ] && ! grep -qE ', 0 in host memory' "$1"; }
+}
+
 rows_md=()
 for m in $models; do
   say "$m"
@@ -52,13 +59,7 @@ for m in $models; do
   run_bin "$P" plan --model "$file" --device "$DEVICE" --gpus 1 --out "$OUT/$m.plan.json" >"$OUT/$m.plan.txt" 2>&1
   rc=$?
   c=8000000
-  # Capped while no plan fits one GPU, or the plan places tables in host memory (which the engine
-  # does not run yet).
-  needs_cap() {
-    { [ $rc -ne 0 ] && grep -q "more GPUs" "$OUT/$m.plan.txt"; } ||
-      { [ $rc -eq 0 ] && ! grep -qE ', 0 in host memory' "$OUT/$m.plan.txt"; }
-  }
-  while needs_cap && [ $c -ge 125000 ]; do
+  while needs_cap "$OUT/$m.plan.txt" $rc && [ $c -ge 125000 ]; do
     file=$(capped "$m" $c)
     cap=$c
     run_bin "$P" plan --model "$file" --device "$DEVICE" --gpus 1 --out "$OUT/$m.plan.json" >"$OUT/$m.plan.txt" 2>&1
