@@ -53,6 +53,8 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
       -Xcompiler=-Wall,-Wextra,-Werror>
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-error=deprecated-declarations>)
   set_target_properties(parity_backend_gpu PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
+  # The synthetic data's math must round as on the host: no fused multiply-adds (parity/detmath.h).
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/src/backend/gpu/synthetic.cu PROPERTIES COMPILE_OPTIONS -fmad=false)
 
   # Kernel-lab probes the benchmark runs beside the production kernels (bench/lab).
   add_library(parity_bench_lab STATIC ${PROJECT_SOURCE_DIR}/bench/lab/row_probe.cu)
@@ -117,8 +119,12 @@ if("hip" IN_LIST PARITY_ENABLED_BACKENDS)
   foreach(_src IN LISTS PARITY_GPU_SOURCES)
     get_filename_component(_name ${_src} NAME)
     set(_obj ${CMAKE_CURRENT_BINARY_DIR}/hip/${_name}.o)
+    set(_file_flags)
+    if(_name STREQUAL "synthetic.cu")  # rounds as on the host (parity/detmath.h)
+      set(_file_flags -ffp-contract=off)
+    endif()
     add_custom_command(OUTPUT ${_obj}
-      COMMAND ${PARITY_HIPCC} ${_hip_flags} -c ${_src} -o ${_obj}
+      COMMAND ${PARITY_HIPCC} ${_hip_flags} ${_file_flags} -c ${_src} -o ${_obj}
       DEPENDS ${_src} ${PARITY_GPU_HEADERS}
       COMMENT "hipcc ${_name} (${PARITY_HIP_ARCHS})" VERBATIM)
     list(APPEND _hip_objects ${_obj})

@@ -106,6 +106,28 @@ int optimizer_state_per_element(OptimizerKind kind);
 
 // ----------------------------------------------------------------- backend --
 
+// A synthetic batch to make on the device (Backend::make_synthetic).
+struct SyntheticBatch {
+  // Backend memory holding a copy of SyntheticData::generator() (a synth::Generator block).
+  const void* generator = nullptr;
+  int num_dense = 0, num_tables = 0;
+  std::int64_t ids_per_example = 0;
+  int split = 0;  // 0 train, 1 eval
+  std::int64_t first = 0, count = 0;
+  // Outputs in backend memory: dense [count, num_dense], labels [count], ids
+  // [count * ids_per_example] and offsets [num_tables * count + 1] (the table-major CSR).
+  float* dense = nullptr;
+  float* labels = nullptr;
+  std::int64_t* ids = nullptr;
+  std::int64_t* offsets = nullptr;
+  // Backend memory of workspace_bytes(num_tables, count) bytes, not shared with the step.
+  void* workspace = nullptr;
+  static std::size_t workspace_bytes(int num_tables, std::int64_t count) {
+    return 2 * sizeof(double) * static_cast<std::size_t>(num_tables) *
+           static_cast<std::size_t>(count);
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -253,6 +275,15 @@ class Backend {
   virtual void end_input(int slot) { (void)slot; }
   virtual void use_input(int slot) { (void)slot; }
   virtual void release_input(int slot) { (void)slot; }
+
+  // ---- synthetic data made on the device ----
+  // True where make_synthetic runs (GPU backends): the engine then makes synthetic training
+  // batches on the device, with no host work and no copy; elsewhere (cpu) the host makes them.
+  virtual bool makes_synthetic_data() const { return false; }
+  // Examples [first, first + count) of one split of the synthetic data (data.h, SyntheticData)
+  // into an input slot, bit for bit what SyntheticData::make gives. Enqueued on the copy queue,
+  // between begin_input and end_input, in place of input_copy.
+  virtual void make_synthetic(const SyntheticBatch& batch);
 
   // ---- constant operands ----
   // hold_constant(p, bytes) promises that [p, p + bytes) will not be written until the next

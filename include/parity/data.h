@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "parity/backend.h"
 #include "parity/spec.h"
+#include "parity/synthetic_example.h"
 
 namespace parity {
 
@@ -54,6 +56,11 @@ class SyntheticData {
   void batch(Split split, std::int64_t index, std::int64_t batch_size, Batch& out) const {
     make(split, index * batch_size, batch_size, out);
   }
+  // The generator as one flat block (synth::Generator and its arrays, no pointers): copied as it
+  // is to a device, Backend::make_synthetic makes the same examples there, bit for bit.
+  std::span<const std::byte> generator() const;
+  // Embedding ids per example (the sum of the tables' pooling sizes).
+  std::int64_t ids_per_example() const;
 
  private:
   struct Impl;
@@ -61,20 +68,18 @@ class SyntheticData {
 };
 
 // Samples integers in [0, n) with P(k) proportional to 1/(k+1)^alpha, in O(1) per
-// draw for any n (rejection-inversion, Hörmann and Derflinger 1996).
+// draw for any n (rejection-inversion, Hörmann and Derflinger 1996). The sampling is
+// synth::Zipf (parity/synthetic_example.h), which a device runs too.
 class ZipfSampler {
  public:
   ZipfSampler(std::int64_t n, double alpha);
   // u1, u2 uniform in [0, 1); returns the rank (0 is the most frequent).
-  std::int64_t sample(double u1, double u2) const;
-  std::int64_t n() const { return n_; }
+  std::int64_t sample(double u1, double u2) const { return z_.sample(u1, u2); }
+  std::int64_t n() const { return z_.n; }
+  const synth::Zipf& params() const { return z_; }
 
  private:
-  std::int64_t n_;
-  double alpha_;
-  double h_x1_, h_n_, s_;
-  double h(double x) const;
-  double h_inv(double x) const;
+  synth::Zipf z_;
 };
 
 // Criteo TSV: label \t 13 integer features \t 26 hexadecimal categorical features,
@@ -205,6 +210,14 @@ class BatchSource {
   virtual std::string kind() const { return "custom"; }
   // A warning to give once training ends (the malformed lines a reader skipped), or empty.
   virtual std::string closing_warning() const { return {}; }
+  // The generator behind a synthetic source and its split (data null for every other source): a
+  // backend that makes synthetic data (Backend::makes_synthetic_data) makes the same batches on
+  // its device, and train() has it do so (batch k is examples [k * batch, (k + 1) * batch)).
+  struct Generated {
+    const SyntheticData* data = nullptr;
+    Split split = Split::train;
+  };
+  virtual Generated generated() const { return {}; }
 };
 
 // The synthetic planted-teacher data of one split, made on the fly: no end; after seek(e) the

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "parity/random.h"  // PARITY_HD
+#include "parity/host_device.h"
 
 namespace parity {
 

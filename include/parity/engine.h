@@ -48,6 +48,11 @@ class Model {
   // copies behind step k. At most kInputSlots batches may be staged at once.
   static constexpr int kInputSlots = 2;
   void stage(const Batch& batch);
+  // Stages examples [first, first + count) of a split of synthetic data made on the device, where
+  // the backend makes synthetic data (Backend::makes_synthetic_data): the batch
+  // stage(data.make(split, first, count)) would stage, bit for bit, with no host work and no copy.
+  void stage_synthetic(const SyntheticData& data, Split split, std::int64_t first,
+                       std::int64_t count);
   void train_staged();
   // Makes the first step allocate and plan nothing: rehearses forward, backward and update on the
   // oldest staged batch's shapes (Backend::rehearse: scratch, workspaces and library plans made,

@@ -7,11 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define PARITY_HD __host__ __device__ inline
-#else
-#define PARITY_HD inline
-#endif
+#include "parity/host_device.h"
 
 namespace parity::rng {
 
@@ -64,6 +60,15 @@ PARITY_HD std::uint32_t bits16(std::uint64_t row, std::uint64_t i) {
   return (bits32(row, i >> 1) >> (16 * (i & 1))) & 0xffffU;
 }
 
+// The high 64 bits of the 128-bit product a * b: mul_hi64(bits, n) is a uniform integer in [0, n).
+PARITY_HD std::uint64_t mul_hi64(std::uint64_t a, std::uint64_t b) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __umul64hi(a, b);
+#else
+  return static_cast<std::uint64_t>((static_cast<unsigned __int128>(a) * b) >> 64);
+#endif
+}
+
 // Uniform double in [0, 1) with 53 random bits.
 PARITY_HD double uniform01(std::uint64_t stream_key, std::uint64_t i) {
   return static_cast<double>(bits(stream_key, i) >> 11) * (1.0 / 9007199254740992.0);
@@ -81,22 +86,20 @@ PARITY_HD double normal(std::uint64_t stream_key, std::uint64_t i) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-// Sequential generator over one stream, for host loops that need many draws.
+// Sequential generator over one stream, for loops that need many draws.
 class Stream {
  public:
-  explicit Stream(std::uint64_t stream_key) : key_(stream_key) {}
-  std::uint64_t next_bits() { return bits(key_, counter_++); }
-  double next_uniform() { return uniform01(key_, counter_++); }
-  double next_uniform_open() { return uniform_open(key_, counter_++); }
-  double next_normal() {
+  PARITY_HD explicit Stream(std::uint64_t stream_key) : key_(stream_key) {}
+  PARITY_HD std::uint64_t next_bits() { return bits(key_, counter_++); }
+  PARITY_HD double next_uniform() { return uniform01(key_, counter_++); }
+  PARITY_HD double next_uniform_open() { return uniform_open(key_, counter_++); }
+  PARITY_HD double next_normal() {
     const double v = normal(key_, counter_);
     ++counter_;
     return v;
   }
-  // Uniform integer in [0, n), n > 0 (128-bit multiply, bias below 2^-64·n).
-  std::uint64_t next_below(std::uint64_t n) {
-    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(next_bits()) * n) >> 64);
-  }
+  // Uniform integer in [0, n), n > 0 (bias below 2^-64·n).
+  PARITY_HD std::uint64_t next_below(std::uint64_t n) { return mul_hi64(next_bits(), n); }
 
  private:
   std::uint64_t key_;

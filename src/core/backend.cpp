@@ -19,6 +19,13 @@ void Backend::deallocate_pinned(void* p) noexcept {
   ::operator delete(p);
 }
 
+void Backend::make_synthetic(const SyntheticBatch&) {
+  throw Error(fmt::format(
+      "make_synthetic: the {} backend does not make synthetic data on its device (the host makes "
+      "it: makes_synthetic_data() is false)",
+      name()));
+}
+
 void Backend::timing_mark(int i) {
   if (i < 0) throw Error(fmt::format("timing_mark: mark index must be >= 0, got {}", i));
   const auto now = std::chrono::steady_clock::now().time_since_epoch();

@@ -27,6 +27,7 @@ class SyntheticSource final : public BatchSource {
   void seek(std::int64_t example) override { position_ = example; }
   std::string describe() const override { return "synthetic data"; }
   std::string kind() const override { return "synthetic"; }
+  Generated generated() const override { return {&data_, split_}; }
 
  private:
   SyntheticData data_;

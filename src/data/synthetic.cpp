@@ -20,12 +20,16 @@
 //   the raw weight: their hot rows are seen often enough for a student to learn them.
 // - One pass per example writes its ids straight into the table-major CSR (bag offsets are
 //   fixed by the pooling sizes, so every example knows where its bags go) and computes the
-//   teacher on the fly; the only scratch is a per-thread vector of T doubles kept across calls.
+//   teacher on the fly; the only scratch is a per-thread vector of 2T doubles kept across calls.
+// - The per-example math is parity/synthetic_example.h, over the generator as one flat block
+//   (synth::Generator) that this file builds: a GPU backend runs the same code on a copy of the
+//   block (Backend::make_synthetic) and makes the same batches, bit for bit.
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
+#include <cstring>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,23 +69,6 @@ std::uint64_t split_code(Split split) {
   return split == Split::train ? 1 : 2;
 }
 
-struct TableGen {
-  std::int64_t rows = 1;
-  int pooling = 0;
-  double pool_scale = 0.0;  // 1/sqrt(L) for sum, 1/L for mean, 0 for L == 0
-  // Mean and variance over examples of pool(h_t) and pool(g_t): the teacher uses centred pooled
-  // values, and scales its coefficients by these variances.
-  double p_mean = 0.0, p_var = 0.0, q_mean = 0.0, q_var = 0.0;
-  std::optional<ZipfSampler> zipf;
-  double zipf_alpha = 0.0;
-  data_detail::RowScatter scatter;
-  std::uint64_t id_key[2] = {0, 0};    // per split
-  std::uint64_t h_key = 0, g_key = 0;  // teacher value streams, indexed by row
-  double s = 0.0;                      // coefficient of pool(h_t)
-  bool needs_g = false;
-  std::int64_t id_prefix = 0;  // sum of pooling sizes of the tables before this one
-};
-
 struct PairTerm {
   int t, u;
   double c;
@@ -113,11 +100,10 @@ struct RowValues {
 };
 
 // h and g of one row.
-inline RowValues row_values(const data_detail::ZigguratTable& z, const TableGen& g,
-                            std::int64_t row, bool needs_g) {
+inline RowValues row_values(const data_detail::ZigguratTable& z, const synth::Table& g,
+                            std::int64_t row) {
   const std::uint64_t r = static_cast<std::uint64_t>(row);
-  return {data_detail::normal_value(z, g.h_key, r),
-          needs_g ? data_detail::normal_value(z, g.g_key, r) : 0.0};
+  return {data_detail::normal_value(z, g.h_key, r), data_detail::normal_value(z, g.g_key, r)};
 }
 
 // expm1(t) / t, continuous at t = 0.
@@ -137,7 +123,7 @@ struct RowMoments {
 // rows and for the kMomentRows most frequent ranks of a Zipf table; rows beyond contribute their
 // expectation over the hash (mean 0, second moment 1), which is accurate because there are
 // many of them, each with a tiny share of the draws.
-RowMoments row_moments(const TableGen& g) {
+RowMoments row_moments(const synth::Table& g) {
   const data_detail::ZigguratTable& z = data_detail::ziggurat_table();
   RowMoments m;
   if (!g.zipf && g.rows > kMomentRows) return m;
@@ -145,7 +131,7 @@ RowMoments row_moments(const TableGen& g) {
   std::vector<double> weight(head, 1.0);
   double total = static_cast<double>(g.rows);
   if (g.zipf) {
-    const double alpha = g.zipf_alpha;
+    const double alpha = g.ranks.alpha;
     double sum = 0.0;
     for (std::int64_t k = head - 1; k >= 0; --k) {
       weight[k] = std::exp(-alpha * std::log(static_cast<double>(k + 1)));
@@ -166,7 +152,7 @@ RowMoments row_moments(const TableGen& g) {
   double mean_h = 0.0, square_h = 0.0, mean_g = 0.0, square_g = 0.0, head_mass = 0.0;
   for (std::int64_t k = 0; k < head; ++k) {
     const double w = weight[k] / total;
-    const RowValues v = row_values(z, g, g.zipf ? g.scatter(k) : k, true);
+    const RowValues v = row_values(z, g, g.zipf ? g.scatter(k) : k);
     mean_h += w * v.h;
     square_h += w * v.h * v.h;
     mean_g += w * v.g;
@@ -180,38 +166,76 @@ RowMoments row_moments(const TableGen& g) {
 }  // namespace
 
 struct SyntheticData::Impl {
-  int num_dense = 0;
-  std::int64_t ids_per_example = 0;
-  std::vector<TableGen> tables;
-  std::vector<double> dense_coef;  // a_k
-  std::vector<PairTerm> pairs;
-  std::vector<CrossTerm> cross;
-  std::uint64_t dense_key[2] = {0, 0};
-  std::uint64_t label_key[2] = {0, 0};
+  // The generator as one flat block: synth::Generator, then its arrays (8-byte aligned storage).
+  std::vector<std::uint64_t> block;
+  const synth::Generator& gen() const {
+    return *reinterpret_cast<const synth::Generator*>(block.data());
+  }
 };
+
+namespace {
+
+// Lays the generator's parts out as one block: the header, then each array 8-byte aligned.
+std::vector<std::uint64_t> pack(synth::Generator head, const std::vector<synth::Table>& tables,
+                                const std::vector<PairTerm>& pairs,
+                                const std::vector<CrossTerm>& cross,
+                                const std::vector<double>& dense_coef) {
+  auto up8 = [](std::uint64_t x) { return (x + 7) / 8 * 8; };
+  head.num_tables = static_cast<std::int32_t>(tables.size());
+  head.num_pairs = static_cast<std::int32_t>(pairs.size());
+  head.num_cross = static_cast<std::int32_t>(cross.size());
+  head.num_dense = static_cast<std::int32_t>(dense_coef.size());
+  head.tables_at = up8(sizeof(synth::Generator));
+  head.pairs_at = up8(head.tables_at + tables.size() * sizeof(synth::Table));
+  head.cross_at = up8(head.pairs_at + pairs.size() * sizeof(synth::Pair));
+  head.dense_coef_at = up8(head.cross_at + cross.size() * sizeof(synth::Cross));
+  head.bytes = up8(head.dense_coef_at + dense_coef.size() * sizeof(double));
+  std::vector<std::uint64_t> block(head.bytes / 8, 0);
+  auto* base = reinterpret_cast<unsigned char*>(block.data());
+  std::memcpy(base, &head, sizeof head);
+  if (!tables.empty())
+    std::memcpy(base + head.tables_at, tables.data(), tables.size() * sizeof(synth::Table));
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const synth::Pair p{pairs[i].t, pairs[i].u, pairs[i].c};
+    std::memcpy(base + head.pairs_at + i * sizeof p, &p, sizeof p);
+  }
+  for (std::size_t i = 0; i < cross.size(); ++i) {
+    const synth::Cross c{cross[i].k, cross[i].t, cross[i].c};
+    std::memcpy(base + head.cross_at + i * sizeof c, &c, sizeof c);
+  }
+  if (!dense_coef.empty())
+    std::memcpy(base + head.dense_coef_at, dense_coef.data(), dense_coef.size() * sizeof(double));
+  return block;
+}
+
+}  // namespace
 
 SyntheticData::SyntheticData(const ModelSpec& model, std::uint64_t seed) {
   require(model.dense_features >= 0, data_detail::model_where(model),
           fmt::format("dense_features must be >= 0, got {}", model.dense_features));
-  auto impl = std::make_shared<Impl>();
-  impl->num_dense = model.dense_features;
   const int num_tables = model.num_tables();
-  impl->tables.resize(num_tables);
+  const int nd = model.dense_features;
+  synth::Generator head;
+  head.bias = kBias;
+  head.zig = data_detail::ziggurat_table();
+  std::vector<synth::Table> tables(num_tables);
+  // Variances over examples of pool(h_t) and pool(g_t): the coefficients are scaled by them.
+  std::vector<double> p_var(num_tables, 0.0), q_var(num_tables, 0.0);
   for (int t = 0; t < num_tables; ++t) {
     const TableSpec& spec = model.tables[t];
     const std::string twhere = data_detail::table_where(model, t);
     require(spec.rows > 0, twhere, fmt::format("rows must be > 0, got {}", spec.rows));
     require(spec.pooling_size >= 0, twhere,
             fmt::format("pooling_size must be >= 0, got {}", spec.pooling_size));
-    TableGen& g = impl->tables[t];
+    synth::Table& g = tables[t];
     g.rows = spec.rows;
     g.pooling = spec.pooling_size;
     if (spec.distribution == IdDistribution::zipf) {
       require(spec.zipf_alpha > 0.0 && std::isfinite(spec.zipf_alpha), twhere,
               fmt::format("zipf_alpha must be a finite number > 0 for a zipf table, got {:f}",
                           spec.zipf_alpha));
-      g.zipf.emplace(spec.rows, spec.zipf_alpha);
-      g.zipf_alpha = spec.zipf_alpha;
+      g.zipf = 1;
+      g.ranks = ZipfSampler(spec.rows, spec.zipf_alpha).params();
       g.scatter = data_detail::RowScatter(spec.rows, rng::key(seed, kScatterStream, t));
     }
     g.id_key[0] = rng::key(seed, kIdStream, split_code(Split::train), t);
@@ -226,49 +250,50 @@ SyntheticData::SyntheticData(const ModelSpec& model, std::uint64_t seed) {
       const RowMoments rm = row_moments(g);
       g.p_mean = g.pool_scale * l * rm.mean_h;
       g.q_mean = g.pool_scale * l * rm.mean_g;
-      g.p_var =
+      p_var[t] =
           g.pool_scale * g.pool_scale * l * std::max(0.0, rm.square_h - rm.mean_h * rm.mean_h);
-      g.q_var =
+      q_var[t] =
           g.pool_scale * g.pool_scale * l * std::max(0.0, rm.square_g - rm.mean_g * rm.mean_g);
     }
-    g.id_prefix = impl->ids_per_example;
-    impl->ids_per_example += g.pooling;
+    g.id_prefix = head.ids_per_example;
+    head.ids_per_example += g.pooling;
   }
   for (Split s : {Split::train, Split::eval}) {
-    impl->dense_key[split_code(s) - 1] = rng::key(seed, kDenseStream, split_code(s));
-    impl->label_key[split_code(s) - 1] = rng::key(seed, kLabelStream, split_code(s));
+    head.dense_key[split_code(s) - 1] = rng::key(seed, kDenseStream, split_code(s));
+    head.label_key[split_code(s) - 1] = rng::key(seed, kLabelStream, split_code(s));
   }
 
   // ---- teacher coefficients ----
   rng::Stream coef(rng::key(seed, kCoefficientStream));
   std::vector<int> eligible;  // tables with a non-empty bag
   for (int t = 0; t < num_tables; ++t) {
-    if (impl->tables[t].pooling > 0) eligible.push_back(t);
+    if (tables[t].pooling > 0) eligible.push_back(t);
   }
   const int ne = static_cast<int>(eligible.size());
-  const int nd = impl->num_dense;
 
   // Table pairs: a few distinct unordered pairs of eligible tables.
+  std::vector<PairTerm> pairs;
   const std::int64_t max_pairs = static_cast<std::int64_t>(ne) * (ne - 1) / 2;
   const int num_pairs = static_cast<int>(std::min<std::int64_t>(max_pairs, std::max(1, ne / 3)));
-  while (static_cast<int>(impl->pairs.size()) < num_pairs) {
+  while (static_cast<int>(pairs.size()) < num_pairs) {
     int a = eligible[coef.next_below(ne)];
     int b = eligible[coef.next_below(ne)];
     if (a == b) continue;
     if (a > b) std::swap(a, b);
-    const bool seen = std::any_of(impl->pairs.begin(), impl->pairs.end(),
+    const bool seen = std::any_of(pairs.begin(), pairs.end(),
                                   [&](const PairTerm& p) { return p.t == a && p.u == b; });
-    if (!seen) impl->pairs.push_back({a, b, raw_coefficient(coef)});
+    if (!seen) pairs.push_back({a, b, raw_coefficient(coef)});
   }
   // Dense x table terms: a few distinct (dense feature, eligible table) pairs.
+  std::vector<CrossTerm> cross;
   const std::int64_t max_cross = static_cast<std::int64_t>(nd) * ne;
   const int num_cross = static_cast<int>(std::min<std::int64_t>(max_cross, std::max(2, ne / 4)));
-  while (static_cast<int>(impl->cross.size()) < num_cross) {
+  while (static_cast<int>(cross.size()) < num_cross) {
     const int k = static_cast<int>(coef.next_below(nd));
     const int t = eligible[coef.next_below(ne)];
-    const bool seen = std::any_of(impl->cross.begin(), impl->cross.end(),
+    const bool seen = std::any_of(cross.begin(), cross.end(),
                                   [&](const CrossTerm& c) { return c.k == k && c.t == t; });
-    if (!seen) impl->cross.push_back({k, t, raw_coefficient(coef)});
+    if (!seen) cross.push_back({k, t, raw_coefficient(coef)});
   }
 
   // Variance shares over the groups this model has.
@@ -280,41 +305,42 @@ SyntheticData::SyntheticData(const ModelSpec& model, std::uint64_t seed) {
   const double total_var = kLogitStd * kLogitStd;
   auto target = [&](double share) { return share_sum > 0 ? total_var * share / share_sum : 0.0; };
 
-  std::vector<double> c(nd);
-  for (double& x : c) x = raw_coefficient(coef);
+  std::vector<double> dense_coef(nd);
+  for (double& x : dense_coef) x = raw_coefficient(coef);
   scale_to_variance(
-      c, [](std::size_t) { return 1.0; }, target(share_dense));
-  impl->dense_coef = c;
+      dense_coef, [](std::size_t) { return 1.0; }, target(share_dense));
 
-  c.assign(num_tables, 0.0);
-  for (int t : eligible) {
-    c[t] = raw_coefficient(coef) * (impl->tables[t].zipf ? kZipfWeight : 1.0);
-  }
+  std::vector<double> c(num_tables, 0.0);
+  for (int t : eligible) c[t] = raw_coefficient(coef) * (tables[t].zipf ? kZipfWeight : 1.0);
   scale_to_variance(
-      c, [&](std::size_t t) { return impl->tables[t].p_var; }, target(share_tables));
-  for (int t = 0; t < num_tables; ++t) impl->tables[t].s = c[t];
+      c, [&](std::size_t t) { return p_var[t]; }, target(share_tables));
+  for (int t = 0; t < num_tables; ++t) tables[t].s = c[t];
 
-  c.resize(impl->pairs.size());
-  for (std::size_t i = 0; i < c.size(); ++i) c[i] = impl->pairs[i].c;
+  c.resize(pairs.size());
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = pairs[i].c;
   scale_to_variance(
-      c,
-      [&](std::size_t i) {
-        return impl->tables[impl->pairs[i].t].q_var * impl->tables[impl->pairs[i].u].q_var;
-      },
-      target(share_pairs));
-  for (std::size_t i = 0; i < c.size(); ++i) impl->pairs[i].c = c[i];
+      c, [&](std::size_t i) { return q_var[pairs[i].t] * q_var[pairs[i].u]; }, target(share_pairs));
+  for (std::size_t i = 0; i < c.size(); ++i) pairs[i].c = c[i];
 
-  c.resize(impl->cross.size());
-  for (std::size_t i = 0; i < c.size(); ++i) c[i] = impl->cross[i].c;
+  c.resize(cross.size());
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = cross[i].c;
   scale_to_variance(
-      c, [&](std::size_t i) { return impl->tables[impl->cross[i].t].q_var; }, target(share_cross));
-  for (std::size_t i = 0; i < c.size(); ++i) impl->cross[i].c = c[i];
+      c, [&](std::size_t i) { return q_var[cross[i].t]; }, target(share_cross));
+  for (std::size_t i = 0; i < c.size(); ++i) cross[i].c = c[i];
 
-  for (const PairTerm& p : impl->pairs) {
-    impl->tables[p.t].needs_g = impl->tables[p.u].needs_g = true;
-  }
-  for (const CrossTerm& x : impl->cross) impl->tables[x.t].needs_g = true;
+  for (const PairTerm& p : pairs) tables[p.t].needs_g = tables[p.u].needs_g = 1;
+  for (const CrossTerm& x : cross) tables[x.t].needs_g = 1;
+  auto impl = std::make_shared<Impl>();
+  impl->block = pack(head, tables, pairs, cross, dense_coef);
   impl_ = std::move(impl);
+}
+
+std::span<const std::byte> SyntheticData::generator() const {
+  return std::as_bytes(std::span<const std::uint64_t>(impl_->block));
+}
+
+std::int64_t SyntheticData::ids_per_example() const {
+  return impl_->gen().ids_per_example;
 }
 
 void SyntheticData::make(Split split, std::int64_t first, std::int64_t count, Batch& out) const {
@@ -322,9 +348,9 @@ void SyntheticData::make(Split split, std::int64_t first, std::int64_t count, Ba
     throw Error(fmt::format(
         "SyntheticData::make: first and count must be >= 0, got first={} count={}", first, count));
   }
-  const Impl& m = *impl_;
-  const int nt = static_cast<int>(m.tables.size());
-  const int nd = m.num_dense;
+  const synth::Generator& g = impl_->gen();
+  const int nt = g.num_tables;
+  const int nd = g.num_dense;
   const int si = static_cast<int>(split_code(split)) - 1;
   out.size = count;
   out.num_dense = nd;
@@ -332,63 +358,37 @@ void SyntheticData::make(Split split, std::int64_t first, std::int64_t count, Ba
   out.dense.resize(static_cast<std::size_t>(count) * nd);
   out.labels.resize(count);
   out.teacher_prob.resize(count);
-  out.ids.resize(static_cast<std::size_t>(count) * m.ids_per_example);
+  out.ids.resize(static_cast<std::size_t>(count) * g.ids_per_example);
   out.offsets.resize(static_cast<std::size_t>(nt) * count + 1);
-  out.offsets[static_cast<std::size_t>(nt) * count] = count * m.ids_per_example;
+  out.offsets[static_cast<std::size_t>(nt) * count] = count * g.ids_per_example;
 
   float* dense = out.dense.data();
   float* labels = out.labels.data();
   float* probs = out.teacher_prob.data();
   std::int64_t* ids = out.ids.data();
   std::int64_t* offsets = out.offsets.data();
-  const data_detail::ZigguratTable& zig = data_detail::ziggurat_table();
 
 #pragma omp parallel if (count >= 256)
   {
-    thread_local std::vector<double> q_scratch;
-    q_scratch.resize(nt);
-    double* q = q_scratch.data();  // pool_t(g_t) of the current example
+    thread_local std::vector<double> scratch;
+    scratch.resize(2 * static_cast<std::size_t>(nt));
+    double* p = scratch.data();  // the tables' terms of the current example
+    double* q = p + nt;
 #pragma omp for schedule(static)
     for (std::int64_t b = 0; b < count; ++b) {
       const std::uint64_t e = static_cast<std::uint64_t>(first + b);
-      double logit = kBias;
       float* x = dense + b * nd;  // [num_dense]
-      for (int k = 0; k < nd; ++k) {
-        x[k] = static_cast<float>(data_detail::normal_value(zig, m.dense_key[si], e * nd + k));
-        logit += m.dense_coef[k] * x[k];
-      }
+      for (int k = 0; k < nd; ++k) x[k] = synth::dense_value(g, si, e, k);
       for (int t = 0; t < nt; ++t) {
-        const TableGen& g = m.tables[t];
-        const std::int64_t start = count * g.id_prefix + b * g.pooling;
+        const std::int64_t start = synth::bag_start(g, t, b, count);
         offsets[static_cast<std::int64_t>(t) * count + b] = start;
-        std::int64_t* bag = ids + start;
-        const std::uint64_t key = g.id_key[si];
-        const std::uint64_t c0 = e * static_cast<std::uint64_t>(g.pooling);
-        double sum_h = 0.0, sum_g = 0.0;
-        for (int j = 0; j < g.pooling; ++j) {
-          const std::uint64_t c = c0 + j;
-          std::int64_t row;
-          if (g.zipf) {
-            const std::int64_t rank =
-                g.zipf->sample(rng::uniform01(key, 2 * c), rng::uniform01(key, 2 * c + 1));
-            row = g.scatter(rank);
-          } else {
-            row = static_cast<std::int64_t>(
-                (static_cast<unsigned __int128>(rng::bits(key, c)) * g.rows) >> 64);
-          }
-          bag[j] = row;
-          const RowValues v = row_values(zig, g, row, g.needs_g);
-          sum_h += v.h;
-          sum_g += v.g;
-        }
-        logit += g.s * (sum_h * g.pool_scale - g.p_mean);
-        q[t] = sum_g * g.pool_scale - g.q_mean;
+        const synth::TableTerms terms = synth::table_bag(g, si, t, e, ids + start);
+        p[t] = terms.p;
+        q[t] = terms.q;
       }
-      for (const PairTerm& p : m.pairs) logit += p.c * q[p.t] * q[p.u];
-      for (const CrossTerm& c : m.cross) logit += c.c * x[c.k] * q[c.t];
-      const double prob = 1.0 / (1.0 + std::exp(-logit));
+      const double prob = synth::probability(synth::logit(g, x, p, q, 1));
       probs[b] = static_cast<float>(prob);
-      labels[b] = rng::uniform01(m.label_key[si], e) < prob ? 1.0f : 0.0f;
+      labels[b] = synth::label(g, si, e, prob);
     }
   }
 }

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <utility>
 
 #include "parity/error.h"
+#include "parity/synthetic_example.h"
 
 namespace parity::engine {
 namespace {
@@ -69,7 +71,7 @@ std::size_t InputStager::allocated_bytes() const {
   for (const InputSlot& slot : slots_)
     for (const Buffer* b : {&slot.dense, &slot.labels, &slot.ids, &slot.offsets})
       total += b->bytes();
-  return total;
+  return total + generator_.bytes() + synthetic_workspace_.bytes();
 }
 
 // A batch that does not fit the model is bad data (a user's batch source may make one).
@@ -146,6 +148,70 @@ void InputStager::stage(const Batch& batch) {
   backend_.end_input(index);
   slot.has_labels = label_bytes > 0;
   slot.sparse = SparseInput{n, batch.num_tables, slot.ids.as<std::int64_t>(),
+                            slot.offsets.as<std::int64_t>(), nids};
+  ++staged_total_;
+  ++staged_count_;
+}
+
+void InputStager::stage_synthetic(const SyntheticData& data, Split split, std::int64_t first,
+                                  std::int64_t count) {
+  if (!backend_.makes_synthetic_data())
+    throw Error(
+        fmt::format("Model::stage_synthetic: the {} backend does not make synthetic data; "
+                    "stage batches the host made",
+                    backend_.name()));
+  if (count <= 0 || count > max_batch_)
+    throw InputError(fmt::format("Model: batch of {} examples; this model was built for 1..{}",
+                                 count, max_batch_));
+  if (first < 0) throw Error(fmt::format("Model::stage_synthetic: first example {} < 0", first));
+  const std::span<const std::byte> block = data.generator();
+  const auto* gen = reinterpret_cast<const synth::Generator*>(block.data());
+  if (gen->num_dense != spec_.dense_features || gen->num_tables != spec_.num_tables() ||
+      data.ids_per_example() != spec_.lookups_per_example())
+    throw InputError(fmt::format(
+        "Model: the synthetic data has {} dense features, {} tables and {} ids an example; model "
+        "'{}' expects {}, {} and {}",
+        gen->num_dense, gen->num_tables, data.ids_per_example(), spec_.name, spec_.dense_features,
+        spec_.num_tables(), spec_.lookups_per_example()));
+  if (staged_count_ >= kSlots)
+    throw Error(fmt::format(
+        "Model::stage: {} batches are staged already; train one (train_staged) first", kSlots));
+  if (generator_source_ != block.data()) {
+    // Set-up, once per generator: the kernels of an earlier one may still read the old block.
+    if (generator_source_ != nullptr) backend_.synchronize();
+    if (generator_.bytes() < block.size()) generator_ = Buffer(backend_, block.size());
+    backend_.copy_to_device(generator_.get(), block.data(), block.size());
+    if (synthetic_workspace_.get() == nullptr)
+      synthetic_workspace_ =
+          Buffer(backend_, SyntheticBatch::workspace_bytes(spec_.num_tables(), max_batch_));
+    generator_source_ = block.data();
+  }
+  const int index = static_cast<int>(staged_total_ % kSlots);
+  InputSlot& slot = slots_[index];
+  const std::int64_t nids = count * data.ids_per_example();
+  SyntheticBatch b;
+  b.generator = generator_.get();
+  b.num_dense = spec_.dense_features;
+  b.num_tables = spec_.num_tables();
+  b.ids_per_example = data.ids_per_example();
+  b.split = split == Split::train ? 0 : 1;
+  b.first = first;
+  b.count = count;
+  b.dense = slot.dense.as<float>();
+  b.labels = slot.labels.as<float>();
+  b.ids = slot.ids.as<std::int64_t>();
+  b.offsets = slot.offsets.as<std::int64_t>();
+  b.workspace = synthetic_workspace_.get();
+  backend_.begin_input(index);
+  try {
+    backend_.make_synthetic(b);
+  } catch (...) {
+    backend_.end_input(index);
+    throw;
+  }
+  backend_.end_input(index);
+  slot.has_labels = true;
+  slot.sparse = SparseInput{count, spec_.num_tables(), slot.ids.as<std::int64_t>(),
                             slot.offsets.as<std::int64_t>(), nids};
   ++staged_total_;
   ++staged_count_;

@@ -44,6 +44,11 @@ class InputStager {
   // Checks the batch against the model and stages it in the next slot (throws when all kSlots
   // are staged already).
   void stage(const Batch& batch);
+  // Stages examples [first, first + count) of a split of the synthetic data, made by the backend
+  // on the device in the next slot (Backend::makes_synthetic_data must be true): the batch
+  // stage(data.make(...)) would stage, with no host work and no copy.
+  void stage_synthetic(const SyntheticData& data, Split split, std::int64_t first,
+                       std::int64_t count);
   // Batches staged and not yet taken.
   int staged() const { return static_cast<int>(staged_count_); }
   // The oldest staged slot, the next one take() returns.
@@ -83,6 +88,10 @@ class InputStager {
 
   Backend& backend_;
   const ModelSpec& spec_;
+  // stage_synthetic: the generator block in backend memory (uploaded on first use, again when
+  // another generator comes), which block it copies, and the kernels' workspace.
+  Buffer generator_, synthetic_workspace_;
+  const void* generator_source_ = nullptr;
   std::int64_t max_batch_;
   InputSlot slots_[kSlots];
   std::int64_t staged_total_ = 0;  // batches ever staged (slot = staged_total_ % kSlots)

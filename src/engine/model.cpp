@@ -374,6 +374,11 @@ void Model::stage(const Batch& batch) {
   impl_->input.stage(batch);
 }
 
+void Model::stage_synthetic(const SyntheticData& data, Split split, std::int64_t first,
+                            std::int64_t count) {
+  impl_->input.stage_synthetic(data, split, first, count);
+}
+
 void Model::train_staged() {
   Impl& m = *impl_;
   if (m.input.staged() == 0) throw Error("Model::train_staged: no batch is staged");

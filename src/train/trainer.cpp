@@ -269,6 +269,10 @@ class Trainer {
                                                          result_.last_checkpoint.string());
   }
 
+  bool synthetic_on_device() const {
+    return train_data_->generated().data != nullptr && backend_->makes_synthetic_data();
+  }
+
   void announce() const {
     TrainEvent e = event(TrainEvent::Kind::start, start_);
     const std::string math =
@@ -280,7 +284,7 @@ class Trainer {
         "buffers, {}{}",
         cfg_.model.name, model_.dense_parameter_count(), model_.embedding_parameter_count(),
         cfg_.batch, backend_->name(), math, model_.allocated_bytes() / 1000000,
-        train_data_->describe(),
+        train_data_->describe() + (synthetic_on_device() ? " made on the device" : ""),
         start_ > 0 ? fmt::format(", resumed at step {}", start_) : std::string());
     emit(e);
   }
@@ -288,25 +292,41 @@ class Trainer {
   // The pipeline: batch k+1 is staged (copied to pinned memory, its device copy started on the
   // copy queue) right after step k is enqueued, while the device runs step k; evaluation and
   // checkpoints happen between the two, when no batch is staged.
+  // Synthetic data made on the device (no loader thread, no host batch, no copy), the same
+  // batches bit for bit, or batches the loader thread reads from the source.
   void train_steps() {
     std::int64_t epoch = train_data_->epoch();  // read before the loader thread owns the source
-    Prefetcher loader(*train_data_, cfg_.batch,
-                      total_ >= 0 ? std::max<std::int64_t>(0, total_ - start_) : -1);
+    const std::int64_t limit = total_ >= 0 ? std::max<std::int64_t>(0, total_ - start_) : -1;
+    const BatchSource::Generated gen = train_data_->generated();
+    std::optional<Prefetcher> loader;
+    if (!synthetic_on_device()) loader.emplace(*train_data_, cfg_.batch, limit);
     auto note_epoch = [&](std::int64_t step) {  // warned once, at the first repeat
-      if (epoch == 0 && loader.epoch() > 0)
+      if (!loader) return;
+      if (epoch == 0 && loader->epoch() > 0)
         warn(step, fmt::format("the training data ran out (at about step {}); epoch 2 and later "
                                "ones repeat it (recommendation models often overfit on a second "
                                "pass: watch the held-out AUC)",
                                step));
-      epoch = loader.epoch();
+      epoch = loader->epoch();
+    };
+    Batch b;
+    std::int64_t made = 0;  // batches made on the device
+    // Stages the next batch; its size, 0 once the data (or the step count) ends.
+    auto stage_next = [&]() -> std::int64_t {
+      if (!loader) {
+        if (limit >= 0 && made >= limit) return 0;
+        model_.stage_synthetic(*gen.data, gen.split, (start_ + made) * cfg_.batch, cfg_.batch);
+        ++made;
+        return cfg_.batch;
+      }
+      if (!loader->next(b)) return 0;
+      model_.stage(b);
+      return b.size;
     };
     clock_ = StepClock{};
-    Batch b;
-    bool have = loader.next(b);
-    if (have) {
-      model_.stage(b);
-      note_epoch(start_);
-    }
+    std::int64_t staged = stage_next();
+    bool have = staged > 0;
+    if (have) note_epoch(start_);
     auto mark = Clock::now();  // --profile: the one-time costs, measured with the device drained
     if (cfg_.profile) {
       backend_->synchronize();
@@ -325,7 +345,7 @@ class Trainer {
       mark = Clock::now();
     }
     while (have) {
-      const std::int64_t n = b.size;
+      const std::int64_t n = staged;
       if (clock_.steady) clock_.steady_examples += n;
       if (cfg_.profile && model_.step() == start_ + kWarmupSteps) model_.set_profiling(true);
       model_.train_staged();
@@ -344,11 +364,9 @@ class Trainer {
       }
       const bool last = total_ >= 0 && step >= total_;
       if (!last) between_steps(step);
-      have = loader.next(b);
-      if (have) {
-        model_.stage(b);
-        note_epoch(step);
-      }
+      staged = stage_next();
+      have = staged > 0;
+      if (have) note_epoch(step);
       if (last || seconds_since(clock_.last_report) >= cfg_.report_interval_s) report(step);
     }
     record_rates();

@@ -55,8 +55,30 @@ TrainConfig small_run(std::uint64_t seed) {
   return cfg;
 }
 
-TEST(TrainSources, CustomSourceTrainsLikeTheBuiltInSyntheticData) {
+// Skips the test where the backend is not built or cannot run here.
+#define PARITY_REQUIRE_TRAIN_BACKEND(backend)                                            \
+  do {                                                                                   \
+    if ((backend) != "cpu") {                                                            \
+      try {                                                                              \
+        (void)make_backend(backend);                                                     \
+      } catch (const InputError& e) {                                                    \
+        GTEST_SKIP() << "the " << (backend) << " backend is not built: " << e.what();    \
+      } catch (const Error& e) {                                                         \
+        GTEST_SKIP() << "the " << (backend) << " backend cannot run here: " << e.what(); \
+      }                                                                                  \
+    }                                                                                    \
+  } while (0)
+
+class SyntheticOnEveryBackend : public ::testing::TestWithParam<std::string> {};
+
+// The built-in synthetic data against the same examples from a source of the user's own: on a GPU
+// backend the built-in batches are made on the device, the user's on the host, and every loss
+// must still be the same bits.
+TEST_P(SyntheticOnEveryBackend, CustomSourceTrainsLikeTheBuiltInSyntheticData) {
+  const std::string backend = GetParam();
+  PARITY_REQUIRE_TRAIN_BACKEND(backend);
   TrainConfig cfg = small_run(7);
+  cfg.backend = backend;
   Events builtin;
   const TrainResult a = train(cfg, &builtin);
   const ModelSpec model = cfg.model;
@@ -77,7 +99,38 @@ TEST(TrainSources, CustomSourceTrainsLikeTheBuiltInSyntheticData) {
   EXPECT_NE(custom.all.front().message.find("the test's planted-teacher batches"),
             std::string::npos)
       << custom.all.front().message;
+  const bool on_device = make_backend(backend)->makes_synthetic_data();
+  EXPECT_EQ(
+      builtin.all.front().message.find("synthetic data made on the device") != std::string::npos,
+      on_device)
+      << builtin.all.front().message;
 }
+
+// A run resumed from a checkpoint makes the batches an uninterrupted run makes after that step.
+TEST_P(SyntheticOnEveryBackend, ResumedRunContinuesExactly) {
+  const std::string backend = GetParam();
+  PARITY_REQUIRE_TRAIN_BACKEND(backend);
+  const fs::path dir = fs::temp_directory_path() / ("parity-train-synthetic-resume-" + backend);
+  fs::remove_all(dir);
+  TrainConfig cfg = small_run(5);
+  cfg.backend = backend;
+  const TrainResult whole = train(cfg);
+  cfg.steps = 12;
+  cfg.checkpoint_dir = dir;
+  train(cfg);
+  cfg.steps = 20;
+  cfg.resume = true;
+  Events resumed;
+  const TrainResult tail = train(cfg, &resumed);
+  EXPECT_EQ(tail.start_step, 12);
+  EXPECT_EQ(resumed.losses().size(), 8u);
+  EXPECT_EQ(whole.final_loss, tail.final_loss);
+  EXPECT_EQ(whole.auc, tail.auc);
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, SyntheticOnEveryBackend, ::testing::Values("cpu", "cuda", "hip"),
+                         [](const auto& info) { return info.param; });
 
 TEST(TrainSources, CustomSourcesAreGivenBothAndAlone) {
   TrainConfig cfg = small_run(1);

@@ -40,6 +40,7 @@
 #include "backend/gpu/port.h"
 #include "backend/gpu/runtime.h"
 #include "backend/gpu/scratch.h"
+#include "backend/gpu/synthetic.h"
 #include "parity/error.h"
 
 namespace parity {
@@ -357,6 +358,9 @@ void GpuBackend::begin_input(int slot) {
 }
 void GpuBackend::input_copy(void* dst, const void* host_src, std::size_t bytes) {
   impl_->input.copy(dst, host_src, bytes);
+}
+void GpuBackend::make_synthetic(const SyntheticBatch& batch) {
+  gpu::make_synthetic(impl_->input.stream(), batch);
 }
 void GpuBackend::end_input(int slot) {
   impl_->input.end(slot);
