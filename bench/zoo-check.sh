@@ -9,8 +9,9 @@
 # plan fits one GPU (the planner asks for more) or the plan puts tables in host memory (the engine
 # keeps every table in HBM today), every table's rows are capped, at 8M and then halved until a
 # plan keeps them all in HBM, every other shape kept (the table says which cap). Then parity train
-# --plan for STEPS steps on synthetic batches made on the fly, with --profile: the device time of
-# the steps (timing marks) beside the plan's, per category, the wall time and examples/s, and the
+# --plan for STEPS steps on synthetic batches (made on the device), with --profile: the device time
+# of the steps (timing marks) beside the plan's and as a multiple of the plan's floor (every op at
+# its roofline, `parity plan`'s "floor"), per category, the wall time and examples/s, and the
 # peak GPU memory (nvidia-smi every 50 ms, less what was in use before) beside the plan's
 # predicted peak. A plan the engine refuses is reported with the plan check's reason.
 # The table is printed last and written to $OUT/zoo.md (default out/zoo-check); the plans, the
@@ -67,10 +68,11 @@ for m in $models; do
     c=$((c / 2))
   done
   if [ $rc -ne 0 ]; then
-    rows_md+=("| $m | $cap | no plan: $(grep -m1 -o 'error: .*' "$OUT/$m.plan.txt" | cut -c1-90) ||||||||")
+    rows_md+=("| $m | $cap | no plan: $(grep -m1 -o 'error: .*' "$OUT/$m.plan.txt" | cut -c1-90) |||||||||")
     continue
   fi
   plan_ms=$(grep -m1 -oE 'predicted: [0-9.]+ ms' "$OUT/$m.plan.txt" | grep -oE '[0-9.]+')
+  floor_ms=$(grep -m1 -oE 'floor: [0-9.]+ ms' "$OUT/$m.plan.txt" | grep -oE '[0-9.]+')
   pred_gb=$(grep -m1 -oE '"peak_memory_bytes": *[0-9.e+]+' "$OUT/$m.plan.json" | awk -F: '{printf "%.2f", $2 / 1e9}')
   base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 >"$OUT/$m.mem" 2>/dev/null &
@@ -81,7 +83,7 @@ for m in $models; do
   kill $poll 2>/dev/null
   wait $poll 2>/dev/null
   if [ $rc -ne 0 ]; then
-    rows_md+=("| $m | $cap | $plan_ms | refused or failed (exit $rc): $(grep -m1 -oE '(error|stopped): .*' "$OUT/$m.train.txt" | cut -c1-160) |||||||")
+    rows_md+=("| $m | $cap | $plan_ms | refused or failed (exit $rc): $(grep -m1 -oE '(error|stopped): .*' "$OUT/$m.train.txt" | cut -c1-160) ||||||||")
     continue
   fi
   peak_gb=$(sort -n "$OUT/$m.mem" | tail -1 | awk -v b="$base" '{printf "%.2f", ($1 - b) * 1048576 / 1e9}')
@@ -97,13 +99,14 @@ for m in $models; do
     on && NF == 3 && $3 + 0 > 0 && $2 > 1.3 * $3 && $2 - $3 > 0.05 * plan {
       printf "%s%s %.2fx", sep, $1, $2 / $3; sep = ", "}' "$OUT/$m.train.txt")
   ratio=$(awk -v a="$dev_ms" -v b="$plan_ms" 'BEGIN {if (b > 0) printf "%.2f", a / b}')
-  rows_md+=("| $m | $cap | $plan_ms | $dev_ms | $ratio | ${over:--} | $wait_ms | $wall_ms | $rate | $peak_gb / $pred_gb |")
+  floor_x=$(awk -v a="$dev_ms" -v b="${floor_ms:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}')
+  rows_md+=("| $m | $cap | $plan_ms | $dev_ms | $ratio | $floor_x | ${over:--} | $wait_ms | $wall_ms | $rate | $peak_gb / $pred_gb |")
 done
 OUT=$TABLE
 device_after
 tar -czf "$OUT/zoo-logs.tgz" -C "$SCRATCH" logs
 {
-  echo "| model | rows capped at | plan ms | device ms | device / plan | categories over 1.3x | input wait ms | wall ms | examples/s (steady) | peak GPU GB measured / predicted |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| model | rows capped at | plan ms | device ms | device / plan | device / floor | categories over 1.3x | input wait ms | wall ms | examples/s (steady) | peak GPU GB measured / predicted |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${rows_md[@]}"
 } | tee "$OUT/zoo.md"

@@ -58,7 +58,10 @@ struct Prediction {
   double step_s = 0;
   double examples_per_s = 0;  // whole job
   double examples_per_s_per_gpu = 0;
-  std::map<std::string, double> time_s;        // by op category (critical path)
+  std::map<std::string, double> time_s;  // by op category (critical path)
+  // The step with every op at its roofline and no fixed costs (launches, latencies): a measured
+  // step time over this is how far from the hardware's limits the engine runs.
+  double floor_s = 0;
   std::map<std::string, double> memory_bytes;  // by category, on the fullest device
   double peak_memory_bytes = 0;                // fullest device
   std::vector<double> device_memory_bytes;     // every device

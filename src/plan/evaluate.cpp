@@ -73,8 +73,9 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   p.memory_budget_bytes = dev.hbm_bytes.value;
 
   // ---- dense part (replicated: the same on every device) ----
-  const DenseTime dt =
-      dense_time(dense_op_costs(m, plan.per_device_batch, plan.dense_math, dev, cal));
+  const std::vector<OpCost> dense_ops =
+      dense_op_costs(m, plan.per_device_batch, plan.dense_math, dev, cal);
+  const DenseTime dt = dense_time(dense_ops);
   const detail::DenseMemory dm = detail::dense_memory(m, plan.dense_math);
   const double P = static_cast<double>(m.dense_parameters());
   const int k = optimizer_state_per_element(m.dense_optimizer.kind);
@@ -90,7 +91,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   // ---- embeddings, per device ----
   std::vector<double> fwd(W, 0), bwd(W, 0), host(W, 0), a2a_send(W, 0), rs_bytes(W, 0);
   std::vector<double> weights_mem(W, 0), state_mem(W, 0), index_mem(W, 0), io_mem(W, 0);
-  std::vector<double> host_mem(W, 0);
+  std::vector<double> host_mem(W, 0), emb_bytes(W, 0);
   double replicated_s = 0, replicated_allreduce_bytes = 0;
   std::size_t memo_table = static_cast<std::size_t>(-1);
   // The engine stores x0 (the pooled outputs) and its gradient like the activations: bf16 under a
@@ -138,6 +139,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
       fwd[d] += c.forward_s;
       bwd[d] += c.backward_s;
       host[d] += c.host_s;
+      emb_bytes[d] += c.forward_bytes + c.backward_bytes;
       const double state_row = optimizer_state_bytes_per_row(tp.optimizer, dim);
       const double row_bytes = dim * sw + state_row;
       if (tp.placement == Placement::hbm) {
@@ -243,6 +245,14 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   }
   p.step_s = 0;
   for (const auto& [name, t] : p.time_s) p.step_s += t;
+  // The floor: every op at its roofline, with no launch or fixed cost: the dense ops' bytes over
+  // the achieved copy bandwidth or their FLOPs over the achieved dense peak, whichever is longer,
+  // the fullest device's embedding bytes and the optimizer's over the copy bandwidth.
+  const double copy_bw = dev.hbm_bandwidth.value * cal.hbm_efficiency;
+  const double dense_peak = dev.dense_flops(plan.dense_math) * cal.gemm_efficiency(plan.dense_math);
+  p.floor_s = (*std::max_element(emb_bytes.begin(), emb_bytes.end()) + opt_bytes) / copy_bw;
+  for (const OpCost& op : dense_ops)
+    p.floor_s += std::max(op.bytes / copy_bw, op.flops / dense_peak);
   p.examples_per_s = G / p.step_s;
   p.examples_per_s_per_gpu = p.examples_per_s / W;
 

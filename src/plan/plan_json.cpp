@@ -140,6 +140,7 @@ std::string plan_to_json(const Plan& p) {
   pj["examples_per_s"] = pr.examples_per_s;
   pj["examples_per_s_per_gpu"] = pr.examples_per_s_per_gpu;
   pj["time_s"] = pr.time_s;
+  pj["floor_s"] = pr.floor_s;
   pj["memory_bytes"] = pr.memory_bytes;
   pj["peak_memory_bytes"] = pr.peak_memory_bytes;
   pj["peak_device"] = pr.peak_device;
@@ -233,7 +234,8 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
   if (r.has("prediction")) {
     const Reader pr = r.at("prediction");
     pr.only({"step_s", "examples_per_s", "examples_per_s_per_gpu", "time_s", "memory_bytes",
-             "peak_memory_bytes", "peak_device", "memory_budget_bytes", "host_memory_bytes"});
+             "peak_memory_bytes", "peak_device", "memory_budget_bytes", "host_memory_bytes",
+             "floor_s"});
     p.prediction.step_s = pr.at("step_s").number();
     p.prediction.examples_per_s = pr.at("examples_per_s").number();
     p.prediction.examples_per_s_per_gpu = pr.at("examples_per_s_per_gpu").number();
@@ -241,6 +243,7 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
     p.prediction.peak_device = static_cast<int>(pr.at("peak_device").integer(0, p.gpus - 1));
     p.prediction.memory_budget_bytes = pr.at("memory_budget_bytes").number();
     p.prediction.host_memory_bytes = pr.at("host_memory_bytes").number();
+    if (pr.has("floor_s")) p.prediction.floor_s = pr.at("floor_s").number();  // plans before it
     for (const char* key : {"time_s", "memory_bytes"}) {
       const json& obj = j["prediction"][key];
       if (!obj.is_object()) pr.at(key).fail("expected an object of numbers");

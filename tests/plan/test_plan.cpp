@@ -169,6 +169,11 @@ TEST(Planner, PropertiesOverRandomModelsAndDevices) {
     EXPECT_LE(p.prediction.host_memory_bytes, d.host_memory_bytes.value) << i;
     EXPECT_TRUE(d.has_tf32() || p.dense_math != DenseMath::tf32);
     EXPECT_GT(p.prediction.examples_per_s, 0);
+    // The floor (every op at its roofline, no fixed costs) is below the prediction but not
+    // nothing: the predicted step is the floor plus launches, wave and tile quantization, the
+    // embedding kernels' efficiencies and communication.
+    EXPECT_GT(p.prediction.floor_s, 0) << i;
+    EXPECT_LT(p.prediction.floor_s, p.prediction.step_s) << i;
     // Changes only where allowed.
     for (const auto& t : p.tables)
       EXPECT_NE(std::find(m.allowed_table_dtypes.begin(), m.allowed_table_dtypes.end(), t.dtype),
@@ -197,6 +202,9 @@ TEST(PlanFile, RoundTripsAndReEvaluatesTheSame) {
   const Prediction e = evaluate_plan(q, m, d, calibration_for(d, kConfigs));
   EXPECT_DOUBLE_EQ(e.step_s, p.prediction.step_s);
   EXPECT_DOUBLE_EQ(e.peak_memory_bytes, p.prediction.peak_memory_bytes);
+  EXPECT_GT(q.prediction.floor_s, 0);
+  EXPECT_DOUBLE_EQ(q.prediction.floor_s, p.prediction.floor_s);
+  EXPECT_DOUBLE_EQ(e.floor_s, p.prediction.floor_s);
   // The model as the plan trains it.
   const ModelSpec applied = apply_plan(m, q);
   EXPECT_EQ(applied.embedding_optimizer.kind, OptimizerKind::rowwise_adagrad);

@@ -52,6 +52,10 @@ void print_plan(const Plan& p, const DeviceSpec& dev, bool verbose) {
              join_counts(s.dtypes), join_counts(s.sharding), p.tables.size() - s.host, s.host);
   fmt::print("  predicted: {:.2f} ms/step, {} examples/s ({} per GPU)\n", pr.step_s * 1e3,
              rate(pr.examples_per_s), rate(pr.examples_per_s_per_gpu));
+  if (pr.floor_s > 0)
+    fmt::print(
+        "  floor: {:.4f} ms/step with every op at its roofline (the prediction is {:.2f}x)\n",
+        pr.floor_s * 1e3, pr.step_s / pr.floor_s);
   fmt::print("\n  step time by category        ms    share\n");
   std::vector<std::pair<std::string, double>> times(pr.time_s.begin(), pr.time_s.end());
   std::stable_sort(times.begin(), times.end(),
