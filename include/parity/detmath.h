@@ -174,7 +174,7 @@ PARITY_HD double log1p(double t) {
 }
 
 PARITY_HD double expm1(double t) {
-  if (t != t) return t;
+  if (t != t || t == 0.0) return t;  // NaN; +-0 keeps its sign
   if (t > -1.0 && t < 1.0) return t + t * (t * detail::expm1_small_rest(t));
   if (t < -40.0) return -1.0;
   return exp(t) - 1.0;

@@ -211,7 +211,7 @@ struct Generator {
   PARITY_HD double dense_coef(int k) const { return at<double>(dense_coef_at)[k]; }
 };
 
-// Split index: 0 train, 1 eval.
+// `split` below is 0 for the training split, 1 for the held-out one.
 
 // Dense feature k of example e.
 PARITY_HD float dense_value(const Generator& g, int split, std::uint64_t e, int k) {

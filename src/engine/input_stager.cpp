@@ -71,7 +71,7 @@ std::size_t InputStager::allocated_bytes() const {
   for (const InputSlot& slot : slots_)
     for (const Buffer* b : {&slot.dense, &slot.labels, &slot.ids, &slot.offsets})
       total += b->bytes();
-  return total + generator_.bytes() + synthetic_workspace_.bytes();
+  return total + generator_block_.bytes() + synthetic_workspace_.bytes();
 }
 
 // A batch that does not fit the model is bad data (a user's batch source may make one).
@@ -176,21 +176,25 @@ void InputStager::stage_synthetic(const SyntheticData& data, Split split, std::i
   if (staged_count_ >= kSlots)
     throw Error(fmt::format(
         "Model::stage: {} batches are staged already; train one (train_staged) first", kSlots));
-  if (generator_source_ != block.data()) {
-    // Set-up, once per generator: the kernels of an earlier one may still read the old block.
-    if (generator_source_ != nullptr) backend_.synchronize();
-    if (generator_.bytes() < block.size()) generator_ = Buffer(backend_, block.size());
-    backend_.copy_to_device(generator_.get(), block.data(), block.size());
+  if (!generator_ || generator_->generator().data() != block.data()) {
+    // Set-up, once per generator. The kernels of an earlier one may still read the old block, and
+    // the copy runs on the compute queue while the kernels run on the copy queue: drain before
+    // and after. The kept SyntheticData keeps its block (and so its address) alive.
+    if (generator_) backend_.synchronize();
+    if (generator_block_.bytes() < block.size()) generator_block_ = Buffer(backend_, block.size());
+    backend_.copy_to_device(generator_block_.get(), block.data(), block.size());
     if (synthetic_workspace_.get() == nullptr)
       synthetic_workspace_ =
-          Buffer(backend_, SyntheticBatch::workspace_bytes(spec_.num_tables(), max_batch_));
-    generator_source_ = block.data();
+          Buffer(backend_, std::max<std::size_t>(
+                               8, SyntheticBatch::workspace_bytes(spec_.num_tables(), max_batch_)));
+    backend_.synchronize();
+    generator_ = data;
   }
   const int index = static_cast<int>(staged_total_ % kSlots);
   InputSlot& slot = slots_[index];
   const std::int64_t nids = count * data.ids_per_example();
   SyntheticBatch b;
-  b.generator = generator_.get();
+  b.generator = generator_block_.get();
   b.num_dense = spec_.dense_features;
   b.num_tables = spec_.num_tables();
   b.ids_per_example = data.ids_per_example();

@@ -9,11 +9,13 @@
 // copy and the device copy hide behind step k. Every slot's device buffers are allocated at
 // construction for a full batch and its pinned memory on first use or by allocate_pinned (which
 // Model::prepare calls), so a step allocates nothing; only ids beyond the spec's pooling grow a
-// slot, once.
+// slot, once. stage_synthetic has the backend make the batch in the slot instead, on the copy
+// queue, from the generator block uploaded at its first call (with the kernels' workspace).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "parity/backend.h"
 #include "parity/data.h"
@@ -59,7 +61,7 @@ class InputStager {
   // Allocates the pinned staging memory of every slot that has none yet (backends that copy in
   // the background only), so that no later stage() allocates it.
   void allocate_pinned();
-  // Bytes of backend memory held by the slots.
+  // Bytes of backend memory held by the slots (and stage_synthetic's generator and workspace).
   std::size_t allocated_bytes() const;
 
   // A taken slot in use by the step being enqueued: the compute queue waits for its copies
@@ -88,10 +90,11 @@ class InputStager {
 
   Backend& backend_;
   const ModelSpec& spec_;
-  // stage_synthetic: the generator block in backend memory (uploaded on first use, again when
-  // another generator comes), which block it copies, and the kernels' workspace.
-  Buffer generator_, synthetic_workspace_;
-  const void* generator_source_ = nullptr;
+  // stage_synthetic: the generator (kept, so that its block stays alive), its block in backend
+  // memory (uploaded on first use, again when another generator comes) and the kernels'
+  // workspace.
+  std::optional<SyntheticData> generator_;
+  Buffer generator_block_, synthetic_workspace_;
   std::int64_t max_batch_;
   InputSlot slots_[kSlots];
   std::int64_t staged_total_ = 0;  // batches ever staged (slot = staged_total_ % kSlots)

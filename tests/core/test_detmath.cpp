@@ -96,6 +96,8 @@ TEST(Detmath, SpecialValues) {
   EXPECT_EQ(detmath::log1p(-1.0), -inf);
   EXPECT_TRUE(std::isnan(detmath::log1p(-2.0)));
   EXPECT_EQ(detmath::expm1(0.0), 0.0);
+  EXPECT_TRUE(std::signbit(detmath::expm1(-0.0)));
+  EXPECT_TRUE(std::signbit(detmath::log1p(-0.0)));
   EXPECT_EQ(detmath::expm1(-100.0), -1.0);
   EXPECT_EQ(detmath::expm1(1000.0), inf);
   // Tiny arguments: log1p(t) and expm1(t) are t to within an ulp.

@@ -84,6 +84,7 @@ void expect_same_batch(const ModelSpec& m, std::uint64_t seed, Split split, std:
   sb.ids = ids.as<std::int64_t>();
   sb.offsets = offsets.as<std::int64_t>();
   sb.workspace = work.get();
+  gpu.synchronize();  // the uploads and poison ran on the compute queue, the kernels run beside it
   gpu.begin_input(0);
   gpu.make_synthetic(sb);
   gpu.end_input(0);

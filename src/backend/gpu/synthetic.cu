@@ -3,11 +3,12 @@
 // Why it is built this way: the example math is parity/synthetic_example.h, the code the host
 // generator runs, compiled here with -fmad=false (cmake/ParityGpu.cmake) so that no multiply and
 // add are fused and every double rounds as on the host. Two kernels: one thread per (table,
-// example) draws the bag's ids (table-major, so a block's threads share a table and its pooling
-// size, and the work per thread is even within a block) and writes the table's two teacher terms
-// to the workspace; then one thread per example makes the dense features and adds the terms in
-// the host's order to get the logit and the label. The work per id is a few 64-bit hashes and, for
-// Zipf tables, an exp and a log1p in double: small beside the step that reads the batch.
+// example) draws the bag's ids and writes the table's two teacher terms to the workspace
+// (table-major, so a block's threads share a table and its pooling size, and so the work per
+// thread, but for the blocks that straddle two tables); then one thread per example makes the
+// dense features and adds the terms in the host's order to get the logit and the label. The work
+// per id is a few 64-bit hashes and, for Zipf tables, an exp and a log1p in double: small beside
+// the step that reads the batch.
 #include "backend/gpu/synthetic.h"
 
 #include "backend/gpu/elementwise.cuh"
