@@ -10,7 +10,7 @@ namespace {
 // (bwd) in ascending order. Worst case D·u = 128 · 6e-8 = 7.6e-6 of the magnitude: tol 1e-5.
 
 // Each shape twice: x0 rows padded by 4 floats (rows 16-byte aligned where D % 4 == 0: the
-// 4-column kernels, or with 32 features or more the register-tiled ones) and by 3 (the scalar
+// 4-column kernels, or from 8 features on the register-tiled ones) and by 3 (the scalar
 // kernels); both against the CPU, and the two GPU results bit for bit (the same sums in the same
 // order).
 TEST(DenseGpu, DotInteractionMatchesCpu) {

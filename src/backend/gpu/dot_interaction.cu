@@ -11,8 +11,9 @@
 // multiples of 4) the kernels move 4 columns per access, in global and in shared memory: the
 // scalar kernels issue two shared-memory loads per multiply-add and were bound by them; the vector
 // ones issue one 16-byte load per 2 (forward: a pair's two rows) or 4 (backward) multiply-adds.
-// With many features (F >= kTiledFeatures) shared memory's bandwidth still bounds them, so each
-// thread computes a 4 x 4 register tile instead (forward: the dots of 4 features with 4 others;
+// From a handful of features on (F >= kTiledFeatures) shared memory's bandwidth still bounds them
+// (with 27 features and D = 64 too: docs/perf/dense.md), so each thread computes a 4 x 4 register
+// tile instead (forward: the dots of 4 features with 4 others;
 // backward: 4 features' gradients in 4 columns), 8 multiply-adds per 16-byte load. Every sum keeps
 // the scalar kernels' order (ascending d, or ascending j), so all give the same bits.
 #include "backend/gpu/dot_interaction.h"
@@ -195,7 +196,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward4_kernel(CMat dense, CM
 
 // ---- 4 x 4 register tiles (F >= kTiledFeatures, and the conditions above) ----
 
-constexpr int kTiledFeatures = 32;
+constexpr int kTiledFeatures = 8;
 
 // (bi, bj) with bi >= bj of tile t in the row-major lower triangle with its diagonal:
 // t = bi(bi+1)/2 + bj.
