@@ -187,11 +187,12 @@ struct GpuBackend::Impl {
     // an odd k takes the library's slow unaligned kernels.
     if (math == DenseMath::bf16 && !ta && tb && a16 == nullptr && a.is_f32() && b.is_f32())
       g.k = copy_ld(g.k);
-    // A weight gradient dzᵀ · x with x a bf16 copy of an fp32 [k, n] view and n not a multiple of
-    // 8 (its rows end in zeros up to one): over the padded n into scratch (weight-sized), then the
-    // n columns copied out, where the unaligned n would take the slow align1 kernels.
+    // A weight gradient dzᵀ · x, or a data gradient dz · w, whose second operand is a bf16 copy of
+    // an fp32 [k, n] view with n not a multiple of 8 (its rows end in zeros up to one): over the
+    // padded n into scratch, then the n columns copied out, where the unaligned n would take the
+    // slow align1 kernels (docs/perf/dense.md has the figures).
     const std::int64_t n8 = copy_ld(g.n);
-    if (math == DenseMath::bf16 && ta && !tb && b.is_f32() && n8 != g.n && d.is_f32() &&
+    if (math == DenseMath::bf16 && !tb && b.is_f32() && n8 != g.n && d.is_f32() &&
         c.data == nullptr && beta == 0.0f && ep == gpu::Epilogue::none && bias == nullptr) {
       float* wide = scratch.get_as<float>(Slot::dw, g.m * n8, s());
       g.n = n8;
