@@ -137,7 +137,7 @@ std::int64_t gradient_sums_scratch_bytes(std::int64_t rows, std::int64_t cols) {
 namespace elementwise {
 void folded_column_sums(Stream_t s, const char* name, const FoldShape& f, std::int64_t cols,
                         const void* scratch, float* out) {
-  final_sums(s, name, static_cast<const double*>(scratch), f.lanes(), cols, out);
+  final_sums(s, name, static_cast<const double*>(scratch), f.partials(), cols, out);
 }
 }  // namespace elementwise
 
