@@ -98,6 +98,12 @@ class Model {
   std::int64_t embedding_parameter_count() const;
   // Bytes of backend memory held by the model (parameters, state, activations).
   std::size_t allocated_bytes() const;
+  // The same by category, named as the plan's memory prediction names them where the two agree:
+  // embedding_weights, embedding_optimizer_state, dense_parameters_and_state (parameters, their
+  // gradients and the optimizer's state), activations (every activation and gradient buffer of
+  // the step), and input_slots (the staged batches' buffers, the synthetic generator's block and
+  // workspace). The backend's own scratch and workspaces are not the model's and not here.
+  std::map<std::string, std::size_t> allocated_bytes_by_category() const;
 
  private:
   // The parameters and activations with the forward and backward over them, the input stager and

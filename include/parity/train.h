@@ -2,6 +2,7 @@
 // It reports through an observer and never prints; tools/parity renders the progress.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -93,6 +94,8 @@ struct TrainResult {
   std::vector<double> first_steps_s;
   // Model::prepare before the first step (every run; not counted in the rates).
   double prepare_s = 0;
+  // The model's buffers in backend memory by category (Model::allocated_bytes_by_category).
+  std::map<std::string, std::size_t> model_memory_bytes;
 };
 
 // Trains. Throws InputError on bad input (data, checkpoint), Error on other failures. A bad input

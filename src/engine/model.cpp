@@ -15,7 +15,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <initializer_list>
+#include <map>
 #include <numeric>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -481,13 +484,25 @@ std::int64_t Model::embedding_parameter_count() const {
 }
 
 std::size_t Model::allocated_bytes() const {
-  const Impl& m = *impl_;
-  std::size_t total = m.input.allocated_bytes() + m.acts.bytes();
-  for (const Buffer* b :
-       {&m.params.dense, &m.params.grads, &m.params.dense_state, &m.params.emb_weights[0],
-        &m.params.emb_weights[1], &m.params.emb_weights[2], &m.params.emb_state})
-    total += b->bytes();
+  std::size_t total = 0;
+  for (const auto& [name, bytes] : allocated_bytes_by_category()) total += bytes;
   return total;
+}
+
+std::map<std::string, std::size_t> Model::allocated_bytes_by_category() const {
+  const Impl& m = *impl_;
+  const auto sum = [](std::initializer_list<const Buffer*> buffers) {
+    std::size_t total = 0;
+    for (const Buffer* b : buffers) total += b->bytes();
+    return total;
+  };
+  return {{"embedding_weights",
+           sum({&m.params.emb_weights[0], &m.params.emb_weights[1], &m.params.emb_weights[2]})},
+          {"embedding_optimizer_state", sum({&m.params.emb_state})},
+          {"dense_parameters_and_state",
+           sum({&m.params.dense, &m.params.grads, &m.params.dense_state})},
+          {"activations", m.acts.bytes()},
+          {"input_slots", m.input.allocated_bytes()}};
 }
 
 }  // namespace parity

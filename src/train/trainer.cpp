@@ -412,6 +412,7 @@ class Trainer {
     };
     per_step(model_.profile_ms(), result_.profile_ms_per_step);
     per_step(model_.profile_ops_ms(), result_.profile_ops_ms_per_step);
+    result_.model_memory_bytes = model_.allocated_bytes_by_category();
     backend_->synchronize();
     const double train_seconds = seconds_since(clock_.start) - clock_.paused_s;
     result_.steps = model_.step();

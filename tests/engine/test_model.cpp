@@ -151,6 +151,19 @@ TEST_P(EngineModel, TensorNamesAndCounts) {
   EXPECT_EQ(emb, spec.embedding_parameters());
   EXPECT_EQ(model.dense_parameter_count(), spec.dense_parameters());
   EXPECT_EQ(model.embedding_parameter_count(), spec.embedding_parameters());
+  // The buffers by category add up to the total, and hold at least what the tensors need: fp32
+  // tables (16-byte aligned, so perhaps a little more), dense parameters with their gradients and
+  // Adam's two states, one rowwise state per row.
+  const auto by = model.allocated_bytes_by_category();
+  std::size_t total = 0;
+  for (const auto& [name, bytes] : by) total += bytes;
+  EXPECT_EQ(total, model.allocated_bytes());
+  ASSERT_EQ(by.size(), 5u);
+  EXPECT_GE(by.at("embedding_weights"), static_cast<std::size_t>(emb) * 4);
+  EXPECT_GE(by.at("dense_parameters_and_state"), static_cast<std::size_t>(dense) * 4 * 4);
+  EXPECT_GE(by.at("embedding_optimizer_state"), 4u);
+  EXPECT_GT(by.at("activations"), 0u);
+  EXPECT_GT(by.at("input_slots"), 0u);
 }
 
 TEST_P(EngineModel, SameSeedSameInitDifferentSeedDifferent) {

@@ -23,9 +23,9 @@ TEST(DenseGpu, DotInteractionMatchesCpu) {
     int tables;
   };
   int seed = 0;
-  for (const Shape& s :
-       {Shape{33, 16, 8}, Shape{257, 128, 26}, Shape{5, 7, 1}, Shape{64, 32, 0}, Shape{300, 64, 26},
-        Shape{19, 4, 3}, Shape{70, 64, 40}, Shape{33, 16, 35}, Shape{9, 256, 54}}) {
+  for (const Shape& s : {Shape{33, 16, 8}, Shape{257, 128, 26}, Shape{5, 7, 1}, Shape{64, 32, 0},
+                         Shape{300, 64, 26}, Shape{19, 4, 3}, Shape{70, 64, 40}, Shape{33, 16, 35},
+                         Shape{9, 256, 54}, Shape{33, 16, 5}, Shape{17, 64, 6}, Shape{9, 32, 7}}) {
     Rand rand(500 + seed++);
     const std::int64_t f = s.tables + 1;
     const std::int64_t out_cols = s.dim + f * (f - 1) / 2;

@@ -147,6 +147,33 @@ void print_profile(const TrainResult& r, const Plan* plan, std::int64_t batch) {
     fmt::print("  {:<26} {:>10.3f} {:>10}\n", "wall time per step",
                1e3 * static_cast<double>(batch) / rate,
                plan != nullptr ? fmt::format("{:.3f}", plan->prediction.step_s * 1e3) : "");
+  // The model's buffers beside the plan's memory by category: where the names agree the two are
+  // the same memory; the plan's other categories (the backend's workspaces, the runtime's reserve,
+  // the embedding exchange) are not the model's buffers.
+  fmt::print("\nmodel buffers in backend memory (GB){}\n",
+             plan != nullptr ? ", beside the plan's memory prediction" : "");
+  std::set<std::string> mem_names;
+  for (const auto& [k, v] : r.model_memory_bytes) mem_names.insert(k);
+  if (plan != nullptr)
+    for (const auto& [k, v] : plan->prediction.memory_bytes) mem_names.insert(k);
+  double model_total = 0;
+  for (const auto& name : mem_names) {
+    const auto m = r.model_memory_bytes.find(name);
+    std::string ps;
+    if (plan != nullptr) {
+      const auto p = plan->prediction.memory_bytes.find(name);
+      ps = p != plan->prediction.memory_bytes.end() ? fmt::format("{:.3f}", p->second / 1e9) : "-";
+    }
+    if (m != r.model_memory_bytes.end()) model_total += static_cast<double>(m->second);
+    fmt::print("  {:<26} {:>10} {:>10}\n", name,
+               m != r.model_memory_bytes.end()
+                   ? fmt::format("{:.3f}", static_cast<double>(m->second) / 1e9)
+                   : "-",
+               ps);
+  }
+  fmt::print(
+      "  {:<26} {:>10.3f} {:>10}\n", "total", model_total / 1e9,
+      plan != nullptr ? fmt::format("{:.3f}", plan->prediction.peak_memory_bytes / 1e9) : "");
   std::string first;
   for (std::size_t i = 0; i < r.first_steps_s.size(); ++i)
     first += fmt::format(", step {} {:.1f} ms", i + 1, 1e3 * r.first_steps_s[i]);

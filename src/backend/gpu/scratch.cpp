@@ -4,8 +4,22 @@ namespace parity::gpu {
 
 namespace {
 constexpr std::array<const char*, static_cast<int>(ScratchSlot::count)> kSlotNames = {
-    "bf16 operand A", "bf16 operand B",  "masked gradient", "masked gradient (bf16)",
-    "cross du",       "cross du (bf16)", "bf16 bias",       "column-sum partials"};
+    "bf16 operand A",
+    "bf16 operand B",
+    "masked gradient",
+    "masked gradient (bf16)",
+    "cross du",
+    "cross du (bf16)",
+    "bf16 bias",
+    "column-sum partials",
+    "product over a padded n"};
+// Every slot named: a slot added without one would format a null name into its out-of-memory error.
+constexpr bool all_named() {
+  for (const char* n : kSlotNames)
+    if (n == nullptr) return false;
+  return true;
+}
+static_assert(all_named(), "every ScratchSlot needs a name in kSlotNames");
 }  // namespace
 
 void* Scratch::get(ScratchSlot slot, std::size_t bytes, Stream_t stream) {
