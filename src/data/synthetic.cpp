@@ -106,12 +106,6 @@ inline RowValues row_values(const data_detail::ZigguratTable& z, const synth::Ta
   return {data_detail::normal_value(z, g.h_key, r), data_detail::normal_value(z, g.g_key, r)};
 }
 
-// expm1(t) / t, continuous at t = 0.
-double expm1_over(double t) {
-  if (std::abs(t) > 1e-8) return std::expm1(t) / t;
-  return 1.0 + 0.5 * t * (1.0 + t / 3.0 * (1.0 + 0.25 * t));
-}
-
 // Rows (uniform tables) or head ranks (Zipf tables) summed exactly for the moments below.
 constexpr std::int64_t kMomentRows = 16384;
 
@@ -142,8 +136,8 @@ RowMoments row_moments(const synth::Table& g) {
       // sum_{k=head+1}^{rows} k^-alpha by Euler-Maclaurin: integral + end corrections.
       const double a = static_cast<double>(head), b = static_cast<double>(g.rows);
       const double log_ratio = std::log(b / a);
-      const double integral =
-          std::exp((1.0 - alpha) * std::log(a)) * log_ratio * expm1_over((1.0 - alpha) * log_ratio);
+      const double integral = std::exp((1.0 - alpha) * std::log(a)) * log_ratio *
+                              synth::Zipf::expm1_over((1.0 - alpha) * log_ratio);
       auto f = [&](double x) { return std::exp(-alpha * std::log(x)); };
       auto df = [&](double x) { return -alpha * f(x) / x; };
       total += integral + (f(b) - f(a)) / 2.0 + (df(b) - df(a)) / 12.0;
