@@ -45,6 +45,24 @@ struct TableLayout {
   std::int64_t out_col = 0;       // first column of this table's pooled output, relative to
                                   // the output view
   DType dtype = DType::f32;       // storage type of the weights: f32, f16 or bf16
+
+  // Host placement. A table whose `host.weights` is set keeps all its rows in host memory that
+  // the backend's kernels reach directly (Backend::allocate_host_resident), and the buffers at
+  // weight_offset and state_offset hold `host.cache_rows` of them instead: its cache. Row r is
+  // read and updated in cache row host.slot[r] where that is not kNotCached, else in host memory
+  // (host.weights + r*dim, state in host.state at the offsets state_offset would give from 0).
+  // The cache holds the true values of its rows; embedding_cache_copy moves them to and from
+  // host memory. Nothing else changes: ids, sort keys and stochastic rounding use r.
+  static constexpr std::uint32_t kNotCached = 0xffffffffu;
+  struct HostRows {
+    void* weights = nullptr;               // [rows, dim] of dtype; null: the table is not placed
+    float* state = nullptr;                // host-resident optimizer state (null under sgd)
+    const std::uint32_t* slot = nullptr;   // backend memory [rows]: cache row of r, or kNotCached
+    const std::int64_t* cached = nullptr;  // backend memory [cache_rows]: the row in each cache row
+    std::int64_t cache_rows = 0;
+  };
+  HostRows host;
+  bool host_placed() const { return host.weights != nullptr; }
 };
 
 // The weight buffers of a set of tables, one per storage type (backend memory); a table's rows
@@ -103,6 +121,10 @@ struct OptimizerParams {
 // Floats of optimizer state per parameter element (adagrad 1, adam 2, sgd 0);
 // rowwise_adagrad keeps one float per table row instead (see TableLayout).
 int optimizer_state_per_element(OptimizerKind kind);
+// Floats of embedding optimizer state per table row: dim (adagrad), 1 (rowwise_adagrad), 0.
+inline std::int64_t cache_state_per_row(OptimizerKind kind, int dim) {
+  return kind == OptimizerKind::adagrad ? dim : kind == OptimizerKind::rowwise_adagrad ? 1 : 0;
+}
 
 // ----------------------------------------------------------------- backend --
 
@@ -195,6 +217,21 @@ class Backend {
                                          const OptimizerParams& opt,
                                          const StochasticRounding& rounding) = 0;
 
+  // ---- host-placed tables and their caches (TableLayout::host) ----
+  // For each host-placed table t, stats[2t] += its lookups in this batch that hit its cache and
+  // stats[2t + 1] += all its lookups (ids in range); where counts[t] is not null (backend
+  // memory, [rows]), counts[t][r] += the lookups of row r (saturating at 2^32 - 1). stats is
+  // backend memory [2 * tables] of uint64; tables not host-placed are not touched.
+  virtual void embedding_cache_observe(std::span<const TableLayout> tables, const SparseInput& in,
+                                       std::span<std::uint32_t* const> counts,
+                                       std::uint64_t* stats) = 0;
+  // Copies every cache row i of a host-placed table between the cache and host memory: to_cache,
+  // cache row i = host row cached[i] (weights and state); otherwise host row cached[i] = cache
+  // row i. Rows whose cached[i] is negative are skipped.
+  // `opt` says the state a row has (cache_state_per_row).
+  virtual void embedding_cache_copy(const TableLayout& table, const TableWeights& weights,
+                                    float* state, OptimizerKind opt, bool to_cache) = 0;
+
   // ---- interactions ----
   // Dot interaction. Features z_0 = dense [B, D], z_k = emb columns [(k-1)D, kD) for k = 1..T
   // (F = T + 1 features). out = [dense | <z_i, z_j> for i = 1..F-1, j = 0..i-1 (row-major strict
@@ -268,6 +305,11 @@ class Backend {
   virtual bool copies_in_background() const { return false; }
   virtual void* allocate_pinned(std::size_t bytes);
   virtual void deallocate_pinned(void* p) noexcept;
+  // Host memory that this backend's ops read and write directly, at the same address (mapped,
+  // pinned memory on a GPU; ordinary memory on the cpu): where host-placed tables live
+  // (TableLayout::host). Throws naming the bytes when the host has too little.
+  virtual void* allocate_host_resident(std::size_t bytes);
+  virtual void deallocate_host_resident(void* p) noexcept;
   virtual void begin_input(int slot) { (void)slot; }
   virtual void input_copy(void* dst, const void* host_src, std::size_t bytes) {
     copy_to_device(dst, host_src, bytes);

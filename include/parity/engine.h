@@ -80,7 +80,25 @@ class Model {
   //   cross.{l}.w [N, r], cross.{l}.bias [N], top_mlp.{i}.weight, top_mlp.{i}.bias,
   //   embedding.{table}.weight [rows, dim], optimizer.embedding.{table}.state [rows] or
   //   [rows, dim], optimizer.dense.state [k, n_dense] (k = 1 adagrad, 2 adam: m then v).
+  // Host-placed tables' tensors are their host-resident rows: their caches are written back
+  // first, so every tensor holds its true values. After writing into the tensors (loading a
+  // checkpoint), call tensors_written() so that the caches are read again.
   std::vector<TensorRef> tensors();
+  void tensors_written();
+
+  // Host-placed tables (TableSpec::host_placed): each one's rows, cache rows, and the lookups
+  // counted since its cache was last re-chosen, with how many hit the cache (synchronises).
+  struct CacheStats {
+    std::string table;
+    std::int64_t rows = 0, cache_rows = 0;
+    std::uint64_t hits = 0, lookups = 0;
+  };
+  std::vector<CacheStats> cache_stats();
+  // The caches' refreshes so far and the wall seconds they took.
+  int cache_refreshes() const;
+  double cache_refresh_seconds() const;
+  // Bytes of host memory holding host-placed tables' rows and optimizer state.
+  std::size_t host_resident_bytes() const;
 
   // Profiling: with it on, every step records a device timing mark between op categories
   // (input_wait, mlp, embedding_forward, interaction, loss, embedding_backward,
@@ -102,7 +120,9 @@ class Model {
   // embedding_weights, embedding_optimizer_state, dense_parameters_and_state (parameters, their
   // gradients and the optimizer's state), activations (every activation and gradient buffer of
   // the step), and input_slots (the staged batches' buffers, the synthetic generator's block and
-  // workspace). The backend's own scratch and workspaces are not the model's and not here.
+  // workspace), and, with host-placed tables, embedding_cache_maps (their cache maps and lookup
+  // counts). The
+  // backend's own scratch and workspaces are not the model's and not here.
   std::map<std::string, std::size_t> allocated_bytes_by_category() const;
 
  private:

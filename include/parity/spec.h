@@ -65,6 +65,10 @@ struct TableSpec {
   IdDistribution distribution = IdDistribution::uniform;
   double zipf_alpha = 0.0;   // > 0 when distribution is zipf
   DType dtype = DType::f32;  // storage precision: f32, f16 or bf16
+  // Where the engine keeps the table; set by apply_plan from a plan's placement (a model file
+  // does not say): in host memory with cache_rows of its rows cached in HBM, or all in HBM.
+  bool host_placed = false;
+  std::int64_t cache_rows = 0;  // in [0, rows] when host_placed
 };
 
 struct InteractionSpec {

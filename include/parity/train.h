@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "parity/data.h"
+#include "parity/engine.h"
 #include "parity/spec.h"
 
 namespace parity {
@@ -96,6 +97,12 @@ struct TrainResult {
   double prepare_s = 0;
   // The model's buffers in backend memory by category (Model::allocated_bytes_by_category).
   std::map<std::string, std::size_t> model_memory_bytes;
+  // Host-placed tables: lookups since each cache was last re-chosen and how many hit it
+  // (Model::cache_stats), and the bytes of host memory holding their rows.
+  std::vector<Model::CacheStats> cache;
+  std::size_t host_resident_bytes = 0;
+  int cache_refreshes = 0;
+  double cache_refresh_s = 0;  // wall seconds of the refreshes, inside the run's time
 };
 
 // Trains. Throws InputError on bad input (data, checkpoint), Error on other failures. A bad input

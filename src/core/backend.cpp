@@ -19,6 +19,14 @@ void Backend::deallocate_pinned(void* p) noexcept {
   ::operator delete(p);
 }
 
+void* Backend::allocate_host_resident(std::size_t bytes) {
+  return allocate_pinned(bytes);
+}
+
+void Backend::deallocate_host_resident(void* p) noexcept {
+  deallocate_pinned(p);
+}
+
 void Backend::make_synthetic(const SyntheticBatch&) {
   throw Error(fmt::format(
       "make_synthetic: the {} backend does not make synthetic data on its device (the host makes "

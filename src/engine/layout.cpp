@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -90,14 +91,19 @@ ModelLayout::ModelLayout(const ModelSpec& spec)
     l.dim = t.dim;
     l.pooling = t.pooling;
     l.dtype = t.dtype;
+    // A host-placed table keeps only its cache in these buffers (HostTables holds the rest), and
+    // at least one row, so that its type's buffer exists (the GPU kernels address host rows from
+    // it).
+    const std::int64_t here = t.host_placed ? std::max<std::int64_t>(t.cache_rows, 1) : t.rows;
+    if (t.host_placed) l.host.cache_rows = t.cache_rows;
     std::int64_t& woff = emb_elements[buffer_index(t.dtype)];
     l.weight_offset = woff;
-    woff = aligned(woff + t.rows * t.dim, dtype_size(t.dtype));
+    woff = aligned(woff + here * t.dim, dtype_size(t.dtype));
     l.state_offset = soff;
     l.out_col = col;
     emb_count += t.rows * t.dim;
-    if (emb_opt.kind == OptimizerKind::adagrad) soff = aligned(soff + t.rows * t.dim, 4);
-    if (emb_opt.kind == OptimizerKind::rowwise_adagrad) soff += t.rows;
+    if (emb_opt.kind == OptimizerKind::adagrad) soff = aligned(soff + here * t.dim, 4);
+    if (emb_opt.kind == OptimizerKind::rowwise_adagrad) soff += here;
     col += t.dim;
     tables.push_back(l);
   }
@@ -119,8 +125,13 @@ int ModelLayout::buffer_index(DType t) {
 }
 
 void* table_rows(const TableWeights& weights, const TableLayout& table) {
+  if (table.host_placed()) return table.host.weights;
   return static_cast<std::byte*>(weights.of(table.dtype)) +
          table.weight_offset * static_cast<std::int64_t>(dtype_size(table.dtype));
+}
+
+float* table_state(float* state, const TableLayout& table) {
+  return table.host_placed() ? table.host.state : state + table.state_offset;
 }
 
 void ModelLayout::initialise(Backend& backend, float* params, const TableWeights& emb_weights,
@@ -181,9 +192,9 @@ std::vector<TensorRef> ModelLayout::tensors(const ModelSpec& spec, float* params
                             table_rows(emb_weights, l)});
     if (emb_opt.kind == OptimizerKind::adagrad)
       f32(fmt::format("optimizer.embedding.{}.state", name), {l.rows, l.dim},
-          emb_state + l.state_offset);
+          table_state(emb_state, l));
     if (emb_opt.kind == OptimizerKind::rowwise_adagrad)
-      f32(fmt::format("optimizer.embedding.{}.state", name), {l.rows}, emb_state + l.state_offset);
+      f32(fmt::format("optimizer.embedding.{}.state", name), {l.rows}, table_state(emb_state, l));
   }
   const int k = optimizer_state_per_element(dense_opt.kind);
   if (k > 0) f32("optimizer.dense.state", {k, dense_count}, dense_state);

@@ -9,6 +9,8 @@
 //                      each table starting 16-byte aligned
 //   embedding state    one fp32 buffer, table t at TableLayout::state_offset (per element or per
 //                      row)
+//   host-placed tables (TableLayout::host) keep only their cache rows in those two buffers; all
+//                      their rows live in host memory (host_tables.h)
 //   interaction input  x0 [B, D + Σ dims]: the bottom MLP writes columns [0, D), the embedding
 //                      forward writes the rest, so the concat costs nothing
 #pragma once
@@ -70,7 +72,9 @@ struct ModelLayout {
                                  float* dense_state) const;
 };
 
-// Where table t's first row is (backend memory).
+// Where table t's first row is (backend memory; a host-placed table's host-resident rows).
 void* table_rows(const TableWeights& weights, const TableLayout& table);
+// Where table t's optimizer state starts (the same: a host-placed table's is host-resident).
+float* table_state(float* state, const TableLayout& table);
 
 }  // namespace parity::engine

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/host_tables.h"
 #include "engine/input_stager.h"
 #include "engine/layout.h"
 #include "engine/step_profiler.h"
@@ -153,6 +154,7 @@ struct Model::Impl {
       : spec(s),
         backend(b),
         layout(spec),
+        host(backend, spec, layout),
         params(backend, layout),
         input(backend, spec, max_batch),
         acts(backend, layout, max_batch),
@@ -160,6 +162,7 @@ struct Model::Impl {
         profiler(backend),
         seed(rng_seed) {
     layout.initialise(backend, param(0), params.tables(), rng_seed);
+    host.load(layout.tables, params.tables(), params.emb_state.as<float>());
     clear_guard();
   }
   ~Impl() { backend.release_constants(); }  // the activations are about to be freed
@@ -183,6 +186,7 @@ struct Model::Impl {
   Backend& backend;
   std::int64_t step = 0;
   ModelLayout layout;
+  engine::HostTables host;  // host-placed tables (binds layout.tables[t].host)
   Parameters params;
   engine::InputStager input;
   Activations acts;
@@ -218,6 +222,7 @@ void Model::Impl::forward(const InputSlot& in, std::int64_t n) {
   }
   // Embedding bags into x0[:, D:].
   profiler.section("embedding_forward");
+  if (!host.empty()) host.observe(L.tables, in.sparse);
   backend.embedding_forward(L.tables, params.tables(), in.sparse,
                             x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out));
   hold(x0);
@@ -396,6 +401,10 @@ void Model::train_staged() {
   use.release();
   ++m.step;
   m.profiler.end_step();
+  if (!m.host.empty() && engine::HostTables::refresh_due(m.step)) {
+    const engine::StepProfiler::Pause no_marks(m.profiler);
+    m.host.refresh(m.layout.tables, m.params.tables(), m.params.emb_state.as<float>());
+  }
 }
 
 void Model::prepare() {
@@ -455,9 +464,35 @@ Backend& Model::backend() {
 }
 
 std::vector<TensorRef> Model::tensors() {
-  const Impl& m = *impl_;
+  Impl& m = *impl_;
+  m.host.write_back(m.layout.tables, m.params.tables(), m.params.emb_state.as<float>());
   return m.layout.tensors(m.spec, m.param(0), m.params.tables(), m.params.emb_state.as<float>(),
                           m.params.dense_state.as<float>());
+}
+
+void Model::tensors_written() {
+  Impl& m = *impl_;
+  m.host.load(m.layout.tables, m.params.tables(), m.params.emb_state.as<float>());
+}
+
+std::vector<Model::CacheStats> Model::cache_stats() {
+  Impl& m = *impl_;
+  std::vector<CacheStats> out;
+  for (const auto& s : m.host.stats())
+    out.push_back({m.spec.tables[static_cast<std::size_t>(s.table)].name, s.rows, s.cache_rows,
+                   s.hits, s.lookups});
+  return out;
+}
+
+int Model::cache_refreshes() const {
+  return impl_->host.refreshes();
+}
+double Model::cache_refresh_seconds() const {
+  return impl_->host.refresh_seconds();
+}
+
+std::size_t Model::host_resident_bytes() const {
+  return impl_->host.host_bytes();
 }
 
 void Model::set_profiling(bool on) {
@@ -496,13 +531,16 @@ std::map<std::string, std::size_t> Model::allocated_bytes_by_category() const {
     for (const Buffer* b : buffers) total += b->bytes();
     return total;
   };
-  return {{"embedding_weights",
-           sum({&m.params.emb_weights[0], &m.params.emb_weights[1], &m.params.emb_weights[2]})},
-          {"embedding_optimizer_state", sum({&m.params.emb_state})},
-          {"dense_parameters_and_state",
-           sum({&m.params.dense, &m.params.grads, &m.params.dense_state})},
-          {"activations", m.acts.bytes()},
-          {"input_slots", m.input.allocated_bytes()}};
+  std::map<std::string, std::size_t> by{
+      {"embedding_weights",
+       sum({&m.params.emb_weights[0], &m.params.emb_weights[1], &m.params.emb_weights[2]})},
+      {"embedding_optimizer_state", sum({&m.params.emb_state})},
+      {"dense_parameters_and_state",
+       sum({&m.params.dense, &m.params.grads, &m.params.dense_state})},
+      {"activations", m.acts.bytes()},
+      {"input_slots", m.input.allocated_bytes()}};
+  if (!m.host.empty()) by["embedding_cache_maps"] = m.host.device_bytes();
+  return by;
 }
 
 }  // namespace parity

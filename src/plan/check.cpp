@@ -42,6 +42,8 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                                                    "scaled linearly)",
                                                    b, plan.global_batch)});
   std::map<std::string, int> by_dtype;
+  int host_tables = 0;
+  std::int64_t host_rows = 0;
   for (std::size_t t = 0; t < plan.tables.size(); ++t) {
     const TablePlan& tp = plan.tables[t];
     const std::string field = fmt::format("tables[{}] ('{}')", t, tp.name);
@@ -51,12 +53,16 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                          "table with one optimizer",
                          optimizer_name(tp.optimizer), optimizer_name(plan.embedding_optimizer)),
              "give every table the plan's embedding_optimizer");
-    if (tp.placement == Placement::host)
-      refuse(field + ".placement",
-             fmt::format("host memory (with {} rows cached in HBM) is not implemented by this "
-                         "engine: every table lives in HBM",
-                         tp.cache_rows),
-             "place it in HBM (placement \"hbm\") where it fits, or plan for more GPUs");
+    if (tp.placement == Placement::host) {
+      ++host_tables;
+      host_rows += tp.cache_rows;
+      if (model.tables[t].rows > std::int64_t{0xfffffffe})
+        refuse(field + ".placement",
+               fmt::format("host placement keeps a 32-bit cache slot per row, and the table has "
+                           "{} rows",
+                           model.tables[t].rows),
+               "place it in HBM, or shard it over more GPUs");
+    }
     if (tp.dtype != DType::f32 && tp.dtype != DType::f16 && tp.dtype != DType::bf16)
       refuse(field + ".dtype",
              fmt::format("{} tables are not implemented (fp32, fp16 and bf16 are)",
@@ -67,9 +73,13 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
   std::string dtypes;
   for (const auto& [name, n] : by_dtype)
     dtypes += fmt::format("{}{} x{}", dtypes.empty() ? "" : ", ", name, n);
-  out.push_back({"tables", fmt::format("{} stored natively ({}), all in HBM, on one device, "
-                                       "updated by {}",
-                                       plan.tables.size(), dtypes,
+  const std::string where =
+      host_tables == 0
+          ? std::string("all in HBM")
+          : fmt::format("{} in host memory ({} of their rows cached in {}), the rest in HBM",
+                        host_tables, host_rows, target.gpu_backend ? "HBM" : "the cache buffers");
+  out.push_back({"tables", fmt::format("{} stored natively ({}), {}, on one device, updated by {}",
+                                       plan.tables.size(), dtypes, where,
                                        optimizer_name(plan.embedding_optimizer))});
   out.push_back(
       {"dense math", target.gpu_backend

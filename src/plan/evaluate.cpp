@@ -91,6 +91,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   // ---- embeddings, per device ----
   std::vector<double> fwd(W, 0), bwd(W, 0), host(W, 0), a2a_send(W, 0), rs_bytes(W, 0);
   std::vector<double> weights_mem(W, 0), state_mem(W, 0), index_mem(W, 0), io_mem(W, 0);
+  std::vector<double> cache_maps_mem(W, 0);
   std::vector<double> host_mem(W, 0), emb_bytes(W, 0);
   double replicated_s = 0, replicated_allreduce_bytes = 0;
   std::size_t memo_table = static_cast<std::size_t>(-1);
@@ -147,9 +148,14 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
         state_mem[d] += rows * state_row;
       } else {
         const double cached = std::min<double>(static_cast<double>(tp.cache_rows), rows);
-        weights_mem[d] += cached * (dim * sw + 8);  // cached rows and their tags
-        state_mem[d] += cached * state_row;
-        host_mem[d] += rows * row_bytes;
+        // The engine's cache (src/engine/host_tables.h): the cached rows with their state; per
+        // cache row its table row and a refresh's move (int64 each); per table row its cache
+        // slot and its lookup count (uint32 each). The host holds every row, its state and a
+        // copy of the slots.
+        weights_mem[d] += std::max(cached, 1.0) * dim * sw;
+        state_mem[d] += std::max(cached, 1.0) * state_row;
+        cache_maps_mem[d] += cached * 16 + rows * 8;
+        host_mem[d] += rows * (row_bytes + 4);
       }
       index_mem[d] +=
           lookups * (8 + 2 * 12) + bags * 8;  // ids, sort pairs (double-buffered), offsets
@@ -270,6 +276,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
     mem["activations"] = act_mem;
     mem["embedding_io"] = io_mem[d] + pooled_mem;
     mem["indices"] = index_mem[d];
+    if (cache_maps_mem[d] > 0) mem["embedding_cache_maps"] = cache_maps_mem[d];
     mem["workspace"] = cal.workspace_bytes;
     mem["reserved"] = cal.reserved_bytes;
     double total = 0;

@@ -76,6 +76,8 @@ Fit fit_memory(Plan& p, const ModelSpec& m, const DeviceSpec& dev, const Calibra
       return out;
     }
   }
+  // Spare HBM after everything else, the host tables' per-row cache maps included (evaluate_plan
+  // counts them with no row cached).
   std::vector<double> spare(static_cast<std::size_t>(W)), demand(static_cast<std::size_t>(W), 0);
   for (int d = 0; d < W; ++d)
     spare[static_cast<std::size_t>(d)] =
@@ -99,7 +101,7 @@ Fit fit_memory(Plan& p, const ModelSpec& m, const DeviceSpec& dev, const Calibra
         const auto du = static_cast<std::size_t>(s.device);
         const double share = demand[du] > 0 ? spare[du] * ts.pooling_size / demand[du] : 0;
         const int dim = s.col_end - s.col_begin;
-        const double row_bytes = dim * static_cast<double>(dtype_size(tp.dtype)) + 8 +
+        const double row_bytes = dim * static_cast<double>(dtype_size(tp.dtype)) + 16 +
                                  optimizer_state_bytes_per_row(tp.optimizer, dim);
         rows = std::min(rows, std::floor(share / row_bytes));
       }

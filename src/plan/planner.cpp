@@ -450,6 +450,11 @@ ModelSpec apply_plan(const ModelSpec& model, const Plan& plan, std::int64_t batc
                                    plan.tables[t].name, m.tables[t].name));
     m.tables[t].dtype = plan.tables[t].dtype;
     check_shards(plan.tables[t], m.tables[t], plan.gpus);
+    m.tables[t].host_placed = plan.tables[t].placement == Placement::host;
+    m.tables[t].cache_rows = m.tables[t].host_placed ? plan.tables[t].cache_rows : 0;
+    if (m.tables[t].cache_rows > m.tables[t].rows)
+      throw InputError(fmt::format("plan table {} ('{}'): cache_rows is {}, more than its {} rows",
+                                   t, m.tables[t].name, m.tables[t].cache_rows, m.tables[t].rows));
   }
   m.embedding_optimizer.kind = plan.embedding_optimizer;
   m.batch_size = batch > 0 ? batch : plan.global_batch;

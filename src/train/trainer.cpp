@@ -221,6 +221,7 @@ class Trainer {
         const std::int64_t step = train_detail::resumable_step(path, record_);
         load_safetensors(path, model_.tensors(), *backend_, /*allow_extra=*/false,
                          TensorValues::finite);
+        model_.tensors_written();
         model_.set_step(step);
         result_.start_step = step;
         result_.last_checkpoint = path;
@@ -413,6 +414,10 @@ class Trainer {
     per_step(model_.profile_ms(), result_.profile_ms_per_step);
     per_step(model_.profile_ops_ms(), result_.profile_ops_ms_per_step);
     result_.model_memory_bytes = model_.allocated_bytes_by_category();
+    result_.cache = model_.cache_stats();
+    result_.host_resident_bytes = model_.host_resident_bytes();
+    result_.cache_refreshes = model_.cache_refreshes();
+    result_.cache_refresh_s = model_.cache_refresh_seconds();
     backend_->synchronize();
     const double train_seconds = seconds_since(clock_.start) - clock_.paused_s;
     result_.steps = model_.step();

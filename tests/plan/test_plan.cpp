@@ -251,10 +251,16 @@ TEST(PlanCheck, ExecutesOrRefusesEveryDecisionByName) {
   Plan host = p;
   host.tables[2].placement = Placement::host;
   host.tables[2].cache_rows = 1000;
-  EXPECT_NE(refused(host, one).find("plan tables[2] ('c3').placement: host memory (with 1000 rows "
-                                    "cached in HBM) is not implemented"),
-            std::string::npos)
-      << refused(host, one);
+  for (const PlanDecision& x : check_plan(host, m, one)) {
+    if (x.what == "tables") {
+      EXPECT_NE(x.executed.find("1 in host memory (1000 of their rows cached in HBM), the rest in "
+                                "HBM"),
+                std::string::npos)
+          << x.executed;
+    }
+  }
+  host.tables[2].cache_rows = m.tables[2].rows + 1;  // a cache larger than the table
+  EXPECT_THROW(check_plan(host, m, one), InputError);
   Plan mixed = p;
   mixed.tables[0].optimizer = OptimizerKind::adagrad;
   EXPECT_NE(refused(mixed, one).find("tables[0] ('c1').optimizer"), std::string::npos);
@@ -420,8 +426,12 @@ TEST(PlanEvaluation, MemoryAndTimeCategoriesByHand) {
   p.tables[0].placement = Placement::host;
   const Prediction ph = evaluate_plan(p, m, d, c);
   const double t0 = static_cast<double>(m.tables[0].rows);
-  EXPECT_DOUBLE_EQ(ph.memory_bytes.at("embedding_weights"), weights - t0 * m.tables[0].dim * 4);
-  EXPECT_DOUBLE_EQ(ph.host_memory_bytes, t0 * (m.tables[0].dim * 4 + 4));
+  // One row stays (the engine keeps a row of every host-placed table in its type's buffer);
+  // each table row has a cache slot and a lookup count in HBM, and a copy of its slot on the host.
+  EXPECT_DOUBLE_EQ(ph.memory_bytes.at("embedding_weights"),
+                   weights - (t0 - 1) * m.tables[0].dim * 4);
+  EXPECT_DOUBLE_EQ(ph.memory_bytes.at("embedding_cache_maps"), t0 * 8);
+  EXPECT_DOUBLE_EQ(ph.host_memory_bytes, t0 * (m.tables[0].dim * 4 + 4 + 4));
   EXPECT_GT(ph.time_s.at("embedding_host_traffic"), 0);
 }
 

@@ -110,7 +110,8 @@ class ConsoleObserver : public TrainObserver {
 };
 
 // The step by op category (device timing marks) beside the plan's prediction for it.
-void print_profile(const TrainResult& r, const Plan* plan, std::int64_t batch) {
+void print_profile(const TrainResult& r, const Plan* plan, const ModelSpec& model,
+                   std::int64_t batch) {
   if (r.profiled_steps == 0) {
     fmt::print(
         "profile: no step was profiled (the first two steps are warm-up; train more steps)\n");
@@ -174,6 +175,33 @@ void print_profile(const TrainResult& r, const Plan* plan, std::int64_t batch) {
   fmt::print(
       "  {:<26} {:>10.3f} {:>10}\n", "total", model_total / 1e9,
       plan != nullptr ? fmt::format("{:.3f}", plan->prediction.peak_memory_bytes / 1e9) : "");
+  if (!r.cache.empty()) {
+    fmt::print(
+        "\nhost-placed tables: {:.3f} GB of host memory{}; cache hits since each cache was "
+        "last re-chosen\n",
+        static_cast<double>(r.host_resident_bytes) / 1e9,
+        plan != nullptr ? fmt::format(" (plan {:.3f} GB)", plan->prediction.host_memory_bytes / 1e9)
+                        : "");
+    fmt::print("  {:<20} {:>12} {:>12} {:>12} {:>10} {:>10}\n", "table", "rows", "cached",
+               "lookups", "hit rate", "predicted");
+    for (const auto& c : r.cache) {
+      std::string predicted;
+      for (const TableSpec& t : model.tables)
+        if (t.name == c.table)
+          predicted = fmt::format("{:.3f}", hot_fraction(t.rows, t.distribution, t.zipf_alpha,
+                                                         static_cast<double>(c.cache_rows)));
+      fmt::print(
+          "  {:<20} {:>12} {:>12} {:>12} {:>10} {:>10}\n", c.table, c.rows, c.cache_rows, c.lookups,
+          c.lookups > 0
+              ? fmt::format("{:.3f}", static_cast<double>(c.hits) / static_cast<double>(c.lookups))
+              : "-",
+          predicted);
+    }
+    fmt::print(
+        "  {} cache refreshes took {:.3f} s of the run (in its wall time, not in the "
+        "categories)\n",
+        r.cache_refreshes, r.cache_refresh_s);
+  }
   std::string first;
   for (std::size_t i = 0; i < r.first_steps_s.size(); ++i)
     first += fmt::format(", step {} {:.1f} ms", i + 1, 1e3 * r.first_steps_s[i]);
@@ -352,7 +380,7 @@ void run_train(const TrainArgs& args, bool model_given) {
   ConsoleObserver console;
   const TrainResult r = train(cfg, &console);
   if (cfg.profile)
-    print_profile(r, profiled.get(), cfg.batch > 0 ? cfg.batch : cfg.model.batch_size);
+    print_profile(r, profiled.get(), cfg.model, cfg.batch > 0 ? cfg.batch : cfg.model.batch_size);
 }
 
 }  // namespace

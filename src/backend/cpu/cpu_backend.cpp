@@ -215,6 +215,17 @@ void CpuBackend::embedding_backward_update(std::span<const TableLayout> tables,
       tables, weights, state, in, In("embedding_backward_update", "dout", dout), opt, rounding);
 }
 
+void CpuBackend::embedding_cache_observe(std::span<const TableLayout> tables, const SparseInput& in,
+                                         std::span<std::uint32_t* const> counts,
+                                         std::uint64_t* stats) {
+  cpu::embedding_cache_observe(tables, in, counts, stats);
+}
+
+void CpuBackend::embedding_cache_copy(const TableLayout& table, const TableWeights& weights,
+                                      float* state, OptimizerKind opt, bool to_cache) {
+  cpu::embedding_cache_copy(table, weights, state, opt, to_cache);
+}
+
 void CpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) {
   cpu::dot_interaction_forward(dense, emb, num_tables, out);
 }

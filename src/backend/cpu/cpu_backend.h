@@ -51,6 +51,11 @@ class CpuBackend : public Backend {
                                  float* state, const SparseInput& in, CAMat dout,
                                  const OptimizerParams& opt,
                                  const StochasticRounding& rounding) override;
+  void embedding_cache_observe(std::span<const TableLayout> tables, const SparseInput& in,
+                               std::span<std::uint32_t* const> counts,
+                               std::uint64_t* stats) override;
+  void embedding_cache_copy(const TableLayout& table, const TableWeights& weights, float* state,
+                            OptimizerKind opt, bool to_cache) override;
 
   void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) override;
   void dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,

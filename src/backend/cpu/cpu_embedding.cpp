@@ -85,7 +85,8 @@ void check_weights(const char* op, std::span<const TableLayout> tables,
     const DType dt = tables[t].dtype;
     if (!is_table_dtype(dt))
       fail(op, "table {} is stored as {}; tables are fp32, fp16 or bf16", t, dtype_name(dt));
-    if (weights.of(dt) == nullptr && tables[t].rows > 0)
+    const std::int64_t here = tables[t].host_placed() ? tables[t].host.cache_rows : tables[t].rows;
+    if (weights.of(dt) == nullptr && here > 0)
       fail(op, "table {} is {}, and the {} weight buffer is null", t, dtype_name(dt),
            dtype_name(dt));
   }
@@ -94,34 +95,56 @@ void check_weights(const char* op, std::span<const TableLayout> tables,
 // One table's rows in its storage type: T for fp32 tables (the double instantiation reads its
 // fp32 buffer as double), 16-bit patterns for fp16 and bf16. set() rounds an updated element:
 // to T, or to fp32 (nearest) and then stochastically with the bits of (row_key, column) as the
-// GPU kernels do (StochasticRounding).
+// GPU kernels do (StochasticRounding). A host-placed table's row r is in its cache row slot[r]
+// or in host memory (TableLayout::host); at() resolves it once per row.
 template <class T>
 class TableRows {
  public:
-  TableRows(const TableWeights& w, const TableLayout& tl) : dtype_(tl.dtype) {
-    if (dtype_ == DType::f32)
-      wide_ = static_cast<T*>(w.f32) + tl.weight_offset;
-    else
-      narrow_ = static_cast<std::uint16_t*>(w.of(dtype_)) + tl.weight_offset;
+  TableRows(const TableWeights& w, const TableLayout& tl) : tl_(tl) {
+    auto* base = static_cast<std::byte*>(w.of(tl.dtype));
+    cache_ = base == nullptr ? nullptr : base + tl.weight_offset * elem_bytes();
   }
-  double get(std::int64_t i) const {
-    if (wide_ != nullptr) return static_cast<double>(wide_[i]);
-    return dtype_ == DType::f16 ? half_to_float(narrow_[i]) : bf16_to_float(narrow_[i]);
+  // Row r: its first element, and its optimizer state in `state` (rowwise: one element).
+  struct Row {
+    std::byte* w;
+    std::int64_t state;  // element index into `state_base`
+    T* state_base;
+  };
+  Row at(std::int64_t r, T* state) const {
+    const std::int64_t per = tl_.dim * elem_bytes();
+    const std::int64_t state_per = state_stride_;
+    if (!tl_.host_placed()) return {cache_ + r * per, tl_.state_offset + r * state_per, state};
+    const std::uint32_t s = tl_.host.slot[r];
+    if (s != TableLayout::kNotCached)
+      return {cache_ + static_cast<std::int64_t>(s) * per,
+              tl_.state_offset + static_cast<std::int64_t>(s) * state_per, state};
+    return {static_cast<std::byte*>(tl_.host.weights) + r * per, r * state_per,
+            reinterpret_cast<T*>(tl_.host.state)};
   }
-  void set(std::int64_t i, double v, std::uint64_t row_key, int col) const {
-    if (wide_ != nullptr) {
-      wide_[i] = static_cast<T>(v);
+  void set_state_stride(std::int64_t s) { state_stride_ = s; }
+  double get(const Row& row, int d) const {
+    if (tl_.dtype == DType::f32) return static_cast<double>(reinterpret_cast<const T*>(row.w)[d]);
+    const std::uint16_t h = reinterpret_cast<const std::uint16_t*>(row.w)[d];
+    return tl_.dtype == DType::f16 ? half_to_float(h) : bf16_to_float(h);
+  }
+  void set(const Row& row, int d, double v, std::uint64_t row_key) const {
+    if (tl_.dtype == DType::f32) {
+      reinterpret_cast<T*>(row.w)[d] = static_cast<T>(v);
       return;
     }
     const float f = static_cast<float>(v);
-    const std::uint32_t r = rng::bits16(row_key, static_cast<std::uint64_t>(col));
-    narrow_[i] = dtype_ == DType::f16 ? half_bits_sr(f, r) : bf16_bits_sr(f, r);
+    const std::uint32_t r = rng::bits16(row_key, static_cast<std::uint64_t>(d));
+    reinterpret_cast<std::uint16_t*>(row.w)[d] =
+        tl_.dtype == DType::f16 ? half_bits_sr(f, r) : bf16_bits_sr(f, r);
   }
 
  private:
-  DType dtype_;
-  T* wide_ = nullptr;
-  std::uint16_t* narrow_ = nullptr;
+  std::int64_t elem_bytes() const {
+    return tl_.dtype == DType::f32 ? static_cast<std::int64_t>(sizeof(T)) : 2;
+  }
+  const TableLayout& tl_;
+  std::byte* cache_;
+  std::int64_t state_stride_ = 0;
 };
 
 // The occurrences of the batch grouped into segments of equal (table, id).
@@ -220,8 +243,8 @@ void embedding_forward(std::span<const TableLayout> tables, const TableWeights& 
         const std::int64_t hi = in.offsets[t * batch + b + 1];
         std::fill(acc.begin(), acc.begin() + dim, 0.0);
         for (std::int64_t j = lo; j < hi; ++j) {
-          const std::int64_t row = in.ids[j] * dim;
-          for (int d = 0; d < dim; ++d) acc[d] += w.get(row + d);
+          const auto row = w.at(in.ids[j], nullptr);
+          for (int d = 0; d < dim; ++d) acc[d] += w.get(row, d);
         }
         T* dst = out.row(b) + tl.out_col;  // [dim]
         if (tl.pooling == Pooling::mean && hi > lo) {
@@ -296,12 +319,13 @@ void embedding_backward_update(std::span<const TableLayout> tables, const TableW
     for (std::int64_t u = 0; u < segments; ++u) {
       const int t = s.table[u];
       const TableLayout& tl = tables[t];
-      const TableRows<T> rows(weights, tl);
+      TableRows<T> rows(weights, tl);
       const int dim = tl.dim;
+      rows.set_state_stride(kind == OptimizerKind::adagrad ? dim : 1);
       const std::int64_t row = in.ids[s.order[s.start[u]]];
-      const std::int64_t at = row * dim;
+      const auto at = rows.at(row, state);
       row_gradient(s, static_cast<std::size_t>(u), tables, in, dout, g.data());
-      for (int d = 0; d < dim; ++d) w[d] = rows.get(at + d);
+      for (int d = 0; d < dim; ++d) w[d] = rows.get(at, d);
       if (wd != 0.0) {
         for (int d = 0; d < dim; ++d) g[d] += wd * w[d];
       }
@@ -310,7 +334,7 @@ void embedding_backward_update(std::span<const TableLayout> tables, const TableW
           for (int d = 0; d < dim; ++d) w[d] -= lr * g[d];
           break;
         case OptimizerKind::adagrad: {
-          T* st = state + tl.state_offset + row * dim;  // [dim]
+          T* st = at.state_base + at.state;  // [dim]
           for (int d = 0; d < dim; ++d) {
             const double sum = static_cast<double>(st[d]) + g[d] * g[d];
             st[d] = static_cast<T>(sum);
@@ -321,7 +345,7 @@ void embedding_backward_update(std::span<const TableLayout> tables, const TableW
         case OptimizerKind::rowwise_adagrad: {
           double squares = 0.0;
           for (int d = 0; d < dim; ++d) squares += g[d] * g[d];
-          T* st = state + tl.state_offset + row;  // [1]
+          T* st = at.state_base + at.state;  // [1]
           const double sum = static_cast<double>(*st) + squares / dim;
           *st = static_cast<T>(sum);
           const double denom = std::sqrt(sum) + eps;
@@ -333,7 +357,61 @@ void embedding_backward_update(std::span<const TableLayout> tables, const TableW
       }
       const std::uint64_t row_key =
           rng::row_key(step_key, static_cast<std::uint64_t>(t), static_cast<std::uint64_t>(row));
-      for (int d = 0; d < dim; ++d) rows.set(at + d, w[d], row_key, d);
+      for (int d = 0; d < dim; ++d) rows.set(at, d, w[d], row_key);
+    }
+  }
+}
+
+void embedding_cache_observe(std::span<const TableLayout> tables, const SparseInput& in,
+                             std::span<std::uint32_t* const> counts, std::uint64_t* stats) {
+  constexpr const char* op = "embedding_cache_observe";
+  if (in.num_tables != static_cast<std::int64_t>(tables.size()))
+    fail(op, "the sparse input has {} tables, the layout has {}", in.num_tables, tables.size());
+  if (!counts.empty() && counts.size() != tables.size())
+    fail(op, "{} count arrays for {} tables", counts.size(), tables.size());
+  for (int t = 0; t < in.num_tables; ++t) {
+    const TableLayout& tl = tables[t];
+    if (!tl.host_placed()) continue;
+    std::uint32_t* c = counts.empty() ? nullptr : counts[t];
+    std::uint64_t hits = 0, lookups = 0;
+    for (std::int64_t j = in.offsets[t * in.batch]; j < in.offsets[(t + 1) * in.batch]; ++j) {
+      const std::int64_t id = in.ids[j];
+      if (id < 0 || id >= tl.rows) continue;  // the embedding ops report it
+      ++lookups;
+      hits += tl.host.slot[id] != TableLayout::kNotCached;
+      if (c != nullptr && c[id] != 0xffffffffu) ++c[id];
+    }
+    stats[2 * t] += hits;
+    stats[2 * t + 1] += lookups;
+  }
+}
+
+void embedding_cache_copy(const TableLayout& tl, const TableWeights& weights, float* state,
+                          OptimizerKind opt, bool to_cache) {
+  constexpr const char* op = "embedding_cache_copy";
+  if (!tl.host_placed()) fail(op, "the table is not host-placed (TableLayout::host)");
+  const auto row_bytes = static_cast<std::int64_t>(tl.dim * dtype_size(tl.dtype));
+  const std::int64_t state_per_row = cache_state_per_row(opt, tl.dim);
+  if (state_per_row > 0 && (state == nullptr || tl.host.state == nullptr))
+    fail(op, "{} keeps state per row, and the state is null", optimizer_name(opt));
+  auto* cache = static_cast<std::byte*>(weights.of(tl.dtype));
+  if (cache == nullptr && tl.host.cache_rows > 0) fail(op, "the weight buffer is null");
+  if (cache != nullptr) cache += tl.weight_offset * static_cast<std::int64_t>(dtype_size(tl.dtype));
+  auto* host = static_cast<std::byte*>(tl.host.weights);
+#pragma omp parallel for schedule(static) if (tl.host.cache_rows >= 4096)
+  for (std::int64_t i = 0; i < tl.host.cache_rows; ++i) {
+    const std::int64_t r = tl.host.cached[i];
+    if (r < 0 || r >= tl.rows) continue;
+    std::byte* c = cache + i * row_bytes;
+    std::byte* h = host + r * row_bytes;
+    float* cs = state_per_row > 0 ? state + tl.state_offset + i * state_per_row : nullptr;
+    float* hs = state_per_row > 0 ? tl.host.state + r * state_per_row : nullptr;
+    if (to_cache) {
+      std::copy(h, h + row_bytes, c);
+      std::copy(hs, hs + state_per_row, cs);
+    } else {
+      std::copy(c, c + row_bytes, h);
+      std::copy(cs, cs + state_per_row, hs);
     }
   }
 }

@@ -90,6 +90,12 @@ void embedding_backward_update(std::span<const TableLayout> tables, const TableW
                                T* state, const SparseInput& in, MatView<const T> dout,
                                const OptimizerParams& opt, const StochasticRounding& rounding);
 
+// Host-placed tables' caches (Backend::embedding_cache_observe and embedding_cache_copy).
+void embedding_cache_observe(std::span<const TableLayout> tables, const SparseInput& in,
+                             std::span<std::uint32_t* const> counts, std::uint64_t* stats);
+void embedding_cache_copy(const TableLayout& table, const TableWeights& weights, float* state,
+                          OptimizerKind opt, bool to_cache);
+
 // ------------------------------------------------------------ interactions --
 
 // out = [dense | <z_i, z_j> for i = 1..F-1, j = 0..i-1], z_0 = dense [B, D],

@@ -134,6 +134,16 @@ EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables)
       m.dim = tl.dim;
       m.pooling = tl.pooling == Pooling::mean ? 1 : 0;
       m.input = static_cast<int>(t);
+      m.slot = tl.host.slot;
+      if (tl.host_placed()) {
+        g.host_placed = true;
+        any_host_ = true;
+        if (tl.host.slot == nullptr)
+          throw InputError(
+              fmt::format("EmbeddingTables: table {} is host-placed without a cache "
+                          "map (TableLayout::host.slot)",
+                          t));
+      }
       key_base += static_cast<std::uint64_t>(tl.rows);
       if (key_base >= 0xffffffffull) {
         throw InputError(fmt::format(
@@ -156,9 +166,47 @@ EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables)
   key_bits_ = static_cast<int>(std::bit_width(static_cast<std::uint64_t>(total_rows_)));
   meta_ = DeviceBuffer<detail::TableMeta>(meta.size(), "embedding table layouts");
   meta_.upload_sync(meta.data(), meta.size());
+  host_meta_ = meta;
   errors_ = DeviceBuffer<detail::InputErrorRecord>(1, "embedding input error record");
   const detail::InputErrorRecord none{0, 0, 0, 0};
   errors_.upload_sync(&none, 1);
+}
+
+void EmbeddingTables::bind(const TableWeights& weights, const float* state) {
+  if (!any_host_) return;
+  if (state == nullptr) state = bound_state_;  // a forward: the state binding stays
+  if (bound_once_ && bound_.f32 == weights.f32 && bound_.f16 == weights.f16 &&
+      bound_.bf16 == weights.bf16 && bound_state_ == state)
+    return;
+  const auto flat = [](const void* p) {
+    return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p));
+  };
+  for (std::size_t t = 0; t < layouts_.size(); ++t) {
+    const TableLayout& tl = layouts_[t];
+    if (!tl.host_placed()) continue;
+    const void* base = weights.of(tl.dtype);
+    if (base == nullptr)
+      throw InputError(
+          fmt::format("EmbeddingTables: host-placed table {} has no {} weight buffer "
+                      "(its cache lives there)",
+                      t, dtype_name(tl.dtype)));
+    detail::TableMeta& m = host_meta_[t];
+    m.host_weight_offset =
+        (flat(tl.host.weights) - flat(base)) / static_cast<std::int64_t>(dtype_size(tl.dtype));
+    m.host_state_offset =
+        tl.host.state != nullptr && state != nullptr
+            ? (flat(tl.host.state) - flat(state)) / static_cast<std::int64_t>(sizeof(float))
+            : 0;
+  }
+  meta_.upload_sync(host_meta_.data(), host_meta_.size());
+  for (TableGroup& g : groups_) {
+    std::vector<detail::TableMeta> gm;
+    for (const int t : g.tables) gm.push_back(host_meta_[static_cast<std::size_t>(t)]);
+    g.meta.upload_sync(gm.data(), gm.size());
+  }
+  bound_ = weights;
+  bound_state_ = state;
+  bound_once_ = true;
 }
 
 void EmbeddingTables::raise_input_errors(Stream_t stream) const {

@@ -53,6 +53,13 @@ struct TableMeta {
   int dim;
   int pooling;  // 0 sum, 1 mean
   int input;    // the table's index in the sparse input (and in the error reports)
+  // Host placement (TableLayout::host; slot null otherwise): row r is cache row slot[r] at
+  // weight_offset (state at state_offset), or host row r at host_weight_offset (state at
+  // host_state_offset): element offsets from the type's weight buffer and from the state buffer
+  // to the host-resident rows (EmbeddingTables::bind sets them for the buffers of a call).
+  const std::uint32_t* slot;
+  std::int64_t host_weight_offset;
+  std::int64_t host_state_offset;
 };
 // The first bad input a kernel met (code 0: none).
 struct InputErrorRecord {
@@ -69,6 +76,7 @@ struct TableGroup {
   DType dtype = DType::f32;
   std::vector<int> tables;  // input indices, ascending
   int max_dim = 0;
+  bool host_placed = false;                  // some table of the group is (TableLayout::host)
   std::uint32_t key_begin = 0, key_end = 0;  // the group's keys: [key_begin, key_end)
   DeviceBuffer<detail::TableMeta> meta;      // [tables.size()]
 };
@@ -90,6 +98,10 @@ class EmbeddingTables {
   // Columns the pooled output must have at least: max over tables of out_col + dim.
   std::int64_t min_out_cols() const { return min_out_cols_; }
   const detail::TableMeta* device_meta() const { return meta_.data(); }
+  // The buffers of a call: host-placed tables' host rows are addressed from them, so their
+  // offsets are set again (synchronously, once per new pair of buffers; a null state keeps the
+  // state bound before, as a forward needs none).
+  void bind(const TableWeights& weights, const float* state);
   detail::InputErrorRecord* device_errors() const { return errors_.data(); }
 
   // Synchronises the stream; if a kernel met a bad input since the last check, clears the record
@@ -106,6 +118,11 @@ class EmbeddingTables {
   std::int64_t min_out_cols_ = 0;
   DeviceBuffer<detail::TableMeta> meta_;
   mutable DeviceBuffer<detail::InputErrorRecord> errors_;
+  std::vector<detail::TableMeta> host_meta_;  // meta_ as uploaded
+  bool any_host_ = false;
+  TableWeights bound_{};
+  const float* bound_state_ = nullptr;
+  bool bound_once_ = false;
 };
 
 // A batch's embedding input in device memory (the CSR of parity::SparseInput) and its nnz.
@@ -122,6 +139,17 @@ struct DeviceSparseInput {
 // out is f32 or bf16 (rounded to nearest even). Other columns of out are not touched.
 void embedding_forward(Stream_t stream, const EmbeddingTables& tables, const TableWeights& weights,
                        const DeviceSparseInput& in, AMat out);
+
+// Host-placed table `t` of the input (TableLayout::host), its lookups in one batch: stats[0] +=
+// those that hit its cache, stats[1] += all in range; counts[r] += lookups of row r (saturating),
+// where counts is not null. Backend::embedding_cache_observe.
+void embedding_cache_observe(Stream_t stream, const TableLayout& table, int t,
+                             const DeviceSparseInput& in, std::uint32_t* counts,
+                             std::uint64_t* stats);
+// Cache row i <-> host row cached[i] of a host-placed table, weights and `state_per_row` floats
+// of state (cache state at state + state_offset). Backend::embedding_cache_copy.
+void embedding_cache_copy(Stream_t stream, const TableLayout& table, void* weights, float* state,
+                          std::int64_t state_per_row, bool to_cache);
 
 // Events around the backward's stages (benchmarks): keys, sort, segments, rows, heavy rows.
 struct BackwardProfile {

@@ -247,6 +247,20 @@ __device__ __forceinline__ bool resolve_row(const BackwardArgs& a, std::uint32_t
   const std::uint32_t row = key - r.m.key_base;
   if (row >= static_cast<std::uint64_t>(r.m.rows)) return false;
   r.row = static_cast<int>(row);
+  if (r.m.slot != nullptr) {
+    // A host-placed table: the offsets are moved so that the helpers' weight_offset + row * dim
+    // (state likewise) land on the row's cache row, or on its host row.
+    const std::int64_t state_per_row = a.opt == kAdagrad ? r.m.dim : 1;
+    const std::uint32_t s = r.m.slot[row];
+    if (s != TableLayout::kNotCached) {
+      const std::int64_t shift = static_cast<std::int64_t>(s) - static_cast<std::int64_t>(row);
+      r.m.weight_offset += shift * r.m.dim;
+      r.m.state_offset += shift * state_per_row;
+    } else {
+      r.m.weight_offset = r.m.host_weight_offset;
+      r.m.state_offset = r.m.host_state_offset;
+    }
+  }
   constexpr unsigned kGradAlign = V * sizeof(Gd) < 16 ? V * sizeof(Gd) : 16;
   const W* w = static_cast<const W*>(a.weights) + r.m.weight_offset;
   const Gd* g = static_cast<const Gd*>(a.dout) + r.m.out_col;

@@ -15,6 +15,9 @@
 //   unaligned ld or out_col take a scalar path for that table only;
 // - accumulation in fp32 whatever the weight type; mean divides once at the end; an empty bag
 //   writes zeros; ids outside [0, rows) are skipped and recorded (EmbeddingTables reports them).
+#include <cstdint>
+#include <type_traits>
+
 #include "backend/gpu/embedding.h"
 #include "backend/gpu/embedding_common.cuh"
 #include "backend/gpu/launch.h"
@@ -27,7 +30,22 @@ using detail::InputErrorRecord;
 using detail::kBlock;
 using detail::TableMeta;
 
-template <class W, class O, int kVecs>
+// The first element of a row: `row` is its index (kHost false) or its element offset from the
+// table's start (true), whose address may be in host memory.
+template <bool kHost, class W, class R>
+__device__ __forceinline__ const W* row_at(const W* table, R row, int dim) {
+  if constexpr (kHost) {
+    return reinterpret_cast<const W*>(reinterpret_cast<std::uintptr_t>(table) +
+                                      static_cast<std::uintptr_t>(row) * sizeof(W));
+  } else {
+    return table + static_cast<std::int64_t>(row) * dim;
+  }
+}
+
+// kHost: some table of the launch is host-placed (TableMeta::slot). Its rows are then found
+// through the cache map, and the group passes 64-bit element offsets from the table's start
+// (in its cache, or to its host rows) instead of row indices.
+template <class W, class O, int kVecs, bool kHost>
 __global__
 PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_forward_kernel(
     const TableMeta* __restrict__ meta, const W* __restrict__ weights,
@@ -60,8 +78,9 @@ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_fo
   const W* __restrict__ table = weights + m.weight_offset;
   O* __restrict__ dst = out + b * ld + m.out_col;
   constexpr unsigned kOutAlign = V * sizeof(O) < 16 ? V * sizeof(O) : 16;
-  const bool vec =
-      dim % V == 0 && detail::aligned_to(table, 16) && detail::aligned_to(dst, kOutAlign);
+  const bool vec = dim % V == 0 && detail::aligned_to(table, 16) &&
+                   detail::aligned_to(dst, kOutAlign) &&
+                   (!kHost || m.slot == nullptr || (m.host_weight_offset * sizeof(W)) % 16 == 0);
 
   float acc[kVecs][V];
 #pragma unroll
@@ -70,24 +89,38 @@ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_fo
     for (int e = 0; e < V; ++e) acc[v][e] = 0.0f;
   }
 
+  using RowT = std::conditional_t<kHost, std::int64_t, int>;
+  constexpr RowT kSkip = kHost ? static_cast<RowT>(INT64_MIN) : static_cast<RowT>(INT32_MIN);
+  // A host-placed table's host rows, as an element offset from `table` (both are flat addresses).
+  const std::int64_t host_delta = kHost ? m.host_weight_offset - m.weight_offset : 0;
   for (std::int64_t j0 = lo; j0 < hi; j0 += group) {
     const int count = static_cast<int>(hi - j0 < group ? hi - j0 : group);
-    int my_row = -1;
+    RowT my_row = kSkip;  // kHost: the row's element offset from `table` (may be negative)
     if (glane < count) {
       const std::int64_t id = ids[j0 + glane];
       if (id >= 0 && id < m.rows) {
-        my_row = static_cast<int>(id);
+        if constexpr (kHost) {
+          if (m.slot == nullptr) {
+            my_row = id * dim;
+          } else {
+            const std::uint32_t s = m.slot[id];
+            my_row = s != TableLayout::kNotCached ? static_cast<std::int64_t>(s) * dim
+                                                  : host_delta + id * dim;
+          }
+        } else {
+          my_row = static_cast<int>(id);
+        }
       } else {
         detail::record_input_error(errors, 1, t, b, id);
       }
     }
     for (int k = 0; k < count; k += kUnroll) {
-      int row[kUnroll];
+      RowT row[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int src = k + u < count ? k + u : count - 1;
         row[u] = shfl(gmask, my_row, gfirst + src);
-        if (k + u >= count) row[u] = -1;
+        if (k + u >= count) row[u] = kSkip;
       }
       if (vec) {
         std::uint32_t x[kUnroll][kVecs][kWords];  // raw rows in flight
@@ -96,8 +129,8 @@ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_fo
 #pragma unroll
           for (int v = 0; v < kVecs; ++v) {
             const int c = (glane + v * group) * V;
-            if (row[u] >= 0 && c < dim) {
-              load_raw<V, W>(table + static_cast<std::int64_t>(row[u]) * dim + c, x[u][v]);
+            if (row[u] != kSkip && c < dim) {
+              load_raw<V, W>(row_at<kHost>(table, row[u], dim) + c, x[u][v]);
             } else {
 #pragma unroll
               for (int i = 0; i < kWords; ++i) x[u][v][i] = 0u;  // +0.0 in every type
@@ -112,8 +145,8 @@ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_fo
       } else {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-          if (row[u] < 0) continue;
-          const W* __restrict__ src = table + static_cast<std::int64_t>(row[u]) * dim;
+          if (row[u] == kSkip) continue;
+          const W* __restrict__ src = row_at<kHost>(table, row[u], dim);
 #pragma unroll
           for (int v = 0; v < kVecs; ++v) {
 #pragma unroll
@@ -146,9 +179,10 @@ void launch_forward(Stream_t stream, const EmbeddingTables& tables, const TableG
                     const void* weights, const DeviceSparseInput& in, const AMat& out, int group) {
   const std::int64_t bags = in.batch * static_cast<std::int64_t>(g.tables.size());
   const std::int64_t bags_per_block = detail::kBlock / group;
-  launch("embedding_forward", embedding_forward_kernel<W, O, kVecs>,
-         {ceil_div(bags, bags_per_block), detail::kBlock, 0}, stream, g.meta.data(),
-         static_cast<const W*>(weights), in.ids, in.offsets, in.batch, in.nnz, bags,
+  auto* kernel = g.host_placed ? embedding_forward_kernel<W, O, kVecs, true>
+                               : embedding_forward_kernel<W, O, kVecs, false>;
+  launch("embedding_forward", kernel, {ceil_div(bags, bags_per_block), detail::kBlock, 0}, stream,
+         g.meta.data(), static_cast<const W*>(weights), in.ids, in.offsets, in.batch, in.nnz, bags,
          static_cast<O*>(out.data), out.ld, group, tables.device_errors());
 }
 

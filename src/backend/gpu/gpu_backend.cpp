@@ -81,7 +81,8 @@ bool same_layouts(std::span<const TableLayout> a, const std::vector<TableLayout>
     const TableLayout& y = b[i];
     if (x.rows != y.rows || x.dim != y.dim || x.pooling != y.pooling ||
         x.weight_offset != y.weight_offset || x.state_offset != y.state_offset ||
-        x.out_col != y.out_col || x.dtype != y.dtype)
+        x.out_col != y.out_col || x.dtype != y.dtype || x.host.weights != y.host.weights ||
+        x.host.state != y.host.state || x.host.slot != y.host.slot)
       return false;
   }
   return true;
@@ -451,6 +452,7 @@ void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const Ta
   if (tables.empty() || in.batch == 0) return;
   Impl& im = *impl_;
   im.ensure_tables(tables);
+  im.emb_tables->bind(weights, nullptr);
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, im.nnz_of(in)};
   gpu::embedding_forward(im.s(), *im.emb_tables, weights, din, out);
 }
@@ -466,6 +468,7 @@ void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables,
   im.ensure_tables(tables);
   const std::int64_t nnz = im.nnz_of(in);
   if (nnz == 0) return;  // no row occurs: nothing is updated
+  im.emb_tables->bind(weights, state);
   gpu::EmbeddingWorkspace& workspace = im.workspace_for(in.batch, nnz);
   gpu::UpdateOptions upd;
   upd.seed = rounding.seed;
@@ -473,6 +476,43 @@ void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables,
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, nnz};
   gpu::embedding_backward_update(im.s(), *im.emb_tables, weights, state, din, dout, opt, upd,
                                  workspace);
+}
+
+void GpuBackend::embedding_cache_observe(std::span<const TableLayout> tables, const SparseInput& in,
+                                         std::span<std::uint32_t* const> counts,
+                                         std::uint64_t* stats) {
+  if (in.num_tables != static_cast<int>(tables.size()))
+    fail("embedding_cache_observe", "the input has {} tables, the layout {}", in.num_tables,
+         tables.size());
+  if (!counts.empty() && counts.size() != tables.size())
+    fail("embedding_cache_observe", "{} count arrays for {} tables", counts.size(), tables.size());
+  if (in.batch == 0) return;
+  Impl& im = *impl_;
+  const gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, im.nnz_of(in)};
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    if (!tables[t].host_placed()) continue;
+    gpu::embedding_cache_observe(im.s(), tables[t], static_cast<int>(t), din,
+                                 counts.empty() ? nullptr : counts[t], stats + 2 * t);
+  }
+}
+
+void GpuBackend::embedding_cache_copy(const TableLayout& table, const TableWeights& weights,
+                                      float* state, OptimizerKind opt, bool to_cache) {
+  gpu::embedding_cache_copy(impl_->s(), table, weights.of(table.dtype), state,
+                            cache_state_per_row(opt, table.dim), to_cache);
+}
+
+void* GpuBackend::allocate_host_resident(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  // Pinned host memory is mapped at the same address on the device under unified addressing
+  // (every 64-bit CUDA and HIP platform parity runs on).
+  return gpu::detail::host_alloc(bytes, "host-resident memory (a host-placed table)");
+}
+
+void GpuBackend::deallocate_host_resident(void* p) noexcept {
+  if (p == nullptr) return;
+  (void)gpu::device_synchronize();  // a kernel may still read it
+  gpu::detail::host_free(p);
 }
 
 void GpuBackend::raise_input_errors() {

@@ -99,6 +99,15 @@ class GpuBackend final : public Backend {
                                  float* state, const SparseInput& in, CAMat dout,
                                  const OptimizerParams& opt,
                                  const StochasticRounding& rounding) override;
+  // Host-placed tables: their rows in mapped, pinned host memory, read and written by the
+  // embedding kernels in place (embedding_cache.cu has the cache's bookkeeping).
+  void embedding_cache_observe(std::span<const TableLayout> tables, const SparseInput& in,
+                               std::span<std::uint32_t* const> counts,
+                               std::uint64_t* stats) override;
+  void embedding_cache_copy(const TableLayout& table, const TableWeights& weights, float* state,
+                            OptimizerKind opt, bool to_cache) override;
+  void* allocate_host_resident(std::size_t bytes) override;
+  void deallocate_host_resident(void* p) noexcept override;
 
   void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) override;
   void dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
