@@ -18,6 +18,45 @@ std::size_t state_elements(OptimizerKind k, std::int64_t rows, int dim) {
   return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cache_state_per_row(k, dim));
 }
 
+// The `keep` rows a cache should hold: the most looked-up, ties going to rows already cached,
+// then to lower rows. Linear in the rows (a histogram of the counts finds the threshold count;
+// only rows above the histogram's range are sorted), so that a refresh of a table of tens of
+// millions of rows takes milliseconds, not a sort.
+std::vector<std::uint8_t> choose_rows(const std::vector<std::uint32_t>& counts,
+                                      const std::vector<std::uint32_t>& slot, std::int64_t keep) {
+  const std::size_t rows = counts.size();
+  std::vector<std::uint8_t> chosen(rows, 0);
+  constexpr std::uint32_t kTop = 1u << 16;  // counts at or above it share the last bucket
+  std::vector<std::uint64_t> hist(kTop + 1, 0);
+  for (const std::uint32_t c : counts) ++hist[std::min(c, kTop)];
+  auto need = static_cast<std::uint64_t>(keep);
+  std::uint32_t t = kTop;  // the threshold bucket: every row above it is chosen
+  for (;; --t) {
+    if (hist[t] >= need || t == 0) break;
+    need -= hist[t];
+  }
+  for (std::size_t r = 0; r < rows; ++r)
+    if (std::min(counts[r], kTop) > t) chosen[r] = 1;
+  // `need` more from the bucket t, in the order of the ties.
+  std::vector<std::uint32_t> ties;
+  for (std::size_t r = 0; r < rows; ++r)
+    if (std::min(counts[r], kTop) == t) ties.push_back(static_cast<std::uint32_t>(r));
+  const auto better = [&](std::uint32_t a, std::uint32_t b) {
+    if (counts[a] != counts[b]) return counts[a] > counts[b];
+    const bool ca = slot[a] != kNone, cb = slot[b] != kNone;
+    if (ca != cb) return ca;
+    return a < b;
+  };
+  if (t == kTop) {
+    std::sort(ties.begin(), ties.end(), better);
+  } else {
+    std::stable_partition(ties.begin(), ties.end(),
+                          [&](std::uint32_t r) { return slot[r] != kNone; });
+  }
+  for (std::size_t i = 0; i < ties.size() && i < need; ++i) chosen[ties[i]] = 1;
+  return chosen;
+}
+
 }  // namespace
 
 HostTables::HostTables(Backend& backend, const ModelSpec& spec, ModelLayout& layout)
@@ -115,27 +154,13 @@ void HostTables::refresh(std::span<TableLayout> layouts, const TableWeights& wei
     const auto rows = static_cast<std::size_t>(h.rows);
     counts.resize(rows);
     backend_.copy_to_host(counts.data(), h.counts.get(), rows * sizeof(std::uint32_t));
-    // The cache_rows most looked-up rows; ties go to rows already cached, then to lower rows.
-    std::vector<std::uint32_t> order(rows);
-    std::iota(order.begin(), order.end(), 0u);
-    const auto better = [&](std::uint32_t a, std::uint32_t b) {
-      if (counts[a] != counts[b]) return counts[a] > counts[b];
-      const bool ca = h.slot_host[a] != kNone, cb = h.slot_host[b] != kNone;
-      if (ca != cb) return ca;
-      return a < b;
-    };
-    const auto keep = static_cast<std::ptrdiff_t>(h.cache_rows);
-    std::nth_element(order.begin(), order.begin() + keep - 1, order.end(), better);
-    std::vector<std::uint8_t> chosen(rows, 0);
-    for (std::ptrdiff_t i = 0; i < keep; ++i) chosen[order[static_cast<std::size_t>(i)]] = 1;
+    const std::vector<std::uint8_t> chosen = choose_rows(counts, h.slot_host, h.cache_rows);
     std::vector<std::size_t> leaving;
     std::vector<std::uint32_t> entering;
     for (std::size_t i = 0; i < h.cached_host.size(); ++i)
       if (!chosen[static_cast<std::size_t>(h.cached_host[i])]) leaving.push_back(i);
-    for (std::ptrdiff_t i = 0; i < keep; ++i) {
-      const std::uint32_t r = order[static_cast<std::size_t>(i)];
-      if (h.slot_host[r] == kNone) entering.push_back(r);
-    }
+    for (std::size_t r = 0; r < rows; ++r)
+      if (chosen[r] && h.slot_host[r] == kNone) entering.push_back(static_cast<std::uint32_t>(r));
     if (leaving.size() != entering.size())
       throw Error(fmt::format("HostTables::refresh: table {}: {} cache rows leave and {} enter",
                               h.index, leaving.size(), entering.size()));
