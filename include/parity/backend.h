@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -362,6 +363,11 @@ class Backend {
   // reads the record where the host waits anyway (Model::first_nonfinite_step).
   virtual void flag_nonfinite(const float* x, std::int64_t n, std::int64_t step,
                               std::int64_t* first_bad) = 0;
+
+  // ---- memory outside the engine's buffers ----
+  // Bytes of backend memory the backend holds for itself now (scratch, workspaces, library
+  // handles' workspaces, cached operand copies), by purpose; empty where it holds none (cpu).
+  virtual std::map<std::string, std::size_t> internal_memory_bytes() const { return {}; }
 
   // ---- profiling: timing marks on the compute queue ----
   // timing_mark(i) records mark i (device events on GPUs: the time the queue reaches it; the

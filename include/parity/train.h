@@ -97,6 +97,8 @@ struct TrainResult {
   double prepare_s = 0;
   // The model's buffers in backend memory by category (Model::allocated_bytes_by_category).
   std::map<std::string, std::size_t> model_memory_bytes;
+  // The backend's own memory at the end (Backend::internal_memory_bytes: scratch, workspaces).
+  std::map<std::string, std::size_t> backend_memory_bytes;
   // Host-placed tables: lookups since each cache was last re-chosen and how many hit it
   // (Model::cache_stats), and the bytes of host memory holding their rows.
   std::vector<Model::CacheStats> cache;

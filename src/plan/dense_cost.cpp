@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cmath>
 
 namespace parity {
 namespace {
@@ -175,6 +176,12 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
 
 namespace detail {
 
+double DenseMemory::scratch_bytes(double b) const {
+  // a16 holds the input's copy; b16 the input's or a weight's, whichever is larger.
+  const double input = b * input_copy_bytes_per_example;
+  return kScratchGrowth * (b * dz_bytes_per_example + input + std::max(input, weight_copy_bytes));
+}
+
 DenseMemory dense_memory(const ModelSpec& m, DenseMath math) {
   const Bytes by(m, math);
   DenseMemory w;
@@ -191,17 +198,35 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math) {
     w.saved_bytes_per_example += n * by.s;  // x0
     for (int l = 0; l < m.interaction.cross_layers; ++l)
       w.saved_bytes_per_example += (2.0 * n + m.interaction.low_rank) * by.s;  // z, x_next, u
-    // The second gradient buffer between cross layers (s bytes), the backend's dz scratch
-    // (fp32, plus its bf16 copy under a 16-bit math).
-    w.grad_bytes_per_example += n * (by.s + 4.0 + (by.narrow ? 2.0 : 0.0));
+    // The second gradient buffer between cross layers (s bytes).
+    w.grad_bytes_per_example += n * by.s;
   } else {
     // x0 and the interaction output (fp32 for the dot kernels).
     w.saved_bytes_per_example += n * 4.0;
     w.saved_bytes_per_example += m.interaction_output_dim() * 4.0;
   }
   saved_mlp(false);
-  // dx0 and the interaction output's gradient (sg), the MLP backward's fp32 ping-pong pair.
-  w.grad_bytes_per_example += (n + m.interaction_output_dim()) * by.sg + 2 * widest * 4.0;
+  // dx0 and the interaction output's gradient (sg), the MLP backward's fp32 ping-pong pair, the
+  // predicted probabilities.
+  w.grad_bytes_per_example += (n + m.interaction_output_dim()) * by.sg + 2 * widest * 4.0 + 4.0;
+  // The backend's scratch: dz [B, widest product output] in fp32 (plus bf16), the cross layers'
+  // du [B, r] (bf16 under a 16-bit math, else fp32), and under a 16-bit math the bf16 copies of
+  // fp32 operands (the dense input [B, F] and the widest weight), each row padded to 8.
+  double dz_cols = by.dcn ? n : 0;
+  double widest_weight = 0;
+  const auto pad8 = [](double c) { return std::ceil(c / 8) * 8; };
+  for (const bool bottom : {true, false})
+    for (const auto& l : mlp_layers(m, bottom)) {
+      dz_cols = std::max<double>(dz_cols, l.out);
+      widest_weight = std::max(widest_weight, l.out * pad8(l.in));
+    }
+  if (by.dcn) widest_weight = std::max(widest_weight, n * pad8(m.interaction.low_rank));
+  w.dz_bytes_per_example = dz_cols * (4.0 + (by.narrow ? 2.0 : 0.0));
+  if (by.dcn) w.dz_bytes_per_example += m.interaction.low_rank * (by.narrow ? 2.0 : 4.0);
+  if (by.narrow) {
+    w.input_copy_bytes_per_example = 2.0 * pad8(m.dense_features);
+    w.weight_copy_bytes = 2.0 * widest_weight;
+  }
   return w;
 }
 

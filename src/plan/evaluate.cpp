@@ -90,8 +90,8 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
 
   // ---- embeddings, per device ----
   std::vector<double> fwd(W, 0), bwd(W, 0), host(W, 0), a2a_send(W, 0), rs_bytes(W, 0);
-  std::vector<double> weights_mem(W, 0), state_mem(W, 0), index_mem(W, 0), io_mem(W, 0);
-  std::vector<double> cache_maps_mem(W, 0);
+  std::vector<double> weights_mem(W, 0), state_mem(W, 0), io_mem(W, 0);
+  std::vector<double> cache_maps_mem(W, 0), lookups_on(W, 0), bags_on(W, 0), max_dim_on(W, 0);
   std::vector<double> host_mem(W, 0), emb_bytes(W, 0);
   double replicated_s = 0, replicated_allreduce_bytes = 0;
   std::size_t memo_table = static_cast<std::size_t>(-1);
@@ -157,8 +157,9 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
         cache_maps_mem[d] += cached * 16 + rows * 8;
         host_mem[d] += rows * (row_bytes + 4);
       }
-      index_mem[d] +=
-          lookups * (8 + 2 * 12) + bags * 8;  // ids, sort pairs (double-buffered), offsets
+      lookups_on[d] += lookups;
+      bags_on[d] += bags;
+      max_dim_on[d] = std::max<double>(max_dim_on[d], dim);
       if (exchanged) {
         a2a_send[d] += bags * dim * 4;
         io_mem[d] += 2 * bags * dim * 4;  // outputs out, gradients in
@@ -266,7 +267,10 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   // Saved activations in their storage type (detail::dense_memory), fp32 gradient scratch.
   const double dense_mem = P * 4 * (2 + k) + (low ? P * 2 : 0);
   const double act_mem = b * (dm.saved_bytes_per_example + dm.grad_bytes_per_example);
-  const double pooled_mem = 2 * b * m.embedding_output_dim() * 4;  // received outputs, their grads
+  // Received pooled outputs and their gradients (on one GPU the pooled outputs are x0's columns,
+  // in the activations).
+  const double pooled_mem = W > 1 ? 2 * b * m.embedding_output_dim() * 4 : 0.0;
+  const double scratch_mem = dm.scratch_bytes(b);
   double worst = -1;
   for (int d = 0; d < W; ++d) {
     std::map<std::string, double> mem;
@@ -274,8 +278,24 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
     mem["embedding_optimizer_state"] = state_mem[d];
     mem["dense_parameters_and_state"] = dense_mem;
     mem["activations"] = act_mem;
-    mem["embedding_io"] = io_mem[d] + pooled_mem;
-    mem["indices"] = index_mem[d];
+    if (W > 1) mem["embedding_io"] = io_mem[d] + pooled_mem;  // one GPU exchanges nothing
+    mem["backend_scratch"] = scratch_mem;
+    // The embedding backward's workspace (src/backend/gpu/embedding.h), sized for a quarter more
+    // ids than the batch has: per id its sort keys and bags (double-buffered) and its segment
+    // start, and the heavy rows' chunk sums (one row of the widest dim, padded to 8, per chunk of
+    // kChunk ids and per heavy row of more than kHeavyRow).
+    {
+      constexpr double kIdsGrowth = 1.25, kChunk = 64, kHeavyRow = 64;
+      const double n = kIdsGrowth * lookups_on[d];
+      const double partial_row = std::ceil(max_dim_on[d] / 8) * 8 * 4;
+      mem["embedding_workspace"] =
+          n * (4 * 4 + 4) + n * (1 / kChunk + 1 / (kHeavyRow + 1)) * partial_row;
+    }
+    // The input slots (src/engine/input_stager.h): two batches of dense features, labels, ids and
+    // offsets, and the synthetic generator's workspace (two doubles per bag).
+    mem["input_slots"] =
+        2 * (b * m.dense_features * 4 + b * 4 + lookups_on[d] * 8 + (bags_on[d] + 1) * 8) +
+        16 * bags_on[d];
     if (cache_maps_mem[d] > 0) mem["embedding_cache_maps"] = cache_maps_mem[d];
     mem["workspace"] = cal.workspace_bytes;
     mem["reserved"] = cal.reserved_bytes;

@@ -413,6 +413,30 @@ TEST(PlanEvaluation, MemoryAndTimeCategoriesByHand) {
                    static_cast<double>(m.dense_parameters()) * 4 * 3);
   EXPECT_DOUBLE_EQ(pr.memory_bytes.at("reserved"), c.reserved_bytes);
   EXPECT_DOUBLE_EQ(pr.memory_bytes.at("workspace"), c.workspace_bytes);
+  // The engine's buffers and the backend's: on one GPU the pooled outputs are x0's columns (no
+  // exchange buffers); two input slots of dense features, labels, ids and offsets, with the
+  // synthetic generator's two doubles per bag; the embedding workspace for a quarter more ids
+  // (keys and bags double-buffered, segment starts: 20 bytes an id, and the heavy rows' chunk
+  // sums); fp32 math: the backend's scratch is dz and the cross layers' du, a quarter over.
+  EXPECT_EQ(pr.memory_bytes.count("embedding_io"), 0u);
+  double ids = 0;
+  int widest = 0;
+  for (const auto& t : m.tables) {
+    ids += 512.0 * t.pooling_size;
+    widest = std::max(widest, t.dim);
+  }
+  const double bags = 512.0 * static_cast<double>(m.tables.size());
+  EXPECT_DOUBLE_EQ(
+      pr.memory_bytes.at("input_slots"),
+      2 * (512.0 * m.dense_features * 4 + 512 * 4 + ids * 8 + (bags + 1) * 8) + 16 * bags);
+  const double n = 1.25 * ids;
+  EXPECT_NEAR(pr.memory_bytes.at("embedding_workspace"),
+              n * 20 + n * (1.0 / 64 + 1.0 / 65) * ((widest + 7) / 8 * 8) * 4, 1e-6);
+  double dz_cols = m.interaction_input_dim();
+  for (int out : m.bottom_mlp) dz_cols = std::max<double>(dz_cols, out);
+  for (int out : m.top_mlp) dz_cols = std::max<double>(dz_cols, out);
+  EXPECT_NEAR(pr.memory_bytes.at("backend_scratch"),
+              1.25 * 512 * (dz_cols * 4 + m.interaction.low_rank * 4), 1e-6);
   double total = 0;
   for (const auto& [k, v] : pr.memory_bytes) total += v;
   EXPECT_DOUBLE_EQ(pr.peak_memory_bytes, total);

@@ -148,29 +148,33 @@ void print_profile(const TrainResult& r, const Plan* plan, const ModelSpec& mode
     fmt::print("  {:<26} {:>10.3f} {:>10}\n", "wall time per step",
                1e3 * static_cast<double>(batch) / rate,
                plan != nullptr ? fmt::format("{:.3f}", plan->prediction.step_s * 1e3) : "");
-  // The model's buffers beside the plan's memory by category: where the names agree the two are
-  // the same memory; the plan's other categories (the backend's workspaces, the runtime's reserve,
-  // the embedding exchange) are not the model's buffers.
-  fmt::print("\nmodel buffers in backend memory (GB){}\n",
+  // The model's buffers and the backend's own memory beside the plan's memory by category: where
+  // the names agree the two are the same memory; the plan's workspace and reserved (the library's
+  // workspace, the runtime's reserve) are not measured here.
+  fmt::print("\nmodel buffers and the backend's scratch and workspaces in backend memory (GB){}\n",
              plan != nullptr ? ", beside the plan's memory prediction" : "");
+  // The backend's own memory joins the model's under the plan's names: its scratch slots, held
+  // copies and loss partials as backend_scratch, its embedding workspace as it is.
+  std::map<std::string, std::size_t> measured = r.model_memory_bytes;
+  for (const auto& [k, v] : r.backend_memory_bytes)
+    measured[k == "embedding_workspace" ? k : std::string("backend_scratch")] += v;
   std::set<std::string> mem_names;
-  for (const auto& [k, v] : r.model_memory_bytes) mem_names.insert(k);
+  for (const auto& [k, v] : measured) mem_names.insert(k);
   if (plan != nullptr)
     for (const auto& [k, v] : plan->prediction.memory_bytes) mem_names.insert(k);
   double model_total = 0;
   for (const auto& name : mem_names) {
-    const auto m = r.model_memory_bytes.find(name);
+    const auto m = measured.find(name);
     std::string ps;
     if (plan != nullptr) {
       const auto p = plan->prediction.memory_bytes.find(name);
       ps = p != plan->prediction.memory_bytes.end() ? fmt::format("{:.3f}", p->second / 1e9) : "-";
     }
-    if (m != r.model_memory_bytes.end()) model_total += static_cast<double>(m->second);
-    fmt::print("  {:<26} {:>10} {:>10}\n", name,
-               m != r.model_memory_bytes.end()
-                   ? fmt::format("{:.3f}", static_cast<double>(m->second) / 1e9)
-                   : "-",
-               ps);
+    if (m != measured.end()) model_total += static_cast<double>(m->second);
+    fmt::print(
+        "  {:<26} {:>10} {:>10}\n", name,
+        m != measured.end() ? fmt::format("{:.3f}", static_cast<double>(m->second) / 1e9) : "-",
+        ps);
   }
   fmt::print(
       "  {:<26} {:>10.3f} {:>10}\n", "total", model_total / 1e9,

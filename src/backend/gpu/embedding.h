@@ -182,6 +182,14 @@ class EmbeddingWorkspace {
   std::int64_t max_batch() const { return max_batch_; }
   std::int64_t max_nnz() const { return max_nnz_; }
   SortMethod sort_method() const { return sorter_.method(); }
+  // Device bytes of every buffer of the workspace, the sorter's included.
+  std::size_t bytes() const {
+    std::size_t n = sorter_.bytes() + seg_start_.bytes() + scan_tmp_.bytes() + counters_.bytes() +
+                    heavy_rows_.bytes() + heavy_base_.bytes() + chunk_seg_.bytes() +
+                    chunk_idx_.bytes() + partial_.bytes();
+    for (int i = 0; i < 2; ++i) n += keys_[i].bytes() + bags_[i].bytes();
+    return n;
+  }
 
   // After a backward (synchronises): distinct rows updated, and how many of them took the
   // heavy-row path (for tests and benchmarks).

@@ -502,6 +502,21 @@ void GpuBackend::embedding_cache_copy(const TableLayout& table, const TableWeigh
                             cache_state_per_row(opt, table.dim), to_cache);
 }
 
+std::map<std::string, std::size_t> GpuBackend::internal_memory_bytes() const {
+  const Impl& im = *impl_;
+  std::map<std::string, std::size_t> out;
+  static constexpr const char* kSlotNames[] = {"scratch.a16",    "scratch.b16",    "scratch.dz",
+                                               "scratch.dz16",   "scratch.du",     "scratch.du16",
+                                               "scratch.bias16", "scratch.reduce", "scratch.dw"};
+  static_assert(std::size(kSlotNames) == static_cast<std::size_t>(Slot::count));
+  for (int i = 0; i < static_cast<int>(Slot::count); ++i)
+    if (const std::size_t b = im.scratch.bytes(static_cast<Slot>(i)); b > 0) out[kSlotNames[i]] = b;
+  out["held_bf16_copies"] = im.held.bytes();
+  out["embedding_workspace"] = im.emb_workspace != nullptr ? im.emb_workspace->bytes() : 0;
+  out["loss_partials"] = im.loss_scratch.bytes();
+  return out;
+}
+
 void* GpuBackend::allocate_host_resident(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   // Pinned host memory is mapped at the same address on the device under unified addressing

@@ -107,6 +107,7 @@ class GpuBackend final : public Backend {
   void embedding_cache_copy(const TableLayout& table, const TableWeights& weights, float* state,
                             OptimizerKind opt, bool to_cache) override;
   void* allocate_host_resident(std::size_t bytes) override;
+  std::map<std::string, std::size_t> internal_memory_bytes() const override;
   void deallocate_host_resident(void* p) noexcept override;
 
   void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) override;

@@ -32,6 +32,12 @@ class OperandCache {
   const Bf16* find(CMat m, std::int64_t ld, Stream_t s);
   // Device allocations of copies so far.
   std::int64_t allocations() const { return allocations_; }
+  // Bytes of the copies held now.
+  std::size_t bytes() const {
+    std::size_t n = 0;
+    for (const Copy& c : copies_) n += c.bf16.bytes();
+    return n;
+  }
 
  private:
   struct Range {

@@ -33,6 +33,7 @@ class RadixSorter {
   // Storage for up to max_n pairs, for the given method (automatic is resolved here).
   RadixSorter(std::int64_t max_n, SortMethod method);
   SortMethod method() const { return method_; }
+  std::size_t bytes() const { return temp_.bytes() + hist_.bytes() + scan_tmp_.bytes(); }
 
   // Stable sort of the n pairs in (keys[0], values[0]) by key bits [0, end_bit), using
   // (keys[1], values[1]) as the second buffer. Returns the index (0 or 1) of the buffer that

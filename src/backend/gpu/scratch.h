@@ -27,6 +27,8 @@ class Scratch {
   }
   // (Re)allocations so far.
   std::int64_t growths() const { return growths_; }
+  // Bytes held by a slot now.
+  std::size_t bytes(ScratchSlot slot) const { return bufs_[static_cast<int>(slot)].bytes(); }
 
  private:
   std::array<DeviceBuffer<std::byte>, static_cast<int>(ScratchSlot::count)> bufs_;
