@@ -82,19 +82,14 @@ HostTables::HostTables(Backend& backend, const ModelSpec& spec, ModelLayout& lay
     const std::size_t se = state_elements(layout.emb_opt.kind, ts.rows, ts.dim);
     h.state_bytes = se * sizeof(float);
     try {
-      h.host_weights = backend.allocate_host_resident(h.weight_bytes);
-      if (h.state_bytes > 0)
-        h.host_state = static_cast<float*>(backend.allocate_host_resident(h.state_bytes));
+      h.host_weights = HostBlock(backend, h.weight_bytes);
+      h.host_state = HostBlock(backend, h.state_bytes);
     } catch (const Error& e) {
-      if (h.host_weights != nullptr) backend.deallocate_host_resident(h.host_weights);
-      for (Table& done : tables_) {
-        backend.deallocate_host_resident(done.host_weights);
-        backend.deallocate_host_resident(done.host_state);
-      }
       throw Error(fmt::format("table '{}' is placed in host memory and needs {:.2f} GB there: {}",
                               ts.name, (h.weight_bytes + h.state_bytes) / 1e9, e.what()));
     }
-    if (se > 0) backend.fill(h.host_state, static_cast<std::int64_t>(se), 0.0f);
+    auto* host_state = static_cast<float*>(h.host_state.get());
+    if (se > 0) backend.fill(host_state, static_cast<std::int64_t>(se), 0.0f);
     const auto rows = static_cast<std::size_t>(ts.rows);
     const auto cached = static_cast<std::size_t>(ts.cache_rows);
     h.slot = Buffer(backend, rows * sizeof(std::uint32_t));
@@ -113,8 +108,8 @@ HostTables::HostTables(Backend& backend, const ModelSpec& spec, ModelLayout& lay
     backend.fill(h.counts.as<float>(), ts.rows, 0.0f);
     counts_[t] = h.counts.as<std::uint32_t>();
     TableLayout& l = layout.tables[t];
-    l.host.weights = h.host_weights;
-    l.host.state = h.host_state;
+    l.host.weights = h.host_weights.get();
+    l.host.state = host_state;
     l.host.slot = h.slot.as<std::uint32_t>();
     l.host.cached = h.cached.as<std::int64_t>();
     l.host.cache_rows = h.cache_rows;
@@ -127,12 +122,7 @@ HostTables::HostTables(Backend& backend, const ModelSpec& spec, ModelLayout& lay
 }
 
 HostTables::~HostTables() {
-  if (tables_.empty()) return;
-  backend_.synchronize();  // no kernel may still read the host rows
-  for (Table& h : tables_) {
-    backend_.deallocate_host_resident(h.host_weights);
-    backend_.deallocate_host_resident(h.host_state);
-  }
+  if (!tables_.empty()) backend_.synchronize();  // no kernel may still read the host rows
 }
 
 void HostTables::observe(std::span<const TableLayout> layouts, const SparseInput& in) {
@@ -213,10 +203,15 @@ void HostTables::refresh(std::span<TableLayout> layouts, const TableWeights& wei
 
 void HostTables::write_back(std::span<const TableLayout> layouts, const TableWeights& weights,
                             float* state) {
+  // Twice in a row (a checkpoint loaded into the host rows in between) would overwrite the
+  // loaded rows with the caches' old values.
+  if (host_current_) return;
   for (const Table& h : tables_)
     if (h.cache_rows > 0)
       backend_.embedding_cache_copy(layouts[static_cast<std::size_t>(h.index)], weights, state,
                                     opt_, /*to_cache=*/false);
+  backend_.synchronize();  // the host rows are read directly next
+  host_current_ = true;
 }
 
 void HostTables::load(std::span<const TableLayout> layouts, const TableWeights& weights,
@@ -225,6 +220,7 @@ void HostTables::load(std::span<const TableLayout> layouts, const TableWeights& 
     if (h.cache_rows > 0)
       backend_.embedding_cache_copy(layouts[static_cast<std::size_t>(h.index)], weights, state,
                                     opt_, /*to_cache=*/true);
+  host_current_ = true;
 }
 
 std::vector<HostTables::TableStats> HostTables::stats() {

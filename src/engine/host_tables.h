@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/layout.h"
@@ -36,13 +37,17 @@ class HostTables {
   bool empty() const { return tables_.empty(); }
   // Counts the lookups of a batch (enqueued before its embedding forward).
   void observe(std::span<const TableLayout> layouts, const SparseInput& in);
-  // Whether the caches are re-chosen after step `step` (1-based: steps trained so far).
+  // A training step was enqueued: the caches may now hold values the host rows do not.
+  void trained_step() { host_current_ = false; }
+  // Whether the caches are re-chosen after `step` steps (1-based: steps trained so far by this
+  // model since it started or was set to a step).
   static bool refresh_due(std::int64_t step);
   // Re-chooses every cache's rows from the lookups counted so far, moving only the rows that
   // change, and restarts the hit counts. Synchronises.
   void refresh(std::span<TableLayout> layouts, const TableWeights& weights, float* state);
   // Every cache row written back to host memory (before the host rows are read as the tables'
-  // values), or read from it (after they were written).
+  // values; synchronises, and does nothing where the host rows are already current), or read
+  // from it (after they were written).
   void write_back(std::span<const TableLayout> layouts, const TableWeights& weights, float* state);
   void load(std::span<const TableLayout> layouts, const TableWeights& weights, float* state);
 
@@ -61,11 +66,31 @@ class HostTables {
   std::size_t host_bytes() const;    // host-resident rows and state
 
  private:
+  // Host-resident memory from the backend, given back when destroyed.
+  class HostBlock {
+   public:
+    HostBlock() = default;
+    HostBlock(Backend& backend, std::size_t bytes)
+        : backend_(&backend), p_(bytes > 0 ? backend.allocate_host_resident(bytes) : nullptr) {}
+    ~HostBlock() {
+      if (p_ != nullptr) backend_->deallocate_host_resident(p_);
+    }
+    HostBlock(HostBlock&& o) noexcept : backend_(o.backend_), p_(o.p_) { o.p_ = nullptr; }
+    HostBlock& operator=(HostBlock&& o) noexcept {
+      std::swap(backend_, o.backend_);
+      std::swap(p_, o.p_);
+      return *this;
+    }
+    void* get() const { return p_; }
+
+   private:
+    Backend* backend_ = nullptr;
+    void* p_ = nullptr;
+  };
   struct Table {
     int index = 0;  // in the model
     std::int64_t rows = 0, cache_rows = 0;
-    void* host_weights = nullptr;
-    float* host_state = nullptr;
+    HostBlock host_weights, host_state;
     std::size_t weight_bytes = 0, state_bytes = 0;
     Buffer slot;    // [rows] uint32
     Buffer cached;  // [cache_rows] int64
@@ -80,6 +105,7 @@ class HostTables {
   Buffer stats_;                        // [2 * model tables] uint64
   int num_tables_ = 0;
   OptimizerKind opt_;
+  bool host_current_ = true;  // the host rows hold every row's value (nothing trained since)
   int refreshes_ = 0;
   double refresh_s_ = 0;
 };

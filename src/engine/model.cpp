@@ -167,7 +167,8 @@ struct Model::Impl {
   }
   ~Impl() { backend.release_constants(); }  // the activations are about to be freed
 
-  void forward(const InputSlot& in, std::int64_t n);
+  // counting: host-placed tables' lookups are counted (training steps; not evaluation).
+  void forward(const InputSlot& in, std::int64_t n, bool counting = true);
   void backward(const InputSlot& in, std::int64_t n);
 
   float* param(std::int64_t off) const { return params.dense.as<float>() + off; }
@@ -186,7 +187,8 @@ struct Model::Impl {
   Backend& backend;
   std::int64_t step = 0;
   ModelLayout layout;
-  engine::HostTables host;  // host-placed tables (binds layout.tables[t].host)
+  engine::HostTables host;           // host-placed tables (binds layout.tables[t].host)
+  std::int64_t host_start_step = 0;  // the caches' refreshes are counted from this step
   Parameters params;
   engine::InputStager input;
   Activations acts;
@@ -199,7 +201,7 @@ struct Model::Impl {
 
 static_assert(Model::kInputSlots == engine::InputStager::kSlots);
 
-void Model::Impl::forward(const InputSlot& in, std::int64_t n) {
+void Model::Impl::forward(const InputSlot& in, std::int64_t n, bool counting) {
   const ModelLayout& L = layout;
   // Activations are written once per step, here, then only read until the next step: each is
   // held constant once written (the GPU backend then converts it to bf16 once per step).
@@ -222,7 +224,7 @@ void Model::Impl::forward(const InputSlot& in, std::int64_t n) {
   }
   // Embedding bags into x0[:, D:].
   profiler.section("embedding_forward");
-  if (!host.empty()) host.observe(L.tables, in.sparse);
+  if (!host.empty() && counting) host.observe(L.tables, in.sparse);
   backend.embedding_forward(L.tables, params.tables(), in.sparse,
                             x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out));
   hold(x0);
@@ -401,7 +403,8 @@ void Model::train_staged() {
   use.release();
   ++m.step;
   m.profiler.end_step();
-  if (!m.host.empty() && engine::HostTables::refresh_due(m.step)) {
+  m.host.trained_step();
+  if (!m.host.empty() && engine::HostTables::refresh_due(m.step - m.host_start_step)) {
     const engine::StepProfiler::Pause no_marks(m.profiler);
     m.host.refresh(m.layout.tables, m.params.tables(), m.params.emb_state.as<float>());
   }
@@ -444,7 +447,7 @@ void Model::predict(const Batch& batch, float* probs) {
   m.input.stage(batch);
   const engine::StepProfiler::Pause no_marks(m.profiler);  // evaluation is not part of the profile
   engine::InputStager::InUse use(m.input, m.input.take());
-  m.forward(use.slot(), batch.size);
+  m.forward(use.slot(), batch.size, /*counting=*/false);
   m.backend.sigmoid(m.acts.top.back().as<float>(), m.acts.probs.as<float>(), batch.size);
   use.release();
   m.backend.copy_to_host(probs, m.acts.probs.get(), static_cast<std::size_t>(batch.size) * 4);
@@ -455,6 +458,7 @@ std::int64_t Model::step() const {
 }
 void Model::set_step(std::int64_t s) {
   impl_->step = s;
+  impl_->host_start_step = s;  // the caches' refresh schedule starts again (their counts did)
 }
 const ModelSpec& Model::spec() const {
   return impl_->spec;

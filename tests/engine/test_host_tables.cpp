@@ -20,14 +20,18 @@
 namespace parity {
 namespace {
 
-// Three tables of different dims (vector and scalar paths on a GPU): t0 uniform, t1 Zipf over
-// 300 rows, t2 tiny and heavily pooled.
+// Tables of different dims (vector and scalar paths on a GPU): t0 uniform, t1 Zipf over 300
+// rows, t2 tiny and heavily pooled, t3 of dim 128 with 80 ids a bag over 10 rows (every row a
+// heavy row of the GPU backward: more than 64 occurrences a batch, summed in chunks).
 ModelSpec spec_for(OptimizerKind opt, bool narrow) {
   ModelSpec m = testing::micro_model(InteractionKind::dcnv2, opt, OptimizerKind::adam, 0.05);
-  const std::int64_t rows[] = {40, 300, 9};
-  const int dims[] = {8, 6, 16};
-  const int pool[] = {2, 3, 4};
-  for (int t = 0; t < 3; ++t) {
+  m.tables.push_back(m.tables[0]);
+  m.tables[3].name = "t3";
+  m.tables[3].pooling = Pooling::mean;  // 80 rows summed would make SGD diverge
+  const std::int64_t rows[] = {40, 300, 9, 10};
+  const int dims[] = {8, 6, 16, 128};
+  const int pool[] = {2, 3, 4, 80};
+  for (int t = 0; t < 4; ++t) {
     m.tables[t].rows = rows[t];
     m.tables[t].dim = dims[t];
     m.tables[t].pooling_size = pool[t];
@@ -40,8 +44,8 @@ ModelSpec spec_for(OptimizerKind opt, bool narrow) {
 }
 
 ModelSpec placed(ModelSpec m) {
-  const std::int64_t cache[] = {0, 100, 9};  // none, a third, all
-  for (int t = 0; t < 3; ++t) {
+  const std::int64_t cache[] = {0, 100, 9, 4};  // none, a third, all, some heavy rows
+  for (int t = 0; t < 4; ++t) {
     m.tables[t].host_placed = true;
     m.tables[t].cache_rows = cache[t];
   }
@@ -89,8 +93,8 @@ TEST_P(HostTablesTest, TrainExactlyAsInBackendMemory) {
 
   // Lookups counted since the refresh at step 16 (steps 17..20), and their hits.
   const auto stats = host.cache_stats();
-  ASSERT_EQ(stats.size(), 3u);
-  for (int t = 0; t < 3; ++t) {
+  ASSERT_EQ(stats.size(), 4u);
+  for (int t = 0; t < 4; ++t) {
     std::uint64_t lookups = 0;
     for (std::size_t k = 16; k < 20; ++k)
       lookups += static_cast<std::uint64_t>(batches[k].offsets[(t + 1) * kBatch] -
@@ -122,6 +126,19 @@ TEST_P(HostTablesTest, TrainExactlyAsInBackendMemory) {
   }
   const auto rb = all_bytes(*be, resumed);
   for (std::size_t i = 0; i < ra.size(); ++i) ASSERT_EQ(ra[i], rb[i]) << names[i].name;
+
+  // The tensors asked for twice write the caches back once: values written into the host rows
+  // in between (a checkpoint being loaded) stay, and tensors_written() gives them to the caches.
+  std::size_t w1 = 0;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (names[i].name == "embedding.t1.weight") w1 = i;
+  const TensorRef t1 = host.tensors()[w1];
+  std::vector<std::uint8_t> pattern(t1.bytes());
+  for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<std::uint8_t>(i * 7);
+  be->copy_to_device(t1.data, pattern.data(), pattern.size());
+  ASSERT_EQ(testing::host_bytes(*be, host.tensors()[w1]), pattern);
+  host.tensors_written();
+  ASSERT_EQ(testing::host_bytes(*be, host.tensors()[w1]), pattern);
 }
 
 std::string param_name(

@@ -13,6 +13,7 @@
 //   tests that check gradients check exactly what the update consumes.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -101,6 +102,9 @@ template <class T>
 class TableRows {
  public:
   TableRows(const TableWeights& w, const TableLayout& tl) : tl_(tl) {
+    // Host rows are fp32 (or 16-bit) as stored, never the double oracle's wide rows.
+    if (tl.host_placed() && !std::is_same_v<T, float>)
+      fail("embedding", "a host-placed table is read by the float ops only");
     auto* base = static_cast<std::byte*>(w.of(tl.dtype));
     cache_ = base == nullptr ? nullptr : base + tl.weight_offset * elem_bytes();
   }
@@ -374,7 +378,11 @@ void embedding_cache_observe(std::span<const TableLayout> tables, const SparseIn
     if (!tl.host_placed()) continue;
     std::uint32_t* c = counts.empty() ? nullptr : counts[t];
     std::uint64_t hits = 0, lookups = 0;
-    for (std::int64_t j = in.offsets[t * in.batch]; j < in.offsets[(t + 1) * in.batch]; ++j) {
+    // Offsets outside [0, nnz] or decreasing are the embedding ops' to report: none read here.
+    const std::int64_t nnz = in.offsets[in.batch * in.num_tables];
+    const std::int64_t lo = std::clamp<std::int64_t>(in.offsets[t * in.batch], 0, nnz);
+    const std::int64_t hi = std::clamp<std::int64_t>(in.offsets[(t + 1) * in.batch], lo, nnz);
+    for (std::int64_t j = lo; j < hi; ++j) {
       const std::int64_t id = in.ids[j];
       if (id < 0 || id >= tl.rows) continue;  // the embedding ops report it
       ++lookups;

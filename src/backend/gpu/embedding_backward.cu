@@ -753,6 +753,12 @@ bool rows_fit(const EmbeddingTables& tables, const TableGroup& g, const Backward
         (adagrad && (t.state_offset * sizeof(float)) % 16 != 0)) {
       return false;
     }
+    // Host-placed rows are reached from their own base, which must be aligned as well.
+    if (t.host_placed() &&
+        (reinterpret_cast<std::uintptr_t>(t.host.weights) % 16 != 0 ||
+         (adagrad && reinterpret_cast<std::uintptr_t>(t.host.state) % 16 != 0))) {
+      return false;
+    }
   }
   return true;
 }

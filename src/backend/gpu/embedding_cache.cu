@@ -26,13 +26,16 @@ using elementwise::kBlock;
 
 __global__ __launch_bounds__(kBlock) void cache_observe_kernel(
     const std::int64_t* __restrict__ ids, const std::int64_t* __restrict__ offsets,
-    std::int64_t first_bag, std::int64_t end_bag, std::int64_t rows,
+    std::int64_t first_bag, std::int64_t end_bag, std::int64_t nnz, std::int64_t rows,
     const std::uint32_t* __restrict__ slot, std::uint32_t* __restrict__ counts,
     unsigned long long* __restrict__ stats) {
   __shared__ unsigned long long block_hits, block_lookups;
   if (threadIdx.x == 0) block_hits = block_lookups = 0;
   __syncthreads();
-  const std::int64_t lo = offsets[first_bag], hi = offsets[end_bag];
+  // Offsets outside [0, nnz] or decreasing are the embedding kernels' to report: none read here.
+  std::int64_t lo = offsets[first_bag], hi = offsets[end_bag];
+  lo = lo < 0 ? 0 : (lo > nnz ? nnz : lo);
+  hi = hi < lo ? lo : (hi > nnz ? nnz : hi);
   unsigned long long hits = 0, lookups = 0;
   for (std::int64_t j = lo + global_index(); j < hi; j += grid_stride()) {
     const std::int64_t id = ids[j];
@@ -97,7 +100,7 @@ void embedding_cache_observe(Stream_t stream, const TableLayout& table, int t,
   // Enough blocks for the table's share of the ids (the offsets that bound it are on the device).
   const std::int64_t share = in.nnz / std::max(1, in.num_tables) + 1;
   launch("embedding_cache_observe", cache_observe_kernel, {grid_for(share), kBlock, 0}, stream,
-         in.ids, in.offsets, first, first + in.batch, table.rows, table.host.slot, counts,
+         in.ids, in.offsets, first, first + in.batch, in.nnz, table.rows, table.host.slot, counts,
          reinterpret_cast<unsigned long long*>(stats));
 }
 
