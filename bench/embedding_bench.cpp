@@ -54,7 +54,11 @@ struct Options {
   std::string results;
   std::string model = std::string(PARITY_SOURCE_DIR) + "/configs/models/mlperf-dlrmv2.yaml";
   pg::SortMethod sort = pg::SortMethod::automatic;
-  double scale = 1.0;  // shrink every table and the batch (for a quick check)
+  double scale = 1.0;                 // shrink every table and the batch (for a quick check)
+  std::int64_t max_rows = 4'000'000;  // model case: rows per table at most
+  std::int64_t batch = 0;             // model case: the model's batch when 0
+  DType dtype = DType::f32;           // model case: table storage, when dtype_set
+  bool dtype_set = false;
   std::vector<int> bwd_vecs = {
       0};  // vectors per lane tried in the backward of single and mlperf (0 = default)
   DType grad_dtype =
@@ -126,6 +130,7 @@ struct TableSet {
   std::string name;
   std::vector<TableLayout> tables;
   std::vector<int> pooling_size;
+  std::vector<double> zipf;  // per table: Zipf(alpha) ids when > 0 (a variant's zipf overrides)
   std::int64_t batch = 0;
   std::int64_t weight_elems = 0;
   std::int64_t rowwise_state = 0;
@@ -134,16 +139,20 @@ struct TableSet {
 };
 
 TableSet make_set(const std::string& name, const std::vector<std::int64_t>& rows,
-                  const std::vector<int>& pooling, int dim, std::int64_t batch, DType dtype) {
+                  const std::vector<int>& pooling, const std::vector<int>& dims, std::int64_t batch,
+                  DType dtype) {
   TableSet t;
   t.name = name;
   t.batch = batch;
   t.pooling_size = pooling;
+  t.zipf.assign(rows.size(), 0.0);
   std::int64_t col = 0;
   for (std::size_t i = 0; i < rows.size(); ++i) {
+    const int dim = dims[i];
     TableLayout tl;
     tl.rows = rows[i];
     tl.dim = dim;
+    tl.ids_per_bag = pooling[i];
     tl.weight_offset = t.weight_elems;
     tl.state_offset = t.rowwise_state;
     tl.out_col = col;
@@ -156,6 +165,11 @@ TableSet make_set(const std::string& name, const std::vector<std::int64_t>& rows
   }
   t.out_cols = col;
   return t;
+}
+
+TableSet make_set(const std::string& name, const std::vector<std::int64_t>& rows,
+                  const std::vector<int>& pooling, int dim, std::int64_t batch, DType dtype) {
+  return make_set(name, rows, pooling, std::vector<int>(rows.size(), dim), batch, dtype);
 }
 
 struct HostBatch {
@@ -196,14 +210,15 @@ HostBatch make_batch(const TableSet& set, double zipf_alpha, std::uint64_t seed)
     const int pool = set.pooling_size[t];
     h.nnz_per_table[t] = B * pool;
     for (std::int64_t b = 0; b < B; ++b) h.offsets[t * B + b] = table_start[t] + b * pool;
-    parity::ZipfSampler zipf(rows, zipf_alpha > 0 ? zipf_alpha : 1.0);
+    const double alpha = zipf_alpha > 0 ? zipf_alpha : set.zipf[t];
+    parity::ZipfSampler zipf(rows, alpha > 0 ? alpha : 1.0);
     const std::uint64_t mult = rows > 1 ? 2 * static_cast<std::uint64_t>(rows / 3) + 1 : 1;
     const std::uint64_t key = parity::rng::key(seed, static_cast<std::uint64_t>(t));
 #pragma omp parallel for schedule(static)
     for (std::int64_t j = 0; j < B * pool; ++j) {
       const std::uint64_t r1 = parity::rng::bits(key, 2 * static_cast<std::uint64_t>(j));
       std::int64_t id;
-      if (zipf_alpha > 0) {
+      if (alpha > 0) {
         const double u1 = static_cast<double>(r1 >> 11) * (1.0 / 9007199254740992.0);
         const double u2 = parity::rng::uniform01(key, 2 * static_cast<std::uint64_t>(j) + 1);
         const auto rank = static_cast<std::uint64_t>(zipf.sample(u1, u2));
@@ -461,6 +476,72 @@ void case_mlperf(const Options& o) {
   run_set(o, set, v, 2, "mlperf");
 }
 
+// Any model's tables as they are (dims, pooling, id distributions, storage type), rows capped at
+// --max-rows, at the model's batch (or --batch): the whole set in one launch as the engine runs
+// it, then each class of tables of one shape (dim, pooling, distribution) alone, so that a slow
+// shape shows by itself.
+void case_model(const Options& o) {
+  const parity::ModelSpec spec = parity::load_model_spec(o.model);
+  const std::int64_t batch = o.batch > 0 ? o.batch : spec.batch_size;
+  const DType dtype = o.dtype_set ? o.dtype : spec.tables[0].dtype;
+  const OptimizerKind kind = spec.embedding_optimizer.kind;
+  struct Class {
+    int dim, pooling;
+    double zipf;
+    std::vector<int> members;
+  };
+  std::vector<Class> classes;
+  std::vector<std::int64_t> rows;
+  std::vector<int> pooling, dims;
+  std::vector<double> zipf;
+  for (std::size_t i = 0; i < spec.tables.size(); ++i) {
+    const auto& t = spec.tables[i];
+    rows.push_back(std::min(t.rows, o.max_rows));
+    pooling.push_back(t.pooling_size);
+    dims.push_back(t.dim);
+    const double a = t.distribution == parity::IdDistribution::zipf ? t.zipf_alpha : 0.0;
+    zipf.push_back(a);
+    auto it = std::find_if(classes.begin(), classes.end(), [&](const Class& c) {
+      return c.dim == t.dim && c.pooling == t.pooling_size && c.zipf == a;
+    });
+    if (it == classes.end()) {
+      classes.push_back({t.dim, t.pooling_size, a, {}});
+      it = classes.end() - 1;
+    }
+    it->members.push_back(static_cast<int>(i));
+  }
+  const auto subset = [&](const std::string& name, const std::vector<int>& members) {
+    std::vector<std::int64_t> r;
+    std::vector<int> p, d;
+    for (int m : members) {
+      r.push_back(rows[m]);
+      p.push_back(pooling[m]);
+      d.push_back(dims[m]);
+    }
+    TableSet set = make_set(name, r, p, d, batch, dtype);
+    for (std::size_t k = 0; k < members.size(); ++k) set.zipf[k] = zipf[members[k]];
+    return set;
+  };
+  std::vector<int> all(spec.tables.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  const std::vector<Variant> v = {
+      {"", pg::SortMethod::automatic, dtype, kind, 0.0, true, true, o.bwd_vecs}};
+  std::printf("  %s: %zu tables in %zu shapes, rows capped at %lld, batch %lld, %s tables, %s\n",
+              spec.name.c_str(), spec.tables.size(), classes.size(),
+              static_cast<long long>(o.max_rows), static_cast<long long>(batch),
+              std::string(parity::dtype_name(dtype)).c_str(),
+              std::string(parity::optimizer_name(kind)).c_str());
+  run_set(o, subset(spec.name + " all", all), v, 2, "");
+  if (classes.size() < 2) return;
+  for (const auto& c : classes) {
+    run_set(o,
+            subset(fmt::format("{} x{} dim {} pool {}{}", spec.name, c.members.size(), c.dim,
+                               c.pooling, c.zipf > 0 ? fmt::format(" zipf {}", c.zipf) : ""),
+                   c.members),
+            v, 2, "");
+  }
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::string cur;
@@ -517,7 +598,19 @@ int main(int argc, char** argv) {
       o.model = next();
     else if (a == "--scale")
       o.scale = std::stod(next());
-    else if (a == "--sort")
+    else if (a == "--max-rows")
+      o.max_rows = std::stoll(next());
+    else if (a == "--batch")
+      o.batch = std::stoll(next());
+    else if (a == "--dtype") {
+      const std::string t = next();
+      o.dtype_set = true;
+      o.dtype = t == "f16" ? DType::f16 : t == "bf16" ? DType::bf16 : DType::f32;
+      if (t != "f16" && t != "bf16" && t != "f32") {
+        std::fprintf(stderr, "embedding_bench: --dtype %s: expected f32, f16 or bf16\n", t.c_str());
+        return 2;
+      }
+    } else if (a == "--sort")
       o.sort = next() == "portable" ? pg::SortMethod::portable : pg::SortMethod::vendor;
     else if (a == "--grad-dtype") {
       const std::string t = next();
@@ -531,11 +624,12 @@ int main(int argc, char** argv) {
       for (const auto& x : split(next())) o.bwd_vecs.push_back(std::stoi(x));
     } else {
       std::fprintf(stderr,
-                   "usage: embedding_bench [--cases single,variants,mlperf] [--reps N] [--warmup "
-                   "N] [--dump DIR]\n"
+                   "usage: embedding_bench [--cases single,variants,mlperf,model] [--reps N] "
+                   "[--warmup N] [--dump DIR]\n"
                    "                       [--results FILE] [--model YAML] [--scale X] [--sort "
                    "vendor|portable]\n"
-                   "                       [--bwd-vecs 0,1,2,4] [--grad-dtype f32|bf16]\n");
+                   "                       [--bwd-vecs 0,1,2,4] [--grad-dtype f32|bf16]\n"
+                   "                       [--max-rows N] [--batch N] [--dtype f32|f16|bf16]\n");
       return 2;
     }
   }
@@ -559,9 +653,11 @@ int main(int argc, char** argv) {
         case_single(o, true);
       else if (c == "mlperf")
         case_mlperf(o);
+      else if (c == "model")
+        case_model(o);
       else
         throw parity::InputError("embedding_bench: unknown case '" + c +
-                                 "' (single, variants, mlperf)");
+                                 "' (single, variants, mlperf, model)");
     }
     write_results(o);
   } catch (const std::exception& e) {

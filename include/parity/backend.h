@@ -46,6 +46,9 @@ struct TableLayout {
   std::int64_t out_col = 0;       // first column of this table's pooled output, relative to
                                   // the output view
   DType dtype = DType::f32;       // storage type of the weights: f32, f16 or bf16
+  // About how many ids a bag holds (the model's pooling size; 0: unknown). A hint for how the
+  // kernels share work, never a bound: any bag may hold any number.
+  double ids_per_bag = 0;
 
   // Host placement. A table whose `host.weights` is set keeps all its rows in host memory that
   // the backend's kernels reach directly (Backend::allocate_host_resident), and the buffers at

@@ -91,6 +91,7 @@ ModelLayout::ModelLayout(const ModelSpec& spec)
     l.dim = t.dim;
     l.pooling = t.pooling;
     l.dtype = t.dtype;
+    l.ids_per_bag = t.pooling_size;
     // A host-placed table keeps only its cache in these buffers (HostTables holds the rest), and
     // at least one row, so that its type's buffer exists (the GPU kernels address host rows from
     // it).

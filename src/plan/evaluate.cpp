@@ -282,14 +282,18 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
     mem["backend_scratch"] = scratch_mem;
     // The embedding backward's workspace (src/backend/gpu/embedding.h), sized for a quarter more
     // ids than the batch has: per id its sort keys and bags (double-buffered) and its segment
-    // start, and the heavy rows' chunk sums (one row of the widest dim, padded to 8, per chunk of
-    // kChunk ids and per heavy row of more than kHeavyRow).
+    // start; the heavy rows' chunk sums (one row of the widest dim, padded to 8, per chunk of
+    // kChunk ids and per heavy row of more than kHeavyRow), and their merged sums (one per kMerge
+    // chunks and per heavy row), with their indices (three per heavy row, two per chunk and per
+    // merged sum).
     {
-      constexpr double kIdsGrowth = 1.25, kChunk = 64, kHeavyRow = 64;
+      constexpr double kIdsGrowth = 1.25, kChunk = 64, kHeavyRow = 64, kMerge = 64;
       const double n = kIdsGrowth * lookups_on[d];
       const double partial_row = std::ceil(max_dim_on[d] / 8) * 8 * 4;
+      const double heavy = n / (kHeavyRow + 1), chunks = n / kChunk + heavy;
+      const double merges = chunks / kMerge + heavy;
       mem["embedding_workspace"] =
-          n * (4 * 4 + 4) + n * (1 / kChunk + 1 / (kHeavyRow + 1)) * partial_row;
+          n * (4 * 4 + 4) + (chunks + merges) * (partial_row + 8) + heavy * 12;
     }
     // The input slots (src/engine/input_stager.h): two batches of dense features, labels, ids and
     // offsets, and the synthetic generator's workspace (two doubles per bag).

@@ -75,7 +75,8 @@ struct ProblemSpec {
   int ld_extra = 5;         // ld - out_cols
   OptimizerKind kind = OptimizerKind::sgd;
   DType dtype = DType::f32;
-  int offset_pad = 0;  // extra elements between tables' weights (misaligns rows)
+  int offset_pad = 0;               // extra elements between tables' weights (misaligns rows)
+  std::vector<double> ids_per_bag;  // TableLayout::ids_per_bag, one per table (cycled; empty: 0)
 };
 
 inline Problem make_problem(const ProblemSpec& spec, std::uint64_t seed) {
@@ -91,6 +92,7 @@ inline Problem make_problem(const ProblemSpec& spec, std::uint64_t seed) {
     tl.state_offset = state;
     tl.out_col = col;
     tl.dtype = spec.dtype;
+    if (!spec.ids_per_bag.empty()) tl.ids_per_bag = spec.ids_per_bag[t % spec.ids_per_bag.size()];
     weight += tl.rows * tl.dim + spec.offset_pad;
     state += spec.kind == OptimizerKind::rowwise_adagrad ? tl.rows : tl.rows * tl.dim;
     col += tl.dim + spec.gap;

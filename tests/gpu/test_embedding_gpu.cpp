@@ -115,6 +115,8 @@ TEST_P(GpuForwardTypes, MatchesCpuAcrossDimsAndPooling) {
     s.dtype = wdtype;
     s.zipf_alpha = zipf;
     s.offset_pad = seed == 3 ? 1 : 0;  // misaligned table offsets: scalar path for every table
+    // Pooling hints: groups of lanes then sum several bags each (seed 1: one bag each).
+    if (seed > 1) s.ids_per_bag = {1.0, 4.0, 0.5, 2.0, 100.0};
     const Problem p = make_problem(s, seed);
     const auto w = random_values(p.weight_elems, seed, false, wdtype);
     // bf16 outputs are rounded once: half an ulp of bf16 is 2^-9 relative.
@@ -166,6 +168,51 @@ TEST(GpuEmbeddingForward, LongBagsAndWideRows) {
   check_forward(p, w, DType::f32, DType::f32, "long bags");
 }
 
+// Several bags per group of lanes (short bags, many of them empty), with bags that straddle the
+// groups' ranges and a batch that is not a multiple of any group's bags.
+TEST(GpuEmbeddingForward, ManyShortBagsPerGroupMatch) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s;
+  s.dims = {128, 16, 64, 3, 256, 24};
+  s.rows = {1000, 37, 5000};
+  s.pooling = {Pooling::sum, Pooling::mean};
+  s.batch = 1001;
+  s.max_pool = 3;
+  s.ids_per_bag = {1.0, 0.25, 2.0};
+  for (const DType w : {DType::f32, DType::f16}) {
+    s.dtype = w;
+    const Problem p = make_problem(s, 17);
+    const auto v = random_values(p.weight_elems, 17, false, w);
+    check_forward(p, v, w, DType::f32, std::string("short bags, ") + std::string(dtype_name(w)));
+  }
+}
+
+TEST(GpuEmbeddingForward, BadOffsetsAreReportedWithTheirBag) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s;
+  s.dims = {32};
+  s.rows = {100};
+  s.pooling = {Pooling::sum};
+  s.batch = 64;
+  s.max_pool = 2;
+  s.ids_per_bag = {1.0};
+  Problem p = make_problem(s, 3);
+  std::int64_t bag = -1;  // a bag whose end goes below its start
+  for (std::int64_t b = 10; b < p.batch && bag < 0; ++b)
+    if (p.offsets[b] > 0) bag = b;
+  ASSERT_GE(bag, 0);
+  p.offsets[bag + 1] = p.offsets[bag] - 1;
+  const auto w = random_values(p.weight_elems, 3, false, DType::f32);
+  try {
+    (void)gpu_forward(p, w, DType::f32, DType::f32);
+    FAIL() << "decreasing offsets went unreported";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("offsets decrease"), std::string::npos) << m;
+    EXPECT_NE(m.find("table 0"), std::string::npos) << m;
+  }
+}
+
 TEST(GpuEmbeddingForward, BadIdsAreSkippedAndReported) {
   PARITY_REQUIRE_GPU();
   ProblemSpec s;
@@ -187,6 +234,42 @@ TEST(GpuEmbeddingForward, BadIdsAreSkippedAndReported) {
   }
 }
 
+// Launches are split by storage type and lane shape, tables kept in input order within each;
+// with more shapes than launch groups, by vectors per lane, then by type only.
+TEST(GpuEmbeddingTables, LaunchGroupsSplitByTypeAndShape) {
+  const auto layout = [](std::vector<std::pair<int, DType>> dims) {
+    std::vector<TableLayout> t;
+    for (const auto& [d, dt] : dims) {
+      TableLayout l;
+      l.rows = 10;
+      l.dim = d;
+      l.dtype = dt;
+      t.push_back(l);
+    }
+    return t;
+  };
+  using G = std::vector<std::vector<int>>;
+  EXPECT_EQ(launch_groups(layout({{128, DType::f32},
+                                  {64, DType::f32},
+                                  {128, DType::f16},
+                                  {128, DType::f32},
+                                  {100, DType::f32}}),
+                          32),
+            (G{{0, 3}, {1}, {4}, {2}}));
+  // Eight lane shapes in each of two types: more than the launch groups, so they merge by
+  // vectors per lane: dims up to 128 fp32 / 256 fp16 read one vector a lane forward, more read two.
+  std::vector<std::pair<int, DType>> many;
+  for (const DType dt : {DType::f32, DType::f16}) {
+    const int v = dt == DType::f32 ? 1 : 2;
+    for (const int d : {16, 17, 32, 33, 64, 65, 128, 129}) many.push_back({d * v, dt});
+  }
+  const G merged = launch_groups(layout(many), 32);
+  EXPECT_EQ(merged, (G{{0, 1, 2, 3, 4, 5, 6}, {7}, {8, 9, 10, 11, 12, 13, 14}, {15}}));
+  std::size_t n = 0;
+  for (const auto& g : merged) n += g.size();
+  EXPECT_EQ(n, many.size());
+}
+
 // ---------------------------------------------------------------- backward --
 
 struct BackwardCase {
@@ -206,7 +289,8 @@ struct BackwardResult {
   std::vector<float> state;
   std::vector<std::uint8_t> raw_weights;
   EmbeddingWorkspace::Stats stats;
-  int fit_group = 0;  // EmbeddingWorkspace::last_rows_fit_group
+  int fit_group = 0;            // EmbeddingWorkspace::last_rows_fit_group
+  std::vector<int> fit_groups;  // EmbeddingWorkspace::last_rows_fit_groups
 };
 
 BackwardResult gpu_backward(const Problem& p, const std::vector<float>& w0,
@@ -231,6 +315,7 @@ BackwardResult gpu_backward(const Problem& p, const std::vector<float>& w0,
   r.state = s0.empty() ? std::vector<float>{} : to_host(st, s0.size());
   r.stats = ws.last_stats(s.get());
   r.fit_group = ws.last_rows_fit_group();
+  r.fit_groups = ws.last_rows_fit_groups();
   return r;
 }
 
@@ -254,7 +339,8 @@ double ulp(double x, DType t) {
 // What a backward case ran: the rows kernel's specialization group (0: the general kernel) and the
 // workspace's counts.
 struct CaseOutcome {
-  int fit_group = 0;
+  int fit_group = 0;            // of the first launch group
+  std::vector<int> fit_groups;  // of each launch group
   EmbeddingWorkspace::Stats stats;
 };
 CaseOutcome run_backward_case(const ProblemSpec& spec, const BackwardCase& c,
@@ -354,7 +440,7 @@ CaseOutcome run_backward_case(const ProblemSpec& spec, const BackwardCase& c,
     EXPECT_LT(std::fabs(sum_err_ulps / n_rounded), 0.03)
         << what << ": mean rounding error over " << n_rounded;
   }
-  return {r.fit_group, r.stats};
+  return {r.fit_group, r.fit_groups, r.stats};
 }
 
 ProblemSpec backward_spec() {
@@ -452,8 +538,12 @@ TEST(GpuEmbeddingBackward, RowsThatFillTheGroupMatch) {
         s.gap = 1;  // gradient rows no longer aligned
         EXPECT_EQ(run_backward_case(s, c, what + " (misaligned)").fit_group, 0) << what;
         s.gap = 8;
-        s.dims.back() = sh.dim / 2;  // one narrower table
-        EXPECT_EQ(run_backward_case(s, c, what + " (mixed dims)").fit_group, 0) << what;
+        // One narrower table: a launch group of its own, so the others still fit; it fits a
+        // group of half the lanes where the kernel has that specialization.
+        s.dims.back() = sh.dim / 2;
+        const CaseOutcome mixed = run_backward_case(s, c, what + " (mixed dims)");
+        const int half = sh.group / 2;
+        EXPECT_EQ(mixed.fit_groups, (std::vector<int>{sh.group, half >= 4 ? half : 0})) << what;
       }
     }
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 
 #include "backend/gpu/embedding.h"
@@ -30,6 +31,15 @@ GroupShape group_shape(int max_dim, int vec_width, int warp_size) {
                     max_dim, kMaxVecsPerLane * warp_size * vec_width, warp_size));
   }
   return s;
+}
+
+int forward_bags_per_group(double ids_per_bag, int vecs, int vec_width) {
+  constexpr double kRowsInFlight = 8;  // the forward kernels' row loads in flight per lane
+  const int most = forward_max_bags(vecs, vec_width);
+  if (!(ids_per_bag > 0)) return 1;
+  int r = 1;
+  while (r * 2 <= most && r * 2 * ids_per_bag <= kRowsInFlight / vecs) r *= 2;
+  return r;
 }
 
 // Checks shared by forward and backward: shapes, dtypes and the CSR's host-known sizes.
@@ -92,6 +102,47 @@ GroupShape backward_group_shape(int max_dim, int vec_width, int warp_size, int v
 
 // ------------------------------------------------------------------ tables --
 
+std::vector<std::vector<int>> launch_groups(std::span<const TableLayout> tables, int warp_size) {
+  // A table's class at three levels of detail: its backward lane shape and whether its rows fill
+  // it exactly (the fitted kernels), then the vectors per lane alone, then nothing (the type).
+  const auto class_of = [&](const TableLayout& t, int level) {
+    const int v = 16 / static_cast<int>(dtype_size(t.dtype));
+    const detail::GroupShape b = detail::backward_group_shape(t.dim, v, warp_size);
+    const detail::GroupShape f = detail::group_shape(t.dim, v, warp_size);
+    const bool fits = t.dim == b.group * b.vecs * v;
+    switch (level) {
+      case 0:
+        return std::array<int, 4>{b.group, b.vecs, f.vecs, fits ? 1 : 0};
+      case 1:
+        return std::array<int, 4>{0, b.vecs, f.vecs, 0};
+      default:
+        return std::array<int, 4>{0, 0, 0, 0};
+    }
+  };
+  std::vector<std::vector<int>> groups;
+  for (int level = 0; level < 3; ++level) {
+    groups.clear();
+    for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+      std::vector<std::array<int, 4>> keys;
+      const std::size_t first = groups.size();
+      for (std::size_t t = 0; t < tables.size(); ++t) {
+        if (tables[t].dtype != dt) continue;
+        const auto key = class_of(tables[t], level);
+        const auto it = std::find(keys.begin(), keys.end(), key);
+        if (it == keys.end()) {
+          keys.push_back(key);
+          groups.emplace_back();
+        }
+        groups[first +
+               static_cast<std::size_t>(std::find(keys.begin(), keys.end(), key) - keys.begin())]
+            .push_back(static_cast<int>(t));
+      }
+    }
+    if (groups.size() <= static_cast<std::size_t>(EmbeddingTables::kMaxGroups)) break;
+  }
+  return groups;
+}
+
 EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables)
     : layouts_(tables.begin(), tables.end()) {
   if (layouts_.empty()) throw InputError("EmbeddingTables: no tables");
@@ -115,17 +166,35 @@ EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables)
     max_dim_ = std::max(max_dim_, tl.dim);
     min_out_cols_ = std::max(min_out_cols_, tl.out_col + tl.dim);
   }
-  // Keys by storage type, then in input order: each type's keys are one range.
+  // Launch groups: the tables of one storage type and one lane shape (see launch_groups), keys
+  // by group, then in input order: each group's keys are one range.
   std::vector<detail::TableMeta> meta(layouts_.size());
   std::uint64_t key_base = 0;
-  for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+  const int warp = device_info().warp_size;
+  for (std::vector<int> members : launch_groups(layouts_, warp)) {
     TableGroup g;
-    g.dtype = dt;
+    g.dtype = layouts_[static_cast<std::size_t>(members.front())].dtype;
     g.key_begin = static_cast<std::uint32_t>(key_base);
-    for (std::size_t t = 0; t < layouts_.size(); ++t) {
-      const TableLayout& tl = layouts_[t];
-      if (tl.dtype != dt) continue;
-      detail::TableMeta& m = meta[t];
+    // The forward's runs: tables of one bags-per-group count together, the most bags first.
+    for (const int t : members)
+      g.max_dim = std::max(g.max_dim, layouts_[static_cast<std::size_t>(t)].dim);
+    const int v = 16 / static_cast<int>(dtype_size(g.dtype));
+    const int vecs = detail::group_shape(g.max_dim, v, warp).vecs;
+    const auto bags = [&](int t) {
+      return detail::forward_bags_per_group(layouts_[static_cast<std::size_t>(t)].ids_per_bag, vecs,
+                                            v);
+    };
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return bags(a) > bags(b); });
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const int r = bags(members[i]);
+      if (g.runs.empty() || g.runs.back().bags_per_group != r)
+        g.runs.push_back({static_cast<int>(i), 0, r});
+      ++g.runs.back().count;
+    }
+    for (const int t : members) {
+      const TableLayout& tl = layouts_[static_cast<std::size_t>(t)];
+      detail::TableMeta& m = meta[static_cast<std::size_t>(t)];
       m.weight_offset = tl.weight_offset;
       m.state_offset = tl.state_offset;
       m.out_col = tl.out_col;
@@ -133,7 +202,7 @@ EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables)
       m.key_base = static_cast<std::uint32_t>(key_base);
       m.dim = tl.dim;
       m.pooling = tl.pooling == Pooling::mean ? 1 : 0;
-      m.input = static_cast<int>(t);
+      m.input = t;
       m.slot = tl.host.slot;
       if (tl.host_placed()) {
         g.host_placed = true;
@@ -151,10 +220,8 @@ EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables)
             "(split the tables into several sets)",
             key_base));
       }
-      g.tables.push_back(static_cast<int>(t));
-      g.max_dim = std::max(g.max_dim, tl.dim);
+      g.tables.push_back(t);
     }
-    if (g.tables.empty()) continue;
     g.key_end = static_cast<std::uint32_t>(key_base);
     std::vector<detail::TableMeta> gm;
     for (const int t : g.tables) gm.push_back(meta[static_cast<std::size_t>(t)]);
@@ -252,8 +319,7 @@ EmbeddingWorkspace::EmbeddingWorkspace(const EmbeddingTables& tables, std::int64
   seg_start_ = DeviceBuffer<std::uint32_t>(n + 1, "embedding backward segments");
   scan_tmp_ = DeviceBuffer<std::uint32_t>(static_cast<std::size_t>(scan::tiles_for(max_nnz_)),
                                           "embedding backward scan");
-  counters_ = DeviceBuffer<int>(kCounterBounds + EmbeddingTables::kMaxGroups + 1,
-                                "embedding backward counters");
+  counters_ = DeviceBuffer<int>(kCounterTotals + 2, "embedding backward counters");
   max_heavy_ = max_nnz_ / (detail::kHeavyRow + 1) + 1;
   max_chunks_ = max_nnz_ / detail::kChunk + max_heavy_ + 1;
   partial_ld_ = (max_dim_ + 7) / 8 * 8;
@@ -267,6 +333,15 @@ EmbeddingWorkspace::EmbeddingWorkspace(const EmbeddingTables& tables, std::int64
       DeviceBuffer<int>(static_cast<std::size_t>(max_chunks_), "embedding backward chunks");
   partial_ = DeviceBuffer<float>(static_cast<std::size_t>(max_chunks_ * partial_ld_),
                                  "embedding backward partial sums");
+  max_merges_ = max_chunks_ / detail::kMerge + max_heavy_ + 1;
+  heavy_merge_base_ =
+      DeviceBuffer<int>(static_cast<std::size_t>(max_heavy_), "embedding backward heavy rows");
+  merge_heavy_ =
+      DeviceBuffer<int>(static_cast<std::size_t>(max_merges_), "embedding backward merged sums");
+  merge_idx_ =
+      DeviceBuffer<int>(static_cast<std::size_t>(max_merges_), "embedding backward merged sums");
+  merged_ = DeviceBuffer<float>(static_cast<std::size_t>(max_merges_ * partial_ld_),
+                                "embedding backward merged sums");
   // Defined contents from the start: a malformed batch can then leave stale entries, never
   // out-of-range ones (keys at 0, bags at 0).
   Stream s;
@@ -280,10 +355,10 @@ EmbeddingWorkspace::EmbeddingWorkspace(const EmbeddingTables& tables, std::int64
 }
 
 EmbeddingWorkspace::Stats EmbeddingWorkspace::last_stats(Stream_t stream) const {
-  int c[4] = {0, 0, 0, 0};
-  counters_.download(c, 4, stream);
+  int c[kCounterTotals + 2] = {};
+  counters_.download(c, kCounterTotals + 2, stream);
   check(stream_synchronize(stream), "EmbeddingWorkspace::last_stats");
-  return Stats{c[0], c[1], c[2]};
+  return Stats{c[0], c[kCounterTotals], c[kCounterTotals + 1]};
 }
 
 }  // namespace parity::gpu

@@ -48,8 +48,8 @@ struct TableMeta {
   std::int64_t state_offset;
   std::int64_t out_col;
   std::int64_t rows;
-  std::uint32_t key_base;  // first linearised key of the table (the tables are keyed by storage
-                           // type, then in input order: see EmbeddingTables)
+  std::uint32_t key_base;  // first linearised key of the table (keyed by launch group, then in
+                           // input order: see EmbeddingTables)
   int dim;
   int pooling;  // 0 sum, 1 mean
   int input;    // the table's index in the sparse input (and in the error reports)
@@ -70,27 +70,43 @@ struct InputErrorRecord {
 };
 }  // namespace detail
 
-// The tables of one storage type: their indices in the input, and their metadata in that order
-// (what a forward launch over them reads; TableMeta::input maps back to the input).
+// The tables of one launch: one storage type and one lane shape (launch_groups); their indices in
+// the input, and their metadata in that order (what a forward launch over them reads;
+// TableMeta::input maps back to the input).
 struct TableGroup {
   DType dtype = DType::f32;
-  std::vector<int> tables;  // input indices, ascending
+  std::vector<int> tables;  // input indices, in input order within each run
   int max_dim = 0;
+  // The forward's launches: tables[first, first + count) sum bags_per_group bags per group of
+  // lanes (from TableLayout::ids_per_bag).
+  struct Run {
+    int first = 0, count = 0, bags_per_group = 1;
+  };
+  std::vector<Run> runs;
   bool host_placed = false;                  // some table of the group is (TableLayout::host)
   std::uint32_t key_begin = 0, key_end = 0;  // the group's keys: [key_begin, key_end)
   DeviceBuffer<detail::TableMeta> meta;      // [tables.size()]
 };
 
+// How the tables are split into launches: by storage type, then by lane shape, so that a table
+// of dim 64 is not read with the lanes of a dim-256 one (each kernel's group of lanes is chosen
+// per launch). A table's shape is its backward lane shape, whether its rows fill it exactly (the
+// fitted kernels) and its forward vectors per lane; with more than kMaxGroups such classes, by
+// vectors per lane only, then by type only. Each group lists its tables in input order.
+std::vector<std::vector<int>> launch_groups(std::span<const TableLayout> tables, int warp_size);
+
 // The layouts of a step's tables (of any storage types), uploaded to the device once.
 class EmbeddingTables {
  public:
-  static constexpr int kMaxGroups = 3;  // fp32, fp16, bf16
+  // Launch groups at most (launch_groups): storage types times lane shapes.
+  static constexpr int kMaxGroups = 12;
   explicit EmbeddingTables(std::span<const TableLayout> tables);
 
   int num_tables() const { return static_cast<int>(layouts_.size()); }
   std::span<const TableLayout> layouts() const { return layouts_; }
   int max_dim() const { return max_dim_; }
-  // The storage types present, in the order fp32, fp16, bf16 (keys follow the same order).
+  // The launch groups: by storage type in the order fp32, fp16, bf16, then by lane shape (keys
+  // follow the same order).
   const std::vector<TableGroup>& groups() const { return groups_; }
   std::int64_t total_rows() const { return total_rows_; }
   // Sort keys are in [0, total_rows] (total_rows marks a skipped occurrence): this many bits.
@@ -155,10 +171,19 @@ void embedding_cache_copy(Stream_t stream, const TableLayout& table, void* weigh
 struct BackwardProfile {
   static constexpr int kStages = 5;
   static constexpr const char* kNames[kStages] = {"keys", "sort", "segments", "rows", "heavy rows"};
-  Event events[kStages + 1];
-  // Milliseconds of each stage (synchronises).
+  static constexpr int kMaxGroups = EmbeddingTables::kMaxGroups;
+  Event events[4];  // before keys, sort, segments, and the first launch group's rows
+  // After each launch group's rows kernel and after its heavy-row kernels.
+  Event rows_done[kMaxGroups], heavy_done[kMaxGroups];
+  int groups = 0;
+  // Milliseconds of each stage, rows and heavy rows summed over the launch groups (synchronises).
   void stage_ms(float (&ms)[kStages]) const {
-    for (int i = 0; i < kStages; ++i) ms[i] = Event::elapsed_ms(events[i], events[i + 1]);
+    for (int i = 0; i < 3; ++i) ms[i] = Event::elapsed_ms(events[i], events[i + 1]);
+    ms[3] = ms[4] = 0;
+    for (int g = 0; g < groups; ++g) {
+      ms[3] += Event::elapsed_ms(g == 0 ? events[3] : heavy_done[g - 1], rows_done[g]);
+      ms[4] += Event::elapsed_ms(rows_done[g], heavy_done[g]);
+    }
   }
 };
 
@@ -186,13 +211,14 @@ class EmbeddingWorkspace {
   std::size_t bytes() const {
     std::size_t n = sorter_.bytes() + seg_start_.bytes() + scan_tmp_.bytes() + counters_.bytes() +
                     heavy_rows_.bytes() + heavy_base_.bytes() + chunk_seg_.bytes() +
-                    chunk_idx_.bytes() + partial_.bytes();
+                    chunk_idx_.bytes() + partial_.bytes() + heavy_merge_base_.bytes() +
+                    merge_heavy_.bytes() + merge_idx_.bytes() + merged_.bytes();
     for (int i = 0; i < 2; ++i) n += keys_[i].bytes() + bags_[i].bytes();
     return n;
   }
 
   // After a backward (synchronises): distinct rows updated, and how many of them took the
-  // heavy-row path (for tests and benchmarks).
+  // heavy-row path, in how many chunks (for tests and benchmarks).
   struct Stats {
     std::int64_t unique_rows = 0;
     std::int64_t heavy_rows = 0;
@@ -201,9 +227,10 @@ class EmbeddingWorkspace {
   Stats last_stats(Stream_t stream) const;
   // The group size of the rows kernel's specialization for rows that fill their lane group
   // exactly (every table dim == the group's width, every row 16-byte aligned) that the last
-  // backward took for its first storage type, or 0 when it took the general kernel (host-side, no
-  // synchronisation).
-  int last_rows_fit_group() const { return last_fit_group_; }
+  // backward took for each launch group (EmbeddingTables::groups), 0 where it took the general
+  // kernel (host-side, no synchronisation).
+  const std::vector<int>& last_rows_fit_groups() const { return last_fit_groups_; }
+  int last_rows_fit_group() const { return last_fit_groups_.empty() ? 0 : last_fit_groups_[0]; }
 
  private:
   friend void embedding_backward_update(Stream_t, const EmbeddingTables&, const TableWeights&,
@@ -218,19 +245,27 @@ class EmbeddingWorkspace {
   DeviceBuffer<std::uint32_t> bags_[2];    // [max_nnz] bag index t * batch + b of each occurrence
   DeviceBuffer<std::uint32_t> seg_start_;  // [max_nnz + 1]
   DeviceBuffer<std::uint32_t> scan_tmp_;
-  // [0] segments, [1] heavy rows, [2] heavy chunks (of the storage type being updated), then
-  // kCounterBounds + g: the first segment of group g (g = groups: the end of the valid ones).
+  // [0] segments, [1] heavy rows, [2] heavy chunks, [3] merged sums (of the launch group being
+  // updated), then
+  // kCounterBounds + g: the first segment of group g (g = groups: the end of the valid ones);
+  // kCounterTotals, + 1: heavy rows and chunks summed over the launch groups.
   static constexpr int kCounterBounds = 4;
+  static constexpr int kCounterTotals = kCounterBounds + EmbeddingTables::kMaxGroups + 1;
   DeviceBuffer<int> counters_;
   DeviceBuffer<int> heavy_rows_;  // [max heavy] segment of each heavy row
   DeviceBuffer<int> heavy_base_;  // [max heavy] first chunk slot of each heavy row
   DeviceBuffer<int> chunk_seg_;   // [max chunks] (segment, chunk index) of each slot
   DeviceBuffer<int> chunk_idx_;
-  DeviceBuffer<float> partial_;  // [max chunks, partial_ld] chunk sums of heavy rows
+  DeviceBuffer<float> partial_;         // [max chunks, partial_ld] chunk sums of heavy rows
+  DeviceBuffer<int> heavy_merge_base_;  // [max heavy] first merged-sum slot of each heavy row
+  DeviceBuffer<int> merge_heavy_;       // [max merges] (heavy row, index) of each slot
+  DeviceBuffer<int> merge_idx_;
+  DeviceBuffer<float> merged_;  // [max merges, partial_ld] sums of kMerge chunk sums
   std::int64_t max_heavy_ = 0;
   std::int64_t max_chunks_ = 0;
+  std::int64_t max_merges_ = 0;
   std::int64_t partial_ld_ = 0;
-  int last_fit_group_ = 0;
+  std::vector<int> last_fit_groups_;
 };
 
 // Backward fused with the optimizer update (sgd, adagrad, rowwise_adagrad; weight decay as L2),

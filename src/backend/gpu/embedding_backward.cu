@@ -1,5 +1,5 @@
 // Embedding-bag backward fused with the optimizer update, for all tables in one pass (one sort;
-// the update kernels once per storage type).
+// the update kernels once per launch group: storage type and lane shape).
 //
 // Why it is built this way:
 // - The optimizer must see each distinct row's whole gradient once (adagrad is not linear in g),
@@ -7,8 +7,9 @@
 //   (table, row) and stably radix-sorted with their bag index as the value: equal keys become
 //   contiguous segments, in batch order. A scan marks segment starts (no host round trip: the
 //   segment count stays on the device and the update kernels run persistent grids over it).
-//   Tables are keyed by storage type first, so each type's rows are one run of segments; the scan
-//   also records where each run begins, and each type's update kernels walk only its own run.
+//   Tables are keyed by launch group first (storage type and lane shape, launch_groups), so each
+//   group's rows are one run of segments; the scan also records where each run begins, and each
+//   group's update kernels walk only its own run, with lanes sized for its dims.
 // - One group of lanes per distinct row (8 lanes of four 16-byte vectors for a dim-128 fp32 row:
 //   backward_group_shape, chosen so that a warp has several rows in flight; the update is bound
 //   by rows in flight, not arithmetic) sums its occurrences' output gradients in segment order,
@@ -16,8 +17,10 @@
 //   weights and state move exactly once per distinct row, the minimum.
 // - Hot rows (Zipf heads, tiny tables) can have tens of thousands of occurrences; one group would
 //   take milliseconds on them. Segments longer than kHeavyRow are cut into chunks of kChunk
-//   occurrences, summed by many groups into partial rows, and a block per hot row sums its chunks
-//   in a fixed split (each group a fixed range, then the groups in order) before the update. Every
+//   occurrences, summed by many groups into partial rows; those are summed kMerge at a time, again
+//   by many groups (the hottest rows have tens of thousands of chunks), and a block per hot row
+//   sums the merged sums in a fixed split (each group a fixed range, then the groups in order)
+//   before the update. Every
 //   sum has a fixed order: the result is deterministic, bit for bit, whatever the scheduling.
 //   Atomics only hand out slots in the heavy-row lists, which never changes a value.
 // - fp16/bf16 weights: the step is computed in fp32 and stored with stochastic rounding, random
@@ -47,7 +50,14 @@ using detail::InputErrorRecord;
 using detail::kBlock;
 using detail::kChunk;
 using detail::kHeavyRow;
+using detail::kMerge;
 using detail::TableMeta;
+
+// A heavy row's merged sums: none where its block's groups sum its chunk sums directly (at most
+// four each), else one per kMerge chunks.
+__device__ __forceinline__ int merged_sums(int chunks, int group) {
+  return chunks > 4 * (kBlock / group) ? (chunks + kMerge - 1) / kMerge : 0;
+}
 
 struct BackwardArgs {
   const TableMeta* meta;
@@ -56,9 +66,10 @@ struct BackwardArgs {
   const std::uint32_t* keys;       // [nnz] sorted linearised (table, row)
   const std::uint32_t* bags;       // [nnz] bag of each sorted occurrence
   const std::uint32_t* seg_start;  // [U + 1]
-  int* counters;                   // [0] U, [1] heavy rows, [2] heavy chunks, then group bounds
-  int bound;                       // counters[bound] .. counters[bound + 1]: this launch's segments
-  std::uint32_t key_begin, key_end;  // this launch's keys (one storage type)
+  int* counters;  // [0] U, [1] heavy rows, [2] heavy chunks, [3] merged sums, then group bounds
+  int bound;      // counters[bound] .. counters[bound + 1]: this launch's segments
+  int totals;     // counters[totals], [totals + 1]: [1] and [2] summed over launches
+  std::uint32_t key_begin, key_end;  // this launch's keys (one launch group)
   const std::int64_t* offsets;
   std::int64_t batch;
   DivideBy batch_div;      // bag -> table (bags < 2^31)
@@ -81,6 +92,11 @@ struct BackwardArgs {
   std::int64_t partial_ld;
   std::int64_t max_heavy;
   std::int64_t max_chunks;
+  int* heavy_merge_base;  // [max heavy] first merged-sum slot of each heavy row
+  int* merge_heavy;       // [max merges] (heavy row, index) of each merged-sum slot
+  int* merge_idx;
+  float* merged;  // [max merges, partial_ld] sums of kMerge chunk sums
+  std::int64_t max_merges;
 };
 
 constexpr int kSgd = static_cast<int>(OptimizerKind::sgd);
@@ -287,14 +303,16 @@ __device__ __forceinline__ int col_of(bool vec, int glane, int v, int e, int gro
 // g += Σ over sorted occurrences [p_begin, p_end) of dout(b, out_col + ·) (÷ bag size for mean),
 // in occurrence order. Every lane of the group calls it with the same arguments.
 // first_bag: bags[p_begin + glane] when glane < p_end - p_begin (loaded early by the caller).
-template <class Gd, int kVecs, int V, int kFit = 0>
+// kInFlight: the 32-bit words of gradient rows a lane loads before adding them (the rows kernel
+// keeps 16, as its weights and state share the registers; the chunks kernel, holding no row,
+// takes more).
+template <class Gd, int kVecs, int V, int kFit = 0, int kInFlight = 16>
 __device__ __forceinline__ void accumulate(const BackwardArgs& a, const RowRef& r,
                                            std::uint32_t p_begin, std::uint32_t p_end,
                                            std::uint32_t first_bag, const Lanes& L,
                                            float (&g)[kVecs][V]) {
   constexpr int kWords = RawWords<V, Gd>::value;
-  constexpr int kUnroll =
-      (16 / kWords) / kVecs > 0 ? (16 / kWords) / kVecs : 1;  // <= 16 words in flight
+  constexpr int kUnroll = (kInFlight / kWords) / kVecs > 0 ? (kInFlight / kWords) / kVecs : 1;
   const int group = group_of<kFit>(a);
   const int dim = r.m.dim;
   const Gd* __restrict__ dout = static_cast<const Gd*>(a.dout) + r.m.out_col;
@@ -601,7 +619,7 @@ __global__ PARITY_LAUNCH_BOUNDS(
   const Lanes L = group_lanes(group);
   const std::int64_t groups_per_block = kRowsBlock / group;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups_per_block;
-  const std::int64_t segments = a.counters[a.bound + 1];  // this storage type's run ends here
+  const std::int64_t segments = a.counters[a.bound + 1];  // this launch group's run ends here
   const std::int64_t u0 = a.counters[a.bound] +
                           static_cast<std::int64_t>(blockIdx.x) * groups_per_block +
                           threadIdx.x / group;
@@ -617,20 +635,31 @@ __global__ PARITY_LAUNCH_BOUNDS(
       const std::uint32_t len = cur.end - cur.start;
       if (len > static_cast<std::uint32_t>(kHeavyRow)) {
         const int chunks = static_cast<int>((len + kChunk - 1) / kChunk);
-        int base = 0;
+        const int merges = merged_sums(chunks, group);
+        int h = 0, base = 0, mbase = 0;
         if (L.glane == 0) {
-          const int h = atomicAdd(&a.counters[1], 1);
+          h = atomicAdd(&a.counters[1], 1);
           base = atomicAdd(&a.counters[2], chunks);
+          mbase = atomicAdd(&a.counters[3], merges);
           if (h < a.max_heavy) {
             a.heavy_rows[h] = static_cast<int>(u);
             a.heavy_base[h] = base;
+            a.heavy_merge_base[h] = mbase;
           }
         }
+        h = shfl(L.mask, h, L.gfirst);
         base = shfl(L.mask, base, L.gfirst);
+        mbase = shfl(L.mask, mbase, L.gfirst);
         for (int c = L.glane; c < chunks; c += group) {
           if (base + c < a.max_chunks) {
             a.chunk_seg[base + c] = static_cast<int>(u);
             a.chunk_idx[base + c] = c;
+          }
+        }
+        for (int j = L.glane; j < merges; j += group) {
+          if (mbase + j < a.max_merges) {
+            a.merge_heavy[mbase + j] = h;
+            a.merge_idx[mbase + j] = j;
           }
         }
       } else {
@@ -671,7 +700,7 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 2) void embedding_backward_chunks_kernel
     float g[kVecs][V];
     zero(g);
     const std::uint32_t first = p0 + L.glane < p1 ? a.bags[p0 + L.glane] : 0u;
-    accumulate<Gd, kVecs, V>(a, r, p0, p1, first, L, g);
+    accumulate<Gd, kVecs, V, 0, (kVecs * V >= 32 ? 16 : 32)>(a, r, p0, p1, first, L, g);
     store_partial<kVecs, V>(a.partial + k * a.partial_ld, g, r.vec, L.glane, group, r.m.dim);
   }
 }
@@ -690,7 +719,39 @@ __device__ __forceinline__ void add_partial(const float* __restrict__ src, const
   }
 }
 
-// One block per heavy row: group i sums a fixed range of the row's chunk sums in order, then
+// One group per merged-sum slot: merged[slot] = the sum, in order, of chunk sums
+// [kMerge j, kMerge (j + 1)) of its heavy row.
+template <class W, class Gd, int kVecs>
+__global__ PARITY_LAUNCH_BOUNDS(kBlock, 2) void embedding_backward_merge_kernel(BackwardArgs a) {
+  constexpr int V = VecWidth<W>::value;
+  const int group = a.group;
+  const Lanes L = group_lanes(group);
+  const std::int64_t groups_per_block = kBlock / group;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups_per_block;
+  const std::int64_t slots = a.counters[3] < a.max_merges ? a.counters[3] : a.max_merges;
+  for (std::int64_t k =
+           static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / group;
+       k < slots; k += stride) {
+    const int h = a.merge_heavy[k];
+    if (h >= a.max_heavy) continue;
+    const int u = a.heavy_rows[h];
+    const std::int64_t base = a.heavy_base[h];
+    const std::uint32_t start = a.seg_start[u];
+    const std::uint32_t end = a.seg_start[u + 1];
+    RowRef r;
+    if (!resolve_row<W, Gd>(a, a.keys[start], a.bags[start], r)) continue;
+    const std::int64_t n = (end - start + kChunk - 1) / kChunk;
+    const std::int64_t lo = static_cast<std::int64_t>(a.merge_idx[k]) * kMerge;
+    const std::int64_t hi = lo + kMerge < n ? lo + kMerge : n;
+    float g[kVecs][V];
+    zero(g);
+    for (std::int64_t q = lo; q < hi; ++q)
+      add_partial(a.partial + (base + q) * a.partial_ld, r, L, group, g);
+    store_partial<kVecs, V>(a.merged + k * a.partial_ld, g, r.vec, L.glane, group, r.m.dim);
+  }
+}
+
+// One block per heavy row: group i sums a fixed range of the row's merged sums in order, then
 // group 0 sums the groups' results in order and applies the update.
 template <class W, class Gd, int kVecs>
 __global__ PARITY_LAUNCH_BOUNDS(kBlock, 1) void embedding_backward_heavy_kernel(BackwardArgs a) {
@@ -701,21 +762,30 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 1) void embedding_backward_heavy_kernel(
   const int groups_per_block = kBlock / group;
   const int gi = static_cast<int>(threadIdx.x) / group;
   const std::int64_t heavy = a.counters[1] < a.max_heavy ? a.counters[1] : a.max_heavy;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {  // the rows kernel has counted this launch's
+    a.counters[a.totals] += a.counters[1];
+    a.counters[a.totals + 1] += a.counters[2];
+  }
   for (std::int64_t h = blockIdx.x; h < heavy; h += gridDim.x) {
     const int u = a.heavy_rows[h];
-    const std::int64_t base = a.heavy_base[h];
+    const std::int64_t base = a.heavy_merge_base[h];
     const std::uint32_t start = a.seg_start[u];
     const std::uint32_t end = a.seg_start[u + 1];
     RowRef r;
     if (!resolve_row<W, Gd>(a, a.keys[start], a.bags[start], r))
       continue;  // uniform over the block
-    const std::int64_t n = (end - start + kChunk - 1) / kChunk;
+    const int chunks = static_cast<int>((end - start + kChunk - 1) / kChunk);
+    const int merges = merged_sums(chunks, group);
+    // The row's merged sums, or (few chunks) its chunk sums themselves.
+    const float* __restrict__ sums_of_row =
+        merges > 0 ? a.merged + base * a.partial_ld : a.partial + a.heavy_base[h] * a.partial_ld;
+    const std::int64_t n = merges > 0 ? merges : chunks;
     const std::int64_t lo = gi * n / groups_per_block;
     const std::int64_t hi = (gi + 1) * n / groups_per_block;
     float g[kVecs][V];
     zero(g);
     for (std::int64_t q = lo; q < hi; ++q)
-      add_partial(a.partial + (base + q) * a.partial_ld, r, L, group, g);
+      add_partial(sums_of_row + q * a.partial_ld, r, L, group, g);
     store_partial<kVecs, V>(sums + static_cast<std::int64_t>(gi) * a.partial_ld, g, r.vec, L.glane,
                             group, r.m.dim);
     __syncthreads();
@@ -808,16 +878,19 @@ int launch_update(Stream_t stream, const BackwardArgs& a, bool fit, BackwardProf
       fit_group = launch_rows<W, Gd, kVecs, kRowwise>(stream, a, fit);
       break;
   }
-  if (profile != nullptr && !rehearsing()) profile->events[4].record(stream);
+  if (profile != nullptr && !rehearsing()) profile->rows_done[profile->groups].record(stream);
   auto chunks = embedding_backward_chunks_kernel<W, Gd, kVecs>;
   auto heavy = embedding_backward_heavy_kernel<W, Gd, kVecs>;
   const std::size_t smem =
       static_cast<std::size_t>(kBlock / a.group) * a.partial_ld * sizeof(float);
   launch("embedding_backward_chunks", chunks, {resident_blocks(chunks, kBlock, 0), kBlock, 0},
          stream, a);
+  auto merge = embedding_backward_merge_kernel<W, Gd, kVecs>;
+  launch("embedding_backward_merge", merge, {resident_blocks(merge, kBlock, 0), kBlock, 0}, stream,
+         a);
   launch("embedding_backward_heavy", heavy, {resident_blocks(heavy, kBlock, smem), kBlock, smem},
          stream, a);
-  if (profile != nullptr && !rehearsing()) profile->events[5].record(stream);
+  if (profile != nullptr && !rehearsing()) profile->heavy_done[profile->groups++].record(stream);
   return fit_group;
 }
 
@@ -872,7 +945,8 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables,
     check(memset_async(ws.counters_.data(), 0, ws.counters_.bytes(), stream),
           "embedding_backward_update: counters");
   }
-  ws.last_fit_group_ = 0;
+  ws.last_fit_groups_.clear();
+  if (update.profile != nullptr) update.profile->groups = 0;
   if (in.nnz == 0 || in.batch == 0) return;
 
   auto mark = [&](int i) {
@@ -914,6 +988,7 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables,
   a.bags = vals[cur];
   a.seg_start = ws.seg_start_.data();
   a.counters = ws.counters_.data();
+  a.totals = EmbeddingWorkspace::kCounterTotals;
   a.offsets = in.offsets;
   a.batch = in.batch;
   a.batch_div = DivideBy::of(static_cast<std::uint32_t>(in.batch));
@@ -935,10 +1010,15 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables,
   a.partial_ld = ws.partial_ld_;
   a.max_heavy = ws.max_heavy_;
   a.max_chunks = ws.max_chunks_;
+  a.heavy_merge_base = ws.heavy_merge_base_.data();
+  a.merge_heavy = ws.merge_heavy_.data();
+  a.merge_idx = ws.merge_idx_.data();
+  a.merged = ws.merged_.data();
+  a.max_merges = ws.max_merges_;
   for (std::size_t gi = 0; gi < groups.size(); ++gi) {
     const TableGroup& g = groups[gi];
-    if (gi > 0 && !rehearsing()) {  // the heavy-row lists start empty for each storage type
-      check(memset_async(ws.counters_.data() + 1, 0, 2 * sizeof(int), stream),
+    if (gi > 0 && !rehearsing()) {  // the heavy-row lists start empty for each launch group
+      check(memset_async(ws.counters_.data() + 1, 0, 3 * sizeof(int), stream),
             "embedding_backward_update: counters");
     }
     a.weights = weights.of(g.dtype);
@@ -957,7 +1037,7 @@ void embedding_backward_update(Stream_t stream, const EmbeddingTables& tables,
         fit = dispatch_grad<float>(stream, tables, g, a, dout.dtype, update);
         break;
     }
-    if (gi == 0) ws.last_fit_group_ = fit;
+    ws.last_fit_groups_.push_back(fit);
   }
 }
 

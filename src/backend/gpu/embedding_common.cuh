@@ -15,6 +15,7 @@
 #include "backend/gpu/embedding.h"
 #include "backend/gpu/numerics.h"
 #include "backend/gpu/port.h"
+#include "parity/host_device.h"
 
 namespace parity::gpu::detail {
 
@@ -24,6 +25,10 @@ inline constexpr int kMaxVecsPerLane = 4;  // dims up to 4 * warp size * V (512 
 // occurrences by many groups (partial sums), then the chunks are summed in chunk order.
 inline constexpr int kHeavyRow = 64;
 inline constexpr int kChunk = 64;
+// A heavy row's chunk sums are summed kMerge at a time (in order, by many groups) before the
+// row's block sums those: the hottest Zipf rows have tens of thousands of chunks, which one block
+// alone would take milliseconds to add.
+inline constexpr int kMerge = 64;
 
 // Blocks per multiprocessor the kernels ask the register allocator for (__launch_bounds__): as
 // many as fit without spills for the common shapes (fp32 rows of up to 128 * warp/32 elements get
@@ -46,6 +51,17 @@ GroupShape group_shape(int max_dim, int vec_width, int warp_size);  // throws wh
 // vectors_per_lane (1, 2 or 4) overrides the default; it is raised when the dim needs more.
 GroupShape backward_group_shape(int max_dim, int vec_width, int warp_size,
                                 int vectors_per_lane = 0);
+
+// The forward's short-bag kernel sums several bags per group of lanes, one accumulator each: at
+// most as many as its rows in flight per lane (8 / vecs), and at most 32 floats of accumulators.
+PARITY_HD constexpr int forward_max_bags(int vecs, int vec_width) {
+  const int by_rows = 8 / vecs, by_regs = 32 / (vecs * vec_width);
+  return by_rows < by_regs ? by_rows : by_regs;
+}
+// Its bags per group for a table of about ids_per_bag ids a bag (0: unknown), at vecs vectors of
+// vec_width per lane: enough bags that the rows in flight come from several short bags; 1, 2, 4
+// or 8, and 1 where the pooling is unknown or long.
+int forward_bags_per_group(double ids_per_bag, int vecs, int vec_width);
 
 // Checks shared by forward and backward (shapes, dtypes, sizes); throws InputError naming op.
 void check_embedding_call(const char* op, const EmbeddingTables& tables,
