@@ -6,7 +6,9 @@
 // - single: one 10M-row fp32 table of dim 128, 65,536 bags of exactly 20 uniform ids;
 //   also Zipf(1.05) ids, fp16/bf16 weights, and the three optimizers;
 // - mlperf: the 26 MLPerf DLRMv2 tables (configs/models/mlperf-dlrmv2.yaml: 204M rows, dim 128,
-//   pooling 1..100 per table, ~105 GB fp32) at batch 65,536, rowwise Adagrad (fits one H200).
+//   pooling 1..100 per table, ~105 GB fp32) at batch 65,536, rowwise Adagrad (fits one H200);
+// - model: any model's tables (--model, rows capped at --max-rows, its batch or --batch, its
+//   storage type or --dtype, its embedding optimizer), all together, then each shape alone.
 // Method: the median of --reps timed runs (CUDA events around each call) after --warmup runs;
 // ids, outputs and gradients rotate among several sets (each set ~43 MB, several times L2 in
 // total for the single table; one set is 0.9 GB for mlperf); weights and gradients are random and
@@ -14,8 +16,9 @@
 // Bytes that must move: embedding_traffic (parity/perf.h), the count the planner predicts with:
 //   forward  = ids + offsets read + every looked-up row read + outputs written;
 //   backward = ids + offsets read, (key, bag) pairs written and read, radix-sort passes, segment
-//              starts; dout read once per (bag, table); each distinct row's weights and optimizer
-//              state read and written once.
+//              starts; dout read once per (bag, table), and again per id where a table's dout
+//              is larger than L2 (the share that misses); each distinct row's weights and
+//              optimizer state read and written once.
 // --dump DIR writes each case's ids and offsets so that bench/embedding_torch.py times PyTorch's
 // nn.EmbeddingBag on exactly the same inputs; --results FILE writes the numbers as JSON.
 #include <fmt/format.h>
@@ -190,8 +193,9 @@ parity::EmbeddingTraffic traffic(const TableSet& set, const HostBatch& h, DType 
   }
   const auto method =
       sort == pg::SortMethod::portable ? parity::RadixSort::portable : parity::RadixSort::vendor;
-  return parity::embedding_traffic(
-      {tables, static_cast<double>(set.batch), weights, io, kind, method, key_bits});
+  return parity::embedding_traffic({tables, static_cast<double>(set.batch), weights, io, kind,
+                                    method, key_bits,
+                                    static_cast<double>(pg::device_info().l2_cache_bytes)});
 }
 
 // Fixed pooling per table; ids uniform, or Zipf(alpha) scattered over the rows.

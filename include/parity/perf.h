@@ -144,6 +144,9 @@ struct EmbeddingBatch {
   OptimizerKind optimizer = OptimizerKind::rowwise_adagrad;
   RadixSort sort = RadixSort::vendor;
   int key_bits = 32;  // embedding_key_bits of the group's rows
+  // The device's caches (L2 and any last level): the backward reads a bag's gradient row once
+  // per id, and a table's gradients that do not fit are read again from memory (0: not counted).
+  double cache_bytes = 0;
 };
 
 struct EmbeddingTraffic {
@@ -153,8 +156,11 @@ struct EmbeddingTraffic {
                             // found and written; sorted pairs and starts read by the update
   double sort = 0;          // radix_sort_bytes of the pairs
   double gradients = 0;     // output gradients read once per bag
-  double rows = 0;          // each distinct row's weights and optimizer state read and written
-  double backward() const { return ids_and_keys + sort + gradients + rows; }
+  // ... and read again for the bag's other ids, the share of them that misses the caches: a
+  // table's gradients (batch x dim) beyond cache_bytes, its ids walked in row order.
+  double gradient_rereads = 0;
+  double rows = 0;  // each distinct row's weights and optimizer state read and written
+  double backward() const { return ids_and_keys + sort + gradients + gradient_rereads + rows; }
 };
 EmbeddingTraffic embedding_traffic(const EmbeddingBatch& b);
 

@@ -122,7 +122,12 @@ EmbeddingTraffic embedding_traffic(const EmbeddingBatch& b) {
     ids += tb.ids;
     unique += tb.unique_rows;
     t.forward += kIdBytes * tb.ids + tb.ids * tb.dim * sw + b.batch * tb.dim * io;
-    t.gradients += b.batch * tb.dim * io;
+    const double slice = b.batch * tb.dim * io;
+    t.gradients += slice;
+    if (b.cache_bytes > 0 && slice > b.cache_bytes) {
+      t.gradient_rereads +=
+          std::max(0.0, tb.ids - b.batch) * tb.dim * io * (1 - b.cache_bytes / slice);
+    }
     t.rows +=
         2 * tb.unique_rows * (tb.dim * sw + optimizer_state_bytes_per_row(b.optimizer, tb.dim));
   }
@@ -149,7 +154,8 @@ EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& devi
                                                 w.io_dtype,
                                                 w.optimizer,
                                                 default_radix_sort(device),
-                                                w.key_bits});
+                                                w.key_bits,
+                                                device.l2_bytes.value + device.llc_bytes.value});
   c.forward_bytes = t.forward;
   c.backward_bytes = t.backward();
   const double state = optimizer_state_bytes_per_row(w.optimizer, w.dim);

@@ -143,7 +143,14 @@ TEST(Embedding, GroupTrafficByStage) {
   EXPECT_DOUBLE_EQ(t.gradients, 500 * (128 + 64) * 2);
   // Adagrad: a float of state per element, read and written with the row.
   EXPECT_DOUBLE_EQ(t.rows, 2 * 900 * 128 * (2 + 4) + 2 * 100 * 64 * (2 + 4));
+  EXPECT_DOUBLE_EQ(t.gradient_rereads, 0);  // no cache size given: not counted
   EXPECT_DOUBLE_EQ(t.backward(), t.ids_and_keys + t.sort + t.gradients + t.rows);
+  // With a cache of 100 KB: table 0's gradients (500 x 128 x 2 = 128 KB) miss it by 28/128, its
+  // 500 ids beyond the first of each bag are read again at that share; table 1's (64 KB) fit.
+  b.cache_bytes = 100e3;
+  const EmbeddingTraffic c = embedding_traffic(b);
+  EXPECT_DOUBLE_EQ(c.gradient_rereads, (1000 - 500) * 128 * 2 * (1 - 100e3 / 128e3));
+  EXPECT_DOUBLE_EQ(c.backward(), t.backward() + c.gradient_rereads);
 }
 
 TEST(Embedding, BytesAreTheOnesThatMustMove) {

@@ -429,9 +429,12 @@ TEST(PlanEvaluation, MemoryAndTimeCategoriesByHand) {
   EXPECT_DOUBLE_EQ(
       pr.memory_bytes.at("input_slots"),
       2 * (512.0 * m.dense_features * 4 + 512 * 4 + ids * 8 + (bags + 1) * 8) + 16 * bags);
-  const double n = 1.25 * ids;
+  // Per id 20 bytes; the heavy rows' chunk sums and merged sums (a padded row of floats and two
+  // ints each) and three ints per heavy row.
+  const double n = 1.25 * ids, heavy = n / 65, chunks = n / 64 + heavy;
+  const double merges = chunks / 64 + heavy;
   EXPECT_NEAR(pr.memory_bytes.at("embedding_workspace"),
-              n * 20 + n * (1.0 / 64 + 1.0 / 65) * ((widest + 7) / 8 * 8) * 4, 1e-6);
+              n * 20 + (chunks + merges) * (((widest + 7) / 8 * 8) * 4 + 8) + heavy * 12, 1e-6);
   double dz_cols = m.interaction_input_dim();
   for (int out : m.bottom_mlp) dz_cols = std::max<double>(dz_cols, out);
   for (int out : m.top_mlp) dz_cols = std::max<double>(dz_cols, out);
