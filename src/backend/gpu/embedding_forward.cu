@@ -42,9 +42,22 @@ __device__ __forceinline__ const W* row_at(const W* table, R row, int dim) {
   }
 }
 
-// kHost: some table of the launch is host-placed (TableMeta::slot). Its rows are then found
-// through the cache map, and the group passes 64-bit element offsets from the table's start
-// (in its cache, or to its host rows) instead of row indices.
+// A valid id's row as row_at takes it: its index (kHost false), or its element offset from the
+// table's start, in the table's cache or, where the id is not cached, in host memory
+// (host_delta: the host rows' offset from the cache).
+template <bool kHost>
+__device__ __forceinline__ std::conditional_t<kHost, std::int64_t, int> forward_row(
+    const TableMeta& m, std::int64_t id, int dim, std::int64_t host_delta) {
+  if constexpr (kHost) {
+    if (m.slot == nullptr) return id * dim;
+    const std::uint32_t s = m.slot[id];
+    return s != TableLayout::kNotCached ? static_cast<std::int64_t>(s) * dim
+                                        : host_delta + id * dim;
+  } else {
+    return static_cast<int>(id);
+  }
+}
+
 template <int kVecs, int V>
 __device__ __forceinline__ void zero_acc(float (&acc)[kVecs][V]) {
 #pragma unroll
@@ -75,6 +88,9 @@ __device__ __forceinline__ void store_bag(O* __restrict__ dst, float (&acc)[kVec
   zero_acc(acc);
 }
 
+// kHost: some table of the launch is host-placed (TableMeta::slot). Its rows are then found
+// through the cache map, and the group passes 64-bit element offsets from the table's start
+// (in its cache, or to its host rows) instead of row indices.
 template <class W, class O, int kVecs, bool kHost>
 __global__
 PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_forward_kernel(
@@ -129,17 +145,7 @@ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_fo
     if (glane < count) {
       const std::int64_t id = ids[j0 + glane];
       if (id >= 0 && id < m.rows) {
-        if constexpr (kHost) {
-          if (m.slot == nullptr) {
-            my_row = id * dim;
-          } else {
-            const std::uint32_t s = m.slot[id];
-            my_row = s != TableLayout::kNotCached ? static_cast<std::int64_t>(s) * dim
-                                                  : host_delta + id * dim;
-          }
-        } else {
-          my_row = static_cast<int>(id);
-        }
+        my_row = forward_row<kHost>(m, id, dim, host_delta);
       } else {
         detail::record_input_error(errors, 1, t, b, id);
       }
@@ -190,18 +196,7 @@ PARITY_LAUNCH_BOUNDS(kBlock, (detail::min_blocks<W, kVecs>())) void embedding_fo
     }
   }
 
-  if (m.pooling == 1 && hi > lo) {
-    const float count = static_cast<float>(hi - lo);
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-#pragma unroll
-      for (int e = 0; e < V; ++e) acc[v][e] = acc[v][e] / count;
-    }
-  }
-  detail::store_row<kVecs, V>(
-      dst, acc, vec, glane, group, dim,
-      [](O* p, const float(&x)[V], int) { store_vec_rn<V>(p, x); },
-      [](O* p, float x, int) { *p = from_float_rn<O>(x); });
+  store_bag<kVecs, V>(dst, acc, m.pooling, hi - lo, vec, glane, group, dim);
 }
 
 // Short bags: a group sums kBags consecutive bags of one table together, one accumulator each,
@@ -280,17 +275,7 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 2) void embedding_forward_short_kernel(
       if (e < n[k]) {
         const std::int64_t id = ids[lo[k] + e];
         if (id >= 0 && id < m.rows) {
-          if constexpr (kHost) {
-            if (m.slot == nullptr) {
-              row[u] = id * dim;
-            } else {
-              const std::uint32_t s = m.slot[id];
-              row[u] = s != TableLayout::kNotCached ? static_cast<std::int64_t>(s) * dim
-                                                    : host_delta + id * dim;
-            }
-          } else {
-            row[u] = static_cast<int>(id);
-          }
+          row[u] = forward_row<kHost>(m, id, dim, host_delta);
         } else if (glane == 0) {
           detail::record_input_error(errors, 1, t, b0 + k, id);
         }
