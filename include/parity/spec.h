@@ -94,10 +94,69 @@ inline constexpr NamedValue<DenseMath> kDenseMathNames[] = {{"fp32", DenseMath::
                                                             {"fp16", DenseMath::fp16}};
 std::string_view dense_math_name(DenseMath m);  // "fp32", "tf32", "bf16", "fp16"
 
+// The model families: DLRM (pooled tables, MLPs, an interaction) and HSTU, a sequential
+// recommender over each user's history of events (Zhai et al. 2024, "Actions Speak Louder than
+// Words").
+enum class ModelKind : std::uint8_t { dlrm, hstu };
+inline constexpr NamedValue<ModelKind> kModelKindNames[] = {{"dlrm", ModelKind::dlrm},
+                                                            {"hstu", ModelKind::hstu}};
+std::string_view model_kind_name(ModelKind k);  // "dlrm", "hstu"
+
+// How history lengths are drawn (synthetic data and the planner's length model): uniform over
+// [min_len, max_len], or a power law P(n) ∝ n^-alpha over it (most histories short, a long tail).
+enum class LengthDistribution : std::uint8_t { uniform, power_law };
+inline constexpr NamedValue<LengthDistribution> kLengthDistributionNames[] = {
+    {"uniform", LengthDistribution::uniform}, {"power_law", LengthDistribution::power_law}};
+
+// How an event's feature embeddings make its token: summed (each of model_dim) or concatenated
+// (dims adding up to model_dim).
+enum class EventCombine : std::uint8_t { sum, concat };
+inline constexpr NamedValue<EventCombine> kEventCombineNames[] = {{"sum", EventCombine::sum},
+                                                                  {"concat", EventCombine::concat}};
+
+// An HSTU model's input: per example a history of 1..max_len events (each an item, an action,
+// a timestamp, and any other per-event features) followed by `targets` target items to rank,
+// one CSR layout (values, offsets of length batch + 1) as for every jagged input.
+struct SequenceSpec {
+  int max_len = 0;  // history events per example at most, >= 1
+  int min_len = 1;  // at least, in [1, max_len]
+  int targets = 1;  // target events after the history, >= 1
+  LengthDistribution lengths = LengthDistribution::uniform;
+  double length_alpha = 0.0;  // power_law's exponent, > 0
+  // Tables looked up once per event and not pooled (pooling_size 1), features[0] the item.
+  std::vector<TableSpec> features;
+  EventCombine combine = EventCombine::sum;
+};
+
+// The HSTU stack: `layers` layers over tokens of model_dim, each
+//   x -> LayerNorm -> one projection to U, V, Q, K (heads x value_dim, value_dim, attention_dim,
+//   attention_dim) with SiLU -> A = SiLU(Q K^T / sqrt(attention_dim) + rab) / n, causal (targets
+//   see the history and themselves, not each other), no softmax -> Y = LayerNorm(A V) * U ->
+//   output projection to model_dim -> residual;
+// rab a learned relative bias from position_buckets position and time_buckets log-scaled
+// time-difference buckets per head. Ranking heads: one logit per task on each target token.
+struct HstuSpec {
+  SequenceSpec sequence;
+  int model_dim = 0;               // d, >= 1
+  int layers = 0;                  // >= 1
+  int heads = 0;                   // >= 1
+  int attention_dim = 0;           // a, per head, >= 1
+  int value_dim = 0;               // v, per head, >= 1
+  double dropout = 0.0;            // in [0, 1)
+  int position_buckets = 0;        // >= 1
+  int time_buckets = 0;            // >= 1
+  std::vector<std::string> tasks;  // >= 1, unique: the actions each target is scored on
+};
+
 struct ModelSpec {
   std::string name;
   std::string description;
-  std::string source_file;        // where it was loaded from ("<string>" if parsed from text)
+  std::string source_file;  // where it was loaded from ("<string>" if parsed from text)
+  ModelKind kind = ModelKind::dlrm;
+  // HSTU (present iff kind is hstu; the DLRM fields below are then empty, except `tables`, its
+  // contextual features: pooled tables each giving one more token of model_dim before the
+  // history).
+  std::optional<HstuSpec> hstu;
   int dense_features = 0;         // > 0
   std::vector<TableSpec> tables;  // >= 1, unique names
   std::vector<int> bottom_mlp;    // output sizes of the bottom MLP layers, >= 1 layer
@@ -117,6 +176,8 @@ struct ModelSpec {
 
   // Derived quantities.
   int num_tables() const { return static_cast<int>(tables.size()); }
+  // Over `tables` and, for HSTU, its sequence features (their lookups at most: every history
+  // max_len events long).
   std::int64_t embedding_rows() const;        // sum of rows
   std::int64_t embedding_parameters() const;  // sum of rows * dim
   std::int64_t lookups_per_example() const;   // sum of pooling_size
@@ -124,9 +185,13 @@ struct ModelSpec {
   int interaction_input_dim() const;          // bottom_mlp.back() + embedding_output_dim()
   int interaction_output_dim()
       const;  // dot: D + F(F-1)/2 with F = tables+1; dcnv2: interaction_input_dim()
-  std::int64_t dense_parameters()
-      const;  // bottom + interaction (cross layers) + top, weights and biases
+  std::int64_t dense_parameters() const;  // bottom + interaction (cross layers) + top, weights and
+                                          // biases (HSTU: its layers and heads)
 };
+
+// Throws InputError when the model is not a DLRM model: `who` (the planner, the engine, a data
+// source) handles DLRM models only so far, and says so by name.
+void require_dlrm(const ModelSpec& m, std::string_view who);
 
 // Loads and validates a model spec. Throws InputError naming file, line and field.
 ModelSpec load_model_spec(const std::filesystem::path& file);

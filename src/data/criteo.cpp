@@ -123,6 +123,7 @@ std::int64_t categorical_row(int t, std::uint32_t v, std::int64_t rows) {
 CriteoReader::CriteoReader(std::vector<std::filesystem::path> files, const ModelSpec& model,
                            CriteoOptions options)
     : files_(std::move(files)), options_(options) {
+  require_dlrm(model, "the Criteo reader");
   const std::string where = data_detail::model_where(model);
   require(model.dense_features == kNumDense, where,
           fmt::format("the Criteo reader needs 13 dense features, the model has {}",

@@ -116,6 +116,7 @@ ShardWriter::ShardWriter(std::filesystem::path dir, const ModelSpec& model, std:
       model_(model),
       source_(std::move(source)),
       per_file_(examples_per_file) {
+  require_dlrm(model, "the shard writer");
   if (per_file_ <= 0) throw InputError("examples per shard file must be positive");
   if (std::filesystem::exists(dir_ / "meta.json"))
     throw InputError(fmt::format("'{}' already holds a dataset (meta.json); choose a new directory",
@@ -385,6 +386,7 @@ class MetaField {
 
 ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& model, Split split)
     : dir_(dir), split_(split) {
+  require_dlrm(model, "the shard reader");
   const auto meta_path = dir / "meta.json";
   const std::string meta_name = meta_path.string();
   std::error_code ec;

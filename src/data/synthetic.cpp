@@ -205,6 +205,7 @@ std::vector<std::uint64_t> pack(synth::Generator head, const std::vector<synth::
 }  // namespace
 
 SyntheticData::SyntheticData(const ModelSpec& model, std::uint64_t seed) {
+  require_dlrm(model, "the synthetic data generator");
   require(model.dense_features >= 0, data_detail::model_where(model),
           fmt::format("dense_features must be >= 0, got {}", model.dense_features));
   const int num_tables = model.num_tables();

@@ -362,6 +362,7 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
 // ---- the public interface ----
 
 Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed) {
+  require_dlrm(spec, "the engine");
   if (max_batch <= 0)
     throw Error(fmt::format("Model: max_batch must be positive, got {}", max_batch));
   impl_ = std::make_unique<Impl>(spec, backend, max_batch, seed);

@@ -21,6 +21,7 @@ std::string gb(double bytes) {
 
 std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                                      const ExecutionTarget& target, std::int64_t batch) {
+  require_dlrm(model, "the plan check");
   (void)apply_plan(model, plan, batch);  // the tables match the model; shards are well formed
   std::vector<PlanDecision> out;
   if (plan.gpus > target.gpus)

@@ -120,6 +120,7 @@ void mlp_backward(std::vector<OpCost>& ops, const OpBuilder& ob, const Bytes& by
 
 std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_batch,
                                    DenseMath math, const DeviceSpec& dev, const Calibration& cal) {
+  require_dlrm(m, "the dense cost model");
   OpBuilder ob(math, dev, cal);
   const Bytes by(m, math);
   const double b = static_cast<double>(per_device_batch);

@@ -57,6 +57,7 @@ std::string_view sharding_name(Sharding s) {
 
 Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec& dev,
                          const Calibration& cal) {
+  require_dlrm(m, "the planner");
   const std::string where = fmt::format("plan for model '{}'", plan.model);
   if (plan.gpus < 1) throw InputError(where + ": gpus must be >= 1");
   if (plan.per_device_batch < 1) throw InputError(where + ": per_device_batch must be >= 1");

@@ -252,6 +252,7 @@ std::string describe_without(const std::optional<Built>& without, const Plan& ch
 }  // namespace
 
 Plan make_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus, const PlannerOptions& opt) {
+  require_dlrm(m, "the planner");
   if (gpus < 1) throw InputError(fmt::format("--gpus must be at least 1, got {}", gpus));
   Planner planner(m, dev, gpus, opt);
   const Choice pref = planner.preferred();
@@ -364,6 +365,7 @@ Plan make_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus, const Planne
 
 Plan port_plan(const Plan& source, const ModelSpec& m, const DeviceSpec& dev,
                const PlannerOptions& opt) {
+  require_dlrm(m, "the planner");
   Plan p = source;
   p.device = dev.name;
   p.changes.clear();
@@ -438,6 +440,7 @@ void check_shards(const TablePlan& tp, const TableSpec& table, int gpus) {
 }  // namespace
 
 ModelSpec apply_plan(const ModelSpec& model, const Plan& plan, std::int64_t batch) {
+  require_dlrm(model, "the planner");
   if (plan.model != model.name)
     throw InputError(fmt::format("plan is for model '{}', not '{}'", plan.model, model.name));
   if (plan.tables.size() != model.tables.size())

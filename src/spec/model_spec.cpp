@@ -38,21 +38,40 @@ std::string_view dense_math_name(DenseMath m) {
 
 // ------------------------------------------------------ derived values ----
 
+std::string_view model_kind_name(ModelKind k) {
+  return name_in(kModelKindNames, k);
+}
+
+void require_dlrm(const ModelSpec& m, std::string_view who) {
+  if (m.kind == ModelKind::dlrm) return;
+  throw InputError(
+      fmt::format("{}: model '{}' is an {} model (kind: {}); {} handles DLRM models only so far",
+                  m.source_file, m.name, model_kind_name(m.kind), model_kind_name(m.kind), who));
+}
+
 std::int64_t ModelSpec::embedding_rows() const {
   std::int64_t total = 0;
   for (const auto& t : tables) total += t.rows;
+  if (hstu)
+    for (const auto& t : hstu->sequence.features) total += t.rows;
   return total;
 }
 
 std::int64_t ModelSpec::embedding_parameters() const {
   std::int64_t total = 0;
   for (const auto& t : tables) total += t.rows * t.dim;
+  if (hstu)
+    for (const auto& t : hstu->sequence.features) total += t.rows * t.dim;
   return total;
 }
 
 std::int64_t ModelSpec::lookups_per_example() const {
   std::int64_t total = 0;
   for (const auto& t : tables) total += t.pooling_size;
+  if (hstu) {
+    const auto& q = hstu->sequence;
+    total += static_cast<std::int64_t>(q.features.size()) * (q.max_len + q.targets);
+  }
   return total;
 }
 
@@ -76,6 +95,18 @@ int ModelSpec::interaction_output_dim() const {
 }
 
 std::int64_t ModelSpec::dense_parameters() const {
+  if (hstu) {
+    // Per layer: the input LayerNorm (gain and bias), the projection d -> h (2v + 2a) with
+    // bias, the LayerNorm of A V (h v, gain and bias), the output projection h v -> d with bias,
+    // the relative bias (buckets x heads); then one logit per task from a target token.
+    const std::int64_t d = hstu->model_dim, h = hstu->heads, a = hstu->attention_dim,
+                       v = hstu->value_dim;
+    const std::int64_t uvqk = h * (2 * v + 2 * a);
+    const std::int64_t layer = 2 * d + (d * uvqk + uvqk) + 2 * h * v + (h * v * d + d) +
+                               (hstu->position_buckets + hstu->time_buckets) * h;
+    const std::int64_t t = static_cast<std::int64_t>(hstu->tasks.size());
+    return hstu->layers * layer + d * t + t;
+  }
   // A linear layer in -> out holds in*out weights and out biases.
   const auto mlp = [](std::int64_t in, const std::vector<int>& sizes) {
     std::int64_t total = 0;
@@ -113,10 +144,18 @@ constexpr std::size_t kMaxTables = 100000;
 constexpr std::int64_t kMaxCrossLayers = 64;
 constexpr std::int64_t kMaxDenseFeatures = 1 << 20;
 constexpr std::int64_t kMaxBatch = std::int64_t{1} << 40;
+constexpr std::int64_t kMaxSeqLen = 1 << 20;
+constexpr std::int64_t kMaxTargets = 1 << 16;
+constexpr std::int64_t kMaxHstuLayers = 256;
 
 const std::vector<std::string_view> kTopKeys = {
-    "name",       "description", "dense_features", "batch_size", "table_defaults", "tables",
-    "bottom_mlp", "top_mlp",     "interaction",    "optimizer",  "recipe"};
+    "name",     "kind",       "description", "dense_features", "batch_size", "table_defaults",
+    "tables",   "bottom_mlp", "top_mlp",     "interaction",    "optimizer",  "recipe",
+    "sequence", "context",    "hstu",        "tasks"};
+// The fields of one family only.
+const std::vector<std::string_view> kDlrmKeys = {"dense_features", "table_defaults", "tables",
+                                                 "bottom_mlp",     "top_mlp",        "interaction"};
+const std::vector<std::string_view> kHstuKeys = {"sequence", "context", "hstu", "tasks"};
 const std::vector<std::string_view> kTableKeys = {"name",         "count",        "rows",
                                                   "dim",          "pooling_size", "pooling",
                                                   "distribution", "zipf_alpha",   "dtype"};
@@ -280,24 +319,7 @@ std::vector<T> read_unique_list(const Field& f, std::string_view expected,
   return out;
 }
 
-ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
-  const Field top(root, "", &origin);
-  const MapView m = top.as_map(kTopKeys, "a map of model fields");
-  ModelSpec spec;
-  spec.source_file = origin;
-  spec.name = read_identifier(m.require("name", "expected the model's name, e.g. name: my-model"),
-                              "a model name");
-  if (auto f = m.get("description")) spec.description = f->as_string();
-  spec.dense_features = static_cast<int>(
-      m.require("dense_features", "expected the number of dense features, e.g. dense_features: 13")
-          .as_int(1, kMaxDenseFeatures, "a positive integer up to 1048576"));
-  spec.batch_size =
-      m.require("batch_size",
-                "expected the reference global batch size the learning rates are tuned for, e.g. "
-                "batch_size: 65536")
-          .as_int(1, kMaxBatch, "a positive integer up to 2^40");
-
-  // ---- tables ----
+TableFields read_table_defaults(const MapView& m) {
   TableFields defaults;
   if (auto f = m.get("table_defaults")) {
     const MapView d = f->as_map(kTableKeys, "a map of table fields, e.g. {dim: 128, pooling: sum}");
@@ -310,15 +332,40 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
           "zipf_alpha is only for distribution: zipf (the default here is uniform)");
   }
 
-  const Field tables_field = m.require(
-      "tables", "expected a list of embedding tables, e.g. [{name: cat_0, rows: 1000, dim: 64}]");
-  const auto entries = tables_field.as_list("a list of embedding tables");
-  if (entries.empty()) tables_field.fail("expected at least one table");
-  std::vector<TableOrigin> origins;
-  std::map<std::string, std::size_t> first_index;  // name -> index in spec.tables
+  return defaults;
+}
+
+// Rows and parameters of the tables together fit the types spec.h gives them.
+void check_table_totals(const std::vector<TableSpec>& tables, const Field& at) {
+  std::int64_t rows = 0, params = 0;
+  for (const auto& t : tables)
+    if (__builtin_add_overflow(rows, t.rows, &rows) || rows > kMaxRows)
+      at.fail("the tables hold more than 2^62 rows in total");
+  for (const auto& t : tables) {
+    std::int64_t p = 0;
+    if (__builtin_mul_overflow(t.rows, static_cast<std::int64_t>(t.dim), &p) ||
+        __builtin_add_overflow(params, p, &params) || params > kMaxRows)
+      at.fail("the tables hold more than 2^62 parameters in total");
+  }
+}
+
+// The tables listed under a key: each entry's own fields, else table_defaults'; `count: N`
+// expands an entry into N tables named name_0 ... name_{N-1}; names unique across every list of
+// the model (names maps each to its entry in origins). pooled false: tables looked up once per
+// event (an HSTU model's sequence features), which take no pooling fields.
+void read_table_list(const Field& list_field, const TableFields& defaults, bool pooled,
+                     std::vector<TableSpec>& out, std::vector<TableOrigin>& origins,
+                     std::map<std::string, std::size_t>& first_index) {
+  const auto entries = list_field.as_list("a list of embedding tables");
+  if (entries.empty()) list_field.fail("expected at least one table");
   for (const Field& entry : entries) {
     const MapView e =
         entry.as_map(kTableKeys, "a table map such as {name: cat_0, rows: 1000, dim: 64}");
+    if (!pooled)
+      for (std::string_view key : {"pooling_size", "pooling"})
+        if (auto g = e.get(key))
+          g->fail(
+              fmt::format("a sequence feature is looked up once per event and takes no {}", key));
     const Field name_field = e.require("name", "every table needs a name, e.g. name: cat_0");
     const std::string name = read_identifier(name_field, "a table name");
     std::int64_t count = 0;  // 0: no expansion
@@ -349,7 +396,7 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
     }
 
     const std::size_t copies = count == 0 ? 1 : static_cast<std::size_t>(count);
-    if (spec.tables.size() + copies > kMaxTables)
+    if (origins.size() + copies > kMaxTables)
       entry.fail("too many tables: at most 100000 after count: expansion");
     for (std::size_t k = 0; k < copies; ++k) {
       TableSpec copy = t;
@@ -359,11 +406,23 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
         name_field.fail(fmt::format("duplicate table name '{}'{}, also {}", copy.name, via,
                                     origins[it->second].entry_path));
       }
-      first_index.emplace(copy.name, spec.tables.size());
-      spec.tables.push_back(std::move(copy));
+      first_index.emplace(copy.name, origins.size());
+      out.push_back(std::move(copy));
       origins.push_back({entry.path()});
     }
   }
+}
+
+// The DLRM fields: dense features, pooled tables, the MLPs and the interaction.
+void read_dlrm(const MapView& m, ModelSpec& spec, std::vector<TableOrigin>& origins,
+               std::map<std::string, std::size_t>& first_index) {
+  spec.dense_features = static_cast<int>(
+      m.require("dense_features", "expected the number of dense features, e.g. dense_features: 13")
+          .as_int(1, kMaxDenseFeatures, "a positive integer up to 1048576"));
+  const TableFields defaults = read_table_defaults(m);
+  const Field tables_field = m.require(
+      "tables", "expected a list of embedding tables, e.g. [{name: cat_0, rows: 1000, dim: 64}]");
+  read_table_list(tables_field, defaults, true, spec.tables, origins, first_index);
 
   spec.bottom_mlp =
       read_layers(m.require("bottom_mlp", "expected a list of layer sizes, e.g. [512, 256, 128]"),
@@ -379,33 +438,10 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
       "interaction", "expected {kind: dcnv2, cross_layers: 3, low_rank: 512} or {kind: dot}");
   spec.interaction = read_interaction(interaction_field);
 
-  // ---- optimizer ----
-  const MapView opt =
-      m.require("optimizer",
-                "expected {embedding: {kind: rowwise_adagrad, lr: 0.01}, dense: {kind: adam, lr: "
-                "0.001}}")
-          .as_map({"embedding", "dense"}, "a map with embedding: and dense: optimizers");
-  spec.embedding_optimizer = read_optimizer(
-      opt.require("embedding",
-                  "expected the tables' optimizer, e.g. {kind: rowwise_adagrad, lr: 0.01}"),
-      true);
-  spec.dense_optimizer = read_optimizer(
-      opt.require("dense", "expected the dense layers' optimizer, e.g. {kind: adam, lr: 0.001}"),
-      false);
-
   // ---- totals that must fit spec.h's types ----
-  std::int64_t rows = 0, params = 0, dims = 0;
-  for (const auto& t : spec.tables) {
-    if (__builtin_add_overflow(rows, t.rows, &rows) || rows > kMaxRows)
-      tables_field.fail("the tables hold more than 2^62 rows in total");
-    dims += t.dim;
-  }
-  for (const auto& t : spec.tables) {
-    std::int64_t p = 0;
-    if (__builtin_mul_overflow(t.rows, static_cast<std::int64_t>(t.dim), &p) ||
-        __builtin_add_overflow(params, p, &params) || params > kMaxRows)
-      tables_field.fail("the tables hold more than 2^62 parameters in total");
-  }
+  check_table_totals(spec.tables, tables_field);
+  std::int64_t dims = 0;
+  for (const auto& t : spec.tables) dims += t.dim;
   if (dims + spec.bottom_mlp.back() > INT_MAX)
     tables_field.fail(fmt::format(
         "the table dims plus the last bottom_mlp size add up to {}, more than 2147483647",
@@ -425,12 +461,162 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
                         origins[i].entry_path, t.name, t.dim, spec.bottom_mlp.back()));
     }
   }
+}
+
+// The HSTU fields: the sequence and its features, optional contextual features, the stack and
+// the ranking tasks.
+void read_hstu(const MapView& m, ModelSpec& spec, std::vector<TableOrigin>& origins,
+               std::map<std::string, std::size_t>& first_index) {
+  HstuSpec h;
+  const MapView st =
+      m.require("hstu",
+                "expected the stack, e.g. {model_dim: 256, layers: 3, heads: 4, attention_dim: "
+                "64, value_dim: 64, position_buckets: 128, time_buckets: 64}")
+          .as_map({"model_dim", "layers", "heads", "attention_dim", "value_dim", "dropout",
+                   "position_buckets", "time_buckets"},
+                  "a map of the HSTU stack's fields");
+  const auto positive = [&](std::string_view key, std::int64_t hi, std::string_view hint) {
+    return static_cast<int>(
+        st.require(key, hint).as_int(1, hi, fmt::format("a positive integer up to {}", hi)));
+  };
+  h.model_dim = positive("model_dim", kMaxDim, "expected the token width d, e.g. model_dim: 256");
+  h.layers = positive("layers", kMaxHstuLayers, "expected the number of layers, e.g. layers: 3");
+  h.heads = positive("heads", kMaxDim, "expected the attention heads, e.g. heads: 4");
+  h.attention_dim = positive("attention_dim", kMaxDim,
+                             "expected Q and K's width per head, e.g. attention_dim: 64");
+  h.value_dim =
+      positive("value_dim", kMaxDim, "expected U and V's width per head, e.g. value_dim: 64");
+  h.position_buckets = positive("position_buckets", kMaxSeqLen,
+                                "expected the relative bias's position buckets, e.g. 128");
+  h.time_buckets = positive("time_buckets", kMaxSeqLen,
+                            "expected the relative bias's log-scaled time buckets, e.g. 64");
+  if (auto f = st.get("dropout")) {
+    h.dropout = f->as_number("a number in [0, 1)");
+    if (!(h.dropout >= 0.0 && h.dropout < 1.0)) f->fail_expected("a number in [0, 1)");
+  }
+
+  // ---- the sequence ----
+  SequenceSpec& q = h.sequence;
+  const MapView sq =
+      m.require("sequence",
+                "expected the history, e.g. {max_len: 1024, targets: 4, features: [{name: item, "
+                "rows: 1000000, dim: 256}, {name: action, rows: 8, dim: 256}]}")
+          .as_map(
+              {"max_len", "min_len", "targets", "lengths", "length_alpha", "features", "combine"},
+              "a map of the history's fields");
+  const Field max_len = sq.require("max_len", "expected the longest history, e.g. max_len: 1024");
+  q.max_len = static_cast<int>(
+      max_len.as_int(1, kMaxSeqLen, fmt::format("a positive integer up to {}", kMaxSeqLen)));
+  if (auto f = sq.get("min_len"))
+    q.min_len = static_cast<int>(
+        f->as_int(1, q.max_len, fmt::format("an integer from 1 to max_len ({})", q.max_len)));
+  q.targets = static_cast<int>(
+      sq.require("targets", "expected the target items after each history, e.g. targets: 4")
+          .as_int(1, kMaxTargets, fmt::format("an integer from 1 to {}", kMaxTargets)));
+  if (auto f = sq.get("lengths")) q.lengths = f->as_choice(kLengthDistributionNames);
+  if (auto f = sq.get("length_alpha")) {
+    if (q.lengths != LengthDistribution::power_law)
+      f->fail("length_alpha is only for lengths: power_law");
+    q.length_alpha = read_positive(*f);
+  } else if (q.lengths == LengthDistribution::power_law) {
+    sq.fail_missing("length_alpha",
+                    "lengths: power_law needs its exponent, a positive number, e.g. 1.2");
+  }
+  if (auto f = sq.get("combine")) q.combine = f->as_choice(kEventCombineNames);
+  const Field features =
+      sq.require("features",
+                 "expected the per-event tables, the item first, e.g. [{name: item, rows: "
+                 "1000000, dim: 256}]");
+  read_table_list(features, TableFields{}, false, q.features, origins, first_index);
+  int dims = 0;
+  for (std::size_t i = 0; i < q.features.size(); ++i) {
+    const TableSpec& t = q.features[i];
+    if (q.combine == EventCombine::sum && t.dim != h.model_dim)
+      features.fail(fmt::format(
+          "combine: sum needs every feature dim equal to hstu.model_dim ({}): '{}' has {}",
+          h.model_dim, t.name, t.dim));
+    dims += t.dim;
+  }
+  if (q.combine == EventCombine::concat && dims != h.model_dim)
+    features.fail(fmt::format(
+        "combine: concat needs the feature dims to add up to hstu.model_dim ({}), they add up to "
+        "{}",
+        h.model_dim, dims));
+
+  // ---- contextual features: pooled, one token each ----
+  if (auto f = m.get("context")) {
+    read_table_list(*f, TableFields{}, true, spec.tables, origins, first_index);
+    for (const TableSpec& t : spec.tables)
+      if (t.dim != h.model_dim)
+        f->fail(fmt::format(
+            "a contextual feature is one token: its dim must be hstu.model_dim ({}), '{}' has {}",
+            h.model_dim, t.name, t.dim));
+  }
+  std::vector<TableSpec> all = spec.tables;
+  all.insert(all.end(), q.features.begin(), q.features.end());
+  check_table_totals(all, features);
+
+  // ---- ranking tasks ----
+  h.tasks = read_unique_list<std::string>(
+      m.require("tasks", "expected the actions each target is scored on, e.g. [click, like]"),
+      "[click, like]", [](const Field& x) { return read_identifier(x, "a task name"); });
+  spec.hstu = std::move(h);
+}
+
+ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
+  const Field top(root, "", &origin);
+  const MapView m = top.as_map(kTopKeys, "a map of model fields");
+  ModelSpec spec;
+  spec.source_file = origin;
+  if (auto f = m.get("kind")) spec.kind = f->as_choice(kModelKindNames);
+  // The other family's fields are refused by name.
+  const auto& foreign = spec.kind == ModelKind::hstu ? kDlrmKeys : kHstuKeys;
+  for (std::string_view key : foreign)
+    if (auto f = m.get(key))
+      f->fail(fmt::format("{} is a field of {} models; this model is kind: {}", key,
+                          spec.kind == ModelKind::hstu ? "dlrm" : "hstu",
+                          model_kind_name(spec.kind)));
+  spec.name = read_identifier(m.require("name", "expected the model's name, e.g. name: my-model"),
+                              "a model name");
+  if (auto f = m.get("description")) spec.description = f->as_string();
+  spec.batch_size =
+      m.require("batch_size",
+                "expected the reference global batch size the learning rates are tuned for, e.g. "
+                "batch_size: 65536")
+          .as_int(1, kMaxBatch, "a positive integer up to 2^40");
+
+  std::vector<TableOrigin> origins;
+  std::map<std::string, std::size_t> first_index;  // name -> index in origins
+  if (spec.kind == ModelKind::hstu) {
+    read_hstu(m, spec, origins, first_index);
+  } else {
+    read_dlrm(m, spec, origins, first_index);
+  }
+  std::vector<const TableSpec*> every;  // in the order of origins: an HSTU model's sequence
+                                        // features come before its contextual ones
+  if (spec.hstu)
+    for (const auto& t : spec.hstu->sequence.features) every.push_back(&t);
+  for (const auto& t : spec.tables) every.push_back(&t);
+
+  // ---- optimizer ----
+  const MapView opt =
+      m.require("optimizer",
+                "expected {embedding: {kind: rowwise_adagrad, lr: 0.01}, dense: {kind: adam, lr: "
+                "0.001}}")
+          .as_map({"embedding", "dense"}, "a map with embedding: and dense: optimizers");
+  spec.embedding_optimizer = read_optimizer(
+      opt.require("embedding",
+                  "expected the tables' optimizer, e.g. {kind: rowwise_adagrad, lr: 0.01}"),
+      true);
+  spec.dense_optimizer = read_optimizer(
+      opt.require("dense", "expected the dense layers' optimizer, e.g. {kind: adam, lr: 0.001}"),
+      false);
 
   // ---- recipe ----
   std::vector<DType> used;
   for (DType d : {DType::f32, DType::f16, DType::bf16})
-    for (const auto& t : spec.tables)
-      if (t.dtype == d) {
+    for (const TableSpec* t : every)
+      if (t->dtype == d) {
         used.push_back(d);
         break;
       }
@@ -451,8 +637,8 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
     if (auto g = r.get("table_dtypes")) {
       spec.allowed_table_dtypes = read_unique_list<DType>(
           *g, "[fp32, fp16, bf16]", [](const Field& x) { return read_table_dtype(x); });
-      for (std::size_t i = 0; i < spec.tables.size(); ++i) {
-        const auto& t = spec.tables[i];
+      for (std::size_t i = 0; i < every.size(); ++i) {
+        const TableSpec& t = *every[i];
         const auto& allowed = spec.allowed_table_dtypes;
         if (std::find(allowed.begin(), allowed.end(), t.dtype) == allowed.end())
           g->fail(fmt::format("must include every table's own dtype: {} '{}' is {}",

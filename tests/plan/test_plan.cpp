@@ -516,6 +516,7 @@ TEST(DenseOps, NamedAsTheStepProfileInStepOrder) {
 TEST(DenseOps, ThePlansDenseTimesAreTheirSums) {
   for (const auto& entry : fs::directory_iterator(kConfigs / "models")) {
     const ModelSpec m = load_model_spec(entry.path());
+    if (m.kind != ModelKind::dlrm) continue;  // HSTU models are not planned yet
     for (const char* key : {"h200", "mi355x"}) {
       const DeviceSpec d = device(key);
       const Calibration c = calibration_for(d, kConfigs);

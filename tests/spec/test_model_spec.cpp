@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
@@ -558,6 +559,135 @@ TEST(ModelParse, MaxGlobalBatch) {
   const std::string msg = model_error(std::string(kBase) + "recipe: {max_global_batch: 32}\n");
   EXPECT_CONTAINS(msg, "bad.yaml:13:");
   EXPECT_CONTAINS(msg, "field 'recipe.max_global_batch': expected an integer >= batch_size (64)");
+}
+
+// ------------------------------------------------------------------ hstu ----
+
+constexpr const char* kHstu =
+    "name: seq\n"                                               // 1
+    "kind: hstu\n"                                              // 2
+    "batch_size: 32\n"                                          // 3
+    "sequence:\n"                                               // 4
+    "  max_len: 100\n"                                          // 5
+    "  targets: 3\n"                                            // 6
+    "  features:\n"                                             // 7
+    "    - {name: item, rows: 500, dim: 16}\n"                  // 8
+    "    - {name: action, rows: 4, dim: 16}\n"                  // 9
+    "context:\n"                                                // 10
+    "  - {name: country, rows: 9, dim: 16, pooling_size: 2}\n"  // 11
+    "hstu: {model_dim: 16, layers: 2, heads: 2, attention_dim: 8, value_dim: 4, "
+    "position_buckets: 10, time_buckets: 6}\n"         // 12
+    "tasks: [click, like]\n"                           // 13
+    "optimizer:\n"                                     // 14
+    "  embedding: {kind: rowwise_adagrad, lr: 0.1}\n"  // 15
+    "  dense: {kind: adam, lr: 0.001}\n";              // 16
+
+TEST(HstuParse, FieldsAndDerivedQuantities) {
+  const ModelSpec m = parse_model_spec(kHstu, "seq.yaml");
+  EXPECT_EQ(m.kind, ModelKind::hstu);
+  ASSERT_TRUE(m.hstu.has_value());
+  const HstuSpec& h = *m.hstu;
+  EXPECT_EQ(h.sequence.max_len, 100);
+  EXPECT_EQ(h.sequence.min_len, 1);
+  EXPECT_EQ(h.sequence.targets, 3);
+  EXPECT_EQ(h.sequence.lengths, LengthDistribution::uniform);
+  EXPECT_EQ(h.sequence.combine, EventCombine::sum);
+  ASSERT_EQ(h.sequence.features.size(), 2u);
+  EXPECT_EQ(h.sequence.features[0].name, "item");
+  EXPECT_EQ(h.sequence.features[1].pooling_size, 1);
+  ASSERT_EQ(m.tables.size(), 1u);  // the contextual feature
+  EXPECT_EQ(m.tables[0].pooling_size, 2);
+  EXPECT_EQ(h.tasks, (std::vector<std::string>{"click", "like"}));
+  EXPECT_EQ(m.dense_features, 0);
+  EXPECT_TRUE(m.bottom_mlp.empty());
+  EXPECT_EQ(m.embedding_parameters(), (500 + 4 + 9) * 16);
+  EXPECT_EQ(m.lookups_per_example(), 2 + 2 * (100 + 3));
+  // Per layer: LayerNorm 2d, projection d x h(2v + 2a) + its bias, LayerNorm of AV 2hv, output
+  // h v x d + d, relative bias (10 + 6) x h; then 2 tasks x (d + 1).
+  const std::int64_t d = 16, uvqk = 2 * (2 * 4 + 2 * 8);
+  const std::int64_t layer = 2 * d + d * uvqk + uvqk + 2 * 2 * 4 + 2 * 4 * d + d + 16 * 2;
+  EXPECT_EQ(m.dense_parameters(), 2 * layer + 2 * (d + 1));
+  // The tables' dtypes are the recipe's by default.
+  EXPECT_EQ(m.allowed_table_dtypes, (std::vector<DType>{DType::f32}));
+}
+
+TEST(HstuParse, BadFieldsAreNamed) {
+  const auto err = [](const std::string& from, const std::string& to) {
+    return model_error(replaced(kHstu, from, to));
+  };
+  EXPECT_CONTAINS(err("batch_size: 32\n", "batch_size: 32\nbottom_mlp: [4]\n"),
+                  "field 'bottom_mlp': bottom_mlp is a field of dlrm models; this model is kind: "
+                  "hstu");
+  EXPECT_CONTAINS(model_error(replaced(kBase, "top_mlp:", "tasks: [a]\ntop_mlp:")),
+                  "field 'tasks': tasks is a field of hstu models; this model is kind: dlrm");
+  EXPECT_CONTAINS(err("kind: hstu", "kind: transformer"), "field 'kind'");
+  EXPECT_CONTAINS(err("  max_len: 100\n", ""), "missing field 'sequence.max_len'");
+  EXPECT_CONTAINS(err("  targets: 3\n", "  targets: 3\n  min_len: 101\n"),
+                  "field 'sequence.min_len': expected an integer from 1 to max_len (100)");
+  EXPECT_CONTAINS(err("  targets: 3\n", "  targets: 3\n  length_alpha: 1.5\n"),
+                  "length_alpha is only for lengths: power_law");
+  EXPECT_CONTAINS(err("  targets: 3\n", "  targets: 3\n  lengths: power_law\n"),
+                  "missing field 'sequence.length_alpha'");
+  EXPECT_CONTAINS(err("{name: action, rows: 4, dim: 16}", "{name: action, rows: 4, dim: 8}"),
+                  "combine: sum needs every feature dim equal to hstu.model_dim (16): 'action' "
+                  "has 8");
+  EXPECT_CONTAINS(err("  features:\n", "  combine: concat\n  features:\n"),
+                  "combine: concat needs the feature dims to add up to hstu.model_dim (16), they "
+                  "add up to 32");
+  EXPECT_CONTAINS(err("{name: item, rows: 500, dim: 16}",
+                      "{name: item, rows: 500, dim: 16, "
+                      "pooling_size: 3}"),
+                  "field 'sequence.features[0].pooling_size': a sequence feature is looked up "
+                  "once per event and takes no pooling_size");
+  EXPECT_CONTAINS(err("{name: country, rows: 9, dim: 16,", "{name: country, rows: 9, dim: 32,"),
+                  "a contextual feature is one token: its dim must be hstu.model_dim (16), "
+                  "'country' has 32");
+  EXPECT_CONTAINS(err("{name: country,", "{name: item,"), "duplicate table name 'item'");
+  EXPECT_CONTAINS(err("heads: 2,", "heads: 0,"), "field 'hstu.heads'");
+  EXPECT_CONTAINS(err("layers: 2,", "layers: 2, dropout: 1.0,"),
+                  "field 'hstu.dropout': expected a number in [0, 1)");
+  EXPECT_CONTAINS(err("hstu: {model_dim: 16,", "hstu: {model_dim: 16, low_rank: 3,"),
+                  "unknown field 'low_rank' in 'hstu'");
+  EXPECT_CONTAINS(err("tasks: [click, like]", "tasks: [click, click]"), "listed twice");
+  EXPECT_CONTAINS(err("tasks: [click, like]\n", ""), "missing field 'tasks'");
+}
+
+TEST(HstuParse, TheRestOfTheSystemRefusesItByName) {
+  const ModelSpec m = parse_model_spec(kHstu, "seq.yaml");
+  const std::string msg = input_error_of([&] { require_dlrm(m, "the planner"); });
+  EXPECT_CONTAINS(msg,
+                  "seq.yaml: model 'seq' is an hstu model (kind: hstu); the planner handles "
+                  "DLRM models only so far");
+  EXPECT_NO_THROW(require_dlrm(parse_model_spec(kBase, "base.yaml"), "the planner"));
+}
+
+TEST(ModelZoo, HstuModelsSpanTheProductionRange) {
+  int lo_len = INT_MAX, hi_len = 0, lo_d = INT_MAX, hi_d = 0, lo_layers = INT_MAX, hi_layers = 0;
+  std::int64_t biggest = 0;
+  int n = 0;
+  for (const auto& f : yaml_files(model_dir())) {
+    const ModelSpec m = load_model_spec(f);
+    if (m.kind != ModelKind::hstu || m.name == "hstu-tiny") continue;
+    ++n;
+    const HstuSpec& h = *m.hstu;
+    lo_len = std::min(lo_len, h.sequence.max_len);
+    hi_len = std::max(hi_len, h.sequence.max_len);
+    lo_d = std::min(lo_d, h.model_dim);
+    hi_d = std::max(hi_d, h.model_dim);
+    lo_layers = std::min(lo_layers, h.layers);
+    hi_layers = std::max(hi_layers, h.layers);
+    for (const auto& t : h.sequence.features) biggest = std::max(biggest, t.rows);
+  }
+  EXPECT_GE(n, 4);
+  EXPECT_LE(lo_len, 1024);
+  EXPECT_GE(hi_len, 8192);
+  EXPECT_LE(lo_d, 256);
+  EXPECT_GE(hi_d, 1024);
+  EXPECT_LE(lo_layers, 3);
+  EXPECT_GE(hi_layers, 8);
+  EXPECT_GE(biggest, 1000000000);
+  const ModelSpec tiny = load_model_spec(model_dir() / "hstu-tiny.yaml");
+  EXPECT_LE(tiny.hstu->sequence.max_len, 64);
 }
 
 }  // namespace

@@ -63,12 +63,22 @@ void add_check_command(CLI::App& app) {
                            : std::string("none"));
         } else {
           const ModelSpec m = load_model_spec(path);
-          fmt::print(
-              "ok  {:<28} model {:<18} {} tables, {:.3g} embedding + {:.3g} dense params, "
-              "{} lookups/example, {}\n",
-              path, m.name, m.num_tables(), static_cast<double>(m.embedding_parameters()),
-              static_cast<double>(m.dense_parameters()), m.lookups_per_example(),
-              interaction_name(m.interaction.kind));
+          if (m.hstu) {
+            const HstuSpec& h = *m.hstu;
+            fmt::print(
+                "ok  {:<28} model {:<18} hstu, {} layers of d {}, histories up to {} events, {} "
+                "sequence + {} contextual features, {:.3g} embedding + {:.3g} dense params\n",
+                path, m.name, h.layers, h.model_dim, h.sequence.max_len, h.sequence.features.size(),
+                m.tables.size(), static_cast<double>(m.embedding_parameters()),
+                static_cast<double>(m.dense_parameters()));
+          } else {
+            fmt::print(
+                "ok  {:<28} model {:<18} {} tables, {:.3g} embedding + {:.3g} dense params, "
+                "{} lookups/example, {}\n",
+                path, m.name, m.num_tables(), static_cast<double>(m.embedding_parameters()),
+                static_cast<double>(m.dense_parameters()), m.lookups_per_example(),
+                interaction_name(m.interaction.kind));
+          }
         }
       } catch (const InputError& e) {
         fmt::print(stderr, "bad {}\n", e.what());
