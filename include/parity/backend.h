@@ -130,6 +130,42 @@ inline std::int64_t cache_state_per_row(OptimizerKind kind, int dim) {
   return kind == OptimizerKind::adagrad ? dim : kind == OptimizerKind::rowwise_adagrad ? 1 : 0;
 }
 
+// ------------------------------------------------------- sequences (HSTU) --
+
+// The tokens of a batch of sequences (HSTU, spec.h HstuSpec): sequence b holds tokens
+// [offsets[b], offsets[b + 1]) of every [tokens, ·] activation, in order; its last `targets`
+// tokens are the targets it is scored on, the ones before them its history (contextual tokens
+// first). Empty sequences are allowed; a non-empty one holds at least `targets` tokens.
+struct SequenceBatch {
+  std::int64_t batch = 0;                    // sequences
+  std::int64_t tokens = 0;                   // offsets[batch]
+  std::int64_t max_len = 0;                  // the longest sequence's tokens (a bound for launches)
+  int targets = 0;                           // per non-empty sequence, >= 0
+  const std::int64_t* offsets = nullptr;     // backend memory [batch + 1], from 0, non-decreasing
+  const std::int64_t* timestamps = nullptr;  // backend memory [tokens], seconds, non-decreasing
+                                             // within a sequence
+};
+
+// An HSTU layer's pointwise attention over a SequenceBatch, h heads. Token i of a sequence (0-based
+// within it, n tokens, L = n - targets of them history) attends to token j when
+//   visible(i, j) = j <= i and (j < L or j == i)   (causal; targets see the history and
+//                                                   themselves, not each other)
+// with the relative attention bias (rab) of head h
+//   rab_h(i, j) = position[h * position_buckets + min(i - j, position_buckets - 1)]
+//               + time[h * time_buckets + min(bit_width(max(ts_i - ts_j, 0)), time_buckets - 1)]
+// (bit_width(0) = 0, bit_width(Δ) = floor(log2 Δ) + 1: log-scaled time buckets, exact in integers).
+struct HstuAttention {
+  int heads = 0;
+  int attention_dim = 0;     // a: q and k hold heads * a columns, head h at columns [h a, (h+1) a)
+  int value_dim = 0;         // v: v and the output hold heads * v columns
+  float scale = 0.0f;        // multiplies q · k: 1 / sqrt(a)
+  float inv_n = 0.0f;        // multiplies SiLU(s): 1 / the model's longest sequence
+  int position_buckets = 0;  // >= 1
+  int time_buckets = 0;      // >= 1
+  const float* position = nullptr;  // backend memory [heads, position_buckets]
+  const float* time = nullptr;      // backend memory [heads, time_buckets]
+};
+
 // ----------------------------------------------------------------- backend --
 
 // A synthetic batch to make on the device (Backend::make_synthetic).
@@ -273,6 +309,58 @@ class Backend {
     cross_backward(x0, xl, v, w, u, z, dx_next, dx0, dxl, dv, dw, dbias, du_scratch,
                    CrossBackwardMode{});
   }
+
+  // ---- sequences (HSTU layers) ----
+  // These ops have defaults that throw, naming the op and the backend: a backend that does not
+  // run HSTU layers yet says so at the first one. Activations (AMat/CAMat) are fp32 or bf16 as
+  // elsewhere; statistics (mean, rstd) and parameter gradients are fp32.
+  //
+  // Unpooled lookups summed into one token: out(b, d) = Σ_t pool_{id in bag(t,b)} w_t[id, d] for
+  // d < out.cols, every table of dim out.cols (out_col is not used). The backward of this sum is
+  // embedding_backward_update with every table's out_col 0 (each table's gradient is dout).
+  virtual void embedding_sum_forward(std::span<const TableLayout> tables,
+                                     const TableWeights& weights, const SparseInput& in, AMat out);
+  // Per row r of x [R, C]: mean[r] = μ = mean_c x(r, c), rstd[r] = ρ = 1 / sqrt(var + eps) with
+  // var = mean_c (x(r, c) - μ)², x̂ = (x - μ) ρ, and y = x̂ ⊙ gamma + beta (gamma, beta [C], each
+  // null for 1 and 0).  y [R, C]; mean, rstd [R] (fp32, for the backward).
+  virtual void layer_norm_forward(CAMat x, const float* gamma, const float* beta, float eps, AMat y,
+                                  float* mean, float* rstd);
+  // With g = dy ⊙ gamma: dx = ρ (g - mean_c(g) - x̂ mean_c(g ⊙ x̂)) [R, C];
+  // dgamma = Σ_r dy ⊙ x̂ and dbeta = Σ_r dy [C] (overwritten; each skipped when null).
+  virtual void layer_norm_backward(CAMat x, const float* gamma, const float* mean,
+                                   const float* rstd, CAMat dy, AMat dx, float* dgamma,
+                                   float* dbeta);
+  // y = x̂ ⊙ u, x̂ the layer norm of x (no gamma or beta): the HSTU layer's LayerNorm(A V) ⊙ U.
+  // x, u, y [R, C]; mean, rstd [R] saved as layer_norm_forward saves them.
+  virtual void norm_mul_forward(CAMat x, CAMat u, float eps, AMat y, float* mean, float* rstd);
+  // du = dy ⊙ x̂; dx = the layer norm backward of g = dy ⊙ u (above).
+  virtual void norm_mul_backward(CAMat x, CAMat u, const float* mean, const float* rstd, CAMat dy,
+                                 AMat dx, AMat du);
+  // y = SiLU(x) = x σ(x).  x, y [R, C]; y may be x (in place).
+  virtual void silu_forward(CAMat x, AMat y);
+  // dx = dy ⊙ σ(x) (1 + x (1 - σ(x))); dx may be dy (in place).
+  virtual void silu_backward(CAMat x, CAMat dy, AMat dx);
+  // y += x (a residual connection, or a gradient that two paths share).  x, y [R, C].
+  virtual void add_into(CAMat x, AMat y);
+  // dst(i, ·) = src(index[i], ·) for i < dst.rows; index backend memory [dst.rows], each in
+  // [0, src.rows).  src [S, C], dst [R, C].
+  virtual void gather_rows(CAMat src, const std::int64_t* index, AMat dst);
+  // dst(index[i], ·) += src(i, ·) for i < src.rows: the backward of gather_rows, indices distinct.
+  virtual void scatter_add_rows(CAMat src, const std::int64_t* index, AMat dst);
+  // HSTU pointwise attention (HstuAttention above), per sequence, head h and visible (i, j):
+  //   s = scale · <q_i,h, k_j,h> + rab_h(i, j);  out_i,h = inv_n · Σ_j visible SiLU(s) v_j,h
+  // (no softmax). q, k [tokens, heads·a], v and out [tokens, heads·v] (column blocks of wider
+  // buffers allowed); rows of empty sequences do not exist, and out is written for every token.
+  virtual void hstu_attention_forward(const SequenceBatch& seq, const HstuAttention& att, CAMat q,
+                                      CAMat k, CAMat v, AMat out);
+  // With g = dout and, per visible (i, j) and head h, ds = inv_n · <g_i,h, v_j,h> · SiLU'(s):
+  //   dq_i,h = scale Σ_j ds k_j,h;  dk_j,h = scale Σ_i ds q_i,h;  dv_j,h = inv_n Σ_i SiLU(s) g_i,h;
+  //   dposition[h, p] = Σ ds over the pairs in position bucket p; dtime likewise
+  // (SiLU'(s) = σ(s) (1 + s (1 - σ(s)))). Every output is overwritten; dposition and dtime are
+  // [heads, buckets] fp32 (backend memory).
+  virtual void hstu_attention_backward(const SequenceBatch& seq, const HstuAttention& att, CAMat q,
+                                       CAMat k, CAMat v, CAMat dout, AMat dq, AMat dk, AMat dv,
+                                       float* dposition, float* dtime);
 
   // ---- loss and heads ----
   // Mean sigmoid binary cross-entropy over n examples: loss = mean(softplus(z) - y*z).

@@ -143,4 +143,50 @@ inline void check_cross_storage(const char* op, std::initializer_list<DType> act
       fail(op, "the gradients (dx_next, dx0, dxl) must share one storage type");
 }
 
+// ---- sequences (HSTU layers) ----
+
+// The two views are well formed and share a shape.
+template <class A, class B>
+void check_same_shape(const char* op, const char* a_name, const A& a, const char* b_name,
+                      const B& b) {
+  check_view(op, a_name, a);
+  check_shape(op, b_name, b, a.rows, a.cols);
+}
+
+// A layer norm's input has at least one column (a mean over none is undefined) and its
+// statistics' buffers are present.
+template <class X>
+void check_norm_input(const char* op, const X& x, const void* mean, const void* rstd) {
+  check_view(op, "x", x);
+  if (x.cols < 1) fail(op, "x has {} columns, expected >= 1", x.cols);
+  if (x.rows > 0 && (mean == nullptr || rstd == nullptr)) fail(op, "mean or rstd is null");
+}
+
+// gather_rows and scatter_add_rows: the gathered rows have the source's columns, and an index
+// is present for each.
+template <class S, class D>
+void check_rows_copy(const char* op, const S& gathered, const D& full, const void* index) {
+  check_view(op, "src", gathered);
+  check_view(op, "dst", full);
+  if (gathered.cols != full.cols)
+    fail(op, "the gathered rows have {} columns, the full matrix {}", gathered.cols, full.cols);
+  if (index == nullptr && gathered.rows > 0) fail(op, "index is null");
+}
+
+// The scalar fields of a sequence batch and of an attention.
+template <class Seq, class Att>
+void check_sequences(const char* op, const Seq& seq, const Att& att) {
+  if (seq.batch < 0 || seq.tokens < 0 || seq.targets < 0 || seq.max_len < 0)
+    fail(op, "the sequence batch has batch {}, tokens {}, targets {}, max_len {}; expected >= 0",
+         seq.batch, seq.tokens, seq.targets, seq.max_len);
+  if (seq.offsets == nullptr) fail(op, "the sequence offsets are null");
+  if (seq.timestamps == nullptr && seq.tokens > 0) fail(op, "the timestamps are null");
+  if (att.heads < 1 || att.attention_dim < 1 || att.value_dim < 1)
+    fail(op, "heads {}, attention_dim {}, value_dim {}: expected >= 1 each", att.heads,
+         att.attention_dim, att.value_dim);
+  if (att.position_buckets < 1 || att.time_buckets < 1)
+    fail(op, "position_buckets {} and time_buckets {}: expected >= 1 each", att.position_buckets,
+         att.time_buckets);
+}
+
 }  // namespace parity::backend_checks

@@ -34,6 +34,55 @@ void Backend::make_synthetic(const SyntheticBatch&) {
       name()));
 }
 
+// A backend that does not run HSTU layers yet says so at the first one, by op and by name.
+namespace {
+[[noreturn]] void no_sequence_op(const Backend& b, const char* op) {
+  throw Error(fmt::format("{}: the {} backend does not run HSTU layers yet (the cpu backend does)",
+                          op, b.name()));
+}
+}  // namespace
+
+void Backend::embedding_sum_forward(std::span<const TableLayout>, const TableWeights&,
+                                    const SparseInput&, AMat) {
+  no_sequence_op(*this, "embedding_sum_forward");
+}
+void Backend::layer_norm_forward(CAMat, const float*, const float*, float, AMat, float*, float*) {
+  no_sequence_op(*this, "layer_norm_forward");
+}
+void Backend::layer_norm_backward(CAMat, const float*, const float*, const float*, CAMat, AMat,
+                                  float*, float*) {
+  no_sequence_op(*this, "layer_norm_backward");
+}
+void Backend::norm_mul_forward(CAMat, CAMat, float, AMat, float*, float*) {
+  no_sequence_op(*this, "norm_mul_forward");
+}
+void Backend::norm_mul_backward(CAMat, CAMat, const float*, const float*, CAMat, AMat, AMat) {
+  no_sequence_op(*this, "norm_mul_backward");
+}
+void Backend::silu_forward(CAMat, AMat) {
+  no_sequence_op(*this, "silu_forward");
+}
+void Backend::silu_backward(CAMat, CAMat, AMat) {
+  no_sequence_op(*this, "silu_backward");
+}
+void Backend::add_into(CAMat, AMat) {
+  no_sequence_op(*this, "add_into");
+}
+void Backend::gather_rows(CAMat, const std::int64_t*, AMat) {
+  no_sequence_op(*this, "gather_rows");
+}
+void Backend::scatter_add_rows(CAMat, const std::int64_t*, AMat) {
+  no_sequence_op(*this, "scatter_add_rows");
+}
+void Backend::hstu_attention_forward(const SequenceBatch&, const HstuAttention&, CAMat, CAMat,
+                                     CAMat, AMat) {
+  no_sequence_op(*this, "hstu_attention_forward");
+}
+void Backend::hstu_attention_backward(const SequenceBatch&, const HstuAttention&, CAMat, CAMat,
+                                      CAMat, CAMat, AMat, AMat, AMat, float*, float*) {
+  no_sequence_op(*this, "hstu_attention_backward");
+}
+
 void Backend::timing_mark(int i) {
   if (i < 0) throw Error(fmt::format("timing_mark: mark index must be >= 0, got {}", i));
   const auto now = std::chrono::steady_clock::now().time_since_epoch();

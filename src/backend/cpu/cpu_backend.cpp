@@ -270,6 +270,105 @@ void CpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
   dxlf.store();
 }
 
+void CpuBackend::embedding_sum_forward(std::span<const TableLayout> tables,
+                                       const TableWeights& weights, const SparseInput& in,
+                                       AMat out) {
+  const Out of("embedding_sum_forward", "out", out);
+  cpu::embedding_sum_forward<float>(tables, weights, in, of);
+  of.store();
+}
+
+void CpuBackend::layer_norm_forward(CAMat x, const float* gamma, const float* beta, float eps,
+                                    AMat y, float* mean, float* rstd) {
+  constexpr const char* op = "layer_norm_forward";
+  const Out yf(op, "y", y);
+  cpu::layer_norm_forward<float>(In(op, "x", x), gamma, beta, eps, yf, mean, rstd);
+  yf.store();
+}
+
+void CpuBackend::layer_norm_backward(CAMat x, const float* gamma, const float* mean,
+                                     const float* rstd, CAMat dy, AMat dx, float* dgamma,
+                                     float* dbeta) {
+  constexpr const char* op = "layer_norm_backward";
+  const Out dxf(op, "dx", dx);
+  cpu::layer_norm_backward<float>(In(op, "x", x), gamma, mean, rstd, In(op, "dy", dy), dxf, dgamma,
+                                  dbeta);
+  dxf.store();
+}
+
+void CpuBackend::norm_mul_forward(CAMat x, CAMat u, float eps, AMat y, float* mean, float* rstd) {
+  constexpr const char* op = "norm_mul_forward";
+  const Out yf(op, "y", y);
+  cpu::norm_mul_forward<float>(In(op, "x", x), In(op, "u", u), eps, yf, mean, rstd);
+  yf.store();
+}
+
+void CpuBackend::norm_mul_backward(CAMat x, CAMat u, const float* mean, const float* rstd, CAMat dy,
+                                   AMat dx, AMat du) {
+  constexpr const char* op = "norm_mul_backward";
+  const Out dxf(op, "dx", dx), duf(op, "du", du);
+  cpu::norm_mul_backward<float>(In(op, "x", x), In(op, "u", u), mean, rstd, In(op, "dy", dy), dxf,
+                                duf);
+  dxf.store();
+  duf.store();
+}
+
+void CpuBackend::silu_forward(CAMat x, AMat y) {
+  const In xf("silu_forward", "x", x);
+  const Out yf("silu_forward", "y", y);
+  cpu::silu_forward<float>(xf, yf);
+  yf.store();
+}
+
+void CpuBackend::silu_backward(CAMat x, CAMat dy, AMat dx) {
+  constexpr const char* op = "silu_backward";
+  const In xf(op, "x", x), dyf(op, "dy", dy);
+  const Out dxf(op, "dx", dx);
+  cpu::silu_backward<float>(xf, dyf, dxf);
+  dxf.store();
+}
+
+void CpuBackend::add_into(CAMat x, AMat y) {
+  const In xf("add_into", "x", x);
+  const Out yf("add_into", "y", y);
+  cpu::add_into<float>(xf, yf);
+  yf.store();
+}
+
+void CpuBackend::gather_rows(CAMat src, const std::int64_t* index, AMat dst) {
+  const Out df("gather_rows", "dst", dst);
+  cpu::gather_rows<float>(In("gather_rows", "src", src), index, df);
+  df.store();
+}
+
+void CpuBackend::scatter_add_rows(CAMat src, const std::int64_t* index, AMat dst) {
+  const Out df("scatter_add_rows", "dst", dst);
+  cpu::scatter_add_rows<float>(In("scatter_add_rows", "src", src), index, df);
+  df.store();
+}
+
+void CpuBackend::hstu_attention_forward(const SequenceBatch& seq, const HstuAttention& att, CAMat q,
+                                        CAMat k, CAMat v, AMat out) {
+  constexpr const char* op = "hstu_attention_forward";
+  const Out of(op, "out", out);
+  cpu::hstu_attention_forward<float>(seq, att, att.position, att.time, In(op, "q", q),
+                                     In(op, "k", k), In(op, "v", v), of);
+  of.store();
+}
+
+void CpuBackend::hstu_attention_backward(const SequenceBatch& seq, const HstuAttention& att,
+                                         CAMat q, CAMat k, CAMat v, CAMat dout, AMat dq, AMat dk,
+                                         AMat dv, float* dposition, float* dtime) {
+  constexpr const char* op = "hstu_attention_backward";
+  const Out dqf(op, "dq", dq), dkf(op, "dk", dk), dvf(op, "dv", dv);
+  cpu::hstu_attention_backward<float>(seq, att, att.position, att.time, In(op, "q", q),
+                                      In(op, "k", k), In(op, "v", v), In(op, "dout", dout), dqf,
+                                      dkf, dvf, dposition, dtime);
+  dqf.store();
+  dkf.store();
+  dvf.store();
+}
+
 void CpuBackend::bce_with_logits(const float* logits, const float* labels, std::int64_t n,
                                  float* dlogits, float* loss_out) {
   cpu::bce_with_logits(logits, labels, n, dlogits, loss_out);

@@ -263,6 +263,49 @@ void embedding_forward(std::span<const TableLayout> tables, const TableWeights& 
 }
 
 template <class T>
+void embedding_sum_forward(std::span<const TableLayout> tables, const TableWeights& weights,
+                           const SparseInput& in, MatView<T> out) {
+  constexpr const char* op = "embedding_sum_forward";
+  detail::check_view(op, "out", out);
+  for (std::size_t t = 0; t < tables.size(); ++t)
+    if (tables[t].dim != out.cols)
+      fail(op, "table {} has dim {}, and the summed output has {} columns", t, tables[t].dim,
+           out.cols);
+  // out_col is not used: every table adds into the same columns.
+  std::vector<TableLayout> at_zero(tables.begin(), tables.end());
+  for (TableLayout& tl : at_zero) tl.out_col = 0;
+  validate_sparse_input(op, at_zero, in, out.rows, out.cols);
+  check_weights(op, at_zero, weights);
+  const std::int64_t batch = in.batch;
+  const int dim = static_cast<int>(out.cols);
+#pragma omp parallel if (batch * dim * in.num_tables >= detail::kParallelElements)
+  {
+    std::vector<double> acc(static_cast<std::size_t>(dim));  // [dim]
+    std::vector<double> bag(static_cast<std::size_t>(dim));  // [dim]
+#pragma omp for schedule(static)
+    for (std::int64_t b = 0; b < batch; ++b) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int t = 0; t < in.num_tables; ++t) {
+        const TableLayout& tl = at_zero[t];
+        const TableRows<T> w(weights, tl);
+        const std::int64_t lo = in.offsets[t * batch + b];
+        const std::int64_t hi = in.offsets[t * batch + b + 1];
+        std::fill(bag.begin(), bag.end(), 0.0);
+        for (std::int64_t j = lo; j < hi; ++j) {
+          const auto row = w.at(in.ids[j], nullptr);
+          for (int d = 0; d < dim; ++d) bag[d] += w.get(row, d);
+        }
+        const double count =
+            tl.pooling == Pooling::mean && hi > lo ? static_cast<double>(hi - lo) : 1.0;
+        for (int d = 0; d < dim; ++d) acc[d] += bag[d] / count;
+      }
+      T* dst = out.row(b);  // [dim]
+      for (int d = 0; d < dim; ++d) dst[d] = static_cast<T>(acc[d]);
+    }
+  }
+}
+
+template <class T>
 EmbeddingGradient embedding_gradient(std::span<const TableLayout> tables, const SparseInput& in,
                                      MatView<const T> dout) {
   constexpr const char* op = "embedding_gradient";
@@ -427,6 +470,8 @@ void embedding_cache_copy(const TableLayout& tl, const TableWeights& weights, fl
 #define PARITY_INSTANTIATE(T)                                                                   \
   template void embedding_forward<T>(std::span<const TableLayout>, const TableWeights&,         \
                                      const SparseInput&, MatView<T>);                           \
+  template void embedding_sum_forward<T>(std::span<const TableLayout>, const TableWeights&,     \
+                                         const SparseInput&, MatView<T>);                       \
   template EmbeddingGradient embedding_gradient<T>(std::span<const TableLayout>,                \
                                                    const SparseInput&, MatView<const T>);       \
   template void embedding_backward_update<T>(std::span<const TableLayout>, const TableWeights&, \

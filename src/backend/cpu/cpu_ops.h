@@ -15,9 +15,9 @@
 // - Shapes and sparse inputs are validated here, so both instantiations throw the same
 //   parity::Error, naming the op.
 //
-// Instantiated for float and double in cpu_linear.cpp, cpu_embedding.cpp, cpu_interaction.cpp and
-// cpu_elementwise.cpp (one file per family of ops). Outputs must not overlap inputs unless a
-// comment says so.
+// Instantiated for float and double in cpu_linear.cpp, cpu_embedding.cpp, cpu_interaction.cpp,
+// cpu_elementwise.cpp and cpu_sequence.cpp (one file per family of ops). Outputs must not overlap
+// inputs unless a comment says so.
 #pragma once
 
 #include <cstdint>
@@ -127,6 +127,63 @@ void cross_backward(MatView<const T> x0, MatView<const T> xl, MatView<const T> v
                     MatView<const T> dx_next, MatView<T> dx0, MatView<T> dxl, MatView<T> dv,
                     MatView<T> dw, T* dbias, MatView<T> du_scratch, bool first_into_dx0 = false,
                     bool xl_is_x0 = false);
+
+// ------------------------------------------------------ sequences (HSTU) --
+
+// out(b, d) = Σ_t pool over bag (t, b) of w_t[id, d], every table of dim out.cols, summed in
+// double in table then CSR order and stored once (Backend::embedding_sum_forward).
+template <class T>
+void embedding_sum_forward(std::span<const TableLayout> tables, const TableWeights& weights,
+                           const SparseInput& in, MatView<T> out);
+
+// Throws InputError naming the sequence when the offsets do not start at 0, decrease, do not
+// end at seq.tokens, a non-empty sequence is shorter than seq.targets or longer than
+// seq.max_len, or its timestamps decrease (SequenceBatch).
+void validate_sequences(const char* op, const SequenceBatch& seq);
+
+// Layer norm, row by row, in double (Backend::layer_norm_forward and layer_norm_backward);
+// mean and rstd are stored to T and the backward reads them as stored.
+template <class T>
+void layer_norm_forward(MatView<const T> x, const T* gamma, const T* beta, double eps, MatView<T> y,
+                        T* mean, T* rstd);
+template <class T>
+void layer_norm_backward(MatView<const T> x, const T* gamma, const T* mean, const T* rstd,
+                         MatView<const T> dy, MatView<T> dx, T* dgamma, T* dbeta);
+// y = x̂ ⊙ u and its backward (Backend::norm_mul_forward and norm_mul_backward).
+template <class T>
+void norm_mul_forward(MatView<const T> x, MatView<const T> u, double eps, MatView<T> y, T* mean,
+                      T* rstd);
+template <class T>
+void norm_mul_backward(MatView<const T> x, MatView<const T> u, const T* mean, const T* rstd,
+                       MatView<const T> dy, MatView<T> dx, MatView<T> du);
+
+// y = x σ(x); dx = dy σ(x) (1 + x (1 - σ(x))). In place allowed (y = x, dx = dy).
+template <class T>
+void silu_forward(MatView<const T> x, MatView<T> y);
+template <class T>
+void silu_backward(MatView<const T> x, MatView<const T> dy, MatView<T> dx);
+// y += x.
+template <class T>
+void add_into(MatView<const T> x, MatView<T> y);
+// dst(i, ·) = src(index[i], ·); and dst(index[i], ·) += src(i, ·) with distinct indices (checked).
+template <class T>
+void gather_rows(MatView<const T> src, const std::int64_t* index, MatView<T> dst);
+template <class T>
+void scatter_add_rows(MatView<const T> src, const std::int64_t* index, MatView<T> dst);
+
+// HSTU attention (Backend::hstu_attention_forward and hstu_attention_backward) with the
+// relative-bias tables position [heads, position_buckets] and time [heads, time_buckets] given as
+// T (att's own pointers are not read). One thread per (sequence, head); every sum in double in
+// ascending token order, so results do not depend on the thread count.
+template <class T>
+void hstu_attention_forward(const SequenceBatch& seq, const HstuAttention& att, const T* position,
+                            const T* time, MatView<const T> q, MatView<const T> k,
+                            MatView<const T> v, MatView<T> out);
+template <class T>
+void hstu_attention_backward(const SequenceBatch& seq, const HstuAttention& att, const T* position,
+                             const T* time, MatView<const T> q, MatView<const T> k,
+                             MatView<const T> v, MatView<const T> dout, MatView<T> dq,
+                             MatView<T> dk, MatView<T> dv, T* dposition, T* dtime);
 
 // ------------------------------------------------------------ loss, heads --
 
