@@ -30,6 +30,24 @@ struct Batch {
   std::vector<std::int64_t> ids;      // CSR ids, table-major (see SparseInput)
   std::vector<std::int64_t> offsets;  // [num_tables*size + 1]
   std::vector<float> teacher_prob;    // [size] the planted teacher's P(label=1); empty on real data
+
+  // HSTU models (ModelKind::hstu): per example a history of events, then `targets` target items
+  // to rank on `tasks` tasks. The tables above (num_tables, ids, offsets) are its contextual
+  // features; there are no dense features. labels and teacher_prob are [size, targets, tasks].
+  int targets = 0;
+  int tasks = 0;
+  int features = 0;                           // sequence features per event, features[0] the item
+  std::vector<std::int64_t> history_offsets;  // [size + 1]: example b's events are
+                                              // [history_offsets[b], history_offsets[b + 1])
+  std::vector<std::int64_t> event_ids;        // [features, events]: feature f of event e at
+                                              // f * events + e (events = history_offsets[size])
+  std::vector<std::int64_t> event_times;      // [events] seconds, non-decreasing per example
+  std::vector<std::int64_t> target_ids;       // [size, targets] items
+  std::vector<std::int64_t> target_times;     // [size, targets], from the history's last on
+  // Synthetic data only: the teacher's P(label = 1) with every history event weighted alike, the
+  // best an order-blind copy of the teacher does ([size, targets, tasks]).
+  std::vector<float> unordered_prob;
+  std::int64_t events() const { return history_offsets.empty() ? 0 : history_offsets.back(); }
 };
 
 enum class Split : std::uint8_t { train, eval };
@@ -61,6 +79,37 @@ class SyntheticData {
   std::span<const std::byte> generator() const;
   // Embedding ids per example (the sum of the tables' pooling sizes).
   std::int64_t ids_per_example() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Synthetic HSTU data (ModelKind::hstu) with a planted sequential teacher.
+//
+// Like SyntheticData, every value is a pure function of (seed, split, example index). History
+// lengths follow the model's length distribution; items, actions and the other per-event features
+// and the contextual features are drawn from their tables' distributions; timestamps advance by
+// log-uniform gaps from a second to a month. The teacher: each item row r has a latent vector
+// z(r) in R^K and each action row a weight w(a) (hash-derived normals, no memory per row); the
+// user's state is the recency-weighted sum u = Σ_j γ^(L-1-j) (1 + β w(a_j)) z(item_j) over the
+// history (most recent event weight 1), normalised to unit variance per component; target item i
+// gets, per task k, logit_k = bias_k + c_int <u ⊙ m_k, z(i)> / sqrt(K) + c_item g(i) + c_ctx
+// (contexts' pooled values), and labels ~ Bernoulli(sigmoid(logit)). Order and recency matter: the
+// same events in another order give another u. unordered_prob is the teacher with every event
+// weighted alike (γ = 1), the best an order-blind copy of it does.
+//
+// With shuffled_history, each history is presented in a random order (the timestamps stay sorted
+// by position), while the labels still follow the true order: data whose order carries nothing,
+// for the comparison that a sequential model must win.
+class SyntheticSequences {
+ public:
+  SyntheticSequences(const ModelSpec& model, std::uint64_t seed, bool shuffled_history = false);
+  // Fills out with examples [first, first + count) of the split.
+  void make(Split split, std::int64_t first, std::int64_t count, Batch& out) const;
+  void batch(Split split, std::int64_t index, std::int64_t batch_size, Batch& out) const {
+    make(split, index * batch_size, batch_size, out);
+  }
 
  private:
   struct Impl;
