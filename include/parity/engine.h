@@ -132,4 +132,59 @@ class Model {
   std::unique_ptr<Impl> impl_;
 };
 
+// The backend-neutral HSTU model (ModelKind::hstu; src/engine/hstu_model.cpp): its parameters,
+// activations and training step, composed from the backend's sequence ops. Per example the
+// tokens are its contextual features (one each), its history events and its targets; every
+// layer is
+//   n = LayerNorm(x); [U V Q K] = SiLU(n W_uvqkᵀ + b); O = attention(Q, K, V) (causal, targets see
+//   the history and themselves, relative position and time bias); x += (LayerNorm(O) ⊙ U) W_oᵀ +
+//   b_o
+// and each target's final token, layer-normed, gives one logit per task through a linear head;
+// the loss is the mean BCE over targets and tasks. Tables are updated by their fused optimizer,
+// the dense parameters (one flat buffer) by one optimizer call. Buffers are allocated once, for
+// the longest batch; the step allocates nothing on the backend.
+class HstuModel {
+ public:
+  struct Options {
+    // A history longer than the model's max_len: keep its most recent max_len events (true) or
+    // refuse the batch, naming the example (false).
+    bool truncate_long_histories = false;
+  };
+  HstuModel(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed,
+            Options options);
+  HstuModel(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed)
+      : HstuModel(spec, backend, max_batch, seed, Options{}) {}
+  ~HstuModel();
+  HstuModel(const HstuModel&) = delete;
+  HstuModel& operator=(const HstuModel&) = delete;
+
+  // Forward, backward and update on one batch (Batch's HSTU fields).
+  void train_step(const Batch& batch);
+  // Mean loss of the last train_step (synchronises).
+  float last_loss();
+  // Forward only: probs [batch.size, targets, tasks] (host memory) gets sigmoid of each logit.
+  void predict(const Batch& batch, float* probs);
+
+  std::int64_t step() const;
+  const ModelSpec& spec() const;
+  // Tokens of the largest batch the model was built for (examples x (contexts + max_len +
+  // targets)).
+  std::int64_t max_tokens() const;
+  // Every parameter and optimizer-state tensor, named:
+  //   layer.{l}.norm.gamma [d], layer.{l}.norm.beta [d], layer.{l}.uvqk.weight [2hv + 2ha, d],
+  //   layer.{l}.uvqk.bias, layer.{l}.out.weight [d, hv], layer.{l}.out.bias [d],
+  //   layer.{l}.rab.position [h, position_buckets], layer.{l}.rab.time [h, time_buckets],
+  //   final_norm.gamma, final_norm.beta [d], head.weight [tasks, d], head.bias [tasks],
+  //   embedding.{table}.weight [rows, dim] (sequence features, then contexts),
+  //   optimizer.embedding.{table}.state, optimizer.dense.state [k, n_dense].
+  std::vector<TensorRef> tensors();
+  std::int64_t dense_parameter_count() const;
+  std::int64_t embedding_parameter_count() const;
+  std::size_t allocated_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace parity

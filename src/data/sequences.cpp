@@ -50,7 +50,7 @@ constexpr std::uint64_t kScatterStream = 0x5ca75;
 // The teacher. kLatent: components of an item's latent vector. kRecency: the weight of the event
 // one step further back (γ); kActionWeight: how much an action scales its event (β).
 constexpr int kLatent = 8;
-constexpr double kRecency = 0.7;
+constexpr double kRecency = 0.5;
 constexpr double kActionWeight = 0.5;
 // logit_k = kBias + k kTaskBiasStep + kInterest <u ⊙ m_k, z(i)> / sqrt(K) + kItem g(i)
 //           + kContext (contexts' pooled values): terms of unit variance, std about 1.6.

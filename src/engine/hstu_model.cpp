@@ -1,0 +1,643 @@
+// The HSTU training step as a composition of whole-batch backend ops (HstuModel, engine.h).
+//
+// Tokens: example b's tokens are its C contextual features, its L_b history events and its T
+// targets, in that order, rows [start_b, start_b + C + L_b + T) of every [tokens, ·] activation.
+//
+// Forward:  event ids -> unpooled lookups (summed or concatenated per token) -> x_0, and each
+//           contextual feature's pooled lookup added into its token (gather/scatter of rows);
+//           per layer: LayerNorm -> projection -> SiLU -> U, V, Q, K -> attention -> norm-multiply
+//           -> output projection -> residual; the targets' final tokens -> LayerNorm -> head ->
+//           logits [B T, tasks] -> BCE.
+// Backward: the same in reverse; the SiLU input and the layer norms' statistics are kept from the
+//           forward, the embedding backward is fused with the table optimizer, and the dense
+//           gradients land in one flat buffer updated by one optimizer call.
+//
+// Why it is built this way: every op is a Backend op with its math in backend.h, so the CPU
+// reference and a GPU backend run this same file; the host builds each batch's token layout
+// (CSR offsets, row indices) once and copies it in, so the ops see plain arrays.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/layout.h"
+#include "parity/engine.h"
+#include "parity/error.h"
+
+namespace parity {
+namespace {
+
+OptimizerParams to_params(const OptimizerSpec& s) {
+  OptimizerParams p;
+  p.kind = s.kind;
+  p.lr = static_cast<float>(s.lr);
+  p.eps = static_cast<float>(s.eps);
+  p.beta1 = static_cast<float>(s.beta1);
+  p.beta2 = static_cast<float>(s.beta2);
+  p.weight_decay = static_cast<float>(s.weight_decay);
+  return p;
+}
+
+// Streams of the parameter initialiser.
+enum InitStream : std::uint64_t { kUvqk = 11, kOut = 12, kHead = 13, kTables = 14 };
+
+constexpr float kNormEps = 1e-5f;
+
+// One HSTU layer's parameters: offsets into the flat dense buffer.
+struct Layer {
+  std::int64_t gamma, beta, uvqk_w, uvqk_b, out_w, out_b, position, time;
+};
+
+Buffer bytes_of(Backend& backend, std::int64_t n, std::size_t each) {
+  return Buffer(backend, static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * each);
+}
+
+}  // namespace
+
+struct HstuModel::Impl {
+  ModelSpec spec;
+  HstuSpec h;
+  Backend& be;
+  Options options;
+  std::int64_t max_batch = 0, max_tokens = 0, step = 0;
+  std::uint64_t seed = 0;
+  int d = 0, contexts = 0, features = 0, targets = 0, tasks = 0;
+  int hv = 0, ha = 0, proj = 0;  // heads x value_dim, heads x attention_dim, 2 hv + 2 ha
+
+  // ---- parameters ----
+  std::vector<Layer> layers;
+  std::int64_t final_gamma = 0, final_beta = 0, head_w = 0, head_b = 0, dense_count = 0;
+  std::vector<TableLayout> feature_tables, context_tables;  // sharing the weight buffers
+  OptimizerParams emb_opt, dense_opt;
+  std::int64_t emb_elements[3] = {}, emb_state_count = 0, emb_count = 0;
+  Buffer dense, grads, dense_state, emb_weights[3], emb_state;
+
+  // ---- inputs (backend memory, sized for max_tokens) ----
+  Buffer token_ids, token_offsets;  // the events' CSR over tokens, feature-major
+  Buffer ctx_ids, ctx_offsets;      // the contexts' CSR over examples
+  Buffer seq_offsets, times;        // [B + 1], [tokens]
+  Buffer ctx_rows, target_rows;     // [B C], [B T]: token rows of the contexts and targets
+  Buffer labels;                    // [B T tasks]
+
+  // ---- activations ----
+  std::vector<Buffer> x;  // x_0 .. x_layers [tokens, d]
+  std::vector<Buffer> n1, mean1, rstd1, pre, act, attn, y, mean2, rstd2;  // per layer
+  Buffer ctx_out;                                      // [B, C d] pooled contexts
+  Buffer final_in, final_out, final_mean, final_rstd;  // [B T, d], [B T]
+  Buffer logits, dlogits, loss;
+  // ---- gradients ----
+  Buffer dx_a, dx_b, dn, dpre, dattn, dy, dfinal, dctx;
+
+  // ---- the current batch (host) ----
+  std::int64_t batch = 0, tokens = 0;
+  std::int64_t event_nnz = 0;
+  std::vector<std::int64_t> h_seq, h_times, h_token_ids, h_token_offsets, h_ctx_rows, h_target_rows;
+
+  Impl(const ModelSpec& s, Backend& backend, std::int64_t max_b, std::uint64_t init_seed, Options o)
+      : spec(s), h(*s.hstu), be(backend), options(o), max_batch(max_b), seed(init_seed) {
+    if (max_batch < 1)
+      throw InputError(fmt::format("HstuModel: max_batch is {}, expected >= 1", max_batch));
+    if (h.dropout > 0.0)
+      throw InputError(
+          fmt::format("model '{}': hstu.dropout {} is not run yet by the engine (set it to 0)",
+                      spec.name, h.dropout));
+    d = h.model_dim;
+    contexts = spec.num_tables();
+    features = static_cast<int>(h.sequence.features.size());
+    targets = h.sequence.targets;
+    tasks = static_cast<int>(h.tasks.size());
+    hv = h.heads * h.value_dim;
+    ha = h.heads * h.attention_dim;
+    proj = 2 * hv + 2 * ha;
+    max_tokens = max_batch * (contexts + h.sequence.max_len + targets);
+    emb_opt = to_params(spec.embedding_optimizer);
+    dense_opt = to_params(spec.dense_optimizer);
+    lay_out_parameters();
+    allocate();
+    initialise();
+  }
+
+  void lay_out_parameters() {
+    std::int64_t off = 0;
+    auto take = [&](std::int64_t n) {
+      const std::int64_t at = off;
+      off += n;
+      return at;
+    };
+    for (int l = 0; l < h.layers; ++l) {
+      Layer L;
+      L.gamma = take(d);
+      L.beta = take(d);
+      L.uvqk_w = take(static_cast<std::int64_t>(proj) * d);
+      L.uvqk_b = take(proj);
+      L.out_w = take(static_cast<std::int64_t>(d) * hv);
+      L.out_b = take(d);
+      L.position = take(static_cast<std::int64_t>(h.heads) * h.position_buckets);
+      L.time = take(static_cast<std::int64_t>(h.heads) * h.time_buckets);
+      layers.push_back(L);
+    }
+    final_gamma = take(d);
+    final_beta = take(d);
+    head_w = take(static_cast<std::int64_t>(tasks) * d);
+    head_b = take(tasks);
+    dense_count = off;
+
+    auto aligned = [](std::int64_t elements, std::size_t element_bytes) {
+      const auto per = static_cast<std::int64_t>(16 / element_bytes);
+      return (elements + per - 1) / per * per;
+    };
+    std::int64_t col = 0;
+    auto add = [&](const TableSpec& t, std::vector<TableLayout>& into, bool concat,
+                   double ids_per_bag) {
+      if (t.host_placed)
+        throw InputError(
+            fmt::format("model '{}': table '{}' is host-placed, which the HSTU "
+                        "engine does not run yet",
+                        spec.name, t.name));
+      TableLayout l;
+      l.rows = t.rows;
+      l.dim = t.dim;
+      l.pooling = t.pooling;
+      l.dtype = t.dtype;
+      l.ids_per_bag = ids_per_bag;
+      std::int64_t& woff = emb_elements[engine::ModelLayout::buffer_index(t.dtype)];
+      l.weight_offset = woff;
+      woff = aligned(woff + t.rows * t.dim, dtype_size(t.dtype));
+      l.state_offset = emb_state_count;
+      if (emb_opt.kind == OptimizerKind::adagrad)
+        emb_state_count = aligned(emb_state_count + t.rows * t.dim, 4);
+      if (emb_opt.kind == OptimizerKind::rowwise_adagrad) emb_state_count += t.rows;
+      l.out_col = concat ? col : 0;
+      if (concat) col += t.dim;
+      emb_count += t.rows * t.dim;
+      into.push_back(l);
+    };
+    const bool concat = h.sequence.combine == EventCombine::concat;
+    for (const TableSpec& t : h.sequence.features) add(t, feature_tables, concat, 1.0);
+    col = 0;
+    for (const TableSpec& t : spec.tables)  // pooled, one token each: [B, C d]
+      add(t, context_tables, true, t.pooling_size);
+  }
+
+  void allocate() {
+    const std::int64_t T = max_tokens, BT = max_batch * targets;
+    dense = bytes_of(be, dense_count, 4);
+    grads = bytes_of(be, dense_count, 4);
+    const int k = optimizer_state_per_element(dense_opt.kind);
+    if (k > 0) {
+      dense_state = bytes_of(be, k * dense_count, 4);
+      be.fill(dense_state.as<float>(), k * dense_count, 0.0f);
+    }
+    for (const DType t : {DType::f32, DType::f16, DType::bf16}) {
+      const int i = engine::ModelLayout::buffer_index(t);
+      if (emb_elements[i] > 0) emb_weights[i] = bytes_of(be, emb_elements[i], dtype_size(t));
+    }
+    if (emb_state_count > 0) {
+      emb_state = bytes_of(be, emb_state_count, 4);
+      be.fill(emb_state.as<float>(), emb_state_count, 0.0f);
+    }
+    token_ids = bytes_of(be, features * T, 8);
+    token_offsets = bytes_of(be, features * T + 1, 8);
+    std::int64_t ctx_lookups = 0;
+    for (const TableSpec& t : spec.tables) ctx_lookups += t.pooling_size;
+    ctx_ids = bytes_of(be, max_batch * ctx_lookups, 8);
+    ctx_offsets = bytes_of(be, contexts * max_batch + 1, 8);
+    seq_offsets = bytes_of(be, max_batch + 1, 8);
+    times = bytes_of(be, T, 8);
+    ctx_rows = bytes_of(be, max_batch * contexts, 8);
+    target_rows = bytes_of(be, BT, 8);
+    labels = bytes_of(be, BT * tasks, 4);
+    const DType a = DType::f32;
+    for (int l = 0; l <= h.layers; ++l) x.push_back(bytes_of(be, T * d, dtype_size(a)));
+    for (int l = 0; l < h.layers; ++l) {
+      n1.push_back(bytes_of(be, T * d, 4));
+      mean1.push_back(bytes_of(be, T, 4));
+      rstd1.push_back(bytes_of(be, T, 4));
+      pre.push_back(bytes_of(be, T * proj, 4));
+      act.push_back(bytes_of(be, T * proj, 4));
+      attn.push_back(bytes_of(be, T * hv, 4));
+      y.push_back(bytes_of(be, T * hv, 4));
+      mean2.push_back(bytes_of(be, T, 4));
+      rstd2.push_back(bytes_of(be, T, 4));
+    }
+    ctx_out = bytes_of(be, max_batch * contexts * d, 4);
+    dctx = bytes_of(be, max_batch * contexts * d, 4);
+    final_in = bytes_of(be, BT * d, 4);
+    final_out = bytes_of(be, BT * d, 4);
+    dfinal = bytes_of(be, BT * d, 4);
+    final_mean = bytes_of(be, BT, 4);
+    final_rstd = bytes_of(be, BT, 4);
+    logits = bytes_of(be, BT * tasks, 4);
+    dlogits = bytes_of(be, BT * tasks, 4);
+    loss = bytes_of(be, 1, 4);
+    dx_a = bytes_of(be, T * d, 4);
+    dx_b = bytes_of(be, T * d, 4);
+    dn = bytes_of(be, T * d, 4);
+    dpre = bytes_of(be, T * proj, 4);
+    dattn = bytes_of(be, T * hv, 4);
+    dy = bytes_of(be, T * hv, 4);
+  }
+
+  float* params() const { return dense.as<float>(); }
+  TableWeights tables() const {
+    return TableWeights{emb_weights[0].get(), emb_weights[1].get(), emb_weights[2].get()};
+  }
+
+  void initialise() {
+    float* p = params();
+    auto glorot = [&](std::int64_t at, int out, int in, std::uint64_t stream) {
+      const float a = std::sqrt(6.0f / static_cast<float>(in + out));
+      be.fill_uniform(p + at, static_cast<std::int64_t>(out) * in, -a, a, seed, stream);
+    };
+    be.fill(p, dense_count, 0.0f);
+    for (int l = 0; l < h.layers; ++l) {
+      const Layer& L = layers[static_cast<std::size_t>(l)];
+      be.fill(p + L.gamma, d, 1.0f);
+      glorot(L.uvqk_w, proj, d, kUvqk << 32 | static_cast<std::uint64_t>(l));
+      glorot(L.out_w, d, hv, kOut << 32 | static_cast<std::uint64_t>(l));
+    }
+    be.fill(p + final_gamma, d, 1.0f);
+    glorot(head_w, tasks, d, kHead << 32);
+    std::uint64_t t = 0;
+    for (const auto* set : {&feature_tables, &context_tables})
+      for (const TableLayout& tl : *set) {
+        const float a = 1.0f / std::sqrt(static_cast<float>(tl.dim));
+        be.fill_uniform(engine::table_rows(tables(), tl), tl.dtype, tl.rows * tl.dim, -a, a, seed,
+                        kTables << 32 | t++);
+      }
+  }
+
+  // ---- the batch's token layout ----
+
+  void stage(const Batch& b) {
+    if (b.targets != targets || b.tasks != tasks || b.features != features ||
+        b.num_tables != contexts)
+      throw InputError(fmt::format(
+          "model '{}': the batch has {} targets, {} tasks, {} sequence features and {} contextual "
+          "ones; the model has {}, {}, {} and {}",
+          spec.name, b.targets, b.tasks, b.features, b.num_tables, targets, tasks, features,
+          contexts));
+    if (b.size < 1 || b.size > max_batch)
+      throw InputError(fmt::format("model '{}': a batch of {} examples, expected 1 to {}",
+                                   spec.name, b.size, max_batch));
+    batch = b.size;
+    const std::int64_t events = b.events();
+    const int max_len = h.sequence.max_len;
+    // Each example's shown history: its last max_len events when truncating.
+    std::vector<std::int64_t> first(static_cast<std::size_t>(batch)), len(first);
+    for (std::int64_t e = 0; e < batch; ++e) {
+      const std::int64_t lo = b.history_offsets[e], hi = b.history_offsets[e + 1];
+      if (hi < lo) throw InputError(fmt::format("batch example {}: history offsets decrease", e));
+      std::int64_t n = hi - lo;
+      if (n > max_len && !options.truncate_long_histories)
+        throw InputError(fmt::format(
+            "batch example {}: a history of {} events, longer than the model's max_len {} "
+            "(truncate long histories to keep the most recent ones)",
+            e, n, max_len));
+      n = std::min<std::int64_t>(n, max_len);
+      first[e] = hi - n;
+      len[e] = n;
+      for (std::int64_t j = hi - n + 1; j < hi; ++j)
+        if (b.event_times[j] < b.event_times[j - 1])
+          throw InputError(fmt::format("batch example {}: event {} has timestamp {}, before {}", e,
+                                       j - lo, b.event_times[j], b.event_times[j - 1]));
+      const std::int64_t last = hi > lo ? b.event_times[hi - 1] : 0;
+      for (int t = 0; t < targets; ++t)
+        if (b.target_times[e * targets + t] < last)
+          throw InputError(
+              fmt::format("batch example {}: target {} has timestamp {}, before "
+                          "the history's last, {}",
+                          e, t, b.target_times[e * targets + t], last));
+    }
+    h_seq.assign(1, 0);
+    for (std::int64_t e = 0; e < batch; ++e)
+      h_seq.push_back(h_seq.back() + contexts + len[e] + targets);
+    tokens = h_seq.back();
+
+    // Per token its time, its feature bags (one id each for history events, the item only for
+    // targets, none for contexts), and the rows of contexts and targets.
+    h_times.resize(static_cast<std::size_t>(tokens));
+    h_ctx_rows.resize(static_cast<std::size_t>(batch * contexts));
+    h_target_rows.resize(static_cast<std::size_t>(batch * targets));
+    h_token_ids.clear();
+    h_token_offsets.assign(1, 0);
+    for (int f = 0; f < features; ++f) {
+      const std::int64_t rows = h.sequence.features[static_cast<std::size_t>(f)].rows;
+      for (std::int64_t e = 0; e < batch; ++e) {
+        for (int c = 0; c < contexts; ++c) h_token_offsets.push_back(h_token_offsets.back());
+        for (std::int64_t j = first[e]; j < first[e] + len[e]; ++j) {
+          const std::int64_t id = b.event_ids[f * events + j];
+          if (id < 0 || id >= rows)
+            throw InputError(
+                fmt::format("batch example {}: feature '{}' of event {} is id {}, outside [0, {})",
+                            e, h.sequence.features[static_cast<std::size_t>(f)].name,
+                            j - b.history_offsets[e], id, rows));
+          h_token_ids.push_back(id);
+          h_token_offsets.push_back(h_token_offsets.back() + 1);
+        }
+        for (int t = 0; t < targets; ++t) {
+          if (f == 0) {
+            const std::int64_t id = b.target_ids[e * targets + t];
+            if (id < 0 || id >= rows)
+              throw InputError(fmt::format(
+                  "batch example {}: target {} is item {}, outside [0, {})", e, t, id, rows));
+            h_token_ids.push_back(id);
+          }
+          h_token_offsets.push_back(static_cast<std::int64_t>(h_token_ids.size()));
+        }
+      }
+    }
+    event_nnz = static_cast<std::int64_t>(h_token_ids.size());
+    for (std::int64_t e = 0; e < batch; ++e) {
+      const std::int64_t s = h_seq[e];
+      const std::int64_t t0 = len[e] > 0 ? b.event_times[first[e]] : b.target_times[e * targets];
+      for (int c = 0; c < contexts; ++c) {
+        h_times[s + c] = t0;
+        h_ctx_rows[e * contexts + c] = s + c;
+      }
+      for (std::int64_t j = 0; j < len[e]; ++j)
+        h_times[s + contexts + j] = b.event_times[first[e] + j];
+      for (int t = 0; t < targets; ++t) {
+        h_times[s + contexts + len[e] + t] = b.target_times[e * targets + t];
+        h_target_rows[e * targets + t] = s + contexts + len[e] + t;
+      }
+    }
+    if (static_cast<std::int64_t>(b.offsets.size()) != contexts * batch + 1 ||
+        static_cast<std::int64_t>(b.ids.size()) < b.offsets.back())
+      throw InputError(
+          fmt::format("model '{}': the batch's contextual CSR has {} offsets, "
+                      "expected {}",
+                      spec.name, b.offsets.size(), contexts * batch + 1));
+    auto copy = [&](Buffer& dst, const void* src, std::size_t bytes) {
+      if (bytes > 0) be.copy_to_device(dst.get(), src, bytes);
+    };
+    copy(token_ids, h_token_ids.data(), h_token_ids.size() * 8);
+    copy(token_offsets, h_token_offsets.data(), h_token_offsets.size() * 8);
+    copy(ctx_ids, b.ids.data(), static_cast<std::size_t>(b.offsets.back()) * 8);
+    copy(ctx_offsets, b.offsets.data(), b.offsets.size() * 8);
+    copy(seq_offsets, h_seq.data(), h_seq.size() * 8);
+    copy(times, h_times.data(), h_times.size() * 8);
+    copy(ctx_rows, h_ctx_rows.data(), h_ctx_rows.size() * 8);
+    copy(target_rows, h_target_rows.data(), h_target_rows.size() * 8);
+    if (b.labels.size() != static_cast<std::size_t>(batch * targets * tasks))
+      throw InputError(fmt::format("model '{}': the batch has {} labels, expected {}", spec.name,
+                                   b.labels.size(), batch * targets * tasks));
+    copy(labels, b.labels.data(), b.labels.size() * 4);
+  }
+
+  SparseInput event_input() const {
+    return {tokens, features, token_ids.as<const std::int64_t>(),
+            token_offsets.as<const std::int64_t>(), event_nnz};
+  }
+  SparseInput context_input() const {
+    return {batch, contexts, ctx_ids.as<const std::int64_t>(), ctx_offsets.as<const std::int64_t>(),
+            -1};
+  }
+  SequenceBatch sequences() const {
+    SequenceBatch s;
+    s.batch = batch;
+    s.tokens = tokens;
+    s.max_len = contexts + h.sequence.max_len + targets;
+    s.targets = targets;
+    s.offsets = seq_offsets.as<const std::int64_t>();
+    s.timestamps = times.as<const std::int64_t>();
+    return s;
+  }
+  HstuAttention attention(const Layer& L, const float* base) const {
+    HstuAttention a;
+    a.heads = h.heads;
+    a.attention_dim = h.attention_dim;
+    a.value_dim = h.value_dim;
+    a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(h.attention_dim)));
+    a.inv_n =
+        static_cast<float>(1.0 / static_cast<double>(contexts + h.sequence.max_len + targets));
+    a.position_buckets = h.position_buckets;
+    a.time_buckets = h.time_buckets;
+    a.position = base + L.position;
+    a.time = base + L.time;
+    return a;
+  }
+  Mat mat(const Buffer& b, std::int64_t rows, std::int64_t cols) const {
+    return Mat(b.as<float>(), rows, cols);
+  }
+  CMat weight(std::int64_t at, std::int64_t rows, std::int64_t cols) const {
+    return CMat(params() + at, rows, cols);
+  }
+
+  // ---- forward ----
+
+  void forward() {
+    const std::int64_t T = tokens, BT = batch * targets;
+    Mat x0 = mat(x[0], T, d);
+    if (h.sequence.combine == EventCombine::sum) {
+      be.embedding_sum_forward(feature_tables, tables(), event_input(), x0);
+    } else {
+      be.embedding_forward(feature_tables, tables(), event_input(), x0);
+    }
+    if (contexts > 0) {
+      be.embedding_forward(context_tables, tables(), context_input(),
+                           mat(ctx_out, batch, static_cast<std::int64_t>(contexts) * d));
+      be.scatter_add_rows(mat(ctx_out, batch * contexts, d), ctx_rows.as<const std::int64_t>(), x0);
+    }
+    const SequenceBatch seq = sequences();
+    const float* p = params();
+    for (int l = 0; l < h.layers; ++l) {
+      const Layer& L = layers[static_cast<std::size_t>(l)];
+      const auto i = static_cast<std::size_t>(l);
+      be.layer_norm_forward(mat(x[i], T, d), p + L.gamma, p + L.beta, kNormEps, mat(n1[i], T, d),
+                            mean1[i].as<float>(), rstd1[i].as<float>());
+      be.linear_forward(mat(n1[i], T, d), weight(L.uvqk_w, proj, d), p + L.uvqk_b, Activation::none,
+                        mat(pre[i], T, proj));
+      be.silu_forward(mat(pre[i], T, proj), mat(act[i], T, proj));
+      const Mat s = mat(act[i], T, proj);
+      be.hstu_attention_forward(seq, attention(L, p), s.cols_slice(2 * hv, ha),
+                                s.cols_slice(2 * hv + ha, ha), s.cols_slice(hv, hv),
+                                mat(attn[i], T, hv));
+      be.norm_mul_forward(mat(attn[i], T, hv), s.cols_slice(0, hv), kNormEps, mat(y[i], T, hv),
+                          mean2[i].as<float>(), rstd2[i].as<float>());
+      be.linear_forward(mat(y[i], T, hv), weight(L.out_w, d, hv), p + L.out_b, Activation::none,
+                        mat(x[i + 1], T, d));
+      be.add_into(mat(x[i], T, d), mat(x[i + 1], T, d));
+    }
+    be.gather_rows(mat(x[static_cast<std::size_t>(h.layers)], T, d),
+                   target_rows.as<const std::int64_t>(), mat(final_in, BT, d));
+    be.layer_norm_forward(mat(final_in, BT, d), p + final_gamma, p + final_beta, kNormEps,
+                          mat(final_out, BT, d), final_mean.as<float>(), final_rstd.as<float>());
+    be.linear_forward(mat(final_out, BT, d), weight(head_w, tasks, d), p + head_b, Activation::none,
+                      mat(logits, BT, tasks));
+  }
+
+  // ---- backward and update ----
+
+  void backward_and_update() {
+    const std::int64_t T = tokens, BT = batch * targets;
+    float* p = params();
+    float* g = grads.as<float>();
+    be.bce_with_logits(logits.as<float>(), labels.as<float>(), BT * tasks, dlogits.as<float>(),
+                       loss.as<float>());
+    be.linear_backward(mat(final_out, BT, d), weight(head_w, tasks, d), mat(logits, BT, tasks),
+                       mat(dlogits, BT, tasks), Activation::none, mat(dfinal, BT, d),
+                       Mat(g + head_w, tasks, d), g + head_b);
+    be.layer_norm_backward(mat(final_in, BT, d), p + final_gamma, final_mean.as<float>(),
+                           final_rstd.as<float>(), mat(dfinal, BT, d), mat(final_out, BT, d),
+                           g + final_gamma, g + final_beta);
+    Buffer* dx = &dx_a;  // the gradient of the current layer's output
+    Buffer* other = &dx_b;
+    be.fill(dx->as<float>(), T * d, 0.0f);
+    be.scatter_add_rows(mat(final_out, BT, d), target_rows.as<const std::int64_t>(),
+                        mat(*dx, T, d));
+    const SequenceBatch seq = sequences();
+    for (int l = h.layers - 1; l >= 0; --l) {
+      const Layer& L = layers[static_cast<std::size_t>(l)];
+      const auto i = static_cast<std::size_t>(l);
+      const Mat s = mat(act[i], T, proj);
+      const Mat ds = mat(dpre, T, proj);
+      be.linear_backward(mat(y[i], T, hv), weight(L.out_w, d, hv), mat(x[i + 1], T, d),
+                         mat(*dx, T, d), Activation::none, mat(dy, T, hv), Mat(g + L.out_w, d, hv),
+                         g + L.out_b);
+      be.norm_mul_backward(mat(attn[i], T, hv), s.cols_slice(0, hv), mean2[i].as<float>(),
+                           rstd2[i].as<float>(), mat(dy, T, hv), mat(dattn, T, hv),
+                           ds.cols_slice(0, hv));
+      be.hstu_attention_backward(
+          seq, attention(L, p), s.cols_slice(2 * hv, ha), s.cols_slice(2 * hv + ha, ha),
+          s.cols_slice(hv, hv), mat(dattn, T, hv), ds.cols_slice(2 * hv, ha),
+          ds.cols_slice(2 * hv + ha, ha), ds.cols_slice(hv, hv), g + L.position, g + L.time);
+      be.silu_backward(mat(pre[i], T, proj), ds, ds);
+      be.linear_backward(mat(n1[i], T, d), weight(L.uvqk_w, proj, d), mat(pre[i], T, proj), ds,
+                         Activation::none, mat(dn, T, d), Mat(g + L.uvqk_w, proj, d), g + L.uvqk_b);
+      be.layer_norm_backward(mat(x[i], T, d), p + L.gamma, mean1[i].as<float>(),
+                             rstd1[i].as<float>(), mat(dn, T, d), mat(*other, T, d), g + L.gamma,
+                             g + L.beta);
+      be.add_into(mat(*dx, T, d), mat(*other, T, d));  // the residual's gradient
+      std::swap(dx, other);
+    }
+    // *dx is the gradient of x_0: the tables' updates, fused with their optimizer.
+    ++step;
+    const StochasticRounding rounding{seed, static_cast<std::uint64_t>(step)};
+    be.embedding_backward_update(feature_tables, tables(), emb_state.as<float>(), event_input(),
+                                 mat(*dx, T, d), emb_opt, rounding);
+    if (contexts > 0) {
+      be.gather_rows(mat(*dx, T, d), ctx_rows.as<const std::int64_t>(),
+                     mat(dctx, batch * contexts, d));
+      const StochasticRounding ctx_rounding{rounding.seed ^ 0xc0, rounding.step};
+      be.embedding_backward_update(context_tables, tables(), emb_state.as<float>(), context_input(),
+                                   mat(dctx, batch, static_cast<std::int64_t>(contexts) * d),
+                                   emb_opt, ctx_rounding);
+    }
+    be.dense_optimizer_step(p, g, dense_state.as<float>(), dense_count, dense_opt, step);
+  }
+};
+
+HstuModel::HstuModel(const ModelSpec& spec, Backend& backend, std::int64_t max_batch,
+                     std::uint64_t seed, Options options) {
+  if (spec.kind != ModelKind::hstu || !spec.hstu)
+    throw InputError(fmt::format("model '{}' is a {} model; HstuModel runs HSTU models", spec.name,
+                                 model_kind_name(spec.kind)));
+  impl_ = std::make_unique<Impl>(spec, backend, max_batch, seed, options);
+}
+
+HstuModel::~HstuModel() = default;
+
+void HstuModel::train_step(const Batch& batch) {
+  impl_->stage(batch);
+  impl_->forward();
+  impl_->backward_and_update();
+}
+
+float HstuModel::last_loss() {
+  float v = 0.0f;
+  impl_->be.copy_to_host(&v, impl_->loss.get(), 4);
+  return v;
+}
+
+void HstuModel::predict(const Batch& batch, float* probs) {
+  Impl& m = *impl_;
+  m.stage(batch);
+  m.forward();
+  const std::int64_t n = m.batch * m.targets * m.tasks;
+  m.be.sigmoid(m.logits.as<float>(), m.dlogits.as<float>(), n);
+  m.be.copy_to_host(probs, m.dlogits.get(), static_cast<std::size_t>(n) * 4);
+}
+
+std::int64_t HstuModel::step() const {
+  return impl_->step;
+}
+const ModelSpec& HstuModel::spec() const {
+  return impl_->spec;
+}
+std::int64_t HstuModel::max_tokens() const {
+  return impl_->max_tokens;
+}
+std::int64_t HstuModel::dense_parameter_count() const {
+  return impl_->dense_count;
+}
+std::int64_t HstuModel::embedding_parameter_count() const {
+  return impl_->emb_count;
+}
+
+std::size_t HstuModel::allocated_bytes() const {
+  const Impl& m = *impl_;
+  std::size_t total = 0;
+  for (const Buffer* b :
+       {&m.dense,          &m.grads,       &m.dense_state, &m.emb_weights[0], &m.emb_weights[1],
+        &m.emb_weights[2], &m.emb_state,   &m.token_ids,   &m.token_offsets,  &m.ctx_ids,
+        &m.ctx_offsets,    &m.seq_offsets, &m.times,       &m.ctx_rows,       &m.target_rows,
+        &m.labels,         &m.ctx_out,     &m.final_in,    &m.final_out,      &m.final_mean,
+        &m.final_rstd,     &m.logits,      &m.dlogits,     &m.loss,           &m.dx_a,
+        &m.dx_b,           &m.dn,          &m.dpre,        &m.dattn,          &m.dy,
+        &m.dfinal,         &m.dctx})
+    total += b->bytes();
+  for (const auto* v :
+       {&m.x, &m.n1, &m.mean1, &m.rstd1, &m.pre, &m.act, &m.attn, &m.y, &m.mean2, &m.rstd2})
+    for (const Buffer& b : *v) total += b.bytes();
+  return total;
+}
+
+std::vector<TensorRef> HstuModel::tensors() {
+  Impl& m = *impl_;
+  std::vector<TensorRef> out;
+  float* p = m.params();
+  auto f32 = [&](std::string name, std::vector<std::int64_t> shape, float* at) {
+    out.push_back(TensorRef{std::move(name), DType::f32, std::move(shape), at});
+  };
+  const std::int64_t d = m.d;
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    const Layer& L = m.layers[l];
+    f32(fmt::format("layer.{}.norm.gamma", l), {d}, p + L.gamma);
+    f32(fmt::format("layer.{}.norm.beta", l), {d}, p + L.beta);
+    f32(fmt::format("layer.{}.uvqk.weight", l), {m.proj, d}, p + L.uvqk_w);
+    f32(fmt::format("layer.{}.uvqk.bias", l), {m.proj}, p + L.uvqk_b);
+    f32(fmt::format("layer.{}.out.weight", l), {d, m.hv}, p + L.out_w);
+    f32(fmt::format("layer.{}.out.bias", l), {d}, p + L.out_b);
+    f32(fmt::format("layer.{}.rab.position", l), {m.h.heads, m.h.position_buckets}, p + L.position);
+    f32(fmt::format("layer.{}.rab.time", l), {m.h.heads, m.h.time_buckets}, p + L.time);
+  }
+  f32("final_norm.gamma", {d}, p + m.final_gamma);
+  f32("final_norm.beta", {d}, p + m.final_beta);
+  f32("head.weight", {m.tasks, d}, p + m.head_w);
+  f32("head.bias", {m.tasks}, p + m.head_b);
+  auto tables = [&](const std::vector<TableLayout>& set, const std::vector<TableSpec>& specs) {
+    for (std::size_t t = 0; t < set.size(); ++t) {
+      const TableLayout& l = set[t];
+      out.push_back(TensorRef{fmt::format("embedding.{}.weight", specs[t].name),
+                              l.dtype,
+                              {l.rows, l.dim},
+                              engine::table_rows(m.tables(), l)});
+      float* state = engine::table_state(m.emb_state.as<float>(), l);
+      if (m.emb_opt.kind == OptimizerKind::adagrad)
+        f32(fmt::format("optimizer.embedding.{}.state", specs[t].name), {l.rows, l.dim}, state);
+      if (m.emb_opt.kind == OptimizerKind::rowwise_adagrad)
+        f32(fmt::format("optimizer.embedding.{}.state", specs[t].name), {l.rows}, state);
+    }
+  };
+  tables(m.feature_tables, m.h.sequence.features);
+  tables(m.context_tables, m.spec.tables);
+  const int k = optimizer_state_per_element(m.dense_opt.kind);
+  if (k > 0) f32("optimizer.dense.state", {k, m.dense_count}, m.dense_state.as<float>());
+  return out;
+}
+
+}  // namespace parity
