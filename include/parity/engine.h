@@ -166,6 +166,7 @@ class HstuModel {
   void predict(const Batch& batch, float* probs);
 
   std::int64_t step() const;
+  void set_step(std::int64_t s);  // resuming: the step a checkpoint was written at
   const ModelSpec& spec() const;
   // Tokens of the largest batch the model was built for (examples x (contexts + max_len +
   // targets)).

@@ -205,4 +205,32 @@ std::string_view collective_name(Collective c);
 double collective_time(Collective c, double bytes, int gpus, const DeviceSpec& device,
                        const Calibration& cal);
 
+// -------------------------------------------------------------------- HSTU --
+
+// A batch of an HSTU model's sequences on average, from the model's length distribution (exact
+// sums over the discrete lengths the synthetic data draw): per example its tokens (contexts +
+// history + targets) and the (query, key) pairs its attention computes: with H = contexts +
+// history, H(H + 1)/2 causal pairs among them and H + 1 for each target (the history and itself).
+struct SequenceMoments {
+  double history = 0;     // events per example
+  double tokens = 0;      // tokens per example
+  double pairs = 0;       // attention pairs per example
+  double tokens_max = 0;  // the longest example's tokens (contexts + max_len + targets)
+};
+SequenceMoments sequence_moments(const ModelSpec& m);
+
+// The work of one HSTU layer per example, on average: FLOPs of its matrix products and of its
+// attention (2 per multiply-add; attention forward 2 pairs heads (a + v), backward 2 pairs heads
+// (3a + 2v): the scores again, dA, dV, dQ, dK), and the activation bytes it keeps per token
+// for the backward, in the engine's fp32 storage (`element_bytes` each): x, the normed input, the
+// projection before and after SiLU, the attention output, the norm-multiply output and four
+// statistics; with recompute only x, the projection before SiLU, the attention output and the
+// statistics are kept (SiLU, U/V/Q/K and the normed input are formed again in the backward).
+struct HstuLayerWork {
+  double projection_flops_forward = 0, projection_flops_backward = 0;
+  double attention_flops_forward = 0, attention_flops_backward = 0;
+  double activation_bytes_per_token = 0, activation_bytes_per_token_recompute = 0;
+};
+HstuLayerWork hstu_layer_work(const ModelSpec& m, double element_bytes = 4);
+
 }  // namespace parity

@@ -56,9 +56,14 @@ constexpr double kActionWeight = 0.5;
 //           + kContext (contexts' pooled values): terms of unit variance, std about 1.6.
 constexpr double kBias = -1.0;
 constexpr double kTaskBiasStep = -0.4;
-constexpr double kInterest = 1.4;
+constexpr double kInterest = 1.0;
 constexpr double kItem = 0.6;
 constexpr double kContext = 0.5;
+// Re-engagement: kRepeatShare of the targets are items of the history, and the recency-weighted
+// count of the target's occurrences there adds kRepeat (1 - k kRepeatTaskStep) to task k's logit.
+constexpr double kRepeatShare = 0.5;
+constexpr double kRepeat = 3.0;
+constexpr double kRepeatTaskStep = 0.3;
 // Timestamps: each history starts in [kEpoch, kEpoch + kEpochSpread) and advances by gaps
 // exp(U · ln kMaxGap) - 1 seconds, U uniform: log-uniform from under a second to a month.
 constexpr std::int64_t kEpoch = 1600000000;
@@ -294,7 +299,27 @@ void SyntheticSequences::make(Split split, std::int64_t first, std::int64_t coun
       // Targets and their labels.
       for (int t = 0; t < targets; ++t) {
         const std::size_t ti = static_cast<std::size_t>(b * targets + t);
-        const std::int64_t item = m.features[0].id(target_key, e * tgt + t);
+        // Half the targets are items of the history (re-engagement candidates), picked
+        // uniformly over its events; the others come from the item distribution.
+        const bool from_history =
+            len > 0 && rng::uniform01(target_key, 3 * (e * tgt + t)) < kRepeatShare;
+        const std::int64_t item = from_history
+                                      ? ids[static_cast<std::int64_t>(rng::mul_hi64(
+                                            rng::bits(target_key, 3 * (e * tgt + t) + 1),
+                                            static_cast<std::uint64_t>(len)))]
+                                      : m.features[0].id(target_key, 3 * (e * tgt + t) + 2);
+        // Re-engagement: the recency-weighted occurrences of the item in the history, and the
+        // same weight spread evenly over the events for the order-blind copy.
+        double repeat = 0.0, occurrences = 0.0, weight_sum = 0.0, a = 1.0;
+        for (std::int64_t j = len - 1; j >= 0; --j, a *= kRecency) {
+          weight_sum += a;
+          if (ids[j] == item) {
+            repeat += a;
+            occurrences += 1.0;
+          }
+        }
+        const double repeat_flat =
+            len > 0 ? occurrences * weight_sum / static_cast<double>(len) : 0.0;
         out.target_ids[ti] = item;
         ts += gap(c0 + max_len + t);
         out.target_times[ti] = ts;
@@ -309,8 +334,9 @@ void SyntheticSequences::make(Split split, std::int64_t first, std::int64_t coun
           }
           const double rest = kBias + k * kTaskBiasStep + kItem * pop + kContext * ctx;
           const double scale = kInterest / std::sqrt(static_cast<double>(kLatent));
-          const double p = synth::probability(rest + scale * su * dot);
-          const double p_flat = synth::probability(rest + scale * sf * dot_flat);
+          const double r = kRepeat * (1.0 - kRepeatTaskStep * k);
+          const double p = synth::probability(rest + scale * su * dot + r * repeat);
+          const double p_flat = synth::probability(rest + scale * sf * dot_flat + r * repeat_flat);
           const std::size_t si_k = ti * static_cast<std::size_t>(tasks) + k;
           out.teacher_prob[si_k] = static_cast<float>(p);
           out.unordered_prob[si_k] = static_cast<float>(p_flat);

@@ -565,6 +565,9 @@ void HstuModel::predict(const Batch& batch, float* probs) {
 std::int64_t HstuModel::step() const {
   return impl_->step;
 }
+void HstuModel::set_step(std::int64_t s) {
+  impl_->step = s;
+}
 const ModelSpec& HstuModel::spec() const {
   return impl_->spec;
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/host_memory.h"
+#include "hstu_trainer.h"
 #include "parity/checkpoint.h"
 #include "parity/engine.h"
 #include "parity/error.h"
@@ -502,6 +503,7 @@ class Trainer {
 }  // namespace
 
 TrainResult train(const TrainConfig& config, TrainObserver* observer) {
+  if (config.model.kind == ModelKind::hstu) return train_detail::train_hstu(config, observer);
   const TrainConfig cfg = settle(config);
   Trainer trainer(cfg, make_sources(cfg), observer);
   return trainer.run();

@@ -8,6 +8,7 @@
 #include "common.h"
 #include "core/input_file.h"
 #include "parity/error.h"
+#include "parity/perf.h"
 #include "parity/spec.h"
 
 namespace parity::cli {
@@ -71,6 +72,18 @@ void add_check_command(CLI::App& app) {
                 path, m.name, h.layers, h.model_dim, h.sequence.max_len, h.sequence.features.size(),
                 m.tables.size(), static_cast<double>(m.embedding_parameters()),
                 static_cast<double>(m.dense_parameters()));
+            const SequenceMoments sm = sequence_moments(m);
+            const HstuLayerWork w = hstu_layer_work(m);
+            fmt::print(
+                "    per example {:.0f} tokens on average ({:.0f} at most), {:.3g} attention "
+                "pairs; per layer {:.3g} GFLOP forward ({:.0f}% attention), {:.3g} backward; "
+                "activations {:.0f} B/token/layer ({:.0f} with recompute)\n",
+                sm.tokens, sm.tokens_max, sm.pairs,
+                (w.projection_flops_forward + w.attention_flops_forward) / 1e9,
+                100.0 * w.attention_flops_forward /
+                    (w.projection_flops_forward + w.attention_flops_forward),
+                (w.projection_flops_backward + w.attention_flops_backward) / 1e9,
+                w.activation_bytes_per_token, w.activation_bytes_per_token_recompute);
           } else {
             fmt::print(
                 "ok  {:<28} model {:<18} {} tables, {:.3g} embedding + {:.3g} dense params, "

@@ -47,6 +47,7 @@ class ConsoleObserver : public TrainObserver {
         fmt::print(
             "eval  step {:>7}  AUC {:.4f}  log loss {:.4f}{}\n", e.step, e.auc, e.eval_log_loss,
             e.teacher_auc > 0 ? fmt::format("  (teacher ceiling AUC {:.4f})", e.teacher_auc) : "");
+        if (!e.message.empty()) fmt::print("      {}\n", e.message);
         break;
       case K::checkpoint:
         end_bar();
@@ -268,6 +269,13 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
     return plan;
   }
   cfg.model = load_model_spec(resolve_model(args.model));
+  if (cfg.model.kind == ModelKind::hstu) {
+    if (!args.no_plan && args.backend != "cpu")
+      fmt::print(
+          "parity train: the planner does not plan HSTU models yet: training the model's own "
+          "recipe\n");
+    return nullptr;
+  }
   const std::string gpu = args.backend == "cpu" || args.no_plan ? std::string() : detect_gpu();
   if (gpu.empty()) return nullptr;
   const auto devices_dir = configs_dir() / "devices";

@@ -1,0 +1,272 @@
+// The training loop of HSTU models (train() hands them here): synthetic sequences in, steps,
+// evaluation (AUC per task) and checkpoints out, through the same events, checkpoint format and
+// resume rules as the DLRM loop.
+//
+// Why a loop of its own: the DLRM loop is built around Model (device-made synthetic data,
+// host-placed tables, plans, the step profile), none of which an HSTU model has yet. What the
+// two share (the run record, checkpoints, events) is shared code; what differs is small.
+#include "hstu_trainer.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parity/checkpoint.h"
+#include "parity/engine.h"
+#include "parity/error.h"
+#include "parity/metrics.h"
+#include "run_record.h"
+
+namespace parity::train_detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The backend HSTU layers run on: the cpu backend, which "auto" means for them so far.
+std::unique_ptr<Backend> hstu_backend(const TrainConfig& cfg, TrainObserver* observer) {
+  if (cfg.backend == "auto" || cfg.backend == "cpu") {
+    if (cfg.backend == "auto" && !detect_gpu().empty() && observer != nullptr) {
+      TrainEvent w;
+      w.kind = TrainEvent::Kind::warning;
+      w.message = "HSTU layers run on the cpu backend so far: training on the cpu";
+      observer->on_event(w);
+    }
+    return make_backend("cpu");
+  }
+  throw InputError(fmt::format(
+      "model '{}' is an HSTU model, and the {} backend does not run HSTU layers yet: use "
+      "--backend cpu",
+      cfg.model.name, cfg.backend));
+}
+
+class HstuTrainer {
+ public:
+  HstuTrainer(const TrainConfig& cfg, TrainObserver* observer)
+      : cfg_(cfg),
+        observer_(observer),
+        backend_(hstu_backend(cfg, observer)),
+        lock_(cfg.checkpoint_dir.empty() ? nullptr
+                                         : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
+        data_(cfg.model, cfg.seed),
+        model_(cfg.model, *backend_, cfg.batch, cfg.seed),
+        record_(run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math, "synthetic-sequences")) {
+  }
+
+  TrainResult run() {
+    resume();
+    const std::int64_t start = model_.step();
+    if (start >= cfg_.steps)
+      throw InputError(fmt::format(
+          "the checkpoint {} is at step {} and --steps is {}: nothing is left to train (--steps "
+          "counts the resumed steps too: give more than {})",
+          result_.last_checkpoint.string(), start, cfg_.steps, start));
+    result_.start_step = start;
+    TrainEvent s = event(TrainEvent::Kind::start, start);
+    s.message = fmt::format(
+        "HSTU model '{}' ({} layers, d {}, histories up to {} events, {} targets, {} tasks), {} "
+        "dense and {} embedding parameters, batch {}, on the {} backend, synthetic sequences "
+        "with a planted sequential teacher (seed {}){}",
+        cfg_.model.name, cfg_.model.hstu->layers, cfg_.model.hstu->model_dim,
+        cfg_.model.hstu->sequence.max_len, cfg_.model.hstu->sequence.targets,
+        cfg_.model.hstu->tasks.size(), model_.dense_parameter_count(),
+        model_.embedding_parameter_count(), cfg_.batch, backend_->name(), cfg_.seed,
+        start > 0 ? fmt::format(", resumed at step {}", start) : "");
+    emit(s);
+
+    Batch b;
+    const auto t0 = Clock::now();
+    auto last_report = t0;
+    double paused = 0.0, smoothed = NAN;
+    std::int64_t window_start = start;
+    for (std::int64_t step = start; step < cfg_.steps; ++step) {
+      data_.batch(Split::train, step, cfg_.batch, b);
+      model_.train_step(b);
+      const std::int64_t done = step + 1;
+      const bool report =
+          seconds_since(last_report) >= cfg_.report_interval_s || done == cfg_.steps;
+      if (report) {
+        const float loss = model_.last_loss();
+        if (!std::isfinite(loss))
+          throw NumericalError(
+              fmt::format("training diverged: the loss of step {} is {}", done, loss));
+        smoothed = std::isnan(smoothed) ? loss : 0.8 * smoothed + 0.2 * loss;
+        TrainEvent e = event(TrainEvent::Kind::progress, done);
+        const double window_s = seconds_since(last_report);
+        e.loss = smoothed;
+        e.steps_per_s = window_s > 0 ? static_cast<double>(done - window_start) / window_s : 0;
+        e.examples_per_s = e.steps_per_s * static_cast<double>(cfg_.batch);
+        emit(e);
+        last_report = Clock::now();
+        window_start = done;
+        result_.final_loss = loss;
+      }
+      const auto pause_start = Clock::now();
+      if (cfg_.eval_every > 0 && done % cfg_.eval_every == 0 && done != cfg_.steps) evaluate(done);
+      if (!cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 &&
+          done % cfg_.checkpoint_every == 0 && done != cfg_.steps)
+        checkpoint(done);
+      paused += seconds_since(pause_start);
+    }
+    const double train_s = seconds_since(t0) - paused;
+    result_.steps = model_.step();
+    result_.examples_per_s =
+        train_s > 0 ? static_cast<double>((result_.steps - start) * cfg_.batch) / train_s : 0;
+    result_.steady_examples_per_s = result_.examples_per_s;
+    if (!cfg_.checkpoint_dir.empty()) checkpoint(result_.steps);
+    evaluate(result_.steps);
+    result_.model_memory_bytes = {{"total", model_.allocated_bytes()}};
+    TrainEvent d = event(TrainEvent::Kind::done, result_.steps);
+    d.loss = result_.final_loss;
+    d.examples_per_s = result_.examples_per_s;
+    d.steady_examples_per_s = result_.steady_examples_per_s;
+    d.auc = result_.auc;
+    d.teacher_auc = result_.teacher_auc;
+    emit(d);
+    return result_;
+  }
+
+ private:
+  TrainEvent event(TrainEvent::Kind kind, std::int64_t step) const {
+    TrainEvent e;
+    e.kind = kind;
+    e.step = step;
+    e.total_steps = cfg_.steps;
+    return e;
+  }
+  void emit(const TrainEvent& e) const {
+    if (observer_ != nullptr) observer_->on_event(e);
+  }
+
+  // The newest good checkpoint, as the DLRM loop takes it: a damaged one is set aside and the
+  // one before it tried; one of another run stops the run.
+  void resume() {
+    if (!cfg_.resume) return;
+    const auto steps = list_checkpoints(cfg_.checkpoint_dir);
+    if (steps.empty()) {
+      TrainEvent w = event(TrainEvent::Kind::warning, 0);
+      w.message =
+          fmt::format("no checkpoint in '{}': starting from step 0", cfg_.checkpoint_dir.string());
+      emit(w);
+      return;
+    }
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      const auto path = checkpoint_path(cfg_.checkpoint_dir, *it);
+      try {
+        const std::int64_t step = resumable_step(path, record_);
+        load_safetensors(path, model_.tensors(), *backend_, /*allow_extra=*/false,
+                         TensorValues::finite);
+        model_.set_step(step);
+        result_.last_checkpoint = path;
+        return;
+      } catch (const CheckpointCorrupt& e) {
+        const auto aside = set_aside_checkpoint(path);
+        TrainEvent w = event(TrainEvent::Kind::warning, 0);
+        w.message = fmt::format("{}; set aside as '{}', trying the one before it", e.what(),
+                                aside.string());
+        emit(w);
+      }
+    }
+    throw InputError(fmt::format(
+        "every checkpoint in '{}' is damaged; nothing to resume from: remove --resume to start "
+        "again from step 0",
+        cfg_.checkpoint_dir.string()));
+  }
+
+  // AUC per task on the held-out split, their mean reported as the AUC.
+  void evaluate(std::int64_t step) {
+    const int tasks = static_cast<int>(cfg_.model.hstu->tasks.size());
+    std::vector<float> probs, labels, teacher, p;
+    Batch b;
+    for (std::int64_t first = 0; first < cfg_.eval_examples; first += cfg_.batch) {
+      data_.make(Split::eval, first, std::min(cfg_.batch, cfg_.eval_examples - first), b);
+      p.resize(b.labels.size());
+      model_.predict(b, p.data());
+      probs.insert(probs.end(), p.begin(), p.end());
+      labels.insert(labels.end(), b.labels.begin(), b.labels.end());
+      teacher.insert(teacher.end(), b.teacher_prob.begin(), b.teacher_prob.end());
+    }
+    double auc = 0.0, ceiling = 0.0;
+    std::string per_task;
+    for (int k = 0; k < tasks; ++k) {
+      std::vector<float> pk, lk, tk;
+      for (std::size_t i = static_cast<std::size_t>(k); i < probs.size();
+           i += static_cast<std::size_t>(tasks)) {
+        pk.push_back(probs[i]);
+        lk.push_back(labels[i]);
+        tk.push_back(teacher[i]);
+      }
+      const double a = roc_auc(pk, lk);
+      auc += a / tasks;
+      ceiling += roc_auc(tk, lk) / tasks;
+      per_task += fmt::format("{}{} {:.4f}", per_task.empty() ? "" : ", ",
+                              cfg_.model.hstu->tasks[static_cast<std::size_t>(k)], a);
+    }
+    result_.auc = auc;
+    result_.eval_log_loss = log_loss(probs, labels);
+    result_.teacher_auc = ceiling;
+    TrainEvent e = event(TrainEvent::Kind::eval, step);
+    e.auc = auc;
+    e.eval_log_loss = result_.eval_log_loss;
+    e.teacher_auc = ceiling;
+    e.message = "AUC per task: " + per_task;
+    emit(e);
+  }
+
+  void checkpoint(std::int64_t step) {
+    const auto path = checkpoint_path(cfg_.checkpoint_dir, step);
+    save_safetensors(path, model_.tensors(), checkpoint_metadata(record_, step), *backend_,
+                     TensorValues::finite);
+    prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep_checkpoints);
+    result_.last_checkpoint = path;
+    TrainEvent e = event(TrainEvent::Kind::checkpoint, step);
+    e.message = path.string();
+    emit(e);
+  }
+
+  const TrainConfig& cfg_;
+  TrainObserver* observer_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<CheckpointDirLock> lock_;
+  SyntheticSequences data_;
+  HstuModel model_;
+  RunRecord record_;
+  TrainResult result_;
+};
+
+}  // namespace
+
+TrainResult train_hstu(const TrainConfig& in, TrainObserver* observer) {
+  TrainConfig cfg = in;
+  if (cfg.train_data || !cfg.shard_dir.empty() || !cfg.train_files.empty())
+    throw InputError(fmt::format(
+        "model '{}' is an HSTU model, which trains on synthetic sequences so far (no --data)",
+        cfg.model.name));
+  if (cfg.profile) throw InputError("--profile does not time HSTU models yet (train without it)");
+  if (cfg.dense_math != DenseMath::fp32)
+    throw InputError(fmt::format("HSTU models train in fp32 on the cpu backend, not {}",
+                                 dense_math_name(cfg.dense_math)));
+  cfg.batch = cfg.batch > 0 ? cfg.batch : cfg.model.batch_size;
+  if (cfg.batch <= 0)
+    throw InputError(fmt::format("batch size must be positive, got {}", cfg.batch));
+  if (cfg.steps < 0) throw InputError(fmt::format("--steps must be >= 0, got {}", cfg.steps));
+  if (cfg.steps == 0) cfg.steps = 1000;
+  if (cfg.eval_examples <= 0) throw InputError("eval examples must be positive");
+  if (cfg.resume && cfg.checkpoint_dir.empty())
+    throw InputError("--resume needs a checkpoint directory (--checkpoint DIR)");
+  if (cfg.keep_checkpoints < 1)
+    throw InputError(fmt::format(
+        "checkpoints kept must be at least 1 (the newest good one), got {}", cfg.keep_checkpoints));
+  HstuTrainer trainer(cfg, observer);
+  return trainer.run();
+}
+
+}  // namespace parity::train_detail
