@@ -30,17 +30,6 @@
 namespace parity {
 namespace {
 
-OptimizerParams to_params(const OptimizerSpec& s) {
-  OptimizerParams p;
-  p.kind = s.kind;
-  p.lr = static_cast<float>(s.lr);
-  p.eps = static_cast<float>(s.eps);
-  p.beta1 = static_cast<float>(s.beta1);
-  p.beta2 = static_cast<float>(s.beta2);
-  p.weight_decay = static_cast<float>(s.weight_decay);
-  return p;
-}
-
 // Streams of the parameter initialiser.
 enum InitStream : std::uint64_t { kUvqk = 11, kOut = 12, kHead = 13, kTables = 14 };
 
@@ -113,8 +102,8 @@ struct HstuModel::Impl {
     ha = h.heads * h.attention_dim;
     proj = 2 * hv + 2 * ha;
     max_tokens = max_batch * (contexts + h.sequence.max_len + targets);
-    emb_opt = to_params(spec.embedding_optimizer);
-    dense_opt = to_params(spec.dense_optimizer);
+    emb_opt = engine::optimizer_params(spec.embedding_optimizer);
+    dense_opt = engine::optimizer_params(spec.dense_optimizer);
     lay_out_parameters();
     allocate();
     initialise();
@@ -145,10 +134,7 @@ struct HstuModel::Impl {
     head_b = take(tasks);
     dense_count = off;
 
-    auto aligned = [](std::int64_t elements, std::size_t element_bytes) {
-      const auto per = static_cast<std::int64_t>(16 / element_bytes);
-      return (elements + per - 1) / per * per;
-    };
+    const auto aligned = engine::aligned_elements;
     std::int64_t col = 0;
     auto add = [&](const TableSpec& t, std::vector<TableLayout>& into, bool concat,
                    double ids_per_bag) {

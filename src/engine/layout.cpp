@@ -11,7 +11,13 @@
 namespace parity::engine {
 namespace {
 
-OptimizerParams to_params(const OptimizerSpec& s) {
+// Streams of the parameter initialiser, one per tensor kind, so that adding a layer
+// does not change the initial values of the others.
+enum InitStream : std::uint64_t { kBottom = 1, kCross = 2, kTop = 3, kEmbedding = 4 };
+
+}  // namespace
+
+OptimizerParams optimizer_params(const OptimizerSpec& s) {
   OptimizerParams p;
   p.kind = s.kind;
   p.lr = static_cast<float>(s.lr);
@@ -22,14 +28,9 @@ OptimizerParams to_params(const OptimizerSpec& s) {
   return p;
 }
 
-// Streams of the parameter initialiser, one per tensor kind, so that adding a layer
-// does not change the initial values of the others.
-enum InitStream : std::uint64_t { kBottom = 1, kCross = 2, kTop = 3, kEmbedding = 4 };
-
-}  // namespace
-
 ModelLayout::ModelLayout(const ModelSpec& spec)
-    : emb_opt(to_params(spec.embedding_optimizer)), dense_opt(to_params(spec.dense_optimizer)) {
+    : emb_opt(optimizer_params(spec.embedding_optimizer)),
+      dense_opt(optimizer_params(spec.dense_optimizer)) {
   // ---- dense parameters ----
   std::int64_t off = 0;
   auto add_linear = [&](std::vector<Linear>& v, const char* name, int in, int out, Activation act) {
@@ -80,10 +81,7 @@ ModelLayout::ModelLayout(const ModelSpec& spec)
 
   // ---- embeddings ----
   // Each table starts 16-byte aligned in its buffer (the kernels' vector loads want it).
-  auto aligned = [](std::int64_t elements, std::size_t element_bytes) {
-    const auto per = static_cast<std::int64_t>(16 / element_bytes);
-    return (elements + per - 1) / per * per;
-  };
+  const auto aligned = aligned_elements;
   std::int64_t soff = 0, col = 0;  // out_col is relative to the embedding block of x0
   for (const auto& t : spec.tables) {
     TableLayout l;

@@ -72,6 +72,14 @@ struct ModelLayout {
                                  float* dense_state) const;
 };
 
+// The optimizer's hyper-parameters as the ops take them.
+OptimizerParams optimizer_params(const OptimizerSpec& s);
+// `elements` rounded up so that the next table starts 16-byte aligned (the kernels' vector loads).
+inline std::int64_t aligned_elements(std::int64_t elements, std::size_t element_bytes) {
+  const auto per = static_cast<std::int64_t>(16 / element_bytes);
+  return (elements + per - 1) / per * per;
+}
+
 // Where table t's first row is (backend memory; a host-placed table's host-resident rows).
 void* table_rows(const TableWeights& weights, const TableLayout& table);
 // Where table t's optimizer state starts (the same: a host-placed table's is host-resident).

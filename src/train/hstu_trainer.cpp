@@ -31,21 +31,9 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The backend HSTU layers run on: the cpu backend, which "auto" means for them so far.
-std::unique_ptr<Backend> hstu_backend(const TrainConfig& cfg, TrainObserver* observer) {
-  if (cfg.backend == "auto" || cfg.backend == "cpu") {
-    if (cfg.backend == "auto" && !detect_gpu().empty() && observer != nullptr) {
-      TrainEvent w;
-      w.kind = TrainEvent::Kind::warning;
-      w.message = "HSTU layers run on the cpu backend so far: training on the cpu";
-      observer->on_event(w);
-    }
-    return make_backend("cpu");
-  }
-  throw InputError(fmt::format(
-      "model '{}' is an HSTU model, and the {} backend does not run HSTU layers yet: use "
-      "--backend cpu",
-      cfg.model.name, cfg.backend));
+// The backend the run names ("auto": the GPU where one is usable).
+std::unique_ptr<Backend> hstu_backend(const TrainConfig& cfg) {
+  return make_backend(cfg.backend, cfg.dense_math);
 }
 
 class HstuTrainer {
@@ -53,7 +41,7 @@ class HstuTrainer {
   HstuTrainer(const TrainConfig& cfg, TrainObserver* observer)
       : cfg_(cfg),
         observer_(observer),
-        backend_(hstu_backend(cfg, observer)),
+        backend_(hstu_backend(cfg)),
         lock_(cfg.checkpoint_dir.empty() ? nullptr
                                          : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
         data_(cfg.model, cfg.seed),
@@ -252,7 +240,7 @@ TrainResult train_hstu(const TrainConfig& in, TrainObserver* observer) {
         cfg.model.name));
   if (cfg.profile) throw InputError("--profile does not time HSTU models yet (train without it)");
   if (cfg.dense_math != DenseMath::fp32)
-    throw InputError(fmt::format("HSTU models train in fp32 on the cpu backend, not {}",
+    throw InputError(fmt::format("HSTU models train with fp32 dense math so far, not {}",
                                  dense_math_name(cfg.dense_math)));
   cfg.batch = cfg.batch > 0 ? cfg.batch : cfg.model.batch_size;
   if (cfg.batch <= 0)

@@ -6,7 +6,7 @@
 
 namespace parity::train_detail {
 
-// train() for an HSTU model: synthetic sequences, the cpu backend, evaluation per task.
+// train() for an HSTU model: synthetic sequences, evaluation per task.
 TrainResult train_hstu(const TrainConfig& config, TrainObserver* observer);
 
 }  // namespace parity::train_detail

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backends.h"
 #include "parity/data.h"
 #include "parity/engine.h"
 #include "parity/error.h"
@@ -242,6 +244,40 @@ TEST(HstuModel, LearnsTheOrderOfHistories) {
   EXPECT_GT(ordered, 0.68);
   EXPECT_GT(ordered - shuffled, 0.01) << "in order " << ordered << ", shuffled " << shuffled;
 }
+
+// The step on every backend this build has is the cpu's, within the per-op tolerance compounded
+// over a few steps.
+class HstuOnEveryBackend : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HstuOnEveryBackend, StepsMatchTheCpu) {
+  PARITY_REQUIRE_BACKEND(GetParam());
+  const ModelSpec spec = tiny();
+  const SyntheticSequences data(spec, 4);
+  std::vector<float> losses[2];
+  std::vector<float> probs[2];
+  const std::string names[2] = {"cpu", GetParam()};
+  for (int k = 0; k < 2; ++k) {
+    const std::unique_ptr<Backend> be = make_backend(names[k]);
+    HstuModel model(spec, *be, 64, 9);
+    Batch b;
+    for (int s = 0; s < 4; ++s) {
+      data.batch(Split::train, s, 64, b);
+      model.train_step(b);
+      losses[k].push_back(model.last_loss());
+    }
+    data.batch(Split::eval, 0, 64, b);
+    probs[k].resize(b.labels.size());
+    model.predict(b, probs[k].data());
+  }
+  for (std::size_t s = 0; s < losses[0].size(); ++s)
+    EXPECT_NEAR(losses[1][s], losses[0][s], 1e-4 * std::abs(losses[0][s])) << "step " << s + 1;
+  for (std::size_t i = 0; i < probs[0].size(); ++i)
+    EXPECT_NEAR(probs[1][i], probs[0][i], 1e-3) << "prediction " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, HstuOnEveryBackend,
+                         ::testing::ValuesIn(testing::engine_backends()),
+                         testing::backend_param_name);
 
 }  // namespace
 }  // namespace parity

@@ -40,6 +40,7 @@
 #include "backend/gpu/port.h"
 #include "backend/gpu/runtime.h"
 #include "backend/gpu/scratch.h"
+#include "backend/gpu/sequence.h"
 #include "backend/gpu/synthetic.h"
 #include "parity/error.h"
 
@@ -623,6 +624,169 @@ void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAM
 }
 
 // ------------------------------------------------------------------- heads --
+
+// ---- HSTU layers ----
+
+namespace {
+
+// The fp32 view of an activation; the HSTU ops run fp32 activations on the GPU so far.
+CMat f32_in(const char* op, const char* name, CAMat m) {
+  if (!m.is_f32() && m.data != nullptr)
+    fail(op, "{} is stored as {}; the GPU's HSTU ops take fp32 activations", name,
+         dtype_name(m.dtype));
+  return CMat(static_cast<const float*>(m.data), m.rows, m.cols, m.ld);
+}
+Mat f32_out(const char* op, const char* name, AMat m) {
+  if (!m.is_f32() && m.data != nullptr)
+    fail(op, "{} is stored as {}; the GPU's HSTU ops take fp32 activations", name,
+         dtype_name(m.dtype));
+  return Mat(static_cast<float*>(m.data), m.rows, m.cols, m.ld);
+}
+
+void check_attention(const char* op, const SequenceBatch& seq, const HstuAttention& att, CMat q,
+                     CMat k, CMat v, const char* out_name, CMat out) {
+  backend_checks::check_sequences(op, seq, att);
+  const std::int64_t qk = static_cast<std::int64_t>(att.heads) * att.attention_dim;
+  const std::int64_t vc = static_cast<std::int64_t>(att.heads) * att.value_dim;
+  check_shape(op, "q", q, seq.tokens, qk);
+  check_shape(op, "k", k, seq.tokens, qk);
+  check_shape(op, "v", v, seq.tokens, vc);
+  check_shape(op, out_name, out, seq.tokens, vc);
+  if (att.position == nullptr || att.time == nullptr) fail(op, "the bias tables are null");
+}
+
+}  // namespace
+
+void GpuBackend::embedding_sum_forward(std::span<const TableLayout> tables,
+                                       const TableWeights& weights, const SparseInput& in,
+                                       AMat out) {
+  constexpr const char* op = "embedding_sum_forward";
+  const Mat o = f32_out(op, "out", out);
+  check_view(op, "out", o);
+  if (in.num_tables != static_cast<int>(tables.size()) || in.batch != o.rows)
+    fail(op,
+         "the sparse input has {} tables and {} bags per table, the layout {} and the output "
+         "{} rows",
+         in.num_tables, in.batch, tables.size(), o.rows);
+  for (std::size_t t = 0; t < tables.size(); ++t)
+    if (tables[t].dim != o.cols)
+      fail(op, "table {} has dim {}, and the summed output has {} columns", t, tables[t].dim,
+           o.cols);
+  gpu::embedding_sum_forward(impl_->s(), tables, weights, in, o, nullptr);
+}
+
+void GpuBackend::layer_norm_forward(CAMat x, const float* gamma, const float* beta, float eps,
+                                    AMat y, float* mean, float* rstd) {
+  constexpr const char* op = "layer_norm_forward";
+  const CMat xf = f32_in(op, "x", x);
+  const Mat yf = f32_out(op, "y", y);
+  backend_checks::check_norm_input(op, xf, mean, rstd);
+  check_shape(op, "y", yf, xf.rows, xf.cols);
+  if (!(eps > 0.0f)) fail(op, "eps is {}, expected > 0", eps);
+  gpu::layer_norm_forward(impl_->s(), xf, gamma, beta, eps, yf, mean, rstd);
+}
+
+void GpuBackend::layer_norm_backward(CAMat x, const float* gamma, const float* mean,
+                                     const float* rstd, CAMat dy, AMat dx, float* dgamma,
+                                     float* dbeta) {
+  constexpr const char* op = "layer_norm_backward";
+  const CMat xf = f32_in(op, "x", x), dyf = f32_in(op, "dy", dy);
+  const Mat dxf = f32_out(op, "dx", dx);
+  backend_checks::check_norm_input(op, xf, mean, rstd);
+  check_shape(op, "dy", dyf, xf.rows, xf.cols);
+  check_shape(op, "dx", dxf, xf.rows, xf.cols);
+  void* scratch = impl_->scratch.get(
+      Slot::reduce, static_cast<std::size_t>(gpu::layer_norm_scratch_bytes(xf.rows, xf.cols)),
+      impl_->s());
+  gpu::layer_norm_backward(impl_->s(), xf, gamma, mean, rstd, dyf, dxf, dgamma, dbeta, scratch);
+}
+
+void GpuBackend::norm_mul_forward(CAMat x, CAMat u, float eps, AMat y, float* mean, float* rstd) {
+  constexpr const char* op = "norm_mul_forward";
+  const CMat xf = f32_in(op, "x", x), uf = f32_in(op, "u", u);
+  const Mat yf = f32_out(op, "y", y);
+  backend_checks::check_norm_input(op, xf, mean, rstd);
+  check_shape(op, "u", uf, xf.rows, xf.cols);
+  check_shape(op, "y", yf, xf.rows, xf.cols);
+  if (!(eps > 0.0f)) fail(op, "eps is {}, expected > 0", eps);
+  gpu::norm_mul_forward(impl_->s(), xf, uf, eps, yf, mean, rstd);
+}
+
+void GpuBackend::norm_mul_backward(CAMat x, CAMat u, const float* mean, const float* rstd, CAMat dy,
+                                   AMat dx, AMat du) {
+  constexpr const char* op = "norm_mul_backward";
+  const CMat xf = f32_in(op, "x", x), uf = f32_in(op, "u", u), dyf = f32_in(op, "dy", dy);
+  const Mat dxf = f32_out(op, "dx", dx), duf = f32_out(op, "du", du);
+  backend_checks::check_norm_input(op, xf, mean, rstd);
+  for (const auto& [name, m] :
+       {std::pair<const char*, CMat>{"u", uf}, {"dy", dyf}, {"dx", CMat(dxf)}, {"du", CMat(duf)}})
+    check_shape(op, name, m, xf.rows, xf.cols);
+  gpu::norm_mul_backward(impl_->s(), xf, uf, mean, rstd, dyf, dxf, duf);
+}
+
+void GpuBackend::silu_forward(CAMat x, AMat y) {
+  const CMat xf = f32_in("silu_forward", "x", x);
+  const Mat yf = f32_out("silu_forward", "y", y);
+  backend_checks::check_same_shape("silu_forward", "x", xf, "y", yf);
+  gpu::silu_forward(impl_->s(), xf, yf);
+}
+
+void GpuBackend::silu_backward(CAMat x, CAMat dy, AMat dx) {
+  constexpr const char* op = "silu_backward";
+  const CMat xf = f32_in(op, "x", x), dyf = f32_in(op, "dy", dy);
+  const Mat dxf = f32_out(op, "dx", dx);
+  backend_checks::check_same_shape(op, "x", xf, "dy", dyf);
+  check_shape(op, "dx", dxf, xf.rows, xf.cols);
+  gpu::silu_backward(impl_->s(), xf, dyf, dxf);
+}
+
+void GpuBackend::add_into(CAMat x, AMat y) {
+  const CMat xf = f32_in("add_into", "x", x);
+  const Mat yf = f32_out("add_into", "y", y);
+  backend_checks::check_same_shape("add_into", "x", xf, "y", yf);
+  gpu::add_into(impl_->s(), xf, yf);
+}
+
+void GpuBackend::gather_rows(CAMat src, const std::int64_t* index, AMat dst) {
+  const CMat sf = f32_in("gather_rows", "src", src);
+  const Mat df = f32_out("gather_rows", "dst", dst);
+  backend_checks::check_rows_copy("gather_rows", df, sf, index);
+  gpu::gather_rows(impl_->s(), sf, index, df);
+}
+
+void GpuBackend::scatter_add_rows(CAMat src, const std::int64_t* index, AMat dst) {
+  const CMat sf = f32_in("scatter_add_rows", "src", src);
+  const Mat df = f32_out("scatter_add_rows", "dst", dst);
+  backend_checks::check_rows_copy("scatter_add_rows", sf, df, index);
+  gpu::scatter_add_rows(impl_->s(), sf, index, df);
+}
+
+void GpuBackend::hstu_attention_forward(const SequenceBatch& seq, const HstuAttention& att, CAMat q,
+                                        CAMat k, CAMat v, AMat out) {
+  constexpr const char* op = "hstu_attention_forward";
+  const CMat qf = f32_in(op, "q", q), kf = f32_in(op, "k", k), vf = f32_in(op, "v", v);
+  const Mat of = f32_out(op, "out", out);
+  check_attention(op, seq, att, qf, kf, vf, "out", of);
+  gpu::hstu_attention_forward(impl_->s(), seq, att, qf, kf, vf, of);
+}
+
+void GpuBackend::hstu_attention_backward(const SequenceBatch& seq, const HstuAttention& att,
+                                         CAMat q, CAMat k, CAMat v, CAMat dout, AMat dq, AMat dk,
+                                         AMat dv, float* dposition, float* dtime) {
+  constexpr const char* op = "hstu_attention_backward";
+  const CMat qf = f32_in(op, "q", q), kf = f32_in(op, "k", k), vf = f32_in(op, "v", v),
+             gf = f32_in(op, "dout", dout);
+  const Mat dqf = f32_out(op, "dq", dq), dkf = f32_out(op, "dk", dk), dvf = f32_out(op, "dv", dv);
+  check_attention(op, seq, att, qf, kf, vf, "dout", gf);
+  check_shape(op, "dq", dqf, qf.rows, qf.cols);
+  check_shape(op, "dk", dkf, kf.rows, kf.cols);
+  check_shape(op, "dv", dvf, vf.rows, vf.cols);
+  if (dposition == nullptr || dtime == nullptr) fail(op, "the bias gradients are null");
+  void* scratch = impl_->scratch.get(
+      Slot::du, static_cast<std::size_t>(gpu::attention_scratch_bytes(att)), impl_->s());
+  gpu::hstu_attention_backward(impl_->s(), seq, att, qf, kf, vf, gf, dqf, dkf, dvf, dposition,
+                               dtime, scratch);
+}
 
 void GpuBackend::bce_with_logits(const float* logits, const float* labels, std::int64_t n,
                                  float* dlogits, float* loss_out) {

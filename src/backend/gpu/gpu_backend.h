@@ -120,6 +120,27 @@ class GpuBackend final : public Backend {
                       AMat dxl, Mat dv, Mat dw, float* dbias, Mat du_scratch,
                       CrossBackwardMode mode) override;
 
+  // HSTU layers (sequence.h): fp32 activations.
+  void embedding_sum_forward(std::span<const TableLayout> tables, const TableWeights& weights,
+                             const SparseInput& in, AMat out) override;
+  void layer_norm_forward(CAMat x, const float* gamma, const float* beta, float eps, AMat y,
+                          float* mean, float* rstd) override;
+  void layer_norm_backward(CAMat x, const float* gamma, const float* mean, const float* rstd,
+                           CAMat dy, AMat dx, float* dgamma, float* dbeta) override;
+  void norm_mul_forward(CAMat x, CAMat u, float eps, AMat y, float* mean, float* rstd) override;
+  void norm_mul_backward(CAMat x, CAMat u, const float* mean, const float* rstd, CAMat dy, AMat dx,
+                         AMat du) override;
+  void silu_forward(CAMat x, AMat y) override;
+  void silu_backward(CAMat x, CAMat dy, AMat dx) override;
+  void add_into(CAMat x, AMat y) override;
+  void gather_rows(CAMat src, const std::int64_t* index, AMat dst) override;
+  void scatter_add_rows(CAMat src, const std::int64_t* index, AMat dst) override;
+  void hstu_attention_forward(const SequenceBatch& seq, const HstuAttention& att, CAMat q, CAMat k,
+                              CAMat v, AMat out) override;
+  void hstu_attention_backward(const SequenceBatch& seq, const HstuAttention& att, CAMat q, CAMat k,
+                               CAMat v, CAMat dout, AMat dq, AMat dk, AMat dv, float* dposition,
+                               float* dtime) override;
+
   void bce_with_logits(const float* logits, const float* labels, std::int64_t n, float* dlogits,
                        float* loss_out) override;
   void sigmoid(const float* logits, float* probs, std::int64_t n) override;

@@ -1,0 +1,588 @@
+// The HSTU layer's kernels (see sequence.h).
+//
+// Why they are built this way: this is the first, correct GPU path of the HSTU layer, simple
+// enough to check line by line against the CPU reference; the attention is not yet the tiled
+// tensor-core kernel the layer needs for speed.
+// - Row ops (layer norm, norm-multiply) give each row one block and sum in double through shared
+//   memory, as the CPU sums in double; the column sums of dgamma and dbeta go through the
+//   deterministic column_sum.
+// - Attention gives each (token, head) one warp (32 or 64 lanes: the lanes stride over the
+//   attention and value dims). The forward and the query-side backward (dq) walk the token's
+//   visible keys in order; the key-side backward (dk, dv) walks the queries that see the key. The
+//   relative bias's gradients are sums over every pair: each warp adds runs of pairs in the same
+//   bucket in fp32, in order, and adds each run to its bucket's 64-bit fixed-point total
+//   (2^-32 units) with an integer atomic: integer sums do not depend on the order of the adds, so
+//   the result is the same bits on every run.
+#include "backend/gpu/sequence.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backend/gpu/column_sum.h"
+#include "backend/gpu/launch.h"
+#include "backend/gpu/numerics.h"
+#include "parity/error.h"
+
+namespace parity::gpu {
+namespace {
+
+constexpr int kRowBlock = 128;
+constexpr std::int64_t kMaxGrid = std::int64_t{1} << 20;
+constexpr int kMaxPerLane = 8;                // attention and value dims up to 8 x the warp size
+constexpr double kFixedScale = 4294967296.0;  // 2^32: the bias gradients' fixed-point unit
+constexpr int kMaxSumTables = 16;
+
+std::int64_t grid_of(std::int64_t n, std::int64_t per_block) {
+  return std::max<std::int64_t>(1, std::min((n + per_block - 1) / per_block, kMaxGrid));
+}
+
+__device__ __forceinline__ double block_sum(double* sh, double v) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kRowBlock / 2; s > 0; s >>= 1) {
+    if (static_cast<int>(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  const double r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ __forceinline__ double sigmoid_d(double z) {
+  if (z >= 0.0) return 1.0 / (1.0 + exp(-z));
+  const double e = exp(z);
+  return e / (1.0 + e);
+}
+
+// ------------------------------------------------------------- row ops --
+
+// mode 0: layer norm (gamma, beta optional); mode 1: norm-multiply by u.
+__global__ __launch_bounds__(kRowBlock) void norm_forward_kernel(CMat x, const float* gamma,
+                                                                 const float* beta, CMat u,
+                                                                 float eps, Mat y, float* mean,
+                                                                 float* rstd) {
+  __shared__ double sh[kRowBlock];
+  const std::int64_t cols = x.cols;
+  for (std::int64_t r = blockIdx.x; r < x.rows; r += gridDim.x) {
+    const float* xr = x.data + r * x.ld;
+    double s = 0.0;
+    for (std::int64_t c = threadIdx.x; c < cols; c += kRowBlock) s += xr[c];
+    const double mu = block_sum(sh, s) / static_cast<double>(cols);
+    double q = 0.0;
+    for (std::int64_t c = threadIdx.x; c < cols; c += kRowBlock) {
+      const double d = xr[c] - mu;
+      q += d * d;
+    }
+    const double rho = 1.0 / sqrt(block_sum(sh, q) / static_cast<double>(cols) + eps);
+    if (threadIdx.x == 0) {
+      mean[r] = static_cast<float>(mu);
+      rstd[r] = static_cast<float>(rho);
+    }
+    float* yr = y.data + r * y.ld;
+    for (std::int64_t c = threadIdx.x; c < cols; c += kRowBlock) {
+      double v = (xr[c] - mu) * rho;
+      if (u.data != nullptr) {
+        v *= u.data[r * u.ld + c];
+      } else {
+        if (gamma != nullptr) v *= gamma[c];
+        if (beta != nullptr) v += beta[c];
+      }
+      yr[c] = static_cast<float>(v);
+    }
+  }
+}
+
+// dx = ρ (g - mean(g) - x̂ mean(g x̂)) with g = dy ⊙ (gamma or u); du = dy ⊙ x̂ (norm-multiply);
+// prod = dy ⊙ x̂ (layer norm with dgamma, for its column sum).
+__global__ __launch_bounds__(kRowBlock) void norm_backward_kernel(CMat x, const float* gamma,
+                                                                  CMat u, const float* mean,
+                                                                  const float* rstd, CMat dy,
+                                                                  Mat dx, Mat du, float* prod) {
+  __shared__ double sh[kRowBlock];
+  const std::int64_t cols = x.cols;
+  for (std::int64_t r = blockIdx.x; r < x.rows; r += gridDim.x) {
+    const double mu = mean[r], rho = rstd[r];
+    const float* xr = x.data + r * x.ld;
+    const float* dyr = dy.data + r * dy.ld;
+    auto g_of = [&](std::int64_t c) {
+      const double d = dyr[c];
+      if (u.data != nullptr) return d * u.data[r * u.ld + c];
+      return gamma != nullptr ? d * gamma[c] : d;
+    };
+    double sg = 0.0, sgx = 0.0;
+    for (std::int64_t c = threadIdx.x; c < cols; c += kRowBlock) {
+      const double g = g_of(c), xh = (xr[c] - mu) * rho;
+      sg += g;
+      sgx += g * xh;
+    }
+    const double g_mean = block_sum(sh, sg) / static_cast<double>(cols);
+    const double gx_mean = block_sum(sh, sgx) / static_cast<double>(cols);
+    for (std::int64_t c = threadIdx.x; c < cols; c += kRowBlock) {
+      const double xh = (xr[c] - mu) * rho;
+      dx.data[r * dx.ld + c] = static_cast<float>(rho * (g_of(c) - g_mean - xh * gx_mean));
+      if (du.data != nullptr) du.data[r * du.ld + c] = static_cast<float>(dyr[c] * xh);
+      if (prod != nullptr) prod[r * cols + c] = static_cast<float>(dyr[c] * xh);
+    }
+  }
+}
+
+// ----------------------------------------------------- elementwise, rows --
+
+// op 0: y = silu(x); 1: y = dy silu'(x) (y may be dy); 2: y += x.
+__global__ __launch_bounds__(kRowBlock) void pointwise_kernel(int op, CMat x, CMat dy, Mat y) {
+  const std::int64_t n = x.rows * x.cols;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kRowBlock + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * kRowBlock) {
+    const std::int64_t r = i / x.cols, c = i - r * x.cols;
+    const double v = x.data[r * x.ld + c];
+    float* out = y.data + r * y.ld + c;
+    if (op == 0) {
+      *out = static_cast<float>(v * sigmoid_d(v));
+    } else if (op == 1) {
+      const double s = sigmoid_d(v);
+      *out = static_cast<float>(static_cast<double>(dy.data[r * dy.ld + c]) * s *
+                                (1.0 + v * (1.0 - s)));
+    } else {
+      *out = static_cast<float>(static_cast<double>(*out) + v);
+    }
+  }
+}
+
+// scatter 0: dst(i) = src(index[i]); 1: dst(index[i]) += src(i).
+__global__ __launch_bounds__(kRowBlock) void rows_kernel(int scatter, CMat src,
+                                                         const std::int64_t* index, Mat dst,
+                                                         std::int64_t rows, std::int64_t cols) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * kRowBlock + threadIdx.x; e < n;
+       e += static_cast<std::int64_t>(gridDim.x) * kRowBlock) {
+    const std::int64_t i = e / cols, c = e - i * cols;
+    const std::int64_t r = index[i];
+    if (scatter == 0) {
+      if (r >= 0 && r < src.rows) dst.data[i * dst.ld + c] = src.data[r * src.ld + c];
+    } else if (r >= 0 && r < dst.rows) {
+      float* d = dst.data + r * dst.ld + c;
+      *d = static_cast<float>(static_cast<double>(*d) + src.data[i * src.ld + c]);
+    }
+  }
+}
+
+struct SumTable {
+  std::int64_t rows = 0, weight_offset = 0;
+  int dtype = 0;  // 0 fp32, 1 fp16, 2 bf16
+  int mean = 0;
+};
+struct SumTables {
+  SumTable t[kMaxSumTables];
+  int count = 0;
+  const float* f32 = nullptr;
+  const F16* f16 = nullptr;
+  const Bf16* bf16 = nullptr;
+};
+
+__global__ __launch_bounds__(kRowBlock) void embedding_sum_kernel(SumTables tables,
+                                                                  const std::int64_t* ids,
+                                                                  const std::int64_t* offsets,
+                                                                  std::int64_t batch, Mat out) {
+  const std::int64_t dim = out.cols, n = batch * dim;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * kRowBlock + threadIdx.x; e < n;
+       e += static_cast<std::int64_t>(gridDim.x) * kRowBlock) {
+    const std::int64_t b = e / dim, d = e - b * dim;
+    double acc = 0.0;
+    for (int t = 0; t < tables.count; ++t) {
+      const SumTable& tb = tables.t[t];
+      const std::int64_t lo = offsets[t * batch + b], hi = offsets[t * batch + b + 1];
+      double bag = 0.0;
+      for (std::int64_t j = lo; j < hi; ++j) {
+        const std::int64_t id = ids[j];
+        if (id < 0 || id >= tb.rows) continue;
+        const std::int64_t at = tb.weight_offset + id * dim + d;
+        bag += tb.dtype == 0   ? static_cast<double>(tables.f32[at])
+               : tb.dtype == 1 ? static_cast<double>(to_float(tables.f16[at]))
+                               : static_cast<double>(to_float(tables.bf16[at]));
+      }
+      acc += tb.mean && hi > lo ? bag / static_cast<double>(hi - lo) : bag;
+    }
+    out.data[b * out.ld + d] = static_cast<float>(acc);
+  }
+}
+
+// -------------------------------------------------------------- attention --
+
+struct AttentionArgs {
+  const std::int64_t* offsets;
+  const std::int64_t* times;
+  std::int64_t batch, tokens;
+  int targets, heads, a, v, pb, tb;
+  float scale, inv_n;
+  const float* position;
+  const float* time;
+};
+
+// The sequence of token i: its first token and length.
+__device__ __forceinline__ void find_sequence(const AttentionArgs& g, std::int64_t i,
+                                              std::int64_t& begin, std::int64_t& n) {
+  std::int64_t lo = 0, hi = g.batch;  // the last b with offsets[b] <= i: i's (empty ones skipped)
+  while (hi - lo > 1) {
+    const std::int64_t mid = (lo + hi) / 2;
+    if (g.offsets[mid] <= i)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  begin = g.offsets[lo];
+  n = g.offsets[lo + 1] - begin;
+}
+
+__device__ __forceinline__ int time_bucket(const AttentionArgs& g, std::int64_t ti,
+                                           std::int64_t tj) {
+  const std::int64_t delta = ti > tj ? ti - tj : 0;
+  const int width = delta == 0 ? 0 : 64 - __clzll(static_cast<long long>(delta));
+  return width < g.tb - 1 ? width : g.tb - 1;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v += shfl_xor(kFullMask, v, o);
+  return v;
+}
+
+// The score of query i (il within its sequence) and key j (jl).
+__device__ __forceinline__ float score(const AttentionArgs& g, int h,
+                                       const float (&qi)[kMaxPerLane], const float* kj,
+                                       std::int64_t il, std::int64_t jl, std::int64_t ti,
+                                       std::int64_t tj) {
+  const int lane = lane_id();
+  float dot = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    const int c = lane + k * kWarpSize;
+    if (c < g.a) dot += qi[k] * kj[c];
+  }
+  dot = warp_sum(dot);
+  const std::int64_t dist = il - jl < g.pb - 1 ? il - jl : g.pb - 1;
+  return g.scale * dot + g.position[h * g.pb + dist] + g.time[h * g.tb + time_bucket(g, ti, tj)];
+}
+
+__device__ __forceinline__ bool visible(std::int64_t il, std::int64_t jl, std::int64_t history) {
+  return jl <= il && (jl < history || jl == il);
+}
+
+__global__ void attention_forward_kernel(AttentionArgs g, CMat q, CMat k, CMat v, Mat out) {
+  const std::int64_t w =
+      (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
+  if (w >= g.tokens * g.heads) return;
+  const std::int64_t i = w / g.heads;
+  const int h = static_cast<int>(w - i * g.heads), lane = lane_id();
+  std::int64_t begin, n;
+  find_sequence(g, i, begin, n);
+  const std::int64_t il = i - begin, history = n - g.targets;
+  float qi[kMaxPerLane], acc[kMaxPerLane];
+#pragma unroll
+  for (int c = 0; c < kMaxPerLane; ++c) {
+    const int col = lane + c * kWarpSize;
+    qi[c] = col < g.a ? q.data[i * q.ld + h * g.a + col] : 0.0f;
+    acc[c] = 0.0f;
+  }
+  for (std::int64_t jl = 0; jl <= il; ++jl) {
+    if (!visible(il, jl, history)) continue;
+    const std::int64_t j = begin + jl;
+    const float s = score(g, h, qi, k.data + j * k.ld + h * g.a, il, jl, g.times[i], g.times[j]);
+    const float wgt = g.inv_n * s / (1.0f + expf(-s));
+    const float* vj = v.data + j * v.ld + h * g.v;
+#pragma unroll
+    for (int c = 0; c < kMaxPerLane; ++c) {
+      const int col = lane + c * kWarpSize;
+      if (col < g.v) acc[c] += wgt * vj[col];
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kMaxPerLane; ++c) {
+    const int col = lane + c * kWarpSize;
+    if (col < g.v) out.data[i * out.ld + h * g.v + col] = acc[c];
+  }
+}
+
+// dq of query (i, h).
+__global__ void attention_dq_kernel(AttentionArgs g, CMat q, CMat k, CMat v, CMat dout, Mat dq) {
+  const std::int64_t w =
+      (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
+  if (w >= g.tokens * g.heads) return;
+  const std::int64_t i = w / g.heads;
+  const int h = static_cast<int>(w - i * g.heads), lane = lane_id();
+  std::int64_t begin, n;
+  find_sequence(g, i, begin, n);
+  const std::int64_t il = i - begin, history = n - g.targets;
+  float qi[kMaxPerLane], gi[kMaxPerLane], acc[kMaxPerLane];
+#pragma unroll
+  for (int c = 0; c < kMaxPerLane; ++c) {
+    const int col = lane + c * kWarpSize;
+    qi[c] = col < g.a ? q.data[i * q.ld + h * g.a + col] : 0.0f;
+    gi[c] = col < g.v ? dout.data[i * dout.ld + h * g.v + col] : 0.0f;
+    acc[c] = 0.0f;
+  }
+  for (std::int64_t jl = 0; jl <= il; ++jl) {
+    if (!visible(il, jl, history)) continue;
+    const std::int64_t j = begin + jl;
+    const float* kj = k.data + j * k.ld + h * g.a;
+    const float s = score(g, h, qi, kj, il, jl, g.times[i], g.times[j]);
+    const float* vj = v.data + j * v.ld + h * g.v;
+    float da = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kMaxPerLane; ++c) {
+      const int col = lane + c * kWarpSize;
+      if (col < g.v) da += gi[c] * vj[col];
+    }
+    da = warp_sum(da);
+    const float sg = 1.0f / (1.0f + expf(-s));
+    const float ds = g.inv_n * da * sg * (1.0f + s * (1.0f - sg));
+#pragma unroll
+    for (int c = 0; c < kMaxPerLane; ++c) {
+      const int col = lane + c * kWarpSize;
+      if (col < g.a) acc[c] += ds * kj[col];
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kMaxPerLane; ++c) {
+    const int col = lane + c * kWarpSize;
+    if (col < g.a) dq.data[i * dq.ld + h * g.a + col] = g.scale * acc[c];
+  }
+}
+
+__device__ __forceinline__ void flush(unsigned long long* total, float run) {
+  if (run != 0.0f)
+    atomicAdd(total,
+              static_cast<unsigned long long>(llrint(static_cast<double>(run) * kFixedScale)));
+}
+
+// dk and dv of key (j, h), and its pairs' share of the bias gradients.
+__global__ void attention_dkv_kernel(AttentionArgs g, CMat q, CMat k, CMat v, CMat dout, Mat dk,
+                                     Mat dv, unsigned long long* dpos, unsigned long long* dtime) {
+  const std::int64_t w =
+      (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
+  if (w >= g.tokens * g.heads) return;
+  const std::int64_t j = w / g.heads;
+  const int h = static_cast<int>(w - j * g.heads), lane = lane_id();
+  std::int64_t begin, n;
+  find_sequence(g, j, begin, n);
+  const std::int64_t jl = j - begin, history = n - g.targets;
+  float kj[kMaxPerLane], vj[kMaxPerLane], ak[kMaxPerLane], av[kMaxPerLane];
+#pragma unroll
+  for (int c = 0; c < kMaxPerLane; ++c) {
+    const int col = lane + c * kWarpSize;
+    kj[c] = col < g.a ? k.data[j * k.ld + h * g.a + col] : 0.0f;
+    vj[c] = col < g.v ? v.data[j * v.ld + h * g.v + col] : 0.0f;
+    ak[c] = av[c] = 0.0f;
+  }
+  int pos_bucket = -1, time_b = -1;
+  float pos_run = 0.0f, time_run = 0.0f;
+  // A key is seen by itself, and by every later query when it is history.
+  const std::int64_t last = jl < history ? n - 1 : jl;
+  for (std::int64_t il = jl; il <= last; ++il) {
+    if (!visible(il, jl, history)) continue;
+    const std::int64_t i = begin + il;
+    const float* qi = q.data + i * q.ld + h * g.a;
+    const float* gi = dout.data + i * dout.ld + h * g.v;
+    float dot = 0.0f, da = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kMaxPerLane; ++c) {
+      const int col = lane + c * kWarpSize;
+      if (col < g.a) dot += qi[col] * kj[c];
+      if (col < g.v) da += gi[col] * vj[c];
+    }
+    dot = warp_sum(dot);
+    da = warp_sum(da);
+    const int p = static_cast<int>(il - jl < g.pb - 1 ? il - jl : g.pb - 1);
+    const int tbk = time_bucket(g, g.times[i], g.times[j]);
+    const float s = g.scale * dot + g.position[h * g.pb + p] + g.time[h * g.tb + tbk];
+    const float sg = 1.0f / (1.0f + expf(-s));
+    const float ds = g.inv_n * da * sg * (1.0f + s * (1.0f - sg));
+    const float wgt = g.inv_n * s * sg;
+#pragma unroll
+    for (int c = 0; c < kMaxPerLane; ++c) {
+      const int col = lane + c * kWarpSize;
+      if (col < g.a) ak[c] += ds * qi[col];
+      if (col < g.v) av[c] += wgt * gi[col];
+    }
+    if (lane == 0) {
+      if (p != pos_bucket) {
+        if (pos_bucket >= 0) flush(dpos + h * g.pb + pos_bucket, pos_run);
+        pos_bucket = p;
+        pos_run = 0.0f;
+      }
+      pos_run += ds;
+      if (tbk != time_b) {
+        if (time_b >= 0) flush(dtime + h * g.tb + time_b, time_run);
+        time_b = tbk;
+        time_run = 0.0f;
+      }
+      time_run += ds;
+    }
+  }
+  if (lane == 0) {
+    if (pos_bucket >= 0) flush(dpos + h * g.pb + pos_bucket, pos_run);
+    if (time_b >= 0) flush(dtime + h * g.tb + time_b, time_run);
+  }
+#pragma unroll
+  for (int c = 0; c < kMaxPerLane; ++c) {
+    const int col = lane + c * kWarpSize;
+    if (col < g.a) dk.data[j * dk.ld + h * g.a + col] = g.scale * ak[c];
+    if (col < g.v) dv.data[j * dv.ld + h * g.v + col] = av[c];
+  }
+}
+
+__global__ void zero_kernel(unsigned long long* p, std::int64_t n) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    p[i] = 0;
+}
+
+__global__ void fixed_to_float_kernel(const unsigned long long* p, std::int64_t n, float* out) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = static_cast<float>(static_cast<double>(static_cast<long long>(p[i])) / kFixedScale);
+}
+
+AttentionArgs attention_args(const SequenceBatch& seq, const HstuAttention& att) {
+  if (att.attention_dim > kMaxPerLane * 32 || att.value_dim > kMaxPerLane * 32)
+    throw Error("hstu_attention: attention_dim " + std::to_string(att.attention_dim) +
+                " and value_dim " + std::to_string(att.value_dim) + " must be at most " +
+                std::to_string(kMaxPerLane * 32) + " on the GPU");
+  return {seq.offsets,          seq.timestamps,   seq.batch,         seq.tokens,
+          seq.targets,          att.heads,        att.attention_dim, att.value_dim,
+          att.position_buckets, att.time_buckets, att.scale,         att.inv_n,
+          att.position,         att.time};
+}
+
+std::int64_t warp_grid(const AttentionArgs& g, int block) {
+  const std::int64_t warps_per_block = block / device_info().warp_size;
+  return (g.tokens * g.heads + warps_per_block - 1) / warps_per_block;
+}
+
+}  // namespace
+
+void layer_norm_forward(Stream_t s, CMat x, const float* gamma, const float* beta, float eps, Mat y,
+                        float* mean, float* rstd) {
+  if (x.rows == 0) return;
+  launch("layer_norm_forward", norm_forward_kernel, {grid_of(x.rows, 1), kRowBlock, 0}, s, x, gamma,
+         beta, CMat{}, eps, y, mean, rstd);
+}
+
+std::int64_t layer_norm_scratch_bytes(std::int64_t rows, std::int64_t cols) {
+  return (rows * cols * 4 + 7) / 8 * 8 + column_sum_scratch_bytes(rows, cols);
+}
+
+void layer_norm_backward(Stream_t s, CMat x, const float* gamma, const float* mean,
+                         const float* rstd, CMat dy, Mat dx, float* dgamma, float* dbeta,
+                         void* scratch) {
+  auto* prod = static_cast<float*>(scratch);
+  void* sums = static_cast<char*>(scratch) + (x.rows * x.cols * 4 + 7) / 8 * 8;
+  if (x.rows > 0)
+    launch("layer_norm_backward", norm_backward_kernel, {grid_of(x.rows, 1), kRowBlock, 0}, s, x,
+           gamma, CMat{}, mean, rstd, dy, dx, Mat{}, dgamma != nullptr ? prod : nullptr);
+  if (dgamma != nullptr) column_sum(s, CMat(prod, x.rows, x.cols), dgamma, sums);
+  if (dbeta != nullptr) column_sum(s, dy, dbeta, sums);
+}
+
+void norm_mul_forward(Stream_t s, CMat x, CMat u, float eps, Mat y, float* mean, float* rstd) {
+  if (x.rows == 0) return;
+  launch("norm_mul_forward", norm_forward_kernel, {grid_of(x.rows, 1), kRowBlock, 0}, s, x,
+         static_cast<const float*>(nullptr), static_cast<const float*>(nullptr), u, eps, y, mean,
+         rstd);
+}
+
+void norm_mul_backward(Stream_t s, CMat x, CMat u, const float* mean, const float* rstd, CMat dy,
+                       Mat dx, Mat du) {
+  if (x.rows == 0) return;
+  launch("norm_mul_backward", norm_backward_kernel, {grid_of(x.rows, 1), kRowBlock, 0}, s, x,
+         static_cast<const float*>(nullptr), u, mean, rstd, dy, dx, du,
+         static_cast<float*>(nullptr));
+}
+
+void silu_forward(Stream_t s, CMat x, Mat y) {
+  launch("silu_forward", pointwise_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s,
+         0, x, CMat{}, y);
+}
+void silu_backward(Stream_t s, CMat x, CMat dy, Mat dx) {
+  launch("silu_backward", pointwise_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s,
+         1, x, dy, dx);
+}
+void add_into(Stream_t s, CMat x, Mat y) {
+  launch("add_into", pointwise_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s, 2, x,
+         CMat{}, y);
+}
+
+void gather_rows(Stream_t s, CMat src, const std::int64_t* index, Mat dst) {
+  launch("gather_rows", rows_kernel, {grid_of(dst.rows * dst.cols, kRowBlock), kRowBlock, 0}, s, 0,
+         src, index, dst, dst.rows, dst.cols);
+}
+void scatter_add_rows(Stream_t s, CMat src, const std::int64_t* index, Mat dst) {
+  launch("scatter_add_rows", rows_kernel, {grid_of(src.rows * src.cols, kRowBlock), kRowBlock, 0},
+         s, 1, src, index, dst, src.rows, src.cols);
+}
+
+std::int64_t embedding_sum_scratch_bytes(std::size_t) {
+  return 0;
+}
+
+void embedding_sum_forward(Stream_t s, std::span<const TableLayout> tables,
+                           const TableWeights& weights, const SparseInput& in, Mat out, void*) {
+  constexpr const char* op = "embedding_sum_forward";
+  if (tables.size() > static_cast<std::size_t>(kMaxSumTables))
+    throw Error(std::string(op) + ": " + std::to_string(tables.size()) + " tables, at most " +
+                std::to_string(kMaxSumTables) + " on the GPU");
+  SumTables st;
+  st.count = static_cast<int>(tables.size());
+  st.f32 = static_cast<const float*>(weights.f32);
+  st.f16 = static_cast<const F16*>(weights.f16);
+  st.bf16 = static_cast<const Bf16*>(weights.bf16);
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const TableLayout& tl = tables[t];
+    if (tl.host_placed())
+      throw Error(std::string(op) + ": table " + std::to_string(t) +
+                  " is host-placed, which the GPU op does not read");
+    st.t[t] = {tl.rows, tl.weight_offset,
+               tl.dtype == DType::f32   ? 0
+               : tl.dtype == DType::f16 ? 1
+                                        : 2,
+               tl.pooling == Pooling::mean ? 1 : 0};
+  }
+  launch("embedding_sum_forward", embedding_sum_kernel,
+         {grid_of(in.batch * out.cols, kRowBlock), kRowBlock, 0}, s, st, in.ids, in.offsets,
+         in.batch, out);
+}
+
+void hstu_attention_forward(Stream_t s, const SequenceBatch& seq, const HstuAttention& att, CMat q,
+                            CMat k, CMat v, Mat out) {
+  const AttentionArgs g = attention_args(seq, att);
+  if (g.tokens == 0) return;
+  launch("hstu_attention_forward", attention_forward_kernel,
+         {warp_grid(g, kRowBlock), kRowBlock, 0}, s, g, q, k, v, out);
+}
+
+std::int64_t attention_scratch_bytes(const HstuAttention& att) {
+  return static_cast<std::int64_t>(att.heads) * (att.position_buckets + att.time_buckets) * 8;
+}
+
+void hstu_attention_backward(Stream_t s, const SequenceBatch& seq, const HstuAttention& att, CMat q,
+                             CMat k, CMat v, CMat dout, Mat dq, Mat dk, Mat dv, float* dposition,
+                             float* dtime, void* scratch) {
+  const AttentionArgs g = attention_args(seq, att);
+  auto* fixed = static_cast<unsigned long long*>(scratch);
+  const std::int64_t np = static_cast<std::int64_t>(g.heads) * g.pb,
+                     nt = static_cast<std::int64_t>(g.heads) * g.tb;
+  launch("hstu_attention_zero", zero_kernel, {grid_of(np + nt, kRowBlock), kRowBlock, 0}, s, fixed,
+         np + nt);
+  if (g.tokens > 0) {
+    launch("hstu_attention_dq", attention_dq_kernel, {warp_grid(g, kRowBlock), kRowBlock, 0}, s, g,
+           q, k, v, dout, dq);
+    launch("hstu_attention_dkv", attention_dkv_kernel, {warp_grid(g, kRowBlock), kRowBlock, 0}, s,
+           g, q, k, v, dout, dk, dv, fixed, fixed + np);
+  }
+  launch("hstu_attention_bias_position", fixed_to_float_kernel,
+         {grid_of(np, kRowBlock), kRowBlock, 0}, s, static_cast<const unsigned long long*>(fixed),
+         np, dposition);
+  launch("hstu_attention_bias_time", fixed_to_float_kernel, {grid_of(nt, kRowBlock), kRowBlock, 0},
+         s, static_cast<const unsigned long long*>(fixed + np), nt, dtime);
+}
+
+}  // namespace parity::gpu

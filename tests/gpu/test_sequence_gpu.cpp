@@ -1,0 +1,257 @@
+// The HSTU layer's ops on the GPU (sequence.cu) against the CPU reference on random inputs with
+// poisoned outputs: row ops, SiLU, row copies, summed lookups, and the jagged attention on
+// lengths from 0 to 2,048 (empty and length-1 sequences included), forward and backward, the
+// backward bit for bit the same when run again.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/gpu/gpu_backend.h"
+#include "dense_test_util.h"
+
+namespace parity::gpu::test {
+namespace {
+
+constexpr double kTol = 1e-4;  // GPU fp32 against the CPU per op (issue target)
+
+// |got - ref| <= kTol (|ref| + rms(ref)) element by element; poison where ref has it.
+void expect_near_ref(const std::string& what, const HostMat& got, const HostMat& ref) {
+  double sq = 0.0;
+  std::int64_t n = 0;
+  for (std::int64_t r = 0; r < ref.rows; ++r)
+    for (std::int64_t c = 0; c < ref.cols; ++c) {
+      sq += static_cast<double>(ref.at(r, c)) * ref.at(r, c);
+      ++n;
+    }
+  const float rms = n > 0 ? static_cast<float>(std::sqrt(sq / static_cast<double>(n))) : 0.0f;
+  HostMat mag = ref;
+  for (std::int64_t r = 0; r < ref.rows; ++r)
+    for (std::int64_t c = 0; c < ref.cols; ++c) mag.at(r, c) = std::fabs(ref.at(r, c)) + rms;
+  expect_close(what, got, ref, mag, kTol);
+}
+
+HostMat from(const std::vector<float>& v) {
+  HostMat m(1, static_cast<std::int64_t>(v.size()), static_cast<std::int64_t>(v.size()));
+  m.v = v;
+  return m;
+}
+
+TEST(SequenceGpu, RowOpsMatchCpu) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu;
+  CpuBackend cpu;
+  Rand rand(71);
+  for (const auto& [rows, cols] :
+       {std::pair<std::int64_t, std::int64_t>{1, 1}, {37, 96}, {1000, 256}, {300, 1000}}) {
+    const std::string tag = std::to_string(rows) + "x" + std::to_string(cols) + " ";
+    const HostMat x = HostMat::random(rows, cols, 3, rand, -2.0f, 3.0f);
+    const HostMat u = HostMat::random(rows, cols, 1, rand);
+    const HostMat dy = HostMat::random(rows, cols, 2, rand);
+    const HostMat gamma = random_vec(cols, rand, 0.5f, 1.5f), beta = random_vec(cols, rand);
+    const DevMat gx(gpu, x), gu(gpu, u), gdy(gpu, dy), gg(gpu, gamma), gb(gpu, beta);
+    // Layer norm, forward and backward.
+    HostMat y = x.poisoned(), dx = x.poisoned();
+    std::vector<float> mean(static_cast<std::size_t>(rows)), rstd(mean.size()),
+        dgamma(static_cast<std::size_t>(cols)), dbeta(dgamma.size());
+    cpu.layer_norm_forward(x.cview(), gamma.v.data(), beta.v.data(), 1e-5f, y.view(), mean.data(),
+                           rstd.data());
+    cpu.layer_norm_backward(x.cview(), gamma.v.data(), mean.data(), rstd.data(), dy.cview(),
+                            dx.view(), dgamma.data(), dbeta.data());
+    DevMat gy(gpu, x.poisoned()), gdx(gpu, x.poisoned()), gmean(gpu, HostMat(1, rows, rows)),
+        grstd(gpu, HostMat(1, rows, rows)), gdg(gpu, HostMat(1, cols, cols)),
+        gdb(gpu, HostMat(1, cols, cols));
+    gpu.layer_norm_forward(gx.view(), gg.data(), gb.data(), 1e-5f, gy.view(), gmean.data(),
+                           grstd.data());
+    gpu.layer_norm_backward(gx.view(), gg.data(), gmean.data(), grstd.data(), gdy.view(),
+                            gdx.view(), gdg.data(), gdb.data());
+    expect_near_ref(tag + "layer norm y", gy.download(), y);
+    expect_near_ref(tag + "layer norm rstd", grstd.download(), from(rstd));
+    expect_near_ref(tag + "layer norm dx", gdx.download(), dx);
+    expect_near_ref(tag + "layer norm dgamma", gdg.download(), from(dgamma));
+    expect_near_ref(tag + "layer norm dbeta", gdb.download(), from(dbeta));
+    // Norm-multiply.
+    HostMat ny = x.poisoned(), ndx = x.poisoned(), ndu = x.poisoned();
+    cpu.norm_mul_forward(x.cview(), u.cview(), 1e-5f, ny.view(), mean.data(), rstd.data());
+    cpu.norm_mul_backward(x.cview(), u.cview(), mean.data(), rstd.data(), dy.cview(), ndx.view(),
+                          ndu.view());
+    DevMat gny(gpu, x.poisoned()), gndx(gpu, x.poisoned()), gndu(gpu, x.poisoned());
+    gpu.norm_mul_forward(gx.view(), gu.view(), 1e-5f, gny.view(), gmean.data(), grstd.data());
+    gpu.norm_mul_backward(gx.view(), gu.view(), gmean.data(), grstd.data(), gdy.view(), gndx.view(),
+                          gndu.view());
+    expect_near_ref(tag + "norm_mul y", gny.download(), ny);
+    expect_near_ref(tag + "norm_mul dx", gndx.download(), ndx);
+    expect_near_ref(tag + "norm_mul du", gndu.download(), ndu);
+    // SiLU and the residual add.
+    HostMat sy = x.poisoned(), sdx = x.poisoned();
+    cpu.silu_forward(x.cview(), sy.view());
+    cpu.silu_backward(x.cview(), dy.cview(), sdx.view());
+    DevMat gsy(gpu, x.poisoned()), gsdx(gpu, x.poisoned());
+    gpu.silu_forward(gx.view(), gsy.view());
+    gpu.silu_backward(gx.view(), gdy.view(), gsdx.view());
+    expect_near_ref(tag + "silu", gsy.download(), sy);
+    expect_near_ref(tag + "silu backward", gsdx.download(), sdx);
+    cpu.add_into(dy.cview(), sy.view());
+    gpu.add_into(gdy.view(), gsy.view());
+    expect_near_ref(tag + "add_into", gsy.download(), sy);
+  }
+}
+
+TEST(SequenceGpu, RowCopiesAndSummedLookupsMatchCpu) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu;
+  CpuBackend cpu;
+  Rand rand(72);
+  const HostMat src = HostMat::random(50, 24, 0, rand);
+  std::vector<std::int64_t> index;
+  for (std::int64_t i = 0; i < 50; i += 3) index.push_back((i * 7) % 50);
+  const auto n = static_cast<std::int64_t>(index.size());
+  Buffer gi(gpu, index.size() * 8);
+  gpu.copy_to_device(gi.get(), index.data(), index.size() * 8);
+  HostMat rows(n, 24, 24);
+  cpu.gather_rows(src.cview(), index.data(), rows.view());
+  const DevMat gsrc(gpu, src);
+  DevMat grows(gpu, rows.poisoned());
+  gpu.gather_rows(gsrc.view(), gi.as<const std::int64_t>(), grows.view());
+  expect_near_ref("gather_rows", grows.download(), rows);
+  HostMat full = src;
+  DevMat gfull(gpu, src);
+  cpu.scatter_add_rows(rows.cview(), index.data(), full.view());
+  gpu.scatter_add_rows(grows.view(), gi.as<const std::int64_t>(), gfull.view());
+  expect_near_ref("scatter_add_rows", gfull.download(), full);
+
+  // Three tables of dim 16 (fp32, bf16, fp32 mean), one id per token and some empty bags.
+  std::vector<TableLayout> tables(3);
+  const std::int64_t rows_of[3] = {40, 7, 5};
+  std::int64_t off32 = 0;
+  for (int t = 0; t < 3; ++t) {
+    tables[t].rows = rows_of[t];
+    tables[t].dim = 16;
+    tables[t].dtype = t == 1 ? DType::bf16 : DType::f32;
+    tables[t].pooling = t == 2 ? Pooling::mean : Pooling::sum;
+    tables[t].weight_offset = t == 1 ? 0 : off32;
+    if (t != 1) off32 += rows_of[t] * 16;
+  }
+  std::vector<float> w32(static_cast<std::size_t>(off32));
+  for (float& v : w32) v = rand.uniform();
+  std::vector<std::uint16_t> w16(7 * 16);
+  for (auto& b : w16) b = bf16_bits(rand.uniform());
+  const std::int64_t tokens = 300;
+  std::vector<std::int64_t> ids, offsets{0};
+  for (int t = 0; t < 3; ++t)
+    for (std::int64_t b = 0; b < tokens; ++b) {
+      const std::int64_t k = t == 2 ? rand.integer(0, 3) : (b % 11 == 5 ? 0 : 1);
+      for (std::int64_t j = 0; j < k; ++j) ids.push_back(rand.integer(0, rows_of[t] - 1));
+      offsets.push_back(static_cast<std::int64_t>(ids.size()));
+    }
+  HostMat out(tokens, 16, 16);
+  cpu.embedding_sum_forward(tables, TableWeights{w32.data(), nullptr, w16.data()},
+                            SparseInput{tokens, 3, ids.data(), offsets.data()}, out.view());
+  Buffer g32(gpu, w32.size() * 4), g16(gpu, w16.size() * 2), gids(gpu, ids.size() * 8),
+      goff(gpu, offsets.size() * 8);
+  gpu.copy_to_device(g32.get(), w32.data(), w32.size() * 4);
+  gpu.copy_to_device(g16.get(), w16.data(), w16.size() * 2);
+  gpu.copy_to_device(gids.get(), ids.data(), ids.size() * 8);
+  gpu.copy_to_device(goff.get(), offsets.data(), offsets.size() * 8);
+  DevMat gout(gpu, out.poisoned());
+  gpu.embedding_sum_forward(
+      tables, TableWeights{g32.get(), nullptr, g16.get()},
+      SparseInput{tokens, 3, gids.as<const std::int64_t>(), goff.as<const std::int64_t>()},
+      gout.view());
+  expect_near_ref("embedding_sum_forward", gout.download(), out);
+}
+
+// Lengths 0 .. 2,048 with targets, heads 2 (a 64, v 32, which take two lanes' strides on 32-lane
+// warps), few buckets so that distances and times clamp.
+TEST(SequenceGpu, AttentionMatchesCpu) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu;
+  CpuBackend cpu;
+  Rand rand(73);
+  const std::vector<std::int64_t> lengths{0, 1, 3, 2048, 2, 77, 0, 513, 130, 4};
+  const int targets = 2, heads = 2, a = 64, vd = 32, pb = 40, tb = 20;
+  std::vector<std::int64_t> offsets{0}, times;
+  for (const std::int64_t len : lengths) {
+    const std::int64_t n = len == 0 ? 0 : std::max<std::int64_t>(len, targets);
+    std::int64_t ts = 1600000000 + rand.integer(0, 1000);
+    for (std::int64_t i = 0; i < n; ++i) {
+      times.push_back(ts);
+      ts += static_cast<std::int64_t>(std::exp(rand.u() * 14.0));
+    }
+    offsets.push_back(offsets.back() + n);
+  }
+  const std::int64_t tokens = offsets.back();
+  std::int64_t longest = 0;
+  for (std::size_t b = 0; b + 1 < offsets.size(); ++b)
+    longest = std::max(longest, offsets[b + 1] - offsets[b]);
+  const HostMat qkv = HostMat::random(tokens, 2 * heads * a + heads * vd, 0, rand, -0.5f, 1.0f);
+  const HostMat dout = HostMat::random(tokens, heads * vd, 0, rand);
+  const HostMat pos = random_vec(heads * pb, rand), tim = random_vec(heads * tb, rand);
+  HstuAttention att;
+  att.heads = heads;
+  att.attention_dim = a;
+  att.value_dim = vd;
+  att.scale = 1.0f / std::sqrt(static_cast<float>(a));
+  att.inv_n = 1.0f / static_cast<float>(longest);
+  att.position_buckets = pb;
+  att.time_buckets = tb;
+  SequenceBatch seq{static_cast<std::int64_t>(lengths.size()),
+                    tokens,
+                    longest,
+                    targets,
+                    offsets.data(),
+                    times.data()};
+  const CMat all = qkv.cview();
+  const std::int64_t qa = static_cast<std::int64_t>(heads) * a;
+  HstuAttention catt = att;
+  catt.position = pos.v.data();
+  catt.time = tim.v.data();
+  HostMat out(tokens, heads * vd, heads * vd), dq(tokens, qa, qa), dk(tokens, qa, qa),
+      dv(tokens, heads * vd, heads * vd);
+  std::vector<float> dpos(pos.v.size()), dtime(tim.v.size());
+  cpu.hstu_attention_forward(seq, catt, all.cols_slice(0, qa), all.cols_slice(qa, qa),
+                             all.cols_slice(2 * qa, heads * vd), out.view());
+  cpu.hstu_attention_backward(seq, catt, all.cols_slice(0, qa), all.cols_slice(qa, qa),
+                              all.cols_slice(2 * qa, heads * vd), dout.cview(), dq.view(),
+                              dk.view(), dv.view(), dpos.data(), dtime.data());
+
+  const DevMat gqkv(gpu, qkv), gdout(gpu, dout), gpos(gpu, pos), gtim(gpu, tim);
+  Buffer goff(gpu, offsets.size() * 8), gtimes(gpu, times.size() * 8);
+  gpu.copy_to_device(goff.get(), offsets.data(), offsets.size() * 8);
+  gpu.copy_to_device(gtimes.get(), times.data(), times.size() * 8);
+  SequenceBatch gseq = seq;
+  gseq.offsets = goff.as<const std::int64_t>();
+  gseq.timestamps = gtimes.as<const std::int64_t>();
+  HstuAttention gatt = att;
+  gatt.position = gpos.data();
+  gatt.time = gtim.data();
+  const Mat gall = gqkv.view();
+  DevMat gout(gpu, out.poisoned()), gdq(gpu, dq.poisoned()), gdk(gpu, dk.poisoned()),
+      gdv(gpu, dv.poisoned()), gdp(gpu, HostMat(1, heads * pb, heads * pb)),
+      gdt(gpu, HostMat(1, heads * tb, heads * tb));
+  gpu.hstu_attention_forward(gseq, gatt, gall.cols_slice(0, qa), gall.cols_slice(qa, qa),
+                             gall.cols_slice(2 * qa, heads * vd), gout.view());
+  auto backward = [&] {
+    gpu.hstu_attention_backward(gseq, gatt, gall.cols_slice(0, qa), gall.cols_slice(qa, qa),
+                                gall.cols_slice(2 * qa, heads * vd), gdout.view(), gdq.view(),
+                                gdk.view(), gdv.view(), gdp.data(), gdt.data());
+  };
+  backward();
+  expect_near_ref("attention out", gout.download(), out);
+  expect_near_ref("attention dq", gdq.download(), dq);
+  expect_near_ref("attention dk", gdk.download(), dk);
+  expect_near_ref("attention dv", gdv.download(), dv);
+  expect_near_ref("attention dposition", gdp.download(), from(dpos));
+  expect_near_ref("attention dtime", gdt.download(), from(dtime));
+  const HostMat first_dk = gdk.download(), first_dp = gdp.download(), first_dt = gdt.download();
+  backward();
+  EXPECT_EQ(std::memcmp(gdk.download().v.data(), first_dk.v.data(), first_dk.v.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(gdp.download().v.data(), first_dp.v.data(), first_dp.v.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(gdt.download().v.data(), first_dt.v.data(), first_dt.v.size() * 4), 0);
+}
+
+}  // namespace
+}  // namespace parity::gpu::test
