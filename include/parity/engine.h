@@ -183,6 +183,15 @@ class HstuModel {
   std::int64_t embedding_parameter_count() const;
   std::size_t allocated_bytes() const;
 
+  // The step profile, as Model's: device timing marks between categories (input, embedding_forward,
+  // norms, projections, attention, head, embedding_backward, dense_optimizer) and per op
+  // ("layer.0 attention backward"), summed over the profiled steps; predict() is not profiled.
+  void set_profiling(bool on);
+  void finish_profile();
+  const std::map<std::string, double>& profile_ms() const;
+  const std::map<std::string, double>& profile_ops_ms() const;
+  std::int64_t profiled_steps() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/layout.h"
+#include "engine/step_profiler.h"
 #include "parity/engine.h"
 #include "parity/error.h"
 
@@ -34,6 +35,25 @@ namespace {
 enum InitStream : std::uint64_t { kUvqk = 11, kOut = 12, kHead = 13, kTables = 14 };
 
 constexpr float kNormEps = 1e-5f;
+
+// The sections of a layer in the step profile, in the order of op_name()'s index.
+constexpr const char* kLayerOps[] = {
+    "norm forward",        "projection forward", "attention forward", "norm_mul forward",
+    "output forward",      "output backward",    "norm_mul backward", "attention backward",
+    "projection backward", "norm backward"};
+enum LayerOp : int {
+  kNormForward,
+  kProjectionForward,
+  kAttentionForward,
+  kNormMulForward,
+  kOutputForward,
+  kOutputBackward,
+  kNormMulBackward,
+  kAttentionBackward,
+  kProjectionBackward,
+  kNormBackward,
+  kLayerOpCount
+};
 
 // One HSTU layer's parameters: offsets into the flat dense buffer.
 struct Layer {
@@ -80,13 +100,22 @@ struct HstuModel::Impl {
   // ---- gradients ----
   Buffer dx_a, dx_b, dn, dpre, dattn, dy, dfinal, dctx;
 
+  engine::StepProfiler profiler;
+  std::vector<std::string> op_names;  // "layer.{l} {what}", made once
+
   // ---- the current batch (host) ----
   std::int64_t batch = 0, tokens = 0;
   std::int64_t event_nnz = 0;
   std::vector<std::int64_t> h_seq, h_times, h_token_ids, h_token_offsets, h_ctx_rows, h_target_rows;
 
   Impl(const ModelSpec& s, Backend& backend, std::int64_t max_b, std::uint64_t init_seed, Options o)
-      : spec(s), h(*s.hstu), be(backend), options(o), max_batch(max_b), seed(init_seed) {
+      : spec(s),
+        h(*s.hstu),
+        be(backend),
+        options(o),
+        max_batch(max_b),
+        seed(init_seed),
+        profiler(backend) {
     if (max_batch < 1)
       throw InputError(fmt::format("HstuModel: max_batch is {}, expected >= 1", max_batch));
     if (h.dropout > 0.0)
@@ -105,6 +134,8 @@ struct HstuModel::Impl {
     emb_opt = engine::optimizer_params(spec.embedding_optimizer);
     dense_opt = engine::optimizer_params(spec.dense_optimizer);
     lay_out_parameters();
+    for (int l = 0; l < h.layers; ++l)
+      for (const char* what : kLayerOps) op_names.push_back(fmt::format("layer.{} {}", l, what));
     allocate();
     initialise();
   }
@@ -406,6 +437,9 @@ struct HstuModel::Impl {
     a.time = base + L.time;
     return a;
   }
+  const std::string& op_name(int layer, LayerOp op) const {
+    return op_names[static_cast<std::size_t>(layer * kLayerOpCount + op)];
+  }
   Mat mat(const Buffer& b, std::int64_t rows, std::int64_t cols) const {
     return Mat(b.as<float>(), rows, cols);
   }
@@ -417,6 +451,7 @@ struct HstuModel::Impl {
 
   void forward() {
     const std::int64_t T = tokens, BT = batch * targets;
+    profiler.section("embedding_forward");
     Mat x0 = mat(x[0], T, d);
     if (h.sequence.combine == EventCombine::sum) {
       be.embedding_sum_forward(feature_tables, tables(), event_input(), x0);
@@ -433,21 +468,27 @@ struct HstuModel::Impl {
     for (int l = 0; l < h.layers; ++l) {
       const Layer& L = layers[static_cast<std::size_t>(l)];
       const auto i = static_cast<std::size_t>(l);
+      profiler.section("norms", op_name(l, kNormForward));
       be.layer_norm_forward(mat(x[i], T, d), p + L.gamma, p + L.beta, kNormEps, mat(n1[i], T, d),
                             mean1[i].as<float>(), rstd1[i].as<float>());
+      profiler.section("projections", op_name(l, kProjectionForward));
       be.linear_forward(mat(n1[i], T, d), weight(L.uvqk_w, proj, d), p + L.uvqk_b, Activation::none,
                         mat(pre[i], T, proj));
       be.silu_forward(mat(pre[i], T, proj), mat(act[i], T, proj));
       const Mat s = mat(act[i], T, proj);
+      profiler.section("attention", op_name(l, kAttentionForward));
       be.hstu_attention_forward(seq, attention(L, p), s.cols_slice(2 * hv, ha),
                                 s.cols_slice(2 * hv + ha, ha), s.cols_slice(hv, hv),
                                 mat(attn[i], T, hv));
+      profiler.section("norms", op_name(l, kNormMulForward));
       be.norm_mul_forward(mat(attn[i], T, hv), s.cols_slice(0, hv), kNormEps, mat(y[i], T, hv),
                           mean2[i].as<float>(), rstd2[i].as<float>());
+      profiler.section("projections", op_name(l, kOutputForward));
       be.linear_forward(mat(y[i], T, hv), weight(L.out_w, d, hv), p + L.out_b, Activation::none,
                         mat(x[i + 1], T, d));
       be.add_into(mat(x[i], T, d), mat(x[i + 1], T, d));
     }
+    profiler.section("head");
     be.gather_rows(mat(x[static_cast<std::size_t>(h.layers)], T, d),
                    target_rows.as<const std::int64_t>(), mat(final_in, BT, d));
     be.layer_norm_forward(mat(final_in, BT, d), p + final_gamma, p + final_beta, kNormEps,
@@ -462,6 +503,7 @@ struct HstuModel::Impl {
     const std::int64_t T = tokens, BT = batch * targets;
     float* p = params();
     float* g = grads.as<float>();
+    profiler.section("head");
     be.bce_with_logits(logits.as<float>(), labels.as<float>(), BT * tasks, dlogits.as<float>(),
                        loss.as<float>());
     be.linear_backward(mat(final_out, BT, d), weight(head_w, tasks, d), mat(logits, BT, tasks),
@@ -481,19 +523,24 @@ struct HstuModel::Impl {
       const auto i = static_cast<std::size_t>(l);
       const Mat s = mat(act[i], T, proj);
       const Mat ds = mat(dpre, T, proj);
+      profiler.section("projections", op_name(l, kOutputBackward));
       be.linear_backward(mat(y[i], T, hv), weight(L.out_w, d, hv), mat(x[i + 1], T, d),
                          mat(*dx, T, d), Activation::none, mat(dy, T, hv), Mat(g + L.out_w, d, hv),
                          g + L.out_b);
+      profiler.section("norms", op_name(l, kNormMulBackward));
       be.norm_mul_backward(mat(attn[i], T, hv), s.cols_slice(0, hv), mean2[i].as<float>(),
                            rstd2[i].as<float>(), mat(dy, T, hv), mat(dattn, T, hv),
                            ds.cols_slice(0, hv));
+      profiler.section("attention", op_name(l, kAttentionBackward));
       be.hstu_attention_backward(
           seq, attention(L, p), s.cols_slice(2 * hv, ha), s.cols_slice(2 * hv + ha, ha),
           s.cols_slice(hv, hv), mat(dattn, T, hv), ds.cols_slice(2 * hv, ha),
           ds.cols_slice(2 * hv + ha, ha), ds.cols_slice(hv, hv), g + L.position, g + L.time);
+      profiler.section("projections", op_name(l, kProjectionBackward));
       be.silu_backward(mat(pre[i], T, proj), ds, ds);
       be.linear_backward(mat(n1[i], T, d), weight(L.uvqk_w, proj, d), mat(pre[i], T, proj), ds,
                          Activation::none, mat(dn, T, d), Mat(g + L.uvqk_w, proj, d), g + L.uvqk_b);
+      profiler.section("norms", op_name(l, kNormBackward));
       be.layer_norm_backward(mat(x[i], T, d), p + L.gamma, mean1[i].as<float>(),
                              rstd1[i].as<float>(), mat(dn, T, d), mat(*other, T, d), g + L.gamma,
                              g + L.beta);
@@ -503,6 +550,7 @@ struct HstuModel::Impl {
     // *dx is the gradient of x_0: the tables' updates, fused with their optimizer.
     ++step;
     const StochasticRounding rounding{seed, static_cast<std::uint64_t>(step)};
+    profiler.section("embedding_backward");
     be.embedding_backward_update(feature_tables, tables(), emb_state.as<float>(), event_input(),
                                  mat(*dx, T, d), emb_opt, rounding);
     if (contexts > 0) {
@@ -513,6 +561,7 @@ struct HstuModel::Impl {
                                    mat(dctx, batch, static_cast<std::int64_t>(contexts) * d),
                                    emb_opt, ctx_rounding);
     }
+    profiler.section("dense_optimizer");
     be.dense_optimizer_step(p, g, dense_state.as<float>(), dense_count, dense_opt, step);
   }
 };
@@ -528,9 +577,27 @@ HstuModel::HstuModel(const ModelSpec& spec, Backend& backend, std::int64_t max_b
 HstuModel::~HstuModel() = default;
 
 void HstuModel::train_step(const Batch& batch) {
+  impl_->profiler.section("input");
   impl_->stage(batch);
   impl_->forward();
   impl_->backward_and_update();
+  impl_->profiler.end_step();
+}
+
+void HstuModel::set_profiling(bool on) {
+  impl_->profiler.set_enabled(on);
+}
+void HstuModel::finish_profile() {
+  impl_->profiler.finish();
+}
+const std::map<std::string, double>& HstuModel::profile_ms() const {
+  return impl_->profiler.category_ms();
+}
+const std::map<std::string, double>& HstuModel::profile_ops_ms() const {
+  return impl_->profiler.op_ms();
+}
+std::int64_t HstuModel::profiled_steps() const {
+  return impl_->profiler.steps();
 }
 
 float HstuModel::last_loss() {
@@ -541,6 +608,7 @@ float HstuModel::last_loss() {
 
 void HstuModel::predict(const Batch& batch, float* probs) {
   Impl& m = *impl_;
+  const engine::StepProfiler::Pause pause(m.profiler);
   m.stage(batch);
   m.forward();
   const std::int64_t n = m.batch * m.targets * m.tasks;

@@ -55,7 +55,7 @@ class StepProfiler {
   std::int64_t steps() const { return steps_; }
 
  private:
-  static constexpr int kMarksPerStep = 64;
+  static constexpr int kMarksPerStep = 128;
   void read(int set);
 
   Backend& backend_;

@@ -3,7 +3,7 @@
 // resume rules as the DLRM loop.
 //
 // Why a loop of its own: the DLRM loop is built around Model (device-made synthetic data,
-// host-placed tables, plans, the step profile), none of which an HSTU model has yet. What the
+// host-placed tables, plans), none of which an HSTU model has yet. What the
 // two share (the run record, checkpoints, events) is shared code; what differs is small.
 #include "hstu_trainer.h"
 
@@ -76,6 +76,8 @@ class HstuTrainer {
     double paused = 0.0, smoothed = NAN;
     std::int64_t window_start = start;
     for (std::int64_t step = start; step < cfg_.steps; ++step) {
+      // The profile starts after two warm-up steps, as the DLRM loop's does.
+      if (cfg_.profile && step == start + 2) model_.set_profiling(true);
       data_.batch(Split::train, step, cfg_.batch, b);
       model_.train_step(b);
       const std::int64_t done = step + 1;
@@ -104,6 +106,13 @@ class HstuTrainer {
         checkpoint(done);
       paused += seconds_since(pause_start);
     }
+    if (cfg_.profile) {
+      model_.finish_profile();
+      const auto n = static_cast<double>(std::max<std::int64_t>(model_.profiled_steps(), 1));
+      for (const auto& [k, v] : model_.profile_ms()) result_.profile_ms_per_step[k] = v / n;
+      for (const auto& [k, v] : model_.profile_ops_ms()) result_.profile_ops_ms_per_step[k] = v / n;
+      result_.profiled_steps = model_.profiled_steps();
+    }
     const double train_s = seconds_since(t0) - paused;
     result_.steps = model_.step();
     result_.examples_per_s =
@@ -111,7 +120,7 @@ class HstuTrainer {
     result_.steady_examples_per_s = result_.examples_per_s;
     if (!cfg_.checkpoint_dir.empty()) checkpoint(result_.steps);
     evaluate(result_.steps);
-    result_.model_memory_bytes = {{"total", model_.allocated_bytes()}};
+    result_.model_memory_bytes = {{"model", model_.allocated_bytes()}};
     TrainEvent d = event(TrainEvent::Kind::done, result_.steps);
     d.loss = result_.final_loss;
     d.examples_per_s = result_.examples_per_s;
@@ -238,7 +247,6 @@ TrainResult train_hstu(const TrainConfig& in, TrainObserver* observer) {
     throw InputError(fmt::format(
         "model '{}' is an HSTU model, which trains on synthetic sequences so far (no --data)",
         cfg.model.name));
-  if (cfg.profile) throw InputError("--profile does not time HSTU models yet (train without it)");
   if (cfg.dense_math != DenseMath::fp32)
     throw InputError(fmt::format("HSTU models train with fp32 dense math so far, not {}",
                                  dense_math_name(cfg.dense_math)));
