@@ -9,8 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -234,6 +236,35 @@ void expect_gap_untouched(const Matrix<T>& m, std::int64_t col0, std::int64_t co
       }
     }
   }
+}
+
+// Central differences (step 1e-6) of objective in p[i] against analytic[i], for every i in
+// [0, n): relative error (to max(1, |analytic|)) at most 1e-6, the first few misses reported.
+inline void check_gradient(const std::string& what, double* p, const double* analytic,
+                           std::int64_t n, const std::function<double()>& objective) {
+  constexpr double kStep = 1e-6, kTolerance = 1e-6;
+  int bad = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double saved = p[i];
+    p[i] = saved + kStep;
+    const double plus = objective();
+    p[i] = saved - kStep;
+    const double minus = objective();
+    p[i] = saved;
+    const double numeric = (plus - minus) / (2.0 * kStep);
+    const double err = std::abs(numeric - analytic[i]) / std::max(1.0, std::abs(analytic[i]));
+    if (err > kTolerance && ++bad <= 5)
+      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << ", numeric " << numeric
+                    << " (relative error " << err << ")";
+  }
+}
+
+// Σ a ⊙ b over a view's elements (ld respected): the objective L = Σ dy ⊙ y of the checks.
+inline double dot(MatView<const double> a, MatView<const double> b) {
+  double s = 0.0;
+  for (std::int64_t r = 0; r < a.rows; ++r)
+    for (std::int64_t c = 0; c < a.cols; ++c) s += a(r, c) * b(r, c);
+  return s;
 }
 
 }  // namespace parity::test

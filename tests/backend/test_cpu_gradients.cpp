@@ -25,36 +25,8 @@ using test::Rand;
 using test::random_matrix;
 using test::random_vector;
 
-constexpr double kStep = 1e-6;
-constexpr double kTolerance = 1e-6;
-
-// Compares analytic[i] with the central difference of objective in p[i], for every i in [0, n).
-void check_gradient(const std::string& what, double* p, const double* analytic, std::int64_t n,
-                    const std::function<double()>& objective) {
-  int bad = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double saved = p[i];
-    p[i] = saved + kStep;
-    const double plus = objective();
-    p[i] = saved - kStep;
-    const double minus = objective();
-    p[i] = saved;
-    const double numeric = (plus - minus) / (2.0 * kStep);
-    const double err = std::abs(numeric - analytic[i]) / std::max(1.0, std::abs(analytic[i]));
-    if (err > kTolerance && ++bad <= 5) {
-      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << ", numeric " << numeric
-                    << " (relative error " << err << ")";
-    }
-  }
-}
-
-double dot(MatView<const double> a, MatView<const double> b) {
-  double s = 0.0;
-  for (std::int64_t r = 0; r < a.rows; ++r) {
-    for (std::int64_t c = 0; c < a.cols; ++c) s += a(r, c) * b(r, c);
-  }
-  return s;
-}
+using test::check_gradient;
+using test::dot;
 
 class Seeded : public ::testing::TestWithParam<int> {};
 

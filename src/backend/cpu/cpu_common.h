@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -37,6 +38,13 @@ inline double* scratch(Slot slot, std::int64_t n) {
   const auto size = static_cast<std::size_t>(n > 0 ? n : 1);
   if (b.size() < size) b.resize(size);
   return b.data();
+}
+
+// σ(z) without overflow for any z.
+inline double stable_sigmoid(double z) {
+  if (z >= 0.0) return 1.0 / (1.0 + std::exp(-z));
+  const double e = std::exp(z);
+  return e / (1.0 + e);
 }
 
 // dst = (T) acc, row by row; acc [rows, cols] with leading dimension ld_acc.

@@ -16,14 +16,9 @@ namespace parity::cpu {
 
 using detail::fail;
 using detail::kParallelElements;
+using detail::stable_sigmoid;
 
 namespace {
-
-double stable_sigmoid(double z) {
-  if (z >= 0.0) return 1.0 / (1.0 + std::exp(-z));
-  const double e = std::exp(z);
-  return e / (1.0 + e);
-}
 
 // log(1 + exp(z)) without overflow.
 double softplus(double z) {

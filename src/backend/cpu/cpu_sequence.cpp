@@ -27,12 +27,6 @@ using detail::kParallelElements;
 
 namespace {
 
-double sigmoid_of(double z) {
-  if (z >= 0.0) return 1.0 / (1.0 + std::exp(-z));
-  const double e = std::exp(z);
-  return e / (1.0 + e);
-}
-
 // μ and ρ of a row [cols] in double.
 template <class T>
 void row_stats(const T* x, std::int64_t cols, double eps, double& mu, double& rho) {
@@ -240,7 +234,7 @@ void silu_forward(MatView<const T> x, MatView<T> y) {
   for (std::int64_t r = 0; r < x.rows; ++r)
     for (std::int64_t c = 0; c < x.cols; ++c) {
       const double v = static_cast<double>(x(r, c));
-      y(r, c) = static_cast<T>(v * sigmoid_of(v));
+      y(r, c) = static_cast<T>(v * detail::stable_sigmoid(v));
     }
 }
 
@@ -253,7 +247,7 @@ void silu_backward(MatView<const T> x, MatView<const T> dy, MatView<T> dx) {
   for (std::int64_t r = 0; r < x.rows; ++r)
     for (std::int64_t c = 0; c < x.cols; ++c) {
       const double v = static_cast<double>(x(r, c));
-      const double s = sigmoid_of(v);
+      const double s = detail::stable_sigmoid(v);
       dx(r, c) = static_cast<T>(static_cast<double>(dy(r, c)) * s * (1.0 + v * (1.0 - s)));
     }
 }
@@ -336,7 +330,7 @@ void hstu_attention_forward(const SequenceBatch& seq, const HstuAttention& att, 
               bias_buckets(att, i, j, seq.timestamps[s.begin + i], seq.timestamps[s.begin + j]);
           const double score = scale * dot + static_cast<double>(pos[bk.position]) +
                                static_cast<double>(tim[bk.time]);
-          const double w = inv_n * score * sigmoid_of(score);
+          const double w = inv_n * score * detail::stable_sigmoid(score);
           const T* vj = v.row(s.begin + j) + h * vd;
           for (int c = 0; c < vd; ++c) acc[c] += w * static_cast<double>(vj[c]);
         }
@@ -401,7 +395,7 @@ void hstu_attention_backward(const SequenceBatch& seq, const HstuAttention& att,
               bias_buckets(att, i, j, seq.timestamps[s.begin + i], seq.timestamps[s.begin + j]);
           const double score = scale * dot + static_cast<double>(pos[bk.position]) +
                                static_cast<double>(tim[bk.time]);
-          const double sig = sigmoid_of(score);
+          const double sig = detail::stable_sigmoid(score);
           const double w = inv_n * score * sig;                              // A(i, j)
           const double ds = inv_n * dw * sig * (1.0 + score * (1.0 - sig));  // dL / ds
           dpos[bk.position] += ds;
