@@ -106,6 +106,7 @@ struct HstuModel::Impl {
   // ---- the current batch (host) ----
   std::int64_t batch = 0, tokens = 0;
   std::int64_t event_nnz = 0;
+  std::int64_t ctx_lookups = 0;  // contextual ids per example (the tables' pooling sizes)
   std::vector<std::int64_t> h_seq, h_times, h_token_ids, h_token_offsets, h_ctx_rows, h_target_rows;
 
   Impl(const ModelSpec& s, Backend& backend, std::int64_t max_b, std::uint64_t init_seed, Options o)
@@ -218,7 +219,6 @@ struct HstuModel::Impl {
     }
     token_ids = bytes_of(be, features * T, 8);
     token_offsets = bytes_of(be, features * T + 1, 8);
-    std::int64_t ctx_lookups = 0;
     for (const TableSpec& t : spec.tables) ctx_lookups += t.pooling_size;
     ctx_ids = bytes_of(be, max_batch * ctx_lookups, 8);
     ctx_offsets = bytes_of(be, contexts * max_batch + 1, 8);
@@ -383,11 +383,13 @@ struct HstuModel::Impl {
       }
     }
     if (static_cast<std::int64_t>(b.offsets.size()) != contexts * batch + 1 ||
-        static_cast<std::int64_t>(b.ids.size()) < b.offsets.back())
+        static_cast<std::int64_t>(b.ids.size()) < b.offsets.back() ||
+        b.offsets.back() > batch * ctx_lookups)
       throw InputError(
-          fmt::format("model '{}': the batch's contextual CSR has {} offsets, "
-                      "expected {}",
-                      spec.name, b.offsets.size(), contexts * batch + 1));
+          fmt::format("model '{}': the batch's contextual CSR has {} offsets and {} ids, "
+                      "expected {} offsets and at most {} ids (the tables' pooling sizes)",
+                      spec.name, b.offsets.size(), b.offsets.empty() ? 0 : b.offsets.back(),
+                      contexts * batch + 1, batch * ctx_lookups));
     auto copy = [&](Buffer& dst, const void* src, std::size_t bytes) {
       if (bytes > 0) be.copy_to_device(dst.get(), src, bytes);
     };

@@ -180,6 +180,7 @@ class HstuTrainer {
 
   // AUC per task on the held-out split, their mean reported as the AUC.
   void evaluate(std::int64_t step) {
+    backend_->raise_input_errors();  // a bad id a GPU kernel skipped stops the run here
     const int tasks = static_cast<int>(cfg_.model.hstu->tasks.size());
     std::vector<float> probs, labels, teacher, p;
     Batch b;
@@ -219,6 +220,7 @@ class HstuTrainer {
   }
 
   void checkpoint(std::int64_t step) {
+    backend_->raise_input_errors();  // never a checkpoint after a step that met bad input
     const auto path = checkpoint_path(cfg_.checkpoint_dir, step);
     save_safetensors(path, model_.tensors(), checkpoint_metadata(record_, step), *backend_,
                      TensorValues::finite);

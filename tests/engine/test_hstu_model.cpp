@@ -196,6 +196,12 @@ TEST(HstuModel, BadBatchesAreRefusedByName) {
   EXPECT_NE(message(bad, model).find(fmt::format("batch example {}: event 1 has timestamp", e)),
             std::string::npos)
       << message(bad, model);
+  bad = good;  // a contextual bag longer than its table's pooling size
+  bad.ids.push_back(0);
+  for (std::size_t i = 1; i < bad.offsets.size(); ++i) ++bad.offsets[i];
+  EXPECT_NE(message(bad, model).find("at most 16 ids (the tables' pooling sizes)"),
+            std::string::npos)
+      << message(bad, model);
   EXPECT_THROW(HstuModel(load_model_spec(PARITY_SOURCE_DIR "/configs/models/tiny.yaml"), be, 8, 1),
                InputError);
 }
