@@ -66,6 +66,9 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
                         parity_data parity_perf)
   target_compile_definitions(embedding_bench PRIVATE PARITY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   target_include_directories(embedding_bench PRIVATE ${PROJECT_SOURCE_DIR}/bench)
+  # The HSTU attention kernels alone, full-length and jagged (bench/hstu-attention.sh).
+  add_executable(attention_bench ${PROJECT_SOURCE_DIR}/bench/attention_bench.cpp)
+  target_link_libraries(attention_bench PRIVATE parity_options parity_backend_gpu parity_spec fmt::fmt)
   # The dense ops of a step beside the measured roofline and the planner's prediction.
   add_executable(dense_bench ${PROJECT_SOURCE_DIR}/bench/dense_bench.cpp
                  ${PROJECT_SOURCE_DIR}/bench/dense_inputs.cpp ${PROJECT_SOURCE_DIR}/bench/dense_step.cpp

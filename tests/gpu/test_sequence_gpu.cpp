@@ -1,7 +1,7 @@
 // The HSTU layer's ops on the GPU (sequence.cu) against the CPU reference on random inputs with
 // poisoned outputs: row ops, SiLU, row copies, summed lookups, and the jagged attention on
 // lengths from 0 to 2,048 (empty and length-1 sequences included), forward and backward, the
-// backward bit for bit the same when run again.
+// backward bit for bit the same when run again; the tensor-core attention on lengths to 8,192.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,7 +19,8 @@ namespace {
 constexpr double kTol = 1e-4;  // GPU fp32 against the CPU per op (issue target)
 
 // |got - ref| <= kTol (|ref| + rms(ref)) element by element; poison where ref has it.
-void expect_near_ref(const std::string& what, const HostMat& got, const HostMat& ref) {
+void expect_near_ref(const std::string& what, const HostMat& got, const HostMat& ref,
+                     double tol = kTol) {
   double sq = 0.0;
   std::int64_t n = 0;
   for (std::int64_t r = 0; r < ref.rows; ++r)
@@ -31,7 +32,7 @@ void expect_near_ref(const std::string& what, const HostMat& got, const HostMat&
   HostMat mag = ref;
   for (std::int64_t r = 0; r < ref.rows; ++r)
     for (std::int64_t c = 0; c < ref.cols; ++c) mag.at(r, c) = std::fabs(ref.at(r, c)) + rms;
-  expect_close(what, got, ref, mag, kTol);
+  expect_close(what, got, ref, mag, tol);
 }
 
 HostMat from(const std::vector<float>& v) {
@@ -164,17 +165,31 @@ TEST(SequenceGpu, RowCopiesAndSummedLookupsMatchCpu) {
   expect_near_ref("embedding_sum_forward", gout.download(), out);
 }
 
-// Lengths 0 .. 2,048 with targets, heads 2 (a 64, v 32, which take two lanes' strides on 32-lane
-// warps), few buckets so that distances and times clamp.
-TEST(SequenceGpu, AttentionMatchesCpu) {
-  PARITY_REQUIRE_GPU();
-  GpuBackend gpu;
+struct AttentionCase {
+  std::vector<std::int64_t> lengths;
+  int targets, heads, a, vd, pb, tb;
+};
+
+// Nearest-even bf16 of every element (the operands the tensor-core kernels see exactly).
+HostMat bf16_rounded(HostMat m) {
+  for (float& x : m.v) {
+    std::uint32_t u = 0;
+    std::memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+  }
+  return m;
+}
+
+// The GPU attention (forward and backward) against the CPU on the same random inputs, outputs
+// poisoned first, within tol of (|ref| + rms(ref)); the backward run twice gives the same bits.
+void check_attention(GpuBackend& gpu, const AttentionCase& ac, double tol, bool bf16_inputs,
+                     std::uint64_t seed) {
   CpuBackend cpu;
-  Rand rand(73);
-  const std::vector<std::int64_t> lengths{0, 1, 3, 2048, 2, 77, 0, 513, 130, 4};
-  const int targets = 2, heads = 2, a = 64, vd = 32, pb = 40, tb = 20;
+  Rand rand(seed);
+  const int targets = ac.targets, heads = ac.heads, a = ac.a, vd = ac.vd, pb = ac.pb, tb = ac.tb;
   std::vector<std::int64_t> offsets{0}, times;
-  for (const std::int64_t len : lengths) {
+  for (const std::int64_t len : ac.lengths) {
     const std::int64_t n = len == 0 ? 0 : std::max<std::int64_t>(len, targets);
     std::int64_t ts = 1600000000 + rand.integer(0, 1000);
     for (std::int64_t i = 0; i < n; ++i) {
@@ -187,18 +202,22 @@ TEST(SequenceGpu, AttentionMatchesCpu) {
   std::int64_t longest = 0;
   for (std::size_t b = 0; b + 1 < offsets.size(); ++b)
     longest = std::max(longest, offsets[b + 1] - offsets[b]);
-  const HostMat qkv = HostMat::random(tokens, 2 * heads * a + heads * vd, 0, rand, -0.5f, 1.0f);
-  const HostMat dout = HostMat::random(tokens, heads * vd, 0, rand);
+  HostMat qkv = HostMat::random(tokens, 2 * heads * a + heads * vd, 0, rand, -0.5f, 1.0f);
+  HostMat dout = HostMat::random(tokens, heads * vd, 0, rand);
+  if (bf16_inputs) {
+    qkv = bf16_rounded(qkv);
+    dout = bf16_rounded(dout);
+  }
   const HostMat pos = random_vec(heads * pb, rand), tim = random_vec(heads * tb, rand);
   HstuAttention att;
   att.heads = heads;
   att.attention_dim = a;
   att.value_dim = vd;
   att.scale = 1.0f / std::sqrt(static_cast<float>(a));
-  att.inv_n = 1.0f / static_cast<float>(longest);
+  att.inv_n = 1.0f / static_cast<float>(std::max<std::int64_t>(longest, 1));
   att.position_buckets = pb;
   att.time_buckets = tb;
-  SequenceBatch seq{static_cast<std::int64_t>(lengths.size()),
+  SequenceBatch seq{static_cast<std::int64_t>(ac.lengths.size()),
                     tokens,
                     longest,
                     targets,
@@ -219,9 +238,9 @@ TEST(SequenceGpu, AttentionMatchesCpu) {
                               dk.view(), dv.view(), dpos.data(), dtime.data());
 
   const DevMat gqkv(gpu, qkv), gdout(gpu, dout), gpos(gpu, pos), gtim(gpu, tim);
-  Buffer goff(gpu, offsets.size() * 8), gtimes(gpu, times.size() * 8);
+  Buffer goff(gpu, offsets.size() * 8), gtimes(gpu, std::max<std::size_t>(times.size(), 1) * 8);
   gpu.copy_to_device(goff.get(), offsets.data(), offsets.size() * 8);
-  gpu.copy_to_device(gtimes.get(), times.data(), times.size() * 8);
+  if (!times.empty()) gpu.copy_to_device(gtimes.get(), times.data(), times.size() * 8);
   SequenceBatch gseq = seq;
   gseq.offsets = goff.as<const std::int64_t>();
   gseq.timestamps = gtimes.as<const std::int64_t>();
@@ -240,17 +259,49 @@ TEST(SequenceGpu, AttentionMatchesCpu) {
                                 gdk.view(), gdv.view(), gdp.data(), gdt.data());
   };
   backward();
-  expect_near_ref("attention out", gout.download(), out);
-  expect_near_ref("attention dq", gdq.download(), dq);
-  expect_near_ref("attention dk", gdk.download(), dk);
-  expect_near_ref("attention dv", gdv.download(), dv);
-  expect_near_ref("attention dposition", gdp.download(), from(dpos));
-  expect_near_ref("attention dtime", gdt.download(), from(dtime));
-  const HostMat first_dk = gdk.download(), first_dp = gdp.download(), first_dt = gdt.download();
+  const std::string tag = "a " + std::to_string(a) + " v " + std::to_string(vd) + ": attention ";
+  expect_near_ref(tag + "out", gout.download(), out, tol);
+  expect_near_ref(tag + "dq", gdq.download(), dq, tol);
+  expect_near_ref(tag + "dk", gdk.download(), dk, tol);
+  expect_near_ref(tag + "dv", gdv.download(), dv, tol);
+  expect_near_ref(tag + "dposition", gdp.download(), from(dpos), tol);
+  expect_near_ref(tag + "dtime", gdt.download(), from(dtime), tol);
+  const HostMat first_dq = gdq.download(), first_dk = gdk.download(), first_dp = gdp.download(),
+                first_dt = gdt.download();
   backward();
+  EXPECT_EQ(std::memcmp(gdq.download().v.data(), first_dq.v.data(), first_dq.v.size() * 4), 0);
   EXPECT_EQ(std::memcmp(gdk.download().v.data(), first_dk.v.data(), first_dk.v.size() * 4), 0);
   EXPECT_EQ(std::memcmp(gdp.download().v.data(), first_dp.v.data(), first_dp.v.size() * 4), 0);
   EXPECT_EQ(std::memcmp(gdt.download().v.data(), first_dt.v.data(), first_dt.v.size() * 4), 0);
+}
+
+// The scalar fp32 kernels: lengths 0 .. 2,048 with targets, heads 2 (a 64, v 32, which take two
+// lanes' strides on 32-lane warps), few buckets so that distances and times clamp.
+TEST(SequenceGpu, AttentionMatchesCpu) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu;
+  check_attention(gpu, {{0, 1, 3, 2048, 2, 77, 0, 513, 130, 4}, 2, 2, 64, 32, 40, 20}, kTol, false,
+                  73);
+}
+
+// The tensor-core kernels (bf16 dense math; the inputs rounded to bf16 first, so both sides see
+// the same operands and the difference is the kernels' bf16 rounding of the scores): every head
+// dim they take, lengths around the tile sizes (63, 64, 65, 127, 128, 129), an 8,192-token one,
+// sequences made only of targets, and bias tables small enough to clamp.
+TEST(SequenceGpu, TensorCoreAttentionMatchesCpu) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu(DenseMath::bf16);
+  constexpr double kBf16Tol = 2e-2;
+  if (const std::string why = gpu.tensor_core_attention_refusal({2, 64, 64, 0.0f, 0.0f, 1, 1});
+      !why.empty())
+    GTEST_SKIP() << why;
+  check_attention(
+      gpu,
+      {{0, 1, 3, 2048, 2, 77, 0, 513, 130, 4, 63, 64, 65, 127, 128, 129}, 2, 2, 64, 64, 40, 20},
+      kBf16Tol, true, 79);
+  check_attention(gpu, {{8192, 1, 300, 3}, 3, 1, 128, 128, 512, 64}, kBf16Tol, true, 83);
+  check_attention(gpu, {{200, 5, 129, 1000}, 1, 3, 32, 32, 256, 128}, kBf16Tol, true, 89);
+  check_attention(gpu, {{70, 16, 1, 400}, 0, 2, 16, 16, 8, 4}, kBf16Tol, true, 97);
 }
 
 }  // namespace

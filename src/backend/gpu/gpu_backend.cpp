@@ -33,6 +33,7 @@
 #include "backend/gpu/embedding.h"
 #include "backend/gpu/fill.h"
 #include "backend/gpu/finite_guard.h"
+#include "backend/gpu/hstu_attention.h"
 #include "backend/gpu/input_queue.h"
 #include "backend/gpu/linear.h"
 #include "backend/gpu/loss.h"
@@ -643,8 +644,8 @@ Mat f32_out(const char* op, const char* name, AMat m) {
   return Mat(static_cast<float*>(m.data), m.rows, m.cols, m.ld);
 }
 
-void check_attention(const char* op, const SequenceBatch& seq, const HstuAttention& att, CMat q,
-                     CMat k, CMat v, const char* out_name, CMat out) {
+void check_attention(const char* op, const SequenceBatch& seq, const HstuAttention& att, CAMat q,
+                     CAMat k, CAMat v, const char* out_name, CAMat out) {
   backend_checks::check_sequences(op, seq, att);
   const std::int64_t qk = static_cast<std::int64_t>(att.heads) * att.attention_dim;
   const std::int64_t vc = static_cast<std::int64_t>(att.heads) * att.value_dim;
@@ -761,9 +762,62 @@ void GpuBackend::scatter_add_rows(CAMat src, const std::int64_t* index, AMat dst
   gpu::scatter_add_rows(impl_->s(), sf, index, df);
 }
 
+// The attention runs on tensor cores (bf16 operands, fp32 sums) when its operands are bf16, or
+// under bf16 dense math when the kernels take its shape: fp32 operands are then rounded once into
+// scratch, as the products round theirs. Otherwise the scalar fp32 kernels, the exact path.
+std::string GpuBackend::tensor_core_attention_refusal(const HstuAttention& att) const {
+  return gpu::tensor_core_attention_refusal(att);
+}
+
+bool GpuBackend::tensor_core_attention(const char* op, const HstuAttention& att, CAMat q) const {
+  const std::string why = gpu::tensor_core_attention_refusal(att);
+  if (q.dtype == DType::bf16) {
+    if (!why.empty()) fail(op, "bf16 operands need the tensor-core attention, but {}", why);
+    return true;
+  }
+  return impl_->math == DenseMath::bf16 && why.empty();
+}
+
+namespace {
+// The bf16 copies of the attention's operands in one [tokens, sum of cols] scratch matrix.
+std::vector<CAMat> bf16_operands(gpu::Stream_t s, void* buf, std::initializer_list<CAMat> views) {
+  std::int64_t cols = 0;
+  for (const CAMat& m : views) cols += (m.cols + 7) / 8 * 8;  // each starts on 16 bytes
+  std::vector<CAMat> out;
+  std::int64_t c0 = 0;
+  for (const CAMat& m : views) {
+    if (m.dtype == DType::bf16) {
+      out.push_back(m);
+      continue;
+    }
+    const AMat dst = AMat(buf, DType::bf16, m.rows, cols).cols_slice(c0, m.cols);
+    gpu::convert(s, m, dst);
+    out.push_back(dst);
+    c0 += (m.cols + 7) / 8 * 8;
+  }
+  return out;
+}
+std::size_t bf16_operand_bytes(std::initializer_list<CAMat> views) {
+  std::int64_t cols = 0, rows = 0;
+  for (const CAMat& m : views) {
+    cols += (m.cols + 7) / 8 * 8;
+    rows = std::max(rows, m.rows);
+  }
+  return static_cast<std::size_t>(rows * cols * 2);
+}
+}  // namespace
+
 void GpuBackend::hstu_attention_forward(const SequenceBatch& seq, const HstuAttention& att, CAMat q,
                                         CAMat k, CAMat v, AMat out) {
   constexpr const char* op = "hstu_attention_forward";
+  if (tensor_core_attention(op, att, q)) {
+    check_attention(op, seq, att, q, k, v, "out", out);
+    const auto in = {q, k, v};
+    void* buf = impl_->scratch.get(Slot::a16, bf16_operand_bytes(in), impl_->s());
+    const std::vector<CAMat> b = bf16_operands(impl_->s(), buf, in);
+    gpu::hstu_attention_forward_tc(impl_->s(), seq, att, b[0], b[1], b[2], out);
+    return;
+  }
   const CMat qf = f32_in(op, "q", q), kf = f32_in(op, "k", k), vf = f32_in(op, "v", v);
   const Mat of = f32_out(op, "out", out);
   check_attention(op, seq, att, qf, kf, vf, "out", of);
@@ -774,6 +828,21 @@ void GpuBackend::hstu_attention_backward(const SequenceBatch& seq, const HstuAtt
                                          CAMat q, CAMat k, CAMat v, CAMat dout, AMat dq, AMat dk,
                                          AMat dv, float* dposition, float* dtime) {
   constexpr const char* op = "hstu_attention_backward";
+  if (dposition == nullptr || dtime == nullptr) fail(op, "the bias gradients are null");
+  if (tensor_core_attention(op, att, q)) {
+    check_attention(op, seq, att, q, k, v, "dout", dout);
+    check_shape(op, "dq", dq, q.rows, q.cols);
+    check_shape(op, "dk", dk, k.rows, k.cols);
+    check_shape(op, "dv", dv, v.rows, v.cols);
+    const auto in = {q, k, v, dout};
+    void* buf = impl_->scratch.get(Slot::a16, bf16_operand_bytes(in), impl_->s());
+    const std::vector<CAMat> b = bf16_operands(impl_->s(), buf, in);
+    void* scratch = impl_->scratch.get(
+        Slot::du, static_cast<std::size_t>(gpu::attention_tc_scratch_bytes(att)), impl_->s());
+    gpu::hstu_attention_backward_tc(impl_->s(), seq, att, b[0], b[1], b[2], b[3], dq, dk, dv,
+                                    dposition, dtime, scratch);
+    return;
+  }
   const CMat qf = f32_in(op, "q", q), kf = f32_in(op, "k", k), vf = f32_in(op, "v", v),
              gf = f32_in(op, "dout", dout);
   const Mat dqf = f32_out(op, "dq", dq), dkf = f32_out(op, "dk", dk), dvf = f32_out(op, "dv", dv);
@@ -781,7 +850,6 @@ void GpuBackend::hstu_attention_backward(const SequenceBatch& seq, const HstuAtt
   check_shape(op, "dq", dqf, qf.rows, qf.cols);
   check_shape(op, "dk", dkf, kf.rows, kf.cols);
   check_shape(op, "dv", dvf, vf.rows, vf.cols);
-  if (dposition == nullptr || dtime == nullptr) fail(op, "the bias gradients are null");
   void* scratch = impl_->scratch.get(
       Slot::du, static_cast<std::size_t>(gpu::attention_scratch_bytes(att)), impl_->s());
   gpu::hstu_attention_backward(impl_->s(), seq, att, qf, kf, vf, gf, dqf, dkf, dvf, dposition,

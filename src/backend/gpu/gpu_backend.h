@@ -23,6 +23,8 @@
 //   embedding backward's sort workspace) is kept per purpose and grows only when a larger shape
 //   arrives, so after the first step of a run nothing is allocated; counters() lets tests check
 //   that. The BLAS workspace is allocated at construction.
+// - The HSTU attention runs on tensor cores (hstu_attention.h: bf16 operands, fp32 sums) under
+//   bf16 dense math or with bf16 operands, and on the scalar fp32 kernels (sequence.h) otherwise.
 // - This header names no vendor symbol (pimpl), so engine code can include it.
 #pragma once
 
@@ -163,7 +165,13 @@ class GpuBackend final : public Backend {
   };
   Counters counters() const;
 
+  // Why the tensor-core kernels would not run this attention under bf16 dense math (or bf16
+  // operands), or empty when they would (see hstu_attention_forward).
+  std::string tensor_core_attention_refusal(const HstuAttention& att) const;
+
  private:
+  // Whether this attention runs on the tensor-core kernels (see hstu_attention_forward).
+  bool tensor_core_attention(const char* op, const HstuAttention& att, CAMat q) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,0 +1,800 @@
+// The HSTU attention on tensor cores (see hstu_attention.h).
+//
+// Why it is built this way:
+// - One block takes one tile of one head of one sequence; 8 warps, each 16 rows of the tile. The
+//   forward and dq walk a query tile's key tiles, the key-side backward (dk, dv) a key tile's
+//   query tiles; tiles with no visible pair (above the diagonal, or among the targets off it) are
+//   never loaded. Launches put the heaviest tiles first (the last query tiles of the longest
+//   sequences, the first key tiles), so short and long sequences share the device in one grid.
+// - Scores live only in registers: the fp32 accumulators of Q Kᵀ get the bias, the mask and SiLU,
+//   are rounded to bf16 and are fed straight back as the A operand of P V (mma.cuh says why the
+//   layouts agree). Operand tiles are double-buffered in shared memory by cp.async; rows are
+//   XOR-swizzled in 16-byte chunks so that ldmatrix reads hit distinct banks.
+// - No atomics on the data gradients: dq has its own kernel (it recomputes the scores), so every
+//   output element is one thread's sum in a fixed order and runs repeat bit for bit. The bias
+//   gradients add runs of same-bucket pairs in fp32 and each run to a 64-bit fixed-point total
+//   (2^-32 units), in shared memory and then in global memory, as the scalar kernels do: integer
+//   sums do not depend on the order of the adds.
+// - SiLU's sigmoid comes from the one-instruction tanh, σ(x) = (1 + tanh(x/2)) / 2: the scores
+//   are rounded to bf16 right after, far coarser than its error.
+#include "backend/gpu/hstu_attention.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "backend/gpu/launch.h"
+#include "backend/gpu/mma.cuh"
+#include "parity/error.h"
+
+namespace parity::gpu {
+namespace {
+
+constexpr int kRows = 128;  // a block's own tile: query rows (forward, dq) or keys (dk, dv)
+[[maybe_unused]] constexpr float kFixedScale = 4294967296.0f;  // 2^32: bias gradients' unit
+
+// A kernel's shape: each warp owns MT 16-row m-tiles of the block's kRows (more rows a warp reuse
+// each B fragment MT times, fewer registers remain), and the block walks the other side WALK rows
+// at a time.
+template <int D_, int MT_, int WALK_>
+struct Shape {
+  static constexpr int D = D_, MT = MT_, WALK = WALK_;
+  static constexpr int kWarpRows = 16 * MT;
+  static constexpr int kWarps = kRows / kWarpRows;
+  static constexpr int kThreads = kWarps * 32;
+};
+// Register budgets (255 a thread) set these: the fp32 accumulators of the output rows (MT x D / 2
+// a thread per output) plus the walked scores (MT x WALK / 2 each).
+template <int D>
+using ForwardShape = Shape<D, 2, (D >= 128 ? 32 : 64)>;
+template <int D>
+using QueryShape = Shape<D, 1, 64>;
+template <int D>
+using KeyShape = Shape<D, (D >= 128 ? 1 : 2), 32>;
+
+struct Args {
+  const std::int64_t* offsets;
+  const std::int64_t* times;
+  std::int64_t batch;
+  int heads, targets, pb, tb, tiles;
+  float scale, inv_n;
+  const float* position;
+  const float* time;
+};
+
+// A bf16 matrix: its element (0, 0) and leading dimension (elements).
+struct In {
+  const std::uint16_t* p;
+  std::int64_t ld;
+};
+struct Out {
+  void* p;
+  std::int64_t ld;
+};
+
+// The pairs of one block: which sequence, head and tile it takes.
+struct Work {
+  std::int64_t begin, n, history;
+  int h, tile;
+};
+
+#if defined(PARITY_GPU_CUDA) && defined(__CUDACC__)
+
+// Element (row, col) of a [rows, D] shared tile, 16-byte chunks XOR-swizzled by row.
+template <int D>
+__device__ __forceinline__ int swizzle(int row, int col) {
+  constexpr int chunks = D / 8;
+  constexpr int mask = chunks < 8 ? chunks - 1 : 7;
+  const int chunk = col >> 3;
+  return row * D + (((chunk & ~mask) | ((chunk ^ row) & mask)) << 3) + (col & 7);
+}
+
+// Rows [row0, row0 + ROWS) of head h's D columns into a shared tile, zeros past valid rows.
+template <int D, int ROWS, int THREADS>
+__device__ __forceinline__ void copy_tile(std::uint16_t* dst, In src, int h, std::int64_t row0,
+                                          std::int64_t valid) {
+  constexpr int chunks = D / 8;
+  for (int i = static_cast<int>(threadIdx.x); i < ROWS * chunks; i += THREADS) {
+    const int r = i / chunks, c = i % chunks;
+    const bool ok = r < valid;
+    const std::uint16_t* from = src.p + (ok ? (row0 + r) * src.ld + h * D + c * 8 : 0);
+    mma::copy_async_16(dst + swizzle<D>(r, c * 8), from, ok);
+  }
+}
+
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void copy_times(std::int64_t* dst, const std::int64_t* times,
+                                           std::int64_t row0, std::int64_t valid) {
+  for (int r = static_cast<int>(threadIdx.x); r < ROWS; r += THREADS)
+    dst[r] = r < valid ? times[row0 + r] : 0;
+}
+
+// The A fragment of rows [r0, r0+16) and columns [k0, k0+16) of a row-major tile.
+template <int D>
+__device__ __forceinline__ void load_a(unsigned (&a)[4], const std::uint16_t* s, int r0, int k0) {
+  const int l = lane_id();
+  mma::load_x4(a, s + swizzle<D>(r0 + (l & 7) + ((l >> 3) & 1) * 8, k0 + (l >> 4) * 8));
+}
+// B fragments of two 8-column tiles (b[0..1] columns n0.., b[2..3] n0+8..) over k [k0, k0+16)
+// from a tile stored [n][k] (its rows are B's columns).
+template <int D>
+__device__ __forceinline__ void load_b_nk(unsigned (&b)[4], const std::uint16_t* s, int n0,
+                                          int k0) {
+  const int l = lane_id();
+  mma::load_x4(b, s + swizzle<D>(n0 + (l & 7) + (l >> 4) * 8, k0 + ((l >> 3) & 1) * 8));
+}
+// The same from a tile stored [k][n] (transposed on the way).
+template <int D>
+__device__ __forceinline__ void load_b_kn(unsigned (&b)[4], const std::uint16_t* s, int k0,
+                                          int n0) {
+  const int l = lane_id();
+  mma::load_x4_transposed(b, s + swizzle<D>(k0 + (l & 7) + ((l >> 3) & 1) * 8, n0 + (l >> 4) * 8));
+}
+
+// The A operand of the 16 columns [16 kb, 16 kb + 16) of fp32 accumulators, rounded to bf16.
+template <int NT>
+__device__ __forceinline__ void to_a(unsigned (&a)[4], const float (&c)[NT][4], int kb) {
+  a[0] = mma::pack_bf16(c[2 * kb][0], c[2 * kb][1]);
+  a[1] = mma::pack_bf16(c[2 * kb][2], c[2 * kb][3]);
+  a[2] = mma::pack_bf16(c[2 * kb + 1][0], c[2 * kb + 1][1]);
+  a[3] = mma::pack_bf16(c[2 * kb + 1][2], c[2 * kb + 1][3]);
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&c)[MT][NT][4]) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int i = 0; i < NT; ++i) c[m][i][0] = c[m][i][1] = c[m][i][2] = c[m][i][3] = 0.0f;
+}
+
+// c [MT x 16 rows, N] += A · Bᵀ where A is rows [r0, r0 + 16 MT) of a shared [.., D] tile and B
+// the N rows of another (scores: q · k over the head's D columns).
+template <int D, int MT, int N>
+__device__ __forceinline__ void rows_times_rows(float (&c)[MT][N / 8][4],
+                                                const std::uint16_t* a_tile, int r0,
+                                                const std::uint16_t* b_tile) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    unsigned a[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) load_a<D>(a[m], a_tile, r0 + 16 * m, kk * 16);
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+      unsigned b[4];
+      load_b_nk<D>(b, b_tile, np * 16, kk * 16);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma::mma_bf16(c[m][2 * np], a[m], b[0], b[1]);
+        mma::mma_bf16(c[m][2 * np + 1], a[m], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// c [MT x 16, D] += P [MT x 16, K] · T where P is fp32 accumulators and T a shared [K, D] tile.
+template <int D, int MT, int K>
+__device__ __forceinline__ void acc_times_tile(float (&c)[MT][D / 8][4],
+                                               const float (&p)[MT][K / 8][4],
+                                               const std::uint16_t* tile) {
+#pragma unroll
+  for (int kb = 0; kb < K / 16; ++kb) {
+    unsigned a[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) to_a(a[m], p[m], kb);
+#pragma unroll
+    for (int dn = 0; dn < D / 16; ++dn) {
+      unsigned b[4];
+      load_b_kn<D>(b, tile, kb * 16, dn * 16);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma::mma_bf16(c[m][2 * dn], a[m], b[0], b[1]);
+        mma::mma_bf16(c[m][2 * dn + 1], a[m], b[2], b[3]);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ int time_bucket(std::int64_t delta, int tb) {
+  const int width = delta <= 0 ? 0 : 64 - __clzll(static_cast<long long>(delta));
+  return width < tb - 1 ? width : tb - 1;
+}
+__device__ __forceinline__ int position_bucket(int dist, int pb) {
+  return dist <= 0 ? 0 : dist < pb - 1 ? dist : pb - 1;
+}
+__device__ __forceinline__ bool visible(int il, int jl, int n, int history) {
+  return il < n && jl <= il && (jl < history || jl == il);
+}
+__device__ __forceinline__ float sigmoid_fast(float x) {
+  return 0.5f + 0.5f * mma::tanh_approx(0.5f * x);
+}
+
+__device__ __forceinline__ void store_pair(Out o, std::int64_t row, int col, float a, float b,
+                                           bool bf16) {
+  if (bf16) {
+    *reinterpret_cast<unsigned*>(static_cast<std::uint16_t*>(o.p) + row * o.ld + col) =
+        mma::pack_bf16(a, b);
+  } else {
+    *reinterpret_cast<float2*>(static_cast<float*>(o.p) + row * o.ld + col) = make_float2(a, b);
+  }
+}
+
+// A warp's accumulator rows (tile row0 on), scaled, into head h's columns.
+template <class S>
+__device__ __forceinline__ void store_rows(Out o, bool bf16, const float (&c)[S::MT][S::D / 8][4],
+                                           const Work& w, std::int64_t row0, float mul) {
+  const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
+#pragma unroll
+  for (int m = 0; m < S::MT; ++m)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t r = row0 + warp * S::kWarpRows + m * 16 + (l >> 2) + half * 8;
+      if (r >= w.n) continue;
+#pragma unroll
+      for (int nt = 0; nt < S::D / 8; ++nt)
+        store_pair(o, w.begin + r, w.h * S::D + nt * 8 + (l & 3) * 2, c[m][nt][2 * half] * mul,
+                   c[m][nt][2 * half + 1] * mul, bf16);
+    }
+}
+
+__device__ __forceinline__ bool work_of(const Args& g, bool heaviest_last_tile, Work& w) {
+  const std::int64_t bh = g.batch * g.heads;
+  const std::int64_t x = blockIdx.x;
+  const std::int64_t b = x % g.batch;
+  w.h = static_cast<int>((x / g.batch) % g.heads);
+  const int rank = static_cast<int>(x / bh);
+  w.tile = heaviest_last_tile ? g.tiles - 1 - rank : rank;
+  w.begin = g.offsets[b];
+  w.n = g.offsets[b + 1] - w.begin;
+  w.history = w.n - g.targets;
+  return static_cast<std::int64_t>(w.tile) * kRows < w.n;
+}
+
+template <int THREADS>
+__device__ __forceinline__ void load_bias(const Args& g, int h, float* pos, float* tim) {
+  for (int x = static_cast<int>(threadIdx.x); x < g.pb; x += THREADS)
+    pos[x] = g.position[h * g.pb + x];
+  for (int x = static_cast<int>(threadIdx.x); x < g.tb; x += THREADS) tim[x] = g.time[h * g.tb + x];
+}
+
+// The key tiles (of WALK keys) that queries [i0, i0 + kRows) see: those holding history keys
+// before the queries end, then those meeting the diagonal. Returned as [0, split) then
+// [diagonal, end).
+struct KeyTiles {
+  int split, diagonal, end;
+  __device__ int count() const { return split + end - diagonal; }
+  __device__ int at(int i) const { return i < split ? i : diagonal + (i - split); }
+};
+template <int WALK>
+__device__ __forceinline__ KeyTiles key_tiles(const Work& w, std::int64_t i0) {
+  const std::int64_t key_end = min(w.n, i0 + kRows);
+  const std::int64_t hist_end = max(std::int64_t{0}, min(w.history, key_end));
+  KeyTiles t;
+  t.end = static_cast<int>((key_end + WALK - 1) / WALK);
+  t.diagonal = static_cast<int>(i0 / WALK);
+  t.split = min(static_cast<int>((hist_end + WALK - 1) / WALK), t.diagonal);
+  return t;
+}
+
+// The score of query il and key jl: the product, scaled, plus the relative bias.
+__device__ __forceinline__ float biased(const Args& g, float dot, int il, int jl, std::int64_t ti,
+                                        std::int64_t tj, const float* pos, const float* tim) {
+  return dot * g.scale + pos[position_bucket(il - jl, g.pb)] + tim[time_bucket(ti - tj, g.tb)];
+}
+
+// ---------------------------------------------------------------- forward --
+
+template <class S>
+constexpr std::size_t query_side_smem(int operands, int pb, int tb) {
+  return (operands * kRows * S::D + 4 * S::WALK * S::D) * 2 + (kRows + 2 * S::WALK) * 8 +
+         static_cast<std::size_t>(pb + tb) * 4;
+}
+
+// The pipeline of a query-side kernel: Q (and dO) of the block's rows once, then K, V and the
+// keys' times WALK keys at a time, double-buffered.
+template <class S>
+struct KeyWalk {
+  std::uint16_t* sk;  // [2][WALK][D]
+  std::uint16_t* sv;  // [2][WALK][D]
+  std::int64_t* tk;   // [2][WALK]
+  KeyTiles tiles;
+  __device__ void load(const Args& g, const Work& w, In k, In v, int i, int stage) const {
+    const std::int64_t j0 = static_cast<std::int64_t>(tiles.at(i)) * S::WALK;
+    copy_tile<S::D, S::WALK, S::kThreads>(sk + stage * S::WALK * S::D, k, w.h, w.begin + j0,
+                                          w.n - j0);
+    copy_tile<S::D, S::WALK, S::kThreads>(sv + stage * S::WALK * S::D, v, w.h, w.begin + j0,
+                                          w.n - j0);
+    copy_times<S::WALK, S::kThreads>(tk + stage * S::WALK, g.times, w.begin + j0, w.n - j0);
+    mma::copy_async_commit();
+  }
+  // Issues the next tile's copies and waits for this one's.
+  __device__ void next(const Args& g, const Work& w, In k, In v, int it) const {
+    if (it + 1 < tiles.count()) {
+      load(g, w, k, v, it + 1, (it + 1) & 1);
+      mma::copy_async_wait<1>();
+    } else {
+      mma::copy_async_wait<0>();
+    }
+    __syncthreads();
+  }
+};
+
+template <class S>
+__global__ __launch_bounds__(S::kThreads, 1) void forward_kernel(Args g, In q, In k, In v, Out out,
+                                                                 int out_bf16) {
+  constexpr int D = S::D, MT = S::MT, WALK = S::WALK;
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto* sq = reinterpret_cast<std::uint16_t*>(smem);
+  KeyWalk<S> kw;
+  kw.sk = sq + kRows * D;
+  kw.sv = kw.sk + 2 * WALK * D;
+  auto* tq = reinterpret_cast<std::int64_t*>(kw.sv + 2 * WALK * D);
+  kw.tk = tq + kRows;
+  auto* pos = reinterpret_cast<float*>(kw.tk + 2 * WALK);
+  float* tim = pos + g.pb;
+
+  Work w;
+  if (!work_of(g, true, w)) return;
+  const std::int64_t i0 = static_cast<std::int64_t>(w.tile) * kRows;
+  const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
+  const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
+  load_bias<S::kThreads>(g, w.h, pos, tim);
+  copy_times<kRows, S::kThreads>(tq, g.times, w.begin + i0, w.n - i0);
+  copy_tile<D, kRows, S::kThreads>(sq, q, w.h, w.begin + i0, w.n - i0);
+  mma::copy_async_commit();
+  kw.tiles = key_tiles<WALK>(w, i0);
+  kw.load(g, w, k, v, 0, 0);
+
+  float o[MT][D / 8][4];
+  zero(o);
+  for (int it = 0; it < kw.tiles.count(); ++it) {
+    const int stage = it & 1;
+    kw.next(g, w, k, v, it);
+    const std::int64_t j0 = static_cast<std::int64_t>(kw.tiles.at(it)) * WALK;
+    const std::int64_t* tks = kw.tk + stage * WALK;
+    float s[MT][WALK / 8][4];
+    zero(s);
+    rows_times_rows<D, MT, WALK>(s, sq, warp * S::kWarpRows, kw.sk + stage * WALK * D);
+    const bool full = j0 + WALK - 1 <= i0 && j0 + WALK <= w.history;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int nt = 0; nt < WALK / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + (e >> 1) * 8,
+                    col = nt * 8 + (l & 3) * 2 + (e & 1);
+          const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
+          const float x = biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim);
+          s[m][nt][e] = x * sigmoid_fast(x) * g.inv_n;
+        }
+    if (!full) {
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int nt = 0; nt < WALK / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + (e >> 1) * 8,
+                      col = nt * 8 + (l & 3) * 2 + (e & 1);
+            if (!visible(static_cast<int>(i0) + row, static_cast<int>(j0) + col, n, history))
+              s[m][nt][e] = 0.0f;
+          }
+    }
+    acc_times_tile<D, MT, WALK>(o, s, kw.sv + stage * WALK * D);
+    __syncthreads();
+  }
+  store_rows<S>(out, out_bf16 != 0, o, w, i0 + 0, 1.0f);
+}
+
+// --------------------------------------------------------------------- dq --
+
+template <class S>
+__global__ __launch_bounds__(S::kThreads, 1) void dq_kernel(Args g, In q, In k, In v, In dout,
+                                                            Out dq, int out_bf16) {
+  constexpr int D = S::D, MT = S::MT, WALK = S::WALK;
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto* sq = reinterpret_cast<std::uint16_t*>(smem);
+  auto* sg = sq + kRows * D;
+  KeyWalk<S> kw;
+  kw.sk = sg + kRows * D;
+  kw.sv = kw.sk + 2 * WALK * D;
+  auto* tq = reinterpret_cast<std::int64_t*>(kw.sv + 2 * WALK * D);
+  kw.tk = tq + kRows;
+  auto* pos = reinterpret_cast<float*>(kw.tk + 2 * WALK);
+  float* tim = pos + g.pb;
+
+  Work w;
+  if (!work_of(g, true, w)) return;
+  const std::int64_t i0 = static_cast<std::int64_t>(w.tile) * kRows;
+  const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
+  const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
+  load_bias<S::kThreads>(g, w.h, pos, tim);
+  copy_times<kRows, S::kThreads>(tq, g.times, w.begin + i0, w.n - i0);
+  copy_tile<D, kRows, S::kThreads>(sq, q, w.h, w.begin + i0, w.n - i0);
+  copy_tile<D, kRows, S::kThreads>(sg, dout, w.h, w.begin + i0, w.n - i0);
+  mma::copy_async_commit();
+  kw.tiles = key_tiles<WALK>(w, i0);
+  kw.load(g, w, k, v, 0, 0);
+
+  float acc[MT][D / 8][4];
+  zero(acc);
+  for (int it = 0; it < kw.tiles.count(); ++it) {
+    const int stage = it & 1;
+    kw.next(g, w, k, v, it);
+    const std::int64_t j0 = static_cast<std::int64_t>(kw.tiles.at(it)) * WALK;
+    const std::uint16_t* ks = kw.sk + stage * WALK * D;
+    const std::int64_t* tks = kw.tk + stage * WALK;
+    float s[MT][WALK / 8][4], dp[MT][WALK / 8][4];
+    zero(s);
+    zero(dp);
+    rows_times_rows<D, MT, WALK>(s, sq, warp * S::kWarpRows, ks);
+    rows_times_rows<D, MT, WALK>(dp, sg, warp * S::kWarpRows, kw.sv + stage * WALK * D);
+    const bool full = j0 + WALK - 1 <= i0 && j0 + WALK <= w.history;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int nt = 0; nt < WALK / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + (e >> 1) * 8,
+                    col = nt * 8 + (l & 3) * 2 + (e & 1);
+          const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
+          const float x = biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim);
+          const float sig = sigmoid_fast(x);
+          const float ds = dp[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
+          dp[m][nt][e] = full || visible(il, jl, n, history) ? ds : 0.0f;
+        }
+    acc_times_tile<D, MT, WALK>(acc, dp, ks);
+    __syncthreads();
+  }
+  store_rows<S>(dq, out_bf16 != 0, acc, w, i0, g.scale);
+}
+
+// ----------------------------------------------------------------- dk, dv --
+
+// The query tiles (of Q rows) that see keys [j0, j0 + kRows): from the diagonal to the end, or
+// only those meeting the diagonal when every key of the tile is a target.
+__device__ __forceinline__ void query_tiles(const Work& w, std::int64_t j0, int Q, int& first,
+                                            int& end) {
+  first = static_cast<int>(j0 / Q);
+  const std::int64_t last = j0 < w.history ? w.n : min(w.n, j0 + kRows);
+  end = static_cast<int>((last + Q - 1) / Q);
+}
+
+template <class S>
+constexpr std::size_t key_side_smem(int pb, int tb) {
+  return (2 * kRows * S::D + 4 * S::WALK * S::D) * 2 + (kRows + 2 * S::WALK) * 8 +
+         static_cast<std::size_t>(pb + tb) * 12;
+}
+
+// One bucket's running sum of a thread's pairs: added to the block's fixed-point total when the
+// bucket changes. A key's queries come in increasing order, so its position and time buckets
+// never decrease and each run is as long as it can be.
+struct Run {
+  int bucket = -1;
+  float sum = 0.0f;
+  __device__ void add(unsigned long long* hist, int b, float v) {
+    if (b != bucket) {
+      flush(hist);
+      bucket = b;
+      sum = 0.0f;
+    }
+    sum += v;
+  }
+  __device__ void flush(unsigned long long* hist) const {
+    if (bucket >= 0 && sum != 0.0f)
+      atomicAdd(hist + bucket, static_cast<unsigned long long>(__float2ll_rn(sum * kFixedScale)));
+  }
+};
+
+template <class S>
+__global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k, In v, In dout,
+                                                             Out dk, Out dv, int out_bf16,
+                                                             unsigned long long* fixed_pos,
+                                                             unsigned long long* fixed_time) {
+  constexpr int D = S::D, MT = S::MT, Q = S::WALK;
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto* sk = reinterpret_cast<std::uint16_t*>(smem);
+  auto* sv = sk + kRows * D;
+  auto* sq = sv + kRows * D;  // [2][Q][D]
+  auto* sg = sq + 2 * Q * D;  // [2][Q][D]
+  auto* tk = reinterpret_cast<std::int64_t*>(sg + 2 * Q * D);
+  auto* tq = tk + kRows;                                           // [2][Q]
+  auto* hist = reinterpret_cast<unsigned long long*>(tq + 2 * Q);  // [pb + tb]
+  auto* pos = reinterpret_cast<float*>(hist + g.pb + g.tb);
+  float* tim = pos + g.pb;
+
+  Work w;
+  if (!work_of(g, false, w)) return;
+  const std::int64_t j0 = static_cast<std::int64_t>(w.tile) * kRows;
+  const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
+  const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
+  load_bias<S::kThreads>(g, w.h, pos, tim);
+  for (int x = static_cast<int>(threadIdx.x); x < g.pb + g.tb; x += S::kThreads) hist[x] = 0;
+  copy_times<kRows, S::kThreads>(tk, g.times, w.begin + j0, w.n - j0);
+  copy_tile<D, kRows, S::kThreads>(sk, k, w.h, w.begin + j0, w.n - j0);
+  copy_tile<D, kRows, S::kThreads>(sv, v, w.h, w.begin + j0, w.n - j0);
+  mma::copy_async_commit();
+
+  int first = 0, end = 0;
+  query_tiles(w, j0, Q, first, end);
+  auto load_queries = [&](int tile, int stage) {
+    const std::int64_t i0 = static_cast<std::int64_t>(tile) * Q;
+    copy_tile<D, Q, S::kThreads>(sq + stage * Q * D, q, w.h, w.begin + i0, w.n - i0);
+    copy_tile<D, Q, S::kThreads>(sg + stage * Q * D, dout, w.h, w.begin + i0, w.n - i0);
+    copy_times<Q, S::kThreads>(tq + stage * Q, g.times, w.begin + i0, w.n - i0);
+    mma::copy_async_commit();
+  };
+  load_queries(first, 0);
+
+  float ak[MT][D / 8][4], av[MT][D / 8][4];
+  zero(ak);
+  zero(av);
+  Run pos_run[MT][2], time_run[MT][2];
+  for (int tile = first; tile < end; ++tile) {
+    const int stage = (tile - first) & 1;
+    if (tile + 1 < end) {
+      load_queries(tile + 1, stage ^ 1);
+      mma::copy_async_wait<1>();
+    } else {
+      mma::copy_async_wait<0>();
+    }
+    __syncthreads();
+    const std::int64_t i0 = static_cast<std::int64_t>(tile) * Q;
+    const std::uint16_t* qs = sq + stage * Q * D;
+    const std::uint16_t* gs = sg + stage * Q * D;
+    const std::int64_t* tqs = tq + stage * Q;
+    // Transposed scores: rows are this warp's keys, columns the step's queries.
+    float st[MT][Q / 8][4], dpt[MT][Q / 8][4];
+    zero(st);
+    zero(dpt);
+    rows_times_rows<D, MT, Q>(st, sk, warp * S::kWarpRows, qs);
+    rows_times_rows<D, MT, Q>(dpt, sv, warp * S::kWarpRows, gs);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + half * 8;
+        const int jl = static_cast<int>(j0) + row;
+#pragma unroll
+        for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int e = half * 2 + c, col = nt * 8 + (l & 3) * 2 + c;
+            const int il = static_cast<int>(i0) + col;
+            const int pbk = position_bucket(il - jl, g.pb);
+            const int tbk = time_bucket(tqs[col] - tk[row], g.tb);
+            const float x = st[m][nt][e] * g.scale + pos[pbk] + tim[tbk];
+            const float sig = sigmoid_fast(x);
+            const bool vis = visible(il, jl, n, history);
+            const float ds = vis ? dpt[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
+            st[m][nt][e] = vis ? x * sig * g.inv_n : 0.0f;
+            dpt[m][nt][e] = ds;
+            if (vis) {
+              pos_run[m][half].add(hist, pbk, ds);
+              time_run[m][half].add(hist + g.pb, tbk, ds);
+            }
+          }
+      }
+    acc_times_tile<D, MT, Q>(av, st, gs);
+    acc_times_tile<D, MT, Q>(ak, dpt, qs);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      pos_run[m][half].flush(hist);
+      time_run[m][half].flush(hist + g.pb);
+    }
+  store_rows<S>(dk, out_bf16 != 0, ak, w, j0, g.scale);
+  store_rows<S>(dv, out_bf16 != 0, av, w, j0, 1.0f);
+  __syncthreads();
+  for (int x = static_cast<int>(threadIdx.x); x < g.pb + g.tb; x += S::kThreads) {
+    if (hist[x] == 0) continue;
+    if (x < g.pb)
+      atomicAdd(fixed_pos + w.h * g.pb + x, hist[x]);
+    else
+      atomicAdd(fixed_time + w.h * g.tb + (x - g.pb), hist[x]);
+  }
+}
+
+__global__ void fixed_to_float_kernel(const unsigned long long* p, std::int64_t n, float* out) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = static_cast<float>(static_cast<double>(static_cast<long long>(p[i])) /
+                                static_cast<double>(kFixedScale));
+}
+
+#endif  // PARITY_GPU_CUDA && __CUDACC__
+
+bool supported_dim(int d) {
+  return d == 16 || d == 32 || d == 64 || d == 128;
+}
+
+std::size_t largest_smem(int d, int pb, int tb) {
+#if defined(PARITY_GPU_CUDA) && defined(__CUDACC__)
+  auto of = [&]<int D>() {
+    return std::max({query_side_smem<ForwardShape<D>>(1, pb, tb),
+                     query_side_smem<QueryShape<D>>(2, pb, tb),
+                     key_side_smem<KeyShape<D>>(pb, tb)});
+  };
+  return d == 16   ? of.operator()<16>()
+         : d == 32 ? of.operator()<32>()
+         : d == 64 ? of.operator()<64>()
+                   : of.operator()<128>();
+#else
+  (void)d;
+  (void)pb;
+  (void)tb;
+  return 0;
+#endif
+}
+
+[[maybe_unused]] Args args_of(const SequenceBatch& seq, const HstuAttention& att) {
+  Args g{};
+  g.offsets = seq.offsets;
+  g.times = seq.timestamps;
+  g.batch = seq.batch;
+  g.heads = att.heads;
+  g.targets = seq.targets;
+  g.pb = att.position_buckets;
+  g.tb = att.time_buckets;
+  g.tiles = static_cast<int>(ceil_div(seq.max_len, kRows));
+  g.scale = att.scale;
+  g.inv_n = att.inv_n;
+  g.position = att.position;
+  g.time = att.time;
+  return g;
+}
+
+[[maybe_unused]] In in_of(const char* op, const char* name, CAMat m) {
+  if (m.dtype != DType::bf16)
+    throw Error(std::string(op) + ": " + name + " is " + std::string(dtype_name(m.dtype)) +
+                ", expected bf16 for the tensor-core attention");
+  if (reinterpret_cast<std::uintptr_t>(m.data) % 16 != 0 || m.ld % 8 != 0)
+    throw Error(std::string(op) + ": " + name +
+                "'s rows do not start on 16 bytes (the tensor-core attention copies 16-byte "
+                "chunks)");
+  return {static_cast<const std::uint16_t*>(m.data), m.ld};
+}
+
+[[maybe_unused]] Out out_of(const char* op, const char* name, AMat m, DType want) {
+  if (m.dtype != want)
+    throw Error(std::string(op) + ": " + name + " is " + std::string(dtype_name(m.dtype)) +
+                ", expected " + std::string(dtype_name(want)) + " like the other outputs");
+  if (m.dtype != DType::f32 && m.dtype != DType::bf16)
+    throw Error(std::string(op) + ": " + name + " must be fp32 or bf16");
+  if (reinterpret_cast<std::uintptr_t>(m.data) % (2 * m.element_bytes()) != 0 || m.ld % 2 != 0)
+    throw Error(std::string(op) + ": " + name + "'s rows do not start on pairs of elements");
+  return {m.data, m.ld};
+}
+
+}  // namespace
+
+std::string tensor_core_attention_refusal(const HstuAttention& att) {
+  if (!mma::kTensorCores) return "this build's GPU has no tensor-core attention kernels yet";
+  if (device_info().compute_major < 8)
+    return "the device (compute capability " + std::to_string(device_info().compute_major) +
+           ") has no bf16 mma";
+  if (att.attention_dim != att.value_dim || !supported_dim(att.attention_dim))
+    return "attention_dim " + std::to_string(att.attention_dim) + " and value_dim " +
+           std::to_string(att.value_dim) + " must be equal and one of 16, 32, 64, 128";
+  const std::size_t need = largest_smem(att.attention_dim, att.position_buckets, att.time_buckets);
+  if (need > device_info().shared_memory_per_block_optin)
+    return "its tiles and bias tables need " + std::to_string(need) +
+           " bytes of shared memory, more than the device's " +
+           std::to_string(device_info().shared_memory_per_block_optin);
+  return {};
+}
+
+std::int64_t attention_tc_scratch_bytes(const HstuAttention& att) {
+  return static_cast<std::int64_t>(att.heads) * (att.position_buckets + att.time_buckets) * 8;
+}
+
+#if defined(PARITY_GPU_CUDA) && defined(__CUDACC__)
+
+namespace {
+template <int D>
+void forward_d(Stream_t s, const Args& g, In q, In k, In v, Out o, bool bf16) {
+  using S = ForwardShape<D>;
+  launch("hstu_attention_forward_tc", forward_kernel<S>,
+         {static_cast<std::int64_t>(g.tiles) * g.batch * g.heads, S::kThreads,
+          query_side_smem<S>(1, g.pb, g.tb)},
+         s, g, q, k, v, o, bf16 ? 1 : 0);
+}
+template <int D>
+void backward_d(Stream_t s, const Args& g, In q, In k, In v, In dout, Out dq, Out dk, Out dv,
+                bool bf16, unsigned long long* fp, unsigned long long* ft) {
+  const std::int64_t grid = static_cast<std::int64_t>(g.tiles) * g.batch * g.heads;
+  using SQ = QueryShape<D>;
+  using SK = KeyShape<D>;
+  launch("hstu_attention_dq_tc", dq_kernel<SQ>,
+         {grid, SQ::kThreads, query_side_smem<SQ>(2, g.pb, g.tb)}, s, g, q, k, v, dout, dq,
+         bf16 ? 1 : 0);
+  launch("hstu_attention_dkv_tc", dkv_kernel<SK>,
+         {grid, SK::kThreads, key_side_smem<SK>(g.pb, g.tb)}, s, g, q, k, v, dout, dk, dv,
+         bf16 ? 1 : 0, fp, ft);
+}
+}  // namespace
+
+void hstu_attention_forward_tc(Stream_t s, const SequenceBatch& seq, const HstuAttention& att,
+                               CAMat q, CAMat k, CAMat v, AMat out) {
+  constexpr const char* op = "hstu_attention_forward_tc";
+  if (const std::string why = tensor_core_attention_refusal(att); !why.empty())
+    throw Error(std::string(op) + ": " + why);
+  const In qi = in_of(op, "q", q), ki = in_of(op, "k", k), vi = in_of(op, "v", v);
+  const Out o = out_of(op, "out", out, out.dtype);
+  if (seq.tokens == 0 || seq.max_len == 0) return;
+  const Args g = args_of(seq, att);
+  const bool bf16 = out.dtype == DType::bf16;
+  switch (att.attention_dim) {
+    case 16:
+      forward_d<16>(s, g, qi, ki, vi, o, bf16);
+      break;
+    case 32:
+      forward_d<32>(s, g, qi, ki, vi, o, bf16);
+      break;
+    case 64:
+      forward_d<64>(s, g, qi, ki, vi, o, bf16);
+      break;
+    default:
+      forward_d<128>(s, g, qi, ki, vi, o, bf16);
+      break;
+  }
+}
+
+void hstu_attention_backward_tc(Stream_t s, const SequenceBatch& seq, const HstuAttention& att,
+                                CAMat q, CAMat k, CAMat v, CAMat dout, AMat dq, AMat dk, AMat dv,
+                                float* dposition, float* dtime, void* scratch) {
+  constexpr const char* op = "hstu_attention_backward_tc";
+  if (const std::string why = tensor_core_attention_refusal(att); !why.empty())
+    throw Error(std::string(op) + ": " + why);
+  const In qi = in_of(op, "q", q), ki = in_of(op, "k", k), vi = in_of(op, "v", v),
+           gi = in_of(op, "dout", dout);
+  const Out dqo = out_of(op, "dq", dq, dq.dtype), dko = out_of(op, "dk", dk, dq.dtype),
+            dvo = out_of(op, "dv", dv, dq.dtype);
+  const Args g = args_of(seq, att);
+  auto* fixed = static_cast<unsigned long long*>(scratch);
+  const std::int64_t np = static_cast<std::int64_t>(g.heads) * g.pb,
+                     nt = static_cast<std::int64_t>(g.heads) * g.tb;
+  check(memset_async(fixed, 0, static_cast<std::size_t>(np + nt) * 8, s), "memset_async");
+  if (seq.tokens > 0 && seq.max_len > 0) {
+    const bool bf16 = dq.dtype == DType::bf16;
+    switch (att.attention_dim) {
+      case 16:
+        backward_d<16>(s, g, qi, ki, vi, gi, dqo, dko, dvo, bf16, fixed, fixed + np);
+        break;
+      case 32:
+        backward_d<32>(s, g, qi, ki, vi, gi, dqo, dko, dvo, bf16, fixed, fixed + np);
+        break;
+      case 64:
+        backward_d<64>(s, g, qi, ki, vi, gi, dqo, dko, dvo, bf16, fixed, fixed + np);
+        break;
+      default:
+        backward_d<128>(s, g, qi, ki, vi, gi, dqo, dko, dvo, bf16, fixed, fixed + np);
+        break;
+    }
+  }
+  constexpr int block = 256;
+  launch("hstu_attention_bias_tc", fixed_to_float_kernel, {ceil_div(np, block), block, 0}, s,
+         static_cast<const unsigned long long*>(fixed), np, dposition);
+  launch("hstu_attention_bias_tc", fixed_to_float_kernel, {ceil_div(nt, block), block, 0}, s,
+         static_cast<const unsigned long long*>(fixed + np), nt, dtime);
+}
+
+#else
+
+void hstu_attention_forward_tc(Stream_t, const SequenceBatch&, const HstuAttention& att, CAMat,
+                               CAMat, CAMat, AMat) {
+  throw Error("hstu_attention_forward_tc: " + tensor_core_attention_refusal(att));
+}
+void hstu_attention_backward_tc(Stream_t, const SequenceBatch&, const HstuAttention& att, CAMat,
+                                CAMat, CAMat, CAMat, AMat, AMat, AMat, float*, float*, void*) {
+  throw Error("hstu_attention_backward_tc: " + tensor_core_attention_refusal(att));
+}
+
+#endif
+
+}  // namespace parity::gpu
