@@ -61,12 +61,13 @@ class HstuTrainer {
     TrainEvent s = event(TrainEvent::Kind::start, start);
     s.message = fmt::format(
         "HSTU model '{}' ({} layers, d {}, histories up to {} events, {} targets, {} tasks), {} "
-        "dense and {} embedding parameters, batch {}, on the {} backend, synthetic sequences "
-        "with a planted sequential teacher (seed {}){}",
+        "dense and {} embedding parameters, batch {}, on the {} backend ({} dense math), "
+        "synthetic sequences with a planted sequential teacher (seed {}){}",
         cfg_.model.name, cfg_.model.hstu->layers, cfg_.model.hstu->model_dim,
         cfg_.model.hstu->sequence.max_len, cfg_.model.hstu->sequence.targets,
         cfg_.model.hstu->tasks.size(), model_.dense_parameter_count(),
-        model_.embedding_parameter_count(), cfg_.batch, backend_->name(), cfg_.seed,
+        model_.embedding_parameter_count(), cfg_.batch, backend_->name(),
+        dense_math_name(cfg_.dense_math), cfg_.seed,
         start > 0 ? fmt::format(", resumed at step {}", start) : "");
     emit(s);
 
@@ -249,9 +250,10 @@ TrainResult train_hstu(const TrainConfig& in, TrainObserver* observer) {
     throw InputError(fmt::format(
         "model '{}' is an HSTU model, which trains on synthetic sequences so far (no --data)",
         cfg.model.name));
-  if (cfg.dense_math != DenseMath::fp32)
-    throw InputError(fmt::format("HSTU models train with fp32 dense math so far, not {}",
-                                 dense_math_name(cfg.dense_math)));
+  // Under bf16 the products and the attention take bf16 operands (fp32 sums); the activations
+  // stay fp32 between ops.
+  if (cfg.dense_math == DenseMath::fp16)
+    throw InputError("HSTU models train with fp32, tf32 or bf16 dense math, not fp16");
   cfg.batch = cfg.batch > 0 ? cfg.batch : cfg.model.batch_size;
   if (cfg.batch <= 0)
     throw InputError(fmt::format("batch size must be positive, got {}", cfg.batch));

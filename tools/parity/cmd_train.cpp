@@ -222,7 +222,7 @@ struct TrainArgs {
   std::int64_t steps = 0, batch = 0, eval_examples = 32768, eval_every = 250;
   std::int64_t checkpoint_every = 0, keep_checkpoints = 2;
   std::uint64_t seed = 1;
-  std::string checkpoint, backend = "auto", on_bad_line = "stop", plan;
+  std::string checkpoint, backend = "auto", on_bad_line = "stop", plan, dense_math;
   bool resume = false, profile = false, no_plan = false;
   std::vector<std::string> data, eval_data;
 };
@@ -259,6 +259,8 @@ void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan
 // trained with, if any.
 std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, TrainConfig& cfg) {
   if (!args.plan.empty()) {
+    if (!args.dense_math.empty())
+      throw InputError("--dense-math and --plan: the plan sets the dense math (its dense_math)");
     auto plan = std::make_shared<Plan>(load_plan(args.plan));
     const std::string model =
         model_given || plan->model_file.empty() ? args.model : plan->model_file;
@@ -269,6 +271,24 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
     return plan;
   }
   cfg.model = load_model_spec(resolve_model(args.model));
+  if (!args.dense_math.empty()) {
+    if (cfg.model.kind != ModelKind::hstu && !args.no_plan && args.backend != "cpu")
+      throw InputError(
+          "--dense-math sets the dense math of the model's own recipe: add --no-plan (or give "
+          "--plan, whose dense math is the plan's)");
+    cfg.dense_math = DenseMath::fp32;
+    for (const auto& [name, m] : kDenseMathNames)
+      if (name == args.dense_math) cfg.dense_math = m;
+    const auto& allowed = cfg.model.allowed_dense_math;
+    if (std::find(allowed.begin(), allowed.end(), cfg.dense_math) == allowed.end()) {
+      std::string names;
+      for (const DenseMath m : allowed)
+        names += (names.empty() ? "" : ", ") + std::string(dense_math_name(m));
+      throw InputError(
+          fmt::format("--dense-math {}: model '{}' ({}) allows {} (its recipe's dense_math)",
+                      args.dense_math, cfg.model.name, resolve_model(args.model).string(), names));
+    }
+  }
   if (cfg.model.kind == ModelKind::hstu) {
     if (!args.no_plan && args.backend != "cpu")
       fmt::print(
@@ -447,6 +467,11 @@ void add_train_command(CLI::App& app) {
       "--no-plan", args->no_plan,
       "On a GPU without --plan: train the model's own recipe instead of the plan made for the "
       "detected device");
+  cmd->add_option("--dense-math", args->dense_math,
+                  "Dense math of a run without a plan (HSTU models, --no-plan, the cpu backend): "
+                  "fp32, tf32 or bf16, one the model's recipe allows (bf16: bf16 operands and "
+                  "fp32 sums in the products and the attention)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
   cmd->add_flag("--profile", args->profile,
                 "Time the step by op category with device events and print it beside the plan's "
                 "prediction");

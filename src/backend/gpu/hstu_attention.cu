@@ -282,6 +282,20 @@ __device__ __forceinline__ float biased(const Args& g, float dot, int il, int jl
   return dot * g.scale + pos[position_bucket(il - jl, g.pb)] + tim[time_bucket(ti - tj, g.tb)];
 }
 
+// Whether a tile's relative bias is one value for all its pairs (every distance past the last
+// position bucket, both extreme time gaps in one bucket), and which: far from the diagonal of a
+// long sequence almost every tile is so, and its pairs skip the per-pair bias lookups.
+__device__ __forceinline__ bool constant_bias(const Args& g, std::int64_t min_dist,
+                                              std::int64_t min_gap, std::int64_t max_gap,
+                                              const float* pos, const float* tim, float& bias,
+                                              int& time_bkt) {
+  if (min_dist < g.pb - 1) return false;
+  time_bkt = time_bucket(min_gap, g.tb);
+  if (time_bucket(max_gap, g.tb) != time_bkt) return false;
+  bias = pos[g.pb - 1] + tim[time_bkt];
+  return true;
+}
+
 // ---------------------------------------------------------------- forward --
 
 template <class S>
@@ -356,19 +370,21 @@ __global__ __launch_bounds__(S::kThreads, 1) void forward_kernel(Args g, In q, I
     zero(s);
     rows_times_rows<D, MT, WALK>(s, sq, warp * S::kWarpRows, kw.sk + stage * WALK * D);
     const bool full = j0 + WALK - 1 <= i0 && j0 + WALK <= w.history;
+    float cb = 0.0f;
+    int ctb = 0;
+    if (full &&
+        constant_bias(g, i0 - (j0 + WALK - 1), tq[0] - tks[WALK - 1],
+                      tq[min(w.n - i0, std::int64_t{kRows}) - 1] - tks[0], pos, tim, cb, ctb)) {
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+      for (int m = 0; m < MT; ++m)
 #pragma unroll
-      for (int nt = 0; nt < WALK / 8; ++nt)
+        for (int nt = 0; nt < WALK / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + (e >> 1) * 8,
-                    col = nt * 8 + (l & 3) * 2 + (e & 1);
-          const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
-          const float x = biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim);
-          s[m][nt][e] = x * sigmoid_fast(x) * g.inv_n;
-        }
-    if (!full) {
+          for (int e = 0; e < 4; ++e) {
+            const float x = s[m][nt][e] * g.scale + cb;
+            s[m][nt][e] = x * sigmoid_fast(x) * g.inv_n;
+          }
+    } else {
 #pragma unroll
       for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -377,8 +393,10 @@ __global__ __launch_bounds__(S::kThreads, 1) void forward_kernel(Args g, In q, I
           for (int e = 0; e < 4; ++e) {
             const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + (e >> 1) * 8,
                       col = nt * 8 + (l & 3) * 2 + (e & 1);
-            if (!visible(static_cast<int>(i0) + row, static_cast<int>(j0) + col, n, history))
-              s[m][nt][e] = 0.0f;
+            const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
+            const float x = biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim);
+            s[m][nt][e] =
+                full || visible(il, jl, n, history) ? x * sigmoid_fast(x) * g.inv_n : 0.0f;
           }
     }
     acc_times_tile<D, MT, WALK>(o, s, kw.sv + stage * WALK * D);
@@ -431,20 +449,37 @@ __global__ __launch_bounds__(S::kThreads, 1) void dq_kernel(Args g, In q, In k, 
     rows_times_rows<D, MT, WALK>(s, sq, warp * S::kWarpRows, ks);
     rows_times_rows<D, MT, WALK>(dp, sg, warp * S::kWarpRows, kw.sv + stage * WALK * D);
     const bool full = j0 + WALK - 1 <= i0 && j0 + WALK <= w.history;
+    float cb = 0.0f;
+    int ctb = 0;
+    if (full &&
+        constant_bias(g, i0 - (j0 + WALK - 1), tq[0] - tks[WALK - 1],
+                      tq[min(w.n - i0, std::int64_t{kRows}) - 1] - tks[0], pos, tim, cb, ctb)) {
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+      for (int m = 0; m < MT; ++m)
 #pragma unroll
-      for (int nt = 0; nt < WALK / 8; ++nt)
+        for (int nt = 0; nt < WALK / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + (e >> 1) * 8,
-                    col = nt * 8 + (l & 3) * 2 + (e & 1);
-          const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
-          const float x = biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim);
-          const float sig = sigmoid_fast(x);
-          const float ds = dp[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
-          dp[m][nt][e] = full || visible(il, jl, n, history) ? ds : 0.0f;
-        }
+          for (int e = 0; e < 4; ++e) {
+            const float x = s[m][nt][e] * g.scale + cb;
+            const float sig = sigmoid_fast(x);
+            dp[m][nt][e] *= g.inv_n * sig * (1.0f + x * (1.0f - sig));
+          }
+    } else {
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int nt = 0; nt < WALK / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + (e >> 1) * 8,
+                      col = nt * 8 + (l & 3) * 2 + (e & 1);
+            const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
+            const float x = biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim);
+            const float sig = sigmoid_fast(x);
+            const float ds = dp[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
+            dp[m][nt][e] = full || visible(il, jl, n, history) ? ds : 0.0f;
+          }
+    }
     acc_times_tile<D, MT, WALK>(acc, dp, ks);
     __syncthreads();
   }
@@ -551,32 +586,61 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
     zero(dpt);
     rows_times_rows<D, MT, Q>(st, sk, warp * S::kWarpRows, qs);
     rows_times_rows<D, MT, Q>(dpt, sv, warp * S::kWarpRows, gs);
+    const bool full = j0 + kRows <= w.history && i0 + Q <= w.n && j0 + kRows - 1 <= i0;
+    float cb = 0.0f;
+    int ctb = 0;
+    if (full && constant_bias(g, i0 - (j0 + kRows - 1), tqs[0] - tk[kRows - 1], tqs[Q - 1] - tk[0],
+                              pos, tim, cb, ctb)) {
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+      for (int m = 0; m < MT; ++m)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + half * 8;
-        const int jl = static_cast<int>(j0) + row;
+        for (int half = 0; half < 2; ++half) {
+          float sum = 0.0f;
 #pragma unroll
-        for (int nt = 0; nt < Q / 8; ++nt)
+          for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int e = half * 2 + c, col = nt * 8 + (l & 3) * 2 + c;
-            const int il = static_cast<int>(i0) + col;
-            const int pbk = position_bucket(il - jl, g.pb);
-            const int tbk = time_bucket(tqs[col] - tk[row], g.tb);
-            const float x = st[m][nt][e] * g.scale + pos[pbk] + tim[tbk];
-            const float sig = sigmoid_fast(x);
-            const bool vis = visible(il, jl, n, history);
-            const float ds = vis ? dpt[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
-            st[m][nt][e] = vis ? x * sig * g.inv_n : 0.0f;
-            dpt[m][nt][e] = ds;
-            if (vis) {
-              pos_run[m][half].add(hist, pbk, ds);
-              time_run[m][half].add(hist + g.pb, tbk, ds);
+            for (int c = 0; c < 2; ++c) {
+              const int e = half * 2 + c;
+              const float x = st[m][nt][e] * g.scale + cb;
+              const float sig = sigmoid_fast(x);
+              const float ds = dpt[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
+              st[m][nt][e] = x * sig * g.inv_n;
+              dpt[m][nt][e] = ds;
+              sum += ds;
             }
-          }
-      }
+          pos_run[m][half].add(hist, g.pb - 1, sum);
+          time_run[m][half].add(hist + g.pb, ctb, sum);
+        }
+    } else {
+      // Pairs in order of the query within each key row, so that same-bucket pairs come in runs.
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + half * 8;
+          const int jl = static_cast<int>(j0) + row;
+#pragma unroll
+          for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int e = half * 2 + c, col = nt * 8 + (l & 3) * 2 + c;
+              const int il = static_cast<int>(i0) + col;
+              const int pbk = position_bucket(il - jl, g.pb);
+              const int tbk = time_bucket(tqs[col] - tk[row], g.tb);
+              const float x = st[m][nt][e] * g.scale + pos[pbk] + tim[tbk];
+              const float sig = sigmoid_fast(x);
+              const bool vis = visible(il, jl, n, history);
+              const float ds =
+                  vis ? dpt[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
+              st[m][nt][e] = vis ? x * sig * g.inv_n : 0.0f;
+              dpt[m][nt][e] = ds;
+              if (vis) {
+                pos_run[m][half].add(hist, pbk, ds);
+                time_run[m][half].add(hist + g.pb, tbk, ds);
+              }
+            }
+        }
+    }
     acc_times_tile<D, MT, Q>(av, st, gs);
     acc_times_tile<D, MT, Q>(ak, dpt, qs);
     __syncthreads();
