@@ -160,6 +160,35 @@ constexpr LinearShape kBf16LinearShapes[] = {{67, 45, 33, 5, 2, 7},   {512, 256,
                                              {300, 13, 1, 3, 0, 1},   {3000, 40, 24, 0, 0, 0},
                                              {64, 16, 4100, 0, 0, 0}, {301, 33, 37, 1, 2, 3}};
 
+// Products whose row count changes every call (the token count of jagged sequence batches):
+// every result right, and the library's heuristic asked once for the first shape and once for
+// the shape class the rest share, not once per shape.
+TEST(DenseGpuEpilogue, ChangingRowsShareTheirClassAlgorithm) {
+  PARITY_REQUIRE_GPU();
+  for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
+    GpuBackend gpu(math);
+    CpuBackend cpu;
+    Rand rand(17);
+    const HostMat w = HostMat::random(96, 64, 0, rand), bias = random_vec(96, rand);
+    const DevMat dw(gpu, w), db(gpu, bias);
+    const std::int64_t before = gpu.counters().blas_heuristics;
+    for (std::int64_t rows = 1100; rows < 1500; rows += 23) {  // one class: (1024, 1536]
+      const HostMat x = HostMat::random(rows, 64, 0, rand);
+      HostMat ref(rows, 96, 96), mag = ref.poisoned();
+      cpu.linear_forward(x.cview(), w.cview(), bias.v.data(), Activation::relu, ref.view());
+      const HostMat abias = bias.abs();
+      cpu.linear_forward(x.abs().cview(), w.abs().cview(), abias.v.data(), Activation::none,
+                         mag.view());
+      const DevMat dx(gpu, x), dy(gpu, ref.poisoned());
+      gpu.linear_forward(dx.view(), dw.view(), db.data(), Activation::relu, dy.view());
+      expect_close(std::string("linear_forward ") + std::string(dense_math_name(math)) + " rows " +
+                       std::to_string(rows),
+                   dy.download(), ref, mag, tol_for(math));
+    }
+    EXPECT_EQ(gpu.counters().blas_heuristics - before, 2) << dense_math_name(math);
+  }
+}
+
 TEST(DenseGpuBf16Storage, LinearMatchesCpu) {
   PARITY_REQUIRE_GPU();
   GpuBackend gpu(DenseMath::bf16);

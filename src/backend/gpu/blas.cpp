@@ -79,6 +79,25 @@ std::string describe(const PlanKey& k) {
       k.align_a, k.align_b, k.align_d, math_name(k.math), k.d_bf16 ? ", bf16 output" : "");
 }
 
+// The shape class of a product: m and k rounded up to the next 2^e or 1.5 x 2^e (from 64 on).
+// Products whose rows or depth change from call to call (the token count of jagged sequence
+// batches) would otherwise ask the library's heuristic again at every new shape.
+std::int64_t bucket_of(std::int64_t x) {
+  if (x <= 64) return x;
+  std::int64_t p = 64;
+  while (p < x) {
+    if (p + p / 2 >= x) return p + p / 2;
+    p *= 2;
+  }
+  return p;
+}
+PlanKey class_of(PlanKey k, Epilogue e) {
+  k.epilogue = e;
+  k.m = bucket_of(k.m);
+  k.k = bucket_of(k.k);
+  return k;
+}
+
 void check_blas(blas::Status st, const char* what, const PlanKey* key = nullptr) {
   if (st == blas::kSuccess) return;
   throw GpuError(fmt::format("{} {}: {} ({}){}", blas::kLibrary, what, blas::status_name(st),
@@ -91,7 +110,9 @@ struct Plan {
   blas::MatmulDesc desc = nullptr;
   blas::Layout la = nullptr, lb = nullptr, ld = nullptr, lc = nullptr;
   blas::Heuristic algo{};
-  bool fused = true;  // the epilogue runs in the product (else in a kernel after it)
+  bool fused = true;        // the epilogue runs in the product (else in a kernel after it)
+  bool class_algo = false;  // the algorithm was chosen for the shape class (see Impl::build)
+  Epilogue epilogue = Epilogue::none;
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -126,10 +147,23 @@ bool has_bias(Epilogue e) {
 }  // namespace
 
 struct Blas::Impl {
+  // One shape class: its first shape, whose plan got the heuristic's answer for itself, and the
+  // algorithm chosen for the class's rounded-up shape, which every later shape of it shares.
+  struct ShapeClass {
+    PlanKey first;
+    bool has_algo = false;
+    blas::Heuristic algo{};
+  };
+  // At most this many plans are cached: a run whose shapes never repeat rebuilds descriptors
+  // (cheap) from its shape classes' algorithms, not the heuristic (not cheap).
+  static constexpr std::size_t kMaxPlans = 4096;
+
   blas::Handle handle = nullptr;
   DeviceBuffer<std::byte> workspace;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+  std::unordered_map<PlanKey, ShapeClass, PlanKeyHash> classes;
   std::int64_t fallbacks = 0;
+  std::int64_t queries = 0;
 
   ~Impl() {
     plans.clear();
@@ -150,12 +184,76 @@ struct Blas::Impl {
       p->fused = false;
       ++fallbacks;
     }
+    if (plans.size() >= kMaxPlans) plans.clear();
     return *plans.emplace(key, std::move(p)).first->second;
   }
 
+  // Column-major layouts of a product of `shape` (leading dimensions raised to the rows where a
+  // shape class rounds them past their matrix's).
+  struct Layouts {
+    blas::Layout la = nullptr, lb = nullptr, ld = nullptr, lc = nullptr;
+    Layouts() = default;
+    Layouts(const Layouts&) = delete;
+    Layouts& operator=(const Layouts&) = delete;
+    ~Layouts() {
+      if (la != nullptr) (void)blas::layout_destroy(la);
+      if (lb != nullptr) (void)blas::layout_destroy(lb);
+      if (ld != nullptr) (void)blas::layout_destroy(ld);
+      if (lc != nullptr) (void)blas::layout_destroy(lc);
+    }
+  };
+  static void make_layouts(const PlanKey& key, Layouts& l) {
+    const blas::DataType operand = key.math == GemmMath::bf16 ? blas::kBf16 : blas::kF32;
+    const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+    const auto ld = [](std::int64_t ld, std::int64_t rows) { return ld > rows ? ld : rows; };
+    // Our B stored row-major is, column-major, [n, k] (not transposed) or [k, n] (transposed).
+    check_blas(key.tb ? blas::layout_create(&l.la, operand, u(key.k), u(key.n), ld(key.ldb, key.k))
+                      : blas::layout_create(&l.la, operand, u(key.n), u(key.k), ld(key.ldb, key.n)),
+               "layout of B", &key);
+    check_blas(key.ta ? blas::layout_create(&l.lb, operand, u(key.m), u(key.k), ld(key.lda, key.m))
+                      : blas::layout_create(&l.lb, operand, u(key.k), u(key.m), ld(key.lda, key.k)),
+               "layout of A", &key);
+    const blas::DataType out = key.d_bf16 ? blas::kBf16 : blas::kF32;
+    check_blas(blas::layout_create(&l.ld, out, u(key.n), u(key.m), ld(key.ldd, key.n)),
+               "layout of D", &key);
+    check_blas(blas::layout_create(&l.lc, out, u(key.n), u(key.m), ld(key.ldc, key.n)),
+               "layout of C", &key);
+  }
+
+  // The heuristic's first algorithm for a product of `shape` under desc; false if it has none.
+  bool query(const PlanKey& shape, blas::MatmulDesc desc, blas::Heuristic& algo) {
+    ++queries;
+    Layouts l;
+    make_layouts(shape, l);
+    blas::Preference pref = nullptr;
+    check_blas(blas::pref_create(&pref), "preference", &shape);
+    struct PrefGuard {
+      blas::Preference p;
+      ~PrefGuard() { (void)blas::pref_destroy(p); }
+    } guard{pref};
+    check_blas(blas::pref_set_workspace(pref, workspace.bytes()), "workspace preference", &shape);
+    if constexpr (blas::kHasAlignmentPreferences) {
+      check_blas(blas::pref_set_alignment(pref, 0, shape.align_b), "alignment preference", &shape);
+      check_blas(blas::pref_set_alignment(pref, 1, shape.align_a), "alignment preference", &shape);
+      check_blas(blas::pref_set_alignment(pref, 2, shape.align_c), "alignment preference", &shape);
+      check_blas(blas::pref_set_alignment(pref, 3, shape.align_d), "alignment preference", &shape);
+    }
+    if constexpr (blas::kHasReductionSchemeMask) {
+      check_blas(blas::pref_set_reduction_mask(pref, blas::kDeterministicReductions),
+                 "reduction preference", &shape);
+    }
+    int found = 0;
+    check_blas(blas::heuristic(handle, desc, l.la, l.lb, l.lc, l.ld, pref, 1, &algo, &found),
+               "algorithm heuristic", &shape);
+    return found >= 1;
+  }
+
+  // A plan's algorithm: the heuristic's for this shape when it is the first of its class (so a
+  // model whose shapes never change gets exactly what it got before classes existed), else the
+  // one chosen once for the class's rounded-up shape. Deterministic for a given order of shapes.
   std::unique_ptr<Plan> build(const PlanKey& key, Epilogue epilogue) {
     auto p = std::make_unique<Plan>();
-    const blas::DataType operand = key.math == GemmMath::bf16 ? blas::kBf16 : blas::kF32;
+    p->epilogue = epilogue;
     const blas::ComputeType compute =
         key.math == GemmMath::tf32 ? blas::kCompute32FFastTf32 : blas::kCompute32F;
     check_blas(blas::desc_create(&p->desc, compute, blas::kF32), "matmul descriptor", &key);
@@ -166,46 +264,41 @@ struct Blas::Impl {
     if (has_bias(epilogue))
       check_blas(blas::desc_set_bias_type(p->desc, key.d_bf16 ? blas::kBf16 : blas::kF32),
                  "bias type", &key);
-    // Our B stored row-major is, column-major, [n, k] (not transposed) or [k, n] (transposed).
-    const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-    check_blas(key.tb ? blas::layout_create(&p->la, operand, u(key.k), u(key.n), key.ldb)
-                      : blas::layout_create(&p->la, operand, u(key.n), u(key.k), key.ldb),
-               "layout of B", &key);
-    check_blas(key.ta ? blas::layout_create(&p->lb, operand, u(key.m), u(key.k), key.lda)
-                      : blas::layout_create(&p->lb, operand, u(key.k), u(key.m), key.lda),
-               "layout of A", &key);
-    const blas::DataType out = key.d_bf16 ? blas::kBf16 : blas::kF32;
-    check_blas(blas::layout_create(&p->ld, out, u(key.n), u(key.m), key.ldd), "layout of D", &key);
-    check_blas(blas::layout_create(&p->lc, out, u(key.n), u(key.m), key.ldc), "layout of C", &key);
+    Layouts l;
+    make_layouts(key, l);
+    std::swap(p->la, l.la);
+    std::swap(p->lb, l.lb);
+    std::swap(p->ld, l.ld);
+    std::swap(p->lc, l.lc);
 
-    blas::Preference pref = nullptr;
-    check_blas(blas::pref_create(&pref), "preference", &key);
-    struct PrefGuard {
-      blas::Preference p;
-      ~PrefGuard() { (void)blas::pref_destroy(p); }
-    } guard{pref};
-    check_blas(blas::pref_set_workspace(pref, workspace.bytes()), "workspace preference", &key);
-    if constexpr (blas::kHasAlignmentPreferences) {
-      check_blas(blas::pref_set_alignment(pref, 0, key.align_b), "alignment preference", &key);
-      check_blas(blas::pref_set_alignment(pref, 1, key.align_a), "alignment preference", &key);
-      check_blas(blas::pref_set_alignment(pref, 2, key.align_c), "alignment preference", &key);
-      check_blas(blas::pref_set_alignment(pref, 3, key.align_d), "alignment preference", &key);
+    const PlanKey cls = class_of(key, epilogue);
+    auto [it, first] = classes.try_emplace(cls, ShapeClass{key});
+    if (!first && !(it->second.first == key)) {
+      ShapeClass& c = it->second;
+      if (!c.has_algo) c.has_algo = query(cls, p->desc, c.algo);
+      if (c.has_algo) {
+        p->algo = c.algo;
+        p->class_algo = true;
+        return p;
+      }
     }
-    if constexpr (blas::kHasReductionSchemeMask) {
-      check_blas(blas::pref_set_reduction_mask(pref, blas::kDeterministicReductions),
-                 "reduction preference", &key);
-    }
-    int found = 0;
-    check_blas(
-        blas::heuristic(handle, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &p->algo, &found),
-        "algorithm heuristic", &key);
-    if (found < 1) {
+    if (!query(key, p->desc, p->algo)) {
       throw GpuError(fmt::format(
           "{} has no algorithm for the product {} (epilogue {}); this shape/alignment is not "
           "supported by the library on this device",
           blas::kLibrary, describe(key), static_cast<int>(epilogue)));
     }
     return p;
+  }
+
+  // A class's algorithm the library refuses for one of its shapes: that shape gets its own.
+  void own_algorithm(const PlanKey& key, Plan& p) {
+    PlanKey shape = key;
+    shape.epilogue = p.epilogue;
+    if (!query(shape, p.desc, p.algo))
+      throw GpuError(
+          fmt::format("{} has no algorithm for the product {}", blas::kLibrary, describe(shape)));
+    p.class_algo = false;
   }
 };
 
@@ -264,16 +357,27 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
     check_blas(blas::desc_set_bias(p.desc, g.bias), "bias pointer", &key);
   const float alpha = 1.0f;
   const float beta = g.beta;
-  check_blas(blas::matmul(impl_->handle, p.desc, &alpha, g.b.data, p.la, g.a.data, p.lb, &beta,
-                          own_c ? g.c : g.d, p.lc, g.d, p.ld, p.algo, impl_->workspace.data(),
-                          impl_->workspace.bytes(), s),
-             "matmul", &key);
+  auto run = [&] {
+    return blas::matmul(impl_->handle, p.desc, &alpha, g.b.data, p.la, g.a.data, p.lb, &beta,
+                        own_c ? g.c : g.d, p.lc, g.d, p.ld, p.algo, impl_->workspace.data(),
+                        impl_->workspace.bytes(), s);
+  };
+  blas::Status st = run();
+  if (st != blas::kSuccess && p.class_algo) {
+    impl_->own_algorithm(key, p);
+    st = run();
+  }
+  check_blas(st, "matmul", &key);
   if (!fused && g.epilogue != Epilogue::none)
     gemm_epilogue(s, d, 1.0f, has_bias(g.epilogue) ? g.bias : nullptr, relu);
 }
 
 std::int64_t Blas::epilogue_fallbacks() const {
   return impl_->fallbacks;
+}
+
+std::int64_t Blas::heuristic_queries() const {
+  return impl_->queries;
 }
 
 #else  // no BLASLt library in this build (the HIP compile check without hipBLASLt)
@@ -291,6 +395,9 @@ std::int64_t Blas::plans() const {
   return 0;
 }
 std::int64_t Blas::epilogue_fallbacks() const {
+  return 0;
+}
+std::int64_t Blas::heuristic_queries() const {
   return 0;
 }
 void Blas::gemm(Stream_t, GemmMath, const GemmArgs&) {

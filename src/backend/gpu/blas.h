@@ -11,6 +11,12 @@
 //   operand alignment, and kept: after the first training step no descriptor is created and no
 //   heuristic runs (plans() counts them, for the tests). The only per-call host work is setting
 //   the bias pointer on the cached descriptor.
+// - Shapes that change every step (the token count of jagged sequence batches) would each pay
+//   the heuristic (about a millisecond) and grow the cache without end. Shapes fall into classes
+//   (m and k rounded up to 2^e or 1.5 x 2^e): the first shape of a class gets the heuristic's
+//   answer for itself, as every fixed-shape model always does; later shapes of the class share
+//   one algorithm chosen for the class's rounded-up shape (a shape the library then refuses gets
+//   its own). The cache holds at most 4,096 plans; past that it starts again from the classes.
 // - The workspace is one device buffer allocated with the handle, before any step.
 // - An epilogue the library has no algorithm for (or a bias that is not 16-byte aligned) falls
 //   back to the plain product plus a small kernel, counted by epilogue_fallbacks().
@@ -81,6 +87,9 @@ class Blas {
 
   // Plans (descriptor + layouts + algorithm) built so far; constant once every shape was seen.
   std::int64_t plans() const;
+  // Questions asked of the library's algorithm heuristic so far (one per shape class, plus one
+  // for each class's first shape; see above).
+  std::int64_t heuristic_queries() const;
   // Plans whose epilogue the library could not fuse (bias and ReLU then run as a kernel after the
   // product; the result is the same up to rounding). 0 on the shapes the tests know.
   std::int64_t epilogue_fallbacks() const;

@@ -279,6 +279,7 @@ GpuBackend::Counters GpuBackend::counters() const {
   c.allocations += impl_->held.allocations();
   c.scratch_growths = impl_->scratch.growths() + impl_->emb_growths;
   c.blas_plans = impl_->blas.plans();
+  c.blas_heuristics = impl_->blas.heuristic_queries();
   c.epilogue_fallbacks = impl_->blas.epilogue_fallbacks();
   return c;
 }

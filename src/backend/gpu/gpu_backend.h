@@ -160,6 +160,7 @@ class GpuBackend final : public Backend {
     std::int64_t scratch_growths =
         0;                        // internal scratch (re)allocations, embedding workspace included
     std::int64_t blas_plans = 0;  // cuBLASLt descriptors + algorithms built
+    std::int64_t blas_heuristics = 0;     // questions to the library's algorithm heuristic
     std::int64_t epilogue_fallbacks = 0;  // plans whose bias/ReLU could not be fused (blas.h)
     std::int64_t host_syncs = 0;  // id-count reads by the embedding ops (SparseInput::nnz -1)
   };

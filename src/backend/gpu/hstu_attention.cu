@@ -49,8 +49,18 @@ template <int D>
 using ForwardShape = Shape<D, 2, (D >= 128 ? 32 : 64)>;
 template <int D>
 using QueryShape = Shape<D, 1, 64>;
-template <int D>
-using KeyShape = Shape<D, (D >= 128 ? 1 : 2), 32>;
+// The key-side backward computes its transposed scores with 8 warps of 16 keys over 64 queries
+// a step, then its products dV += Pᵀ dO and dK += dSᵀ Q with the warps as a KW x DW grid over
+// (keys, head dims), Pᵀ and dSᵀ passing through shared memory: each warp's accumulators are then
+// 2 x (128 / KW) x (D / DW) / 32 floats, and every B fragment it loads serves 128 / KW / 16
+// m-tiles.
+template <int D_>
+struct KeyShape {
+  static constexpr int D = D_, MT = 1, WALK = 64;
+  static constexpr int kWarpRows = 16, kWarps = 8, kThreads = 256;
+  static constexpr int DW = D >= 32 ? 2 : 1, KW = kWarps / DW;
+  static constexpr int kKeyRows = kRows / KW, kDims = D / DW;  // a warp's block of dK, dV
+};
 
 struct Args {
   const std::int64_t* offsets;
@@ -208,6 +218,11 @@ __device__ __forceinline__ bool visible(int il, int jl, int n, int history) {
 __device__ __forceinline__ float sigmoid_fast(float x) {
   return 0.5f + 0.5f * mma::tanh_approx(0.5f * x);
 }
+// SiLU(x) / n = (x / 2n) (1 + tanh(x / 2)): one instruction fewer than x σ(x) / n.
+__device__ __forceinline__ float silu_over_n(float x, float inv_n) {
+  const float a = 0.5f * inv_n * x;
+  return fmaf(a, mma::tanh_approx(0.5f * x), a);
+}
 
 __device__ __forceinline__ void store_pair(Out o, std::int64_t row, int col, float a, float b,
                                            bool bf16) {
@@ -299,7 +314,7 @@ __device__ __forceinline__ bool constant_bias(const Args& g, std::int64_t min_di
 // ---------------------------------------------------------------- forward --
 
 template <class S>
-constexpr std::size_t query_side_smem(int operands, int pb, int tb) {
+constexpr std::size_t query_side_smem(int operands, int pb, int tb) {  // operands: q (and dO)
   return (operands * kRows * S::D + 4 * S::WALK * S::D) * 2 + (kRows + 2 * S::WALK) * 8 +
          static_cast<std::size_t>(pb + tb) * 4;
 }
@@ -333,89 +348,31 @@ struct KeyWalk {
   }
 };
 
-template <class S>
-__global__ __launch_bounds__(S::kThreads, 1) void forward_kernel(Args g, In q, In k, In v, Out out,
-                                                                 int out_bf16) {
-  constexpr int D = S::D, MT = S::MT, WALK = S::WALK;
-  extern __shared__ __align__(16) unsigned char smem[];
-  auto* sq = reinterpret_cast<std::uint16_t*>(smem);
-  KeyWalk<S> kw;
-  kw.sk = sq + kRows * D;
-  kw.sv = kw.sk + 2 * WALK * D;
-  auto* tq = reinterpret_cast<std::int64_t*>(kw.sv + 2 * WALK * D);
-  kw.tk = tq + kRows;
-  auto* pos = reinterpret_cast<float*>(kw.tk + 2 * WALK);
-  float* tim = pos + g.pb;
-
-  Work w;
-  if (!work_of(g, true, w)) return;
-  const std::int64_t i0 = static_cast<std::int64_t>(w.tile) * kRows;
-  const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
-  const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
-  load_bias<S::kThreads>(g, w.h, pos, tim);
-  copy_times<kRows, S::kThreads>(tq, g.times, w.begin + i0, w.n - i0);
-  copy_tile<D, kRows, S::kThreads>(sq, q, w.h, w.begin + i0, w.n - i0);
-  mma::copy_async_commit();
-  kw.tiles = key_tiles<WALK>(w, i0);
-  kw.load(g, w, k, v, 0, 0);
-
-  float o[MT][D / 8][4];
-  zero(o);
-  for (int it = 0; it < kw.tiles.count(); ++it) {
-    const int stage = it & 1;
-    kw.next(g, w, k, v, it);
-    const std::int64_t j0 = static_cast<std::int64_t>(kw.tiles.at(it)) * WALK;
-    const std::int64_t* tks = kw.tk + stage * WALK;
-    float s[MT][WALK / 8][4];
-    zero(s);
-    rows_times_rows<D, MT, WALK>(s, sq, warp * S::kWarpRows, kw.sk + stage * WALK * D);
-    const bool full = j0 + WALK - 1 <= i0 && j0 + WALK <= w.history;
-    float cb = 0.0f;
-    int ctb = 0;
-    if (full &&
-        constant_bias(g, i0 - (j0 + WALK - 1), tq[0] - tks[WALK - 1],
-                      tq[min(w.n - i0, std::int64_t{kRows}) - 1] - tks[0], pos, tim, cb, ctb)) {
+// Calls f(m, nt, e, row, col) for each fp32 accumulator of a warp's [MT x 16, N] block whose
+// first row is row0 (row and col within the block's tiles).
+template <int MT, int N, class F>
+__device__ __forceinline__ void for_each_element(int row0, F&& f) {
+  const int l = lane_id();
 #pragma unroll
-      for (int m = 0; m < MT; ++m)
+  for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int nt = 0; nt < WALK / 8; ++nt)
+    for (int nt = 0; nt < N / 8; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float x = s[m][nt][e] * g.scale + cb;
-            s[m][nt][e] = x * sigmoid_fast(x) * g.inv_n;
-          }
-    } else {
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int nt = 0; nt < WALK / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + (e >> 1) * 8,
-                      col = nt * 8 + (l & 3) * 2 + (e & 1);
-            const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
-            const float x = biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim);
-            s[m][nt][e] =
-                full || visible(il, jl, n, history) ? x * sigmoid_fast(x) * g.inv_n : 0.0f;
-          }
-    }
-    acc_times_tile<D, MT, WALK>(o, s, kw.sv + stage * WALK * D);
-    __syncthreads();
-  }
-  store_rows<S>(out, out_bf16 != 0, o, w, i0 + 0, 1.0f);
+      for (int e = 0; e < 4; ++e)
+        f(m, nt, e, row0 + m * 16 + (l >> 2) + (e >> 1) * 8, nt * 8 + (l & 3) * 2 + (e & 1));
 }
 
-// --------------------------------------------------------------------- dq --
-
-template <class S>
-__global__ __launch_bounds__(S::kThreads, 1) void dq_kernel(Args g, In q, In k, In v, In dout,
-                                                            Out dq, int out_bf16) {
-  constexpr int D = S::D, MT = S::MT, WALK = S::WALK;
+// The query-side kernels, one template: the forward (out = P V) and dq (dq = scale dS K, from the
+// scores and dP = dO Vᵀ recomputed). A block takes kRows queries and walks their key tiles.
+template <class S, bool kDq>
+__global__ __launch_bounds__(S::kThreads, 1) void query_kernel(Args g, In q, In k, In v, In dout,
+                                                               Out out, int out_bf16) {
+  constexpr int D = S::D, MT = S::MT, WALK = S::WALK, kOperands = kDq ? 2 : 1;
   extern __shared__ __align__(16) unsigned char smem[];
   auto* sq = reinterpret_cast<std::uint16_t*>(smem);
-  auto* sg = sq + kRows * D;
+  std::uint16_t* sg = sq + kRows * D;  // dO (dq only)
   KeyWalk<S> kw;
-  kw.sk = sg + kRows * D;
+  kw.sk = sq + kOperands * kRows * D;
   kw.sv = kw.sk + 2 * WALK * D;
   auto* tq = reinterpret_cast<std::int64_t*>(kw.sv + 2 * WALK * D);
   kw.tk = tq + kRows;
@@ -425,12 +382,12 @@ __global__ __launch_bounds__(S::kThreads, 1) void dq_kernel(Args g, In q, In k, 
   Work w;
   if (!work_of(g, true, w)) return;
   const std::int64_t i0 = static_cast<std::int64_t>(w.tile) * kRows;
-  const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32, row0 = warp * S::kWarpRows;
   const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
   load_bias<S::kThreads>(g, w.h, pos, tim);
   copy_times<kRows, S::kThreads>(tq, g.times, w.begin + i0, w.n - i0);
   copy_tile<D, kRows, S::kThreads>(sq, q, w.h, w.begin + i0, w.n - i0);
-  copy_tile<D, kRows, S::kThreads>(sg, dout, w.h, w.begin + i0, w.n - i0);
+  if constexpr (kDq) copy_tile<D, kRows, S::kThreads>(sg, dout, w.h, w.begin + i0, w.n - i0);
   mma::copy_async_commit();
   kw.tiles = key_tiles<WALK>(w, i0);
   kw.load(g, w, k, v, 0, 0);
@@ -442,48 +399,48 @@ __global__ __launch_bounds__(S::kThreads, 1) void dq_kernel(Args g, In q, In k, 
     kw.next(g, w, k, v, it);
     const std::int64_t j0 = static_cast<std::int64_t>(kw.tiles.at(it)) * WALK;
     const std::uint16_t* ks = kw.sk + stage * WALK * D;
+    const std::uint16_t* vs = kw.sv + stage * WALK * D;
     const std::int64_t* tks = kw.tk + stage * WALK;
+    // s: the scores, then P (forward); dp: dO Vᵀ, then dS (dq).
     float s[MT][WALK / 8][4], dp[MT][WALK / 8][4];
     zero(s);
-    zero(dp);
-    rows_times_rows<D, MT, WALK>(s, sq, warp * S::kWarpRows, ks);
-    rows_times_rows<D, MT, WALK>(dp, sg, warp * S::kWarpRows, kw.sv + stage * WALK * D);
+    rows_times_rows<D, MT, WALK>(s, sq, row0, ks);
+    if constexpr (kDq) {
+      zero(dp);
+      rows_times_rows<D, MT, WALK>(dp, sg, row0, vs);
+    }
+    // x: a pair's biased score; vis: whether the pair is seen.
+    auto apply = [&](int m, int nt, int e, float x, bool vis) {
+      if constexpr (kDq) {
+        const float sig = sigmoid_fast(x);
+        dp[m][nt][e] = vis ? dp[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
+      } else {
+        s[m][nt][e] = vis ? silu_over_n(x, g.inv_n) : 0.0f;
+      }
+    };
     const bool full = j0 + WALK - 1 <= i0 && j0 + WALK <= w.history;
     float cb = 0.0f;
     int ctb = 0;
     if (full &&
         constant_bias(g, i0 - (j0 + WALK - 1), tq[0] - tks[WALK - 1],
                       tq[min(w.n - i0, std::int64_t{kRows}) - 1] - tks[0], pos, tim, cb, ctb)) {
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int nt = 0; nt < WALK / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float x = s[m][nt][e] * g.scale + cb;
-            const float sig = sigmoid_fast(x);
-            dp[m][nt][e] *= g.inv_n * sig * (1.0f + x * (1.0f - sig));
-          }
+      for_each_element<MT, WALK>(row0, [&](int m, int nt, int e, int, int) {
+        apply(m, nt, e, s[m][nt][e] * g.scale + cb, true);
+      });
     } else {
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int nt = 0; nt < WALK / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + (e >> 1) * 8,
-                      col = nt * 8 + (l & 3) * 2 + (e & 1);
-            const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
-            const float x = biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim);
-            const float sig = sigmoid_fast(x);
-            const float ds = dp[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
-            dp[m][nt][e] = full || visible(il, jl, n, history) ? ds : 0.0f;
-          }
+      for_each_element<MT, WALK>(row0, [&](int m, int nt, int e, int row, int col) {
+        const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
+        apply(m, nt, e, biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim),
+              visible(il, jl, n, history));
+      });
     }
-    acc_times_tile<D, MT, WALK>(acc, dp, ks);
+    if constexpr (kDq)
+      acc_times_tile<D, MT, WALK>(acc, dp, ks);
+    else
+      acc_times_tile<D, MT, WALK>(acc, s, vs);
     __syncthreads();
   }
-  store_rows<S>(dq, out_bf16 != 0, acc, w, i0, g.scale);
+  store_rows<S>(out, out_bf16 != 0, acc, w, i0, kDq ? g.scale : 1.0f);
 }
 
 // ----------------------------------------------------------------- dk, dv --
@@ -499,10 +456,13 @@ __device__ __forceinline__ void query_tiles(const Work& w, std::int64_t j0, int 
 
 template <class S>
 constexpr std::size_t key_side_smem(int pb, int tb) {
-  return (2 * kRows * S::D + 4 * S::WALK * S::D) * 2 + (kRows + 2 * S::WALK) * 8 +
-         static_cast<std::size_t>(pb + tb) * 12;
+  return (2 * kRows * S::D + 4 * S::WALK * S::D + 2 * kRows * S::WALK) * 2 +
+         (kRows + 2 * S::WALK) * 8 + static_cast<std::size_t>(pb + tb) * 12;
 }
 
+__device__ __forceinline__ long long to_fixed(float v) {
+  return __float2ll_rn(v * kFixedScale);
+}
 // One bucket's running sum of a thread's pairs: added to the block's fixed-point total when the
 // bucket changes. A key's queries come in increasing order, so its position and time buckets
 // never decrease and each run is as long as it can be.
@@ -519,22 +479,68 @@ struct Run {
   }
   __device__ void flush(unsigned long long* hist) const {
     if (bucket >= 0 && sum != 0.0f)
-      atomicAdd(hist + bucket, static_cast<unsigned long long>(__float2ll_rn(sum * kFixedScale)));
+      atomicAdd(hist + bucket, static_cast<unsigned long long>(to_fixed(sum)));
   }
 };
+
+// Adds the warp's fixed-point values of one bucket (the same bucket in every lane) with one
+// atomic: many lanes adding to one address in shared memory would take turns.
+__device__ __forceinline__ void warp_flush(unsigned long long* hist, int bucket, long long v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += shfl_xor(kFullMask, v, o);
+  if (lane_id() == 0 && v != 0) atomicAdd(hist + bucket, static_cast<unsigned long long>(v));
+}
+
+// A thread's fp32 accumulators (16 rows at r0 of a [.., W] bf16 tile, C layout) into the tile.
+template <int W, int NT>
+__device__ __forceinline__ void store_tile(std::uint16_t* tile, int r0, const float (&c)[NT][4]) {
+  const int l = lane_id();
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      *reinterpret_cast<unsigned*>(tile +
+                                   swizzle<W>(r0 + (l >> 2) + half * 8, nt * 8 + (l & 3) * 2)) =
+          mma::pack_bf16(c[nt][2 * half], c[nt][2 * half + 1]);
+}
+
+// c [MT x 16 rows, N cols] += A · B with A rows [r0, r0 + 16 MT) of a shared [.., K] tile and B
+// columns [n0, n0 + N) of a shared [K, D] tile (stored [k][n]).
+template <int K, int D, int MT, int N>
+__device__ __forceinline__ void tile_times_tile(float (&c)[MT][N / 8][4], const std::uint16_t* a,
+                                                int r0, const std::uint16_t* b, int n0) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    unsigned af[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) load_a<K>(af[m], a, r0 + 16 * m, kk * 16);
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+      unsigned bf[4];
+      load_b_kn<D>(bf, b, kk * 16, n0 + np * 16);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma::mma_bf16(c[m][2 * np], af[m], bf[0], bf[1]);
+        mma::mma_bf16(c[m][2 * np + 1], af[m], bf[2], bf[3]);
+      }
+    }
+  }
+}
 
 template <class S>
 __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k, In v, In dout,
                                                              Out dk, Out dv, int out_bf16,
                                                              unsigned long long* fixed_pos,
                                                              unsigned long long* fixed_time) {
-  constexpr int D = S::D, MT = S::MT, Q = S::WALK;
+  constexpr int D = S::D, Q = S::WALK, MB = S::kKeyRows / 16, NB = S::kDims;
   extern __shared__ __align__(16) unsigned char smem[];
   auto* sk = reinterpret_cast<std::uint16_t*>(smem);
   auto* sv = sk + kRows * D;
-  auto* sq = sv + kRows * D;  // [2][Q][D]
-  auto* sg = sq + 2 * Q * D;  // [2][Q][D]
-  auto* tk = reinterpret_cast<std::int64_t*>(sg + 2 * Q * D);
+  auto* sq = sv + kRows * D;   // [2][Q][D]
+  auto* sg = sq + 2 * Q * D;   // [2][Q][D]
+  auto* sp = sg + 2 * Q * D;   // Pᵀ [kRows][Q]
+  auto* sds = sp + kRows * Q;  // dSᵀ [kRows][Q]
+  auto* tk = reinterpret_cast<std::int64_t*>(sds + kRows * Q);
   auto* tq = tk + kRows;                                           // [2][Q]
   auto* hist = reinterpret_cast<unsigned long long*>(tq + 2 * Q);  // [pb + tb]
   auto* pos = reinterpret_cast<float*>(hist + g.pb + g.tb);
@@ -545,6 +551,8 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
   const std::int64_t j0 = static_cast<std::int64_t>(w.tile) * kRows;
   const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
   const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
+  // This warp's block of dK and dV: keys [kr0, kr0 + kKeyRows), dims [d0, d0 + kDims).
+  const int kr0 = (warp / S::DW) * S::kKeyRows, d0 = (warp % S::DW) * S::kDims;
   load_bias<S::kThreads>(g, w.h, pos, tim);
   for (int x = static_cast<int>(threadIdx.x); x < g.pb + g.tb; x += S::kThreads) hist[x] = 0;
   copy_times<kRows, S::kThreads>(tk, g.times, w.begin + j0, w.n - j0);
@@ -563,10 +571,14 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
   };
   load_queries(first, 0);
 
-  float ak[MT][D / 8][4], av[MT][D / 8][4];
+  float ak[MB][NB / 8][4], av[MB][NB / 8][4];
   zero(ak);
   zero(av);
-  Run pos_run[MT][2], time_run[MT][2];
+  Run pos_run[2], time_run[2];
+  // Tiles of one bias value add to warp-wide totals: the last position bucket, and the time
+  // bucket of the latest such tile (the same in every lane: it is the tile's).
+  long long sat_fixed = 0, tile_fixed = 0;
+  int tile_bucket = -1;
   for (int tile = first; tile < end; ++tile) {
     const int stage = (tile - first) & 1;
     if (tile + 1 < end) {
@@ -580,19 +592,18 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
     const std::uint16_t* qs = sq + stage * Q * D;
     const std::uint16_t* gs = sg + stage * Q * D;
     const std::int64_t* tqs = tq + stage * Q;
-    // Transposed scores: rows are this warp's keys, columns the step's queries.
-    float st[MT][Q / 8][4], dpt[MT][Q / 8][4];
-    zero(st);
-    zero(dpt);
-    rows_times_rows<D, MT, Q>(st, sk, warp * S::kWarpRows, qs);
-    rows_times_rows<D, MT, Q>(dpt, sv, warp * S::kWarpRows, gs);
-    const bool full = j0 + kRows <= w.history && i0 + Q <= w.n && j0 + kRows - 1 <= i0;
-    float cb = 0.0f;
-    int ctb = 0;
-    if (full && constant_bias(g, i0 - (j0 + kRows - 1), tqs[0] - tk[kRows - 1], tqs[Q - 1] - tk[0],
-                              pos, tim, cb, ctb)) {
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
+    {
+      // Transposed scores: rows are this warp's 16 keys, columns the step's queries.
+      float st[1][Q / 8][4], dpt[1][Q / 8][4];
+      zero(st);
+      zero(dpt);
+      rows_times_rows<D, 1, Q>(st, sk, warp * 16, qs);
+      rows_times_rows<D, 1, Q>(dpt, sv, warp * 16, gs);
+      const bool full = j0 + kRows <= w.history && i0 + Q <= w.n && j0 + kRows - 1 <= i0;
+      float cb = 0.0f;
+      int ctb = 0;
+      if (full && constant_bias(g, i0 - (j0 + kRows - 1), tqs[0] - tk[kRows - 1],
+                                tqs[Q - 1] - tk[0], pos, tim, cb, ctb)) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           float sum = 0.0f;
@@ -601,23 +612,26 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               const int e = half * 2 + c;
-              const float x = st[m][nt][e] * g.scale + cb;
+              const float x = st[0][nt][e] * g.scale + cb;
               const float sig = sigmoid_fast(x);
-              const float ds = dpt[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
-              st[m][nt][e] = x * sig * g.inv_n;
-              dpt[m][nt][e] = ds;
+              const float ds = dpt[0][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
+              st[0][nt][e] = x * sig * g.inv_n;
+              dpt[0][nt][e] = ds;
               sum += ds;
             }
-          pos_run[m][half].add(hist, g.pb - 1, sum);
-          time_run[m][half].add(hist + g.pb, ctb, sum);
+          if (ctb != tile_bucket) {
+            if (tile_bucket >= 0) warp_flush(hist + g.pb, tile_bucket, tile_fixed);
+            tile_bucket = ctb;
+            tile_fixed = 0;
+          }
+          sat_fixed += to_fixed(sum);
+          tile_fixed += to_fixed(sum);
         }
-    } else {
-      // Pairs in order of the query within each key row, so that same-bucket pairs come in runs.
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
+      } else {
+        // Pairs in order of the query within each key row: same-bucket pairs come in runs.
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int row = warp * S::kWarpRows + m * 16 + (l >> 2) + half * 8;
+          const int row = warp * 16 + (l >> 2) + half * 8;
           const int jl = static_cast<int>(j0) + row;
 #pragma unroll
           for (int nt = 0; nt < Q / 8; ++nt)
@@ -627,33 +641,51 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
               const int il = static_cast<int>(i0) + col;
               const int pbk = position_bucket(il - jl, g.pb);
               const int tbk = time_bucket(tqs[col] - tk[row], g.tb);
-              const float x = st[m][nt][e] * g.scale + pos[pbk] + tim[tbk];
+              const float x = st[0][nt][e] * g.scale + pos[pbk] + tim[tbk];
               const float sig = sigmoid_fast(x);
               const bool vis = visible(il, jl, n, history);
               const float ds =
-                  vis ? dpt[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
-              st[m][nt][e] = vis ? x * sig * g.inv_n : 0.0f;
-              dpt[m][nt][e] = ds;
+                  vis ? dpt[0][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
+              st[0][nt][e] = vis ? x * sig * g.inv_n : 0.0f;
+              dpt[0][nt][e] = ds;
               if (vis) {
-                pos_run[m][half].add(hist, pbk, ds);
-                time_run[m][half].add(hist + g.pb, tbk, ds);
+                pos_run[half].add(hist, pbk, ds);
+                time_run[half].add(hist + g.pb, tbk, ds);
               }
             }
         }
+      }
+      store_tile<Q>(sp, warp * 16, st[0]);
+      store_tile<Q>(sds, warp * 16, dpt[0]);
     }
-    acc_times_tile<D, MT, Q>(av, st, gs);
-    acc_times_tile<D, MT, Q>(ak, dpt, qs);
+    __syncthreads();
+    tile_times_tile<Q, D, MB, NB>(av, sp, kr0, gs, d0);
+    tile_times_tile<Q, D, MB, NB>(ak, sds, kr0, qs, d0);
     __syncthreads();
   }
 #pragma unroll
-  for (int m = 0; m < MT; ++m)
+  for (int half = 0; half < 2; ++half) {
+    pos_run[half].flush(hist);
+    time_run[half].flush(hist + g.pb);
+  }
+  warp_flush(hist, g.pb - 1, sat_fixed);
+  if (tile_bucket >= 0) warp_flush(hist + g.pb, tile_bucket, tile_fixed);
+    // This warp's block of dK (scaled) and dV.
+#pragma unroll
+  for (int m = 0; m < MB; ++m)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      pos_run[m][half].flush(hist);
-      time_run[m][half].flush(hist + g.pb);
+      const std::int64_t r = j0 + kr0 + m * 16 + (l >> 2) + half * 8;
+      if (r >= w.n) continue;
+#pragma unroll
+      for (int nt = 0; nt < NB / 8; ++nt) {
+        const int col = w.h * D + d0 + nt * 8 + (l & 3) * 2;
+        store_pair(dk, w.begin + r, col, ak[m][nt][2 * half] * g.scale,
+                   ak[m][nt][2 * half + 1] * g.scale, out_bf16 != 0);
+        store_pair(dv, w.begin + r, col, av[m][nt][2 * half], av[m][nt][2 * half + 1],
+                   out_bf16 != 0);
+      }
     }
-  store_rows<S>(dk, out_bf16 != 0, ak, w, j0, g.scale);
-  store_rows<S>(dv, out_bf16 != 0, av, w, j0, 1.0f);
   __syncthreads();
   for (int x = static_cast<int>(threadIdx.x); x < g.pb + g.tb; x += S::kThreads) {
     if (hist[x] == 0) continue;
@@ -763,10 +795,10 @@ namespace {
 template <int D>
 void forward_d(Stream_t s, const Args& g, In q, In k, In v, Out o, bool bf16) {
   using S = ForwardShape<D>;
-  launch("hstu_attention_forward_tc", forward_kernel<S>,
+  launch("hstu_attention_forward_tc", query_kernel<S, false>,
          {static_cast<std::int64_t>(g.tiles) * g.batch * g.heads, S::kThreads,
           query_side_smem<S>(1, g.pb, g.tb)},
-         s, g, q, k, v, o, bf16 ? 1 : 0);
+         s, g, q, k, v, In{}, o, bf16 ? 1 : 0);
 }
 template <int D>
 void backward_d(Stream_t s, const Args& g, In q, In k, In v, In dout, Out dq, Out dk, Out dv,
@@ -774,7 +806,7 @@ void backward_d(Stream_t s, const Args& g, In q, In k, In v, In dout, Out dq, Ou
   const std::int64_t grid = static_cast<std::int64_t>(g.tiles) * g.batch * g.heads;
   using SQ = QueryShape<D>;
   using SK = KeyShape<D>;
-  launch("hstu_attention_dq_tc", dq_kernel<SQ>,
+  launch("hstu_attention_dq_tc", query_kernel<SQ, true>,
          {grid, SQ::kThreads, query_side_smem<SQ>(2, g.pb, g.tb)}, s, g, q, k, v, dout, dq,
          bf16 ? 1 : 0);
   launch("hstu_attention_dkv_tc", dkv_kernel<SK>,
