@@ -457,7 +457,8 @@ __device__ __forceinline__ void query_tiles(const Work& w, std::int64_t j0, int 
 template <class S>
 constexpr std::size_t key_side_smem(int pb, int tb) {
   return (2 * kRows * S::D + 4 * S::WALK * S::D + 2 * kRows * S::WALK) * 2 +
-         (kRows + 2 * S::WALK) * 8 + static_cast<std::size_t>(pb + tb) * 12;
+         static_cast<std::size_t>(kRows) * (S::WALK + 1) * 4 + (kRows + 2 * S::WALK) * 8 +
+         static_cast<std::size_t>(pb + tb) * 12;
 }
 
 __device__ __forceinline__ long long to_fixed(float v) {
@@ -540,7 +541,10 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
   auto* sg = sq + 2 * Q * D;   // [2][Q][D]
   auto* sp = sg + 2 * Q * D;   // Pᵀ [kRows][Q]
   auto* sds = sp + kRows * Q;  // dSᵀ [kRows][Q]
-  auto* tk = reinterpret_cast<std::int64_t*>(sds + kRows * Q);
+  // dSᵀ in fp32 for the position gradients of tiles near the diagonal, rows padded by one so
+  // that a warp reading a diagonal hits 32 banks.
+  auto* sdf = reinterpret_cast<float*>(sds + kRows * Q);  // [kRows][Q + 1]
+  auto* tk = reinterpret_cast<std::int64_t*>(sdf + kRows * (Q + 1));
   auto* tq = tk + kRows;                                           // [2][Q]
   auto* hist = reinterpret_cast<unsigned long long*>(tq + 2 * Q);  // [pb + tb]
   auto* pos = reinterpret_cast<float*>(hist + g.pb + g.tb);
@@ -574,7 +578,7 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
   float ak[MB][NB / 8][4], av[MB][NB / 8][4];
   zero(ak);
   zero(av);
-  Run pos_run[2], time_run[2];
+  Run time_run[2];
   // Tiles of one bias value add to warp-wide totals: the last position bucket, and the time
   // bucket of the latest such tile (the same in every lane: it is the tile's).
   long long sat_fixed = 0, tile_fixed = 0;
@@ -592,6 +596,7 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
     const std::uint16_t* qs = sq + stage * Q * D;
     const std::uint16_t* gs = sg + stage * Q * D;
     const std::int64_t* tqs = tq + stage * Q;
+    bool general = true;  // a tile of more than one bias value: position gradients by diagonal
     {
       // Transposed scores: rows are this warp's 16 keys, columns the step's queries.
       float st[1][Q / 8][4], dpt[1][Q / 8][4];
@@ -602,8 +607,9 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
       const bool full = j0 + kRows <= w.history && i0 + Q <= w.n && j0 + kRows - 1 <= i0;
       float cb = 0.0f;
       int ctb = 0;
-      if (full && constant_bias(g, i0 - (j0 + kRows - 1), tqs[0] - tk[kRows - 1],
-                                tqs[Q - 1] - tk[0], pos, tim, cb, ctb)) {
+      general = !(full && constant_bias(g, i0 - (j0 + kRows - 1), tqs[0] - tk[kRows - 1],
+                                        tqs[Q - 1] - tk[0], pos, tim, cb, ctb));
+      if (!general) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           float sum = 0.0f;
@@ -648,10 +654,8 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
                   vis ? dpt[0][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
               st[0][nt][e] = vis ? x * sig * g.inv_n : 0.0f;
               dpt[0][nt][e] = ds;
-              if (vis) {
-                pos_run[half].add(hist, pbk, ds);
-                time_run[half].add(hist + g.pb, tbk, ds);
-              }
+              sdf[row * (Q + 1) + col] = ds;
+              if (vis) time_run[half].add(hist + g.pb, tbk, ds);
             }
         }
       }
@@ -661,13 +665,27 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
     __syncthreads();
     tile_times_tile<Q, D, MB, NB>(av, sp, kr0, gs, d0);
     tile_times_tile<Q, D, MB, NB>(ak, sds, kr0, qs, d0);
+    if (general) {
+      // Thread x sums diagonal x of the tile (query - key = x - (kRows - 1) within it) in a fixed
+      // order: one bucket, so one add; the diagonals past the last bucket join sat_fixed.
+      static_assert(kRows + Q - 1 <= S::kThreads, "a thread per diagonal");
+      const int x = static_cast<int>(threadIdx.x), o = x - (kRows - 1);
+      if (x < kRows + Q - 1) {
+        float sum = 0.0f;
+        for (int jr = max(0, -o); jr < min(kRows, Q - o); ++jr) sum += sdf[jr * (Q + 1) + jr + o];
+        const std::int64_t dist = i0 - j0 + o;
+        if (sum != 0.0f && dist >= 0) {
+          if (dist >= g.pb - 1)
+            sat_fixed += to_fixed(sum);
+          else
+            atomicAdd(hist + dist, static_cast<unsigned long long>(to_fixed(sum)));
+        }
+      }
+    }
     __syncthreads();
   }
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    pos_run[half].flush(hist);
-    time_run[half].flush(hist + g.pb);
-  }
+  for (int half = 0; half < 2; ++half) time_run[half].flush(hist + g.pb);
   warp_flush(hist, g.pb - 1, sat_fixed);
   if (tile_bucket >= 0) warp_flush(hist + g.pb, tile_bucket, tile_fixed);
     // This warp's block of dK (scaled) and dV.
