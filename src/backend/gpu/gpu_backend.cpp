@@ -780,10 +780,22 @@ bool GpuBackend::tensor_core_attention(const char* op, const HstuAttention& att,
 }
 
 namespace {
-// The bf16 copies of the attention's operands in one [tokens, sum of cols] scratch matrix.
-std::vector<CAMat> bf16_operands(gpu::Stream_t s, void* buf, std::initializer_list<CAMat> views) {
+// Columns of the scratch matrix that holds the bf16 copies of the fp32 views among `views`
+// (each copy starts on 16 bytes).
+std::int64_t copy_cols(std::initializer_list<CAMat> views) {
   std::int64_t cols = 0;
-  for (const CAMat& m : views) cols += (m.cols + 7) / 8 * 8;  // each starts on 16 bytes
+  for (const CAMat& m : views)
+    if (m.dtype != DType::bf16) cols += (m.cols + 7) / 8 * 8;
+  return cols;
+}
+std::size_t bf16_operand_bytes(std::initializer_list<CAMat> views) {
+  std::int64_t rows = 0;
+  for (const CAMat& m : views) rows = std::max(rows, m.rows);
+  return static_cast<std::size_t>(rows * copy_cols(views) * 2);
+}
+// The attention's operands as bf16 views: bf16 ones as they are, fp32 ones rounded into buf.
+std::vector<CAMat> bf16_operands(gpu::Stream_t s, void* buf, std::initializer_list<CAMat> views) {
+  const std::int64_t cols = copy_cols(views);
   std::vector<CAMat> out;
   std::int64_t c0 = 0;
   for (const CAMat& m : views) {
@@ -797,14 +809,6 @@ std::vector<CAMat> bf16_operands(gpu::Stream_t s, void* buf, std::initializer_li
     c0 += (m.cols + 7) / 8 * 8;
   }
   return out;
-}
-std::size_t bf16_operand_bytes(std::initializer_list<CAMat> views) {
-  std::int64_t cols = 0, rows = 0;
-  for (const CAMat& m : views) {
-    cols += (m.cols + 7) / 8 * 8;
-    rows = std::max(rows, m.rows);
-  }
-  return static_cast<std::size_t>(rows * cols * 2);
 }
 }  // namespace
 
@@ -839,7 +843,7 @@ void GpuBackend::hstu_attention_backward(const SequenceBatch& seq, const HstuAtt
     void* buf = impl_->scratch.get(Slot::a16, bf16_operand_bytes(in), impl_->s());
     const std::vector<CAMat> b = bf16_operands(impl_->s(), buf, in);
     void* scratch = impl_->scratch.get(
-        Slot::du, static_cast<std::size_t>(gpu::attention_tc_scratch_bytes(att)), impl_->s());
+        Slot::du, static_cast<std::size_t>(gpu::attention_scratch_bytes(att)), impl_->s());
     gpu::hstu_attention_backward_tc(impl_->s(), seq, att, b[0], b[1], b[2], b[3], dq, dk, dv,
                                     dposition, dtime, scratch);
     return;

@@ -803,10 +803,6 @@ std::string tensor_core_attention_refusal(const HstuAttention& att) {
   return {};
 }
 
-std::int64_t attention_tc_scratch_bytes(const HstuAttention& att) {
-  return static_cast<std::int64_t>(att.heads) * (att.position_buckets + att.time_buckets) * 8;
-}
-
 #if defined(PARITY_GPU_CUDA) && defined(__CUDACC__)
 
 namespace {

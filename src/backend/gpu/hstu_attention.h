@@ -16,11 +16,10 @@ namespace parity::gpu {
 // tables within shared memory.
 std::string tensor_core_attention_refusal(const HstuAttention& att);
 
-// q, k, v (and dout) bf16 views whose rows start on 16 bytes; out, dq, dk, dv fp32 or bf16.
+// q, k, v (and dout) bf16 views whose rows start on 16 bytes; out, dq, dk, dv fp32 or bf16. The
+// backward's scratch is attention_scratch_bytes(att) long (sequence.h: the same fixed-point sums).
 void hstu_attention_forward_tc(Stream_t s, const SequenceBatch& seq, const HstuAttention& att,
                                CAMat q, CAMat k, CAMat v, AMat out);
-// Bytes of scratch hstu_attention_backward_tc needs (the bias gradients' fixed-point sums).
-std::int64_t attention_tc_scratch_bytes(const HstuAttention& att);
 void hstu_attention_backward_tc(Stream_t s, const SequenceBatch& seq, const HstuAttention& att,
                                 CAMat q, CAMat k, CAMat v, CAMat dout, AMat dq, AMat dk, AMat dv,
                                 float* dposition, float* dtime, void* scratch);
