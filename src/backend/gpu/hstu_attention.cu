@@ -1,20 +1,26 @@
 // The HSTU attention on tensor cores (see hstu_attention.h).
 //
 // Why it is built this way:
-// - One block takes one tile of one head of one sequence; 8 warps, each 16 rows of the tile. The
-//   forward and dq walk a query tile's key tiles, the key-side backward (dk, dv) a key tile's
-//   query tiles; tiles with no visible pair (above the diagonal, or among the targets off it) are
-//   never loaded. Launches put the heaviest tiles first (the last query tiles of the longest
-//   sequences, the first key tiles), so short and long sequences share the device in one grid.
-// - Scores live only in registers: the fp32 accumulators of Q Kᵀ get the bias, the mask and SiLU,
-//   are rounded to bf16 and are fed straight back as the A operand of P V (mma.cuh says why the
-//   layouts agree). Operand tiles are double-buffered in shared memory by cp.async; rows are
+// - One block takes 128 rows of one head of one sequence: query rows in the forward and dq (one
+//   kernel template), keys in the key-side backward (dk, dv). The first two walk the query tile's
+//   key tiles, the third the key tile's query tiles; tiles with no visible pair (above the
+//   diagonal, or among the targets off it) are never loaded. Launches put the heaviest tiles
+//   first (the last query tiles of the longest sequences, the first key tiles), so short and long
+//   sequences share the device in one grid.
+// - In the forward and dq the scores live only in registers: the fp32 accumulators of Q Kᵀ get
+//   the bias, the mask and SiLU, are rounded to bf16 and are fed straight back as the A operand of
+//   the next product (mma.cuh says why the layouts agree). The key-side backward writes Pᵀ and dSᵀ
+//   to shared memory once per step so that its dV and dK products can use a warp grid that
+//   reuses each B fragment twice. Operand tiles are double-buffered by cp.async; rows are
 //   XOR-swizzled in 16-byte chunks so that ldmatrix reads hit distinct banks.
+// - Tiles far from the diagonal of a long sequence have one bias value for every pair; they skip
+//   the per-pair bucket lookups.
 // - No atomics on the data gradients: dq has its own kernel (it recomputes the scores), so every
 //   output element is one thread's sum in a fixed order and runs repeat bit for bit. The bias
-//   gradients add runs of same-bucket pairs in fp32 and each run to a 64-bit fixed-point total
-//   (2^-32 units), in shared memory and then in global memory, as the scalar kernels do: integer
-//   sums do not depend on the order of the adds.
+//   gradients are 64-bit fixed-point totals (2^-32 units), in shared memory and then in global
+//   memory, as the scalar kernels keep them: integer sums do not depend on the order of the adds.
+//   Runs of same-bucket pairs are summed in fp32 first (a key's queries come in order), one-value
+//   tiles per warp, and the position buckets of tiles near the diagonal one diagonal per thread.
 // - SiLU's sigmoid comes from the one-instruction tanh, σ(x) = (1 + tanh(x/2)) / 2: the scores
 //   are rounded to bf16 right after, far coarser than its error.
 #include "backend/gpu/hstu_attention.h"
