@@ -105,10 +105,24 @@ void check_blas(blas::Status st, const char* what, const PlanKey* key = nullptr)
                              key != nullptr ? "; product " + describe(*key) : std::string()));
 }
 
-// One cached product: descriptor, layouts (the library's A is our B and vice versa) and algorithm.
+// The four column-major layouts of one product (the library's A is our B and vice versa).
+struct Layouts {
+  blas::Layout la = nullptr, lb = nullptr, ld = nullptr, lc = nullptr;
+  Layouts() = default;
+  Layouts(const Layouts&) = delete;
+  Layouts& operator=(const Layouts&) = delete;
+  ~Layouts() {
+    if (la != nullptr) (void)blas::layout_destroy(la);
+    if (lb != nullptr) (void)blas::layout_destroy(lb);
+    if (ld != nullptr) (void)blas::layout_destroy(ld);
+    if (lc != nullptr) (void)blas::layout_destroy(lc);
+  }
+};
+
+// One cached product: descriptor, layouts and algorithm.
 struct Plan {
   blas::MatmulDesc desc = nullptr;
-  blas::Layout la = nullptr, lb = nullptr, ld = nullptr, lc = nullptr;
+  Layouts l;
   blas::Heuristic algo{};
   bool fused = true;        // the epilogue runs in the product (else in a kernel after it)
   bool class_algo = false;  // the algorithm was chosen for the shape class (see Impl::build)
@@ -118,10 +132,6 @@ struct Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
-    if (la != nullptr) (void)blas::layout_destroy(la);
-    if (lb != nullptr) (void)blas::layout_destroy(lb);
-    if (ld != nullptr) (void)blas::layout_destroy(ld);
-    if (lc != nullptr) (void)blas::layout_destroy(lc);
     if (desc != nullptr) (void)blas::desc_destroy(desc);
   }
 };
@@ -188,20 +198,8 @@ struct Blas::Impl {
     return *plans.emplace(key, std::move(p)).first->second;
   }
 
-  // Column-major layouts of a product of `shape` (leading dimensions raised to the rows where a
+  // The layouts of a product of `key`'s shape (leading dimensions raised to the rows where a
   // shape class rounds them past their matrix's).
-  struct Layouts {
-    blas::Layout la = nullptr, lb = nullptr, ld = nullptr, lc = nullptr;
-    Layouts() = default;
-    Layouts(const Layouts&) = delete;
-    Layouts& operator=(const Layouts&) = delete;
-    ~Layouts() {
-      if (la != nullptr) (void)blas::layout_destroy(la);
-      if (lb != nullptr) (void)blas::layout_destroy(lb);
-      if (ld != nullptr) (void)blas::layout_destroy(ld);
-      if (lc != nullptr) (void)blas::layout_destroy(lc);
-    }
-  };
   static void make_layouts(const PlanKey& key, Layouts& l) {
     const blas::DataType operand = key.math == GemmMath::bf16 ? blas::kBf16 : blas::kF32;
     const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
@@ -264,12 +262,7 @@ struct Blas::Impl {
     if (has_bias(epilogue))
       check_blas(blas::desc_set_bias_type(p->desc, key.d_bf16 ? blas::kBf16 : blas::kF32),
                  "bias type", &key);
-    Layouts l;
-    make_layouts(key, l);
-    std::swap(p->la, l.la);
-    std::swap(p->lb, l.lb);
-    std::swap(p->ld, l.ld);
-    std::swap(p->lc, l.lc);
+    make_layouts(key, p->l);
 
     const PlanKey cls = class_of(key, epilogue);
     auto [it, first] = classes.try_emplace(cls, ShapeClass{key});
@@ -358,8 +351,8 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
   const float alpha = 1.0f;
   const float beta = g.beta;
   auto run = [&] {
-    return blas::matmul(impl_->handle, p.desc, &alpha, g.b.data, p.la, g.a.data, p.lb, &beta,
-                        own_c ? g.c : g.d, p.lc, g.d, p.ld, p.algo, impl_->workspace.data(),
+    return blas::matmul(impl_->handle, p.desc, &alpha, g.b.data, p.l.la, g.a.data, p.l.lb, &beta,
+                        own_c ? g.c : g.d, p.l.lc, g.d, p.l.ld, p.algo, impl_->workspace.data(),
                         impl_->workspace.bytes(), s);
   };
   blas::Status st = run();
