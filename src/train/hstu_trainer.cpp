@@ -61,14 +61,18 @@ class HstuTrainer {
     TrainEvent s = event(TrainEvent::Kind::start, start);
     s.message = fmt::format(
         "HSTU model '{}' ({} layers, d {}, histories up to {} events, {} targets, {} tasks), {} "
-        "dense and {} embedding parameters, batch {}, on the {} backend ({} dense math), "
+        "dense and {} embedding parameters, batch {}, on the {} backend ({}), "
         "synthetic sequences with a planted sequential teacher (seed {}){}",
         cfg_.model.name, cfg_.model.hstu->layers, cfg_.model.hstu->model_dim,
         cfg_.model.hstu->sequence.max_len, cfg_.model.hstu->sequence.targets,
         cfg_.model.hstu->tasks.size(), model_.dense_parameter_count(),
         model_.embedding_parameter_count(), cfg_.batch, backend_->name(),
-        dense_math_name(cfg_.dense_math), cfg_.seed,
-        start > 0 ? fmt::format(", resumed at step {}", start) : "");
+        backend_->name() == "cpu" && cfg_.dense_math != DenseMath::fp32
+            ? fmt::format(
+                  "{} dense math asked; the cpu reference computes in fp32 with double sums",
+                  dense_math_name(cfg_.dense_math))
+            : fmt::format("{} dense math", dense_math_name(cfg_.dense_math)),
+        cfg_.seed, start > 0 ? fmt::format(", resumed at step {}", start) : "");
     emit(s);
 
     Batch b;
