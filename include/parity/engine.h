@@ -149,6 +149,15 @@ class HstuModel {
     // A history longer than the model's max_len: keep its most recent max_len events (true) or
     // refuse the batch, naming the example (false).
     bool truncate_long_histories = false;
+    // Tokens the per-token buffers (activations, their gradients, the token inputs) are sized for:
+    // a plan's token_capacity; 0 (or more than the largest batch can have): max_tokens(). A batch
+    // with more tokens grows them to an eighth more than it needs (token_capacity_growths counts
+    // it), so a capacity planned for nearly every batch costs no run, only that one allocation.
+    std::int64_t token_capacity = 0;
+    // Activation recompute: each layer keeps x, the projection before SiLU, the attention output
+    // and the statistics; its normed input, U/V/Q/K after SiLU and its norm-multiply output are
+    // formed again in its backward (one buffer each for all layers), with the same bits.
+    bool recompute = false;
   };
   HstuModel(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed,
             Options options);
@@ -182,9 +191,17 @@ class HstuModel {
   std::int64_t dense_parameter_count() const;
   std::int64_t embedding_parameter_count() const;
   std::size_t allocated_bytes() const;
+  // The same by category, named as the plan's memory prediction names them: embedding_weights,
+  // embedding_optimizer_state, dense_parameters_and_state, activations (kept for the backward),
+  // gradients (of the activations), input_slots (the staged batch). The backend's own scratch and
+  // workspaces are not here (Backend::internal_memory_bytes).
+  std::map<std::string, std::size_t> allocated_bytes_by_category() const;
+  // Tokens the per-token buffers hold now, and how many batches made them grow (Options).
+  std::int64_t token_capacity() const;
+  int token_capacity_growths() const;
 
   // The step profile, as Model's: device timing marks between categories (input, embedding_forward,
-  // norms, projections, attention, head, embedding_backward, dense_optimizer) and per op
+  // norms, projections, attention, recompute, head, embedding_backward, dense_optimizer) and per op
   // ("layer.0 attention backward"), summed over the profiled steps; predict() is not profiled.
   void set_profiling(bool on);
   void finish_profile();

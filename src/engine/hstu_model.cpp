@@ -40,7 +40,7 @@ constexpr float kNormEps = 1e-5f;
 constexpr const char* kLayerOps[] = {
     "norm forward",        "projection forward", "attention forward", "norm_mul forward",
     "output forward",      "output backward",    "norm_mul backward", "attention backward",
-    "projection backward", "norm backward"};
+    "projection backward", "norm backward",      "recompute"};
 enum LayerOp : int {
   kNormForward,
   kProjectionForward,
@@ -52,6 +52,7 @@ enum LayerOp : int {
   kAttentionBackward,
   kProjectionBackward,
   kNormBackward,
+  kRecompute,
   kLayerOpCount
 };
 
@@ -72,6 +73,8 @@ struct HstuModel::Impl {
   Backend& be;
   Options options;
   std::int64_t max_batch = 0, max_tokens = 0, step = 0;
+  std::int64_t token_capacity = 0;  // tokens the per-token buffers hold now
+  int capacity_growths = 0;
   std::uint64_t seed = 0;
   int d = 0, contexts = 0, features = 0, targets = 0, tasks = 0;
   int hv = 0, ha = 0, proj = 0;  // heads x value_dim, heads x attention_dim, 2 hv + 2 ha
@@ -132,12 +135,17 @@ struct HstuModel::Impl {
     ha = h.heads * h.attention_dim;
     proj = 2 * hv + 2 * ha;
     max_tokens = max_batch * (contexts + h.sequence.max_len + targets);
+    if (options.token_capacity < 0)
+      throw InputError(fmt::format("HstuModel: token_capacity is {}, expected >= 0 (0: {})",
+                                   options.token_capacity, max_tokens));
     emb_opt = engine::optimizer_params(spec.embedding_optimizer);
     dense_opt = engine::optimizer_params(spec.dense_optimizer);
     lay_out_parameters();
     for (int l = 0; l < h.layers; ++l)
       for (const char* what : kLayerOps) op_names.push_back(fmt::format("layer.{} {}", l, what));
     allocate();
+    allocate_tokens(options.token_capacity > 0 ? std::min(options.token_capacity, max_tokens)
+                                               : max_tokens);
     initialise();
   }
 
@@ -200,8 +208,10 @@ struct HstuModel::Impl {
       add(t, context_tables, true, t.pooling_size);
   }
 
+  // The buffers whose size does not depend on the batch's token count: parameters, their
+  // gradients and optimizer state, the tables, and the per-example inputs and head activations.
   void allocate() {
-    const std::int64_t T = max_tokens, BT = max_batch * targets;
+    const std::int64_t BT = max_batch * targets;
     dense = bytes_of(be, dense_count, 4);
     grads = bytes_of(be, dense_count, 4);
     const int k = optimizer_state_per_element(dense_opt.kind);
@@ -217,29 +227,13 @@ struct HstuModel::Impl {
       emb_state = bytes_of(be, emb_state_count, 4);
       be.fill(emb_state.as<float>(), emb_state_count, 0.0f);
     }
-    token_ids = bytes_of(be, features * T, 8);
-    token_offsets = bytes_of(be, features * T + 1, 8);
     for (const TableSpec& t : spec.tables) ctx_lookups += t.pooling_size;
     ctx_ids = bytes_of(be, max_batch * ctx_lookups, 8);
     ctx_offsets = bytes_of(be, contexts * max_batch + 1, 8);
     seq_offsets = bytes_of(be, max_batch + 1, 8);
-    times = bytes_of(be, T, 8);
     ctx_rows = bytes_of(be, max_batch * contexts, 8);
     target_rows = bytes_of(be, BT, 8);
     labels = bytes_of(be, BT * tasks, 4);
-    const DType a = DType::f32;
-    for (int l = 0; l <= h.layers; ++l) x.push_back(bytes_of(be, T * d, dtype_size(a)));
-    for (int l = 0; l < h.layers; ++l) {
-      n1.push_back(bytes_of(be, T * d, 4));
-      mean1.push_back(bytes_of(be, T, 4));
-      rstd1.push_back(bytes_of(be, T, 4));
-      pre.push_back(bytes_of(be, T * proj, 4));
-      act.push_back(bytes_of(be, T * proj, 4));
-      attn.push_back(bytes_of(be, T * hv, 4));
-      y.push_back(bytes_of(be, T * hv, 4));
-      mean2.push_back(bytes_of(be, T, 4));
-      rstd2.push_back(bytes_of(be, T, 4));
-    }
     ctx_out = bytes_of(be, max_batch * contexts * d, 4);
     dctx = bytes_of(be, max_batch * contexts * d, 4);
     final_in = bytes_of(be, BT * d, 4);
@@ -250,6 +244,35 @@ struct HstuModel::Impl {
     logits = bytes_of(be, BT * tasks, 4);
     dlogits = bytes_of(be, BT * tasks, 4);
     loss = bytes_of(be, 1, 4);
+  }
+
+  // The buffers of one row per token, for up to T tokens: the token inputs, the activations the
+  // backward keeps (with recompute, the normed input, U/V/Q/K after SiLU and the norm-multiply
+  // output once for all layers: each layer's backward forms them again), and the gradients.
+  void allocate_tokens(std::int64_t T) {
+    // The old buffers go first, so that growing never holds both.
+    for (auto* v : {&x, &n1, &mean1, &rstd1, &pre, &act, &attn, &y, &mean2, &rstd2}) v->clear();
+    for (Buffer* b : {&token_ids, &token_offsets, &times, &dx_a, &dx_b, &dn, &dpre, &dattn, &dy})
+      b->reset();
+    token_capacity = T;
+    token_ids = bytes_of(be, features * T, 8);
+    token_offsets = bytes_of(be, features * T + 1, 8);
+    times = bytes_of(be, T, 8);
+    for (int l = 0; l <= h.layers; ++l) x.push_back(bytes_of(be, T * d, 4));
+    const int kept = options.recompute ? 1 : h.layers;  // buffers of the recomputed activations
+    for (int l = 0; l < h.layers; ++l) {
+      if (l < kept) {
+        n1.push_back(bytes_of(be, T * d, 4));
+        act.push_back(bytes_of(be, T * proj, 4));
+        y.push_back(bytes_of(be, T * hv, 4));
+      }
+      mean1.push_back(bytes_of(be, T, 4));
+      rstd1.push_back(bytes_of(be, T, 4));
+      pre.push_back(bytes_of(be, T * proj, 4));
+      attn.push_back(bytes_of(be, T * hv, 4));
+      mean2.push_back(bytes_of(be, T, 4));
+      rstd2.push_back(bytes_of(be, T, 4));
+    }
     dx_a = bytes_of(be, T * d, 4);
     dx_b = bytes_of(be, T * d, 4);
     dn = bytes_of(be, T * d, 4);
@@ -257,6 +280,10 @@ struct HstuModel::Impl {
     dattn = bytes_of(be, T * hv, 4);
     dy = bytes_of(be, T * hv, 4);
   }
+  // Layer l's normed input, SiLU output and norm-multiply output (shared under recompute).
+  const Buffer& n1_of(int l) const { return n1[options.recompute ? 0 : l]; }
+  const Buffer& act_of(int l) const { return act[options.recompute ? 0 : l]; }
+  const Buffer& y_of(int l) const { return y[options.recompute ? 0 : l]; }
 
   float* params() const { return dense.as<float>(); }
   TableWeights tables() const {
@@ -333,6 +360,10 @@ struct HstuModel::Impl {
     for (std::int64_t e = 0; e < batch; ++e)
       h_seq.push_back(h_seq.back() + contexts + len[e] + targets);
     tokens = h_seq.back();
+    if (tokens > token_capacity) {  // rare where a plan sized it: an eighth more than asked
+      allocate_tokens(std::min(max_tokens, tokens + tokens / 8));
+      ++capacity_growths;
+    }
 
     // Per token its time, its feature bags (one id each for history events, the item only for
     // targets, none for contexts), and the rows of contexts and targets.
@@ -471,22 +502,22 @@ struct HstuModel::Impl {
       const Layer& L = layers[static_cast<std::size_t>(l)];
       const auto i = static_cast<std::size_t>(l);
       profiler.section("norms", op_name(l, kNormForward));
-      be.layer_norm_forward(mat(x[i], T, d), p + L.gamma, p + L.beta, kNormEps, mat(n1[i], T, d),
+      be.layer_norm_forward(mat(x[i], T, d), p + L.gamma, p + L.beta, kNormEps, mat(n1_of(l), T, d),
                             mean1[i].as<float>(), rstd1[i].as<float>());
       profiler.section("projections", op_name(l, kProjectionForward));
-      be.linear_forward(mat(n1[i], T, d), weight(L.uvqk_w, proj, d), p + L.uvqk_b, Activation::none,
-                        mat(pre[i], T, proj));
-      be.silu_forward(mat(pre[i], T, proj), mat(act[i], T, proj));
-      const Mat s = mat(act[i], T, proj);
+      be.linear_forward(mat(n1_of(l), T, d), weight(L.uvqk_w, proj, d), p + L.uvqk_b,
+                        Activation::none, mat(pre[i], T, proj));
+      be.silu_forward(mat(pre[i], T, proj), mat(act_of(l), T, proj));
+      const Mat s = mat(act_of(l), T, proj);
       profiler.section("attention", op_name(l, kAttentionForward));
       be.hstu_attention_forward(seq, attention(L, p), s.cols_slice(2 * hv, ha),
                                 s.cols_slice(2 * hv + ha, ha), s.cols_slice(hv, hv),
                                 mat(attn[i], T, hv));
       profiler.section("norms", op_name(l, kNormMulForward));
-      be.norm_mul_forward(mat(attn[i], T, hv), s.cols_slice(0, hv), kNormEps, mat(y[i], T, hv),
+      be.norm_mul_forward(mat(attn[i], T, hv), s.cols_slice(0, hv), kNormEps, mat(y_of(l), T, hv),
                           mean2[i].as<float>(), rstd2[i].as<float>());
       profiler.section("projections", op_name(l, kOutputForward));
-      be.linear_forward(mat(y[i], T, hv), weight(L.out_w, d, hv), p + L.out_b, Activation::none,
+      be.linear_forward(mat(y_of(l), T, hv), weight(L.out_w, d, hv), p + L.out_b, Activation::none,
                         mat(x[i + 1], T, d));
       be.add_into(mat(x[i], T, d), mat(x[i + 1], T, d));
     }
@@ -500,6 +531,22 @@ struct HstuModel::Impl {
   }
 
   // ---- backward and update ----
+
+  // Layer l's activations that recompute does not keep, formed again from what it keeps (x, the
+  // projection before SiLU, the attention output) by the forward's own ops: the same bits, so the
+  // backward is the one without recompute. The statistics are written again with their values.
+  void recompute_layer(int l) {
+    const std::int64_t T = tokens;
+    const Layer& L = layers[static_cast<std::size_t>(l)];
+    const auto i = static_cast<std::size_t>(l);
+    const float* p = params();
+    profiler.section("recompute", op_name(l, kRecompute));
+    be.layer_norm_forward(mat(x[i], T, d), p + L.gamma, p + L.beta, kNormEps, mat(n1_of(l), T, d),
+                          mean1[i].as<float>(), rstd1[i].as<float>());
+    be.silu_forward(mat(pre[i], T, proj), mat(act_of(l), T, proj));
+    be.norm_mul_forward(mat(attn[i], T, hv), mat(act_of(l), T, proj).cols_slice(0, hv), kNormEps,
+                        mat(y_of(l), T, hv), mean2[i].as<float>(), rstd2[i].as<float>());
+  }
 
   void backward_and_update() {
     const std::int64_t T = tokens, BT = batch * targets;
@@ -523,10 +570,11 @@ struct HstuModel::Impl {
     for (int l = h.layers - 1; l >= 0; --l) {
       const Layer& L = layers[static_cast<std::size_t>(l)];
       const auto i = static_cast<std::size_t>(l);
-      const Mat s = mat(act[i], T, proj);
+      const Mat s = mat(act_of(l), T, proj);
       const Mat ds = mat(dpre, T, proj);
+      if (options.recompute) recompute_layer(l);
       profiler.section("projections", op_name(l, kOutputBackward));
-      be.linear_backward(mat(y[i], T, hv), weight(L.out_w, d, hv), mat(x[i + 1], T, d),
+      be.linear_backward(mat(y_of(l), T, hv), weight(L.out_w, d, hv), mat(x[i + 1], T, d),
                          mat(*dx, T, d), Activation::none, mat(dy, T, hv), Mat(g + L.out_w, d, hv),
                          g + L.out_b);
       profiler.section("norms", op_name(l, kNormMulBackward));
@@ -540,7 +588,7 @@ struct HstuModel::Impl {
           ds.cols_slice(2 * hv + ha, ha), ds.cols_slice(hv, hv), g + L.position, g + L.time);
       profiler.section("projections", op_name(l, kProjectionBackward));
       be.silu_backward(mat(pre[i], T, proj), ds, ds);
-      be.linear_backward(mat(n1[i], T, d), weight(L.uvqk_w, proj, d), mat(pre[i], T, proj), ds,
+      be.linear_backward(mat(n1_of(l), T, d), weight(L.uvqk_w, proj, d), mat(pre[i], T, proj), ds,
                          Activation::none, mat(dn, T, d), Mat(g + L.uvqk_w, proj, d), g + L.uvqk_b);
       profiler.section("norms", op_name(l, kNormBackward));
       be.layer_norm_backward(mat(x[i], T, d), p + L.gamma, mean1[i].as<float>(),
@@ -637,22 +685,38 @@ std::int64_t HstuModel::embedding_parameter_count() const {
   return impl_->emb_count;
 }
 
-std::size_t HstuModel::allocated_bytes() const {
+std::map<std::string, std::size_t> HstuModel::allocated_bytes_by_category() const {
   const Impl& m = *impl_;
-  std::size_t total = 0;
-  for (const Buffer* b :
-       {&m.dense,          &m.grads,       &m.dense_state, &m.emb_weights[0], &m.emb_weights[1],
-        &m.emb_weights[2], &m.emb_state,   &m.token_ids,   &m.token_offsets,  &m.ctx_ids,
-        &m.ctx_offsets,    &m.seq_offsets, &m.times,       &m.ctx_rows,       &m.target_rows,
-        &m.labels,         &m.ctx_out,     &m.final_in,    &m.final_out,      &m.final_mean,
-        &m.final_rstd,     &m.logits,      &m.dlogits,     &m.loss,           &m.dx_a,
-        &m.dx_b,           &m.dn,          &m.dpre,        &m.dattn,          &m.dy,
-        &m.dfinal,         &m.dctx})
-    total += b->bytes();
+  std::map<std::string, std::size_t> out;
+  auto add = [&](const char* category, std::initializer_list<const Buffer*> buffers) {
+    for (const Buffer* b : buffers) out[category] += b->bytes();
+  };
+  add("embedding_weights", {&m.emb_weights[0], &m.emb_weights[1], &m.emb_weights[2]});
+  add("embedding_optimizer_state", {&m.emb_state});
+  add("dense_parameters_and_state", {&m.dense, &m.grads, &m.dense_state});
+  add("input_slots", {&m.token_ids, &m.token_offsets, &m.times, &m.ctx_ids, &m.ctx_offsets,
+                      &m.seq_offsets, &m.ctx_rows, &m.target_rows, &m.labels});
+  add("activations",
+      {&m.ctx_out, &m.final_in, &m.final_out, &m.final_mean, &m.final_rstd, &m.logits, &m.loss});
   for (const auto* v :
        {&m.x, &m.n1, &m.mean1, &m.rstd1, &m.pre, &m.act, &m.attn, &m.y, &m.mean2, &m.rstd2})
-    for (const Buffer& b : *v) total += b.bytes();
+    for (const Buffer& b : *v) out["activations"] += b.bytes();
+  add("gradients",
+      {&m.dlogits, &m.dx_a, &m.dx_b, &m.dn, &m.dpre, &m.dattn, &m.dy, &m.dfinal, &m.dctx});
+  return out;
+}
+
+std::size_t HstuModel::allocated_bytes() const {
+  std::size_t total = 0;
+  for (const auto& [category, bytes] : allocated_bytes_by_category()) total += bytes;
   return total;
+}
+
+std::int64_t HstuModel::token_capacity() const {
+  return impl_->token_capacity;
+}
+int HstuModel::token_capacity_growths() const {
+  return impl_->capacity_growths;
 }
 
 std::vector<TensorRef> HstuModel::tensors() {

@@ -137,6 +137,62 @@ TEST(HstuModel, SameSeedSameLosses) {
   EXPECT_TRUE(std::isfinite(runs[0].back()));
 }
 
+// Recompute forms the activations it does not keep again with the forward's own ops, and a
+// token capacity below a batch's tokens grows: neither changes a bit of the losses or the
+// parameters, and recompute keeps fewer activation bytes.
+TEST(HstuModel, RecomputeAndTokenCapacityChangeNoBits) {
+  const ModelSpec spec = small("sum",
+                               "  embedding: {kind: rowwise_adagrad, lr: 0.05}\n"
+                               "  dense: {kind: adam, lr: 0.01}");
+  const SyntheticSequences data(spec, 5);
+  struct Run {
+    std::vector<float> losses, params;
+    std::size_t activations = 0;
+    std::int64_t capacity = 0;
+    int growths = 0;
+  };
+  auto run = [&](HstuModel::Options o) {
+    CpuBackend be;
+    HstuModel model(spec, be, 8, 17, o);
+    Run r;
+    Batch b;
+    for (int s = 0; s < 4; ++s) {
+      data.batch(Split::train, s, 8, b);
+      model.train_step(b);
+      r.losses.push_back(model.last_loss());
+    }
+    for (const TensorRef& t : model.tensors()) {
+      if (t.dtype != DType::f32) continue;
+      const auto* p = static_cast<const float*>(t.data);
+      r.params.insert(r.params.end(), p, p + t.elements());
+    }
+    r.activations = model.allocated_bytes_by_category().at("activations");
+    r.capacity = model.token_capacity();
+    r.growths = model.token_capacity_growths();
+    return r;
+  };
+  const Run plain = run({});
+  HstuModel::Options rc;
+  rc.recompute = true;
+  const Run recomputed = run(rc);
+  HstuModel::Options small_capacity;
+  small_capacity.token_capacity = 5;
+  const Run grown = run(small_capacity);
+  EXPECT_EQ(recomputed.losses, plain.losses);
+  EXPECT_EQ(recomputed.params, plain.params);
+  EXPECT_LT(recomputed.activations, plain.activations);
+  EXPECT_EQ(grown.losses, plain.losses);
+  EXPECT_EQ(grown.params, plain.params);
+  EXPECT_GE(grown.growths, 1);
+  EXPECT_GT(grown.capacity, 5);
+  EXPECT_LT(grown.capacity, plain.capacity);
+  EXPECT_EQ(plain.growths, 0);
+  HstuModel::Options bad;
+  bad.token_capacity = -1;
+  CpuBackend be;
+  EXPECT_THROW(HstuModel(spec, be, 8, 17, bad), InputError);
+}
+
 TEST(HstuModel, BadBatchesAreRefusedByName) {
   const ModelSpec spec = small("sum",
                                "  embedding: {kind: rowwise_adagrad, lr: 0.05}\n  dense: "
@@ -280,6 +336,31 @@ TEST_P(HstuOnEveryBackend, StepsMatchTheCpu) {
     EXPECT_NEAR(losses[1][s], losses[0][s], 1e-4 * std::abs(losses[0][s])) << "step " << s + 1;
   for (std::size_t i = 0; i < probs[0].size(); ++i)
     EXPECT_NEAR(probs[1][i], probs[0][i], 1e-3) << "prediction " << i;
+}
+
+// Recompute on every backend, under every dense math it runs: the same losses, bit for bit.
+TEST_P(HstuOnEveryBackend, RecomputeChangesNoBits) {
+  PARITY_REQUIRE_BACKEND(GetParam());
+  const ModelSpec spec = tiny();
+  const SyntheticSequences data(spec, 4);
+  const bool gpu = GetParam() != "cpu";
+  for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
+    if (!gpu && math != DenseMath::fp32) continue;
+    std::vector<float> losses[2];
+    for (int k = 0; k < 2; ++k) {
+      const std::unique_ptr<Backend> be = make_backend(GetParam(), math);
+      HstuModel::Options o;
+      o.recompute = k == 1;
+      HstuModel model(spec, *be, 64, 9, o);
+      Batch b;
+      for (int s = 0; s < 3; ++s) {
+        data.batch(Split::train, s, 64, b);
+        model.train_step(b);
+        losses[k].push_back(model.last_loss());
+      }
+    }
+    EXPECT_EQ(losses[1], losses[0]) << dense_math_name(math);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, HstuOnEveryBackend,
