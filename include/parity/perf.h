@@ -44,6 +44,19 @@ struct Calibration {
   double workspace_bytes = 0;           // GEMM workspace, sort temporaries
   double reserved_bytes = 0;            // runtime context, collective buffers, allocator
                                         // slack: absolute bytes, not a percentage
+  // The HSTU attention on tensor cores (hstu_attention_cost), per pass: SM-seconds per block of
+  // rows and head (loading its rows, writing its results), SM-seconds per (row, key, head) of the
+  // tiles it walks (masks, bias lookup, SiLU), and the matrix products' achieved fraction of the
+  // dense bf16 peak.
+  double hstu_attention_forward_block_s = 0;
+  double hstu_attention_forward_pair_s = 0;
+  double hstu_attention_forward_mma_efficiency = 0;
+  double hstu_attention_backward_block_s = 0;
+  double hstu_attention_backward_pair_s = 0;
+  double hstu_attention_backward_mma_efficiency = 0;
+  // The scalar fp32 kernels (fp32 math, or no tensor-core form): achieved fraction of the fp32
+  // peak, counted with the causal FLOPs.
+  double hstu_attention_scalar_efficiency = 0;
 
   double gemm_efficiency(DenseMath m) const;
 };
@@ -214,10 +227,37 @@ double collective_time(Collective c, double bytes, int gpus, const DeviceSpec& d
 struct SequenceMoments {
   double history = 0;     // events per example
   double tokens = 0;      // tokens per example
+  double tokens_sq = 0;   // E[tokens²] per example (the spread of a batch's token count)
   double pairs = 0;       // attention pairs per example
   double tokens_max = 0;  // the longest example's tokens (contexts + max_len + targets)
 };
 SequenceMoments sequence_moments(const ModelSpec& m);
+
+// Tokens a batch of `examples` holds at most but with probability about 1e-9 (six standard
+// deviations of the sum of independent lengths above its mean, plus one longest example), and
+// never more than examples x tokens_max: what a plan sizes the per-token buffers for.
+double token_capacity(const SequenceMoments& s, double examples);
+
+// The HSTU attention kernels of one layer on a batch (src/backend/gpu/hstu_attention.cu on tensor
+// cores, sequence.cu's scalar kernels otherwise). Tensor cores: per head and sequence of n tokens,
+// blocks of 128 rows (queries forward, and keys or queries backward) each walk the key (query)
+// tiles up to the diagonal, 32 or 64 wide; per pass
+//   time = max(Σ work / SMs, the heaviest block),
+//   work of a block = block_s + tiles x rows x width x (pair_s + 2 (a + v) / (bf16 peak per SM x
+//                     mma_efficiency)) (backward: 2 (3a + 2v) / 2.5 per pair of the walk),
+// with the block and tile counts summed exactly over the length distribution. Scalar: the causal
+// FLOPs at hstu_attention_scalar_efficiency of the fp32 peak.
+struct HstuAttentionCost {
+  bool tensor_cores = false;
+  double forward_s = 0, backward_s = 0;
+  double forward_flops = 0, backward_flops = 0;  // causal (the pairs the model computes)
+  double blocks = 0, tiles = 0;                  // forward, per layer
+};
+HstuAttentionCost hstu_attention_cost(const ModelSpec& m, double examples, DenseMath math,
+                                      const DeviceSpec& dev, const Calibration& cal);
+// Why the attention of `m` under `math` takes the scalar kernels on `dev` (empty: tensor cores),
+// as the GPU backend decides (gpu_backend.cpp's tensor_core_attention).
+std::string hstu_attention_scalar_reason(const ModelSpec& m, DenseMath math, const DeviceSpec& dev);
 
 // The work of one HSTU layer per example, on average: FLOPs of its matrix products and of its
 // attention (2 per multiply-add; attention forward 2 pairs heads (a + v), backward 2 pairs heads

@@ -30,7 +30,7 @@ struct Field {
 
 // The built-in values are estimates until a device is measured; the measured H200 file
 // (configs/calibration/h200.yaml) is where the NVIDIA estimates are anchored.
-constexpr std::array<Field, 16> kFields{{
+constexpr std::array<Field, 23> kFields{{
     {"gemm_efficiency_fp32", &Calibration::gemm_efficiency_fp32, 0.01, 1.0, 0.70, 0.60,
      "below the 0.75 measured on one H200 at 8192^3 (configs/calibration/h200.yaml); "
      "hipBLASLt reaches a lower fraction of the (higher) datasheet peaks than cuBLASLt on Hopper"},
@@ -68,6 +68,25 @@ constexpr std::array<Field, 16> kFields{{
      "GEMM workspace and sort temporaries"},
     {"reserved_bytes", &Calibration::reserved_bytes, 0.0, 1e13, 2 * kGiB, 2 * kGiB,
      "runtime context, collective buffers and allocator slack"},
+    // The HSTU attention kernels (perf.h hstu_attention_cost): the NVIDIA values are the H200's
+    // (configs/calibration/h200.yaml); AMD runs the scalar kernels until mma.cuh has MFMA forms,
+    // so its tensor-core values are unused.
+    {"hstu_attention_forward_block_s", &Calibration::hstu_attention_forward_block_s, 0.0, 1.0,
+     13.8e-6, 13.8e-6, "the H200's fit (attention_bench at a = v = 64 and 128, n 512 to 8,192)"},
+    {"hstu_attention_forward_pair_s", &Calibration::hstu_attention_forward_pair_s, 0.0, 1e-6,
+     0.121e-9, 0.121e-9, "the H200's fit"},
+    {"hstu_attention_forward_mma_efficiency", &Calibration::hstu_attention_forward_mma_efficiency,
+     0.001, 1.0, 0.342, 0.342, "the H200's fit"},
+    {"hstu_attention_backward_block_s", &Calibration::hstu_attention_backward_block_s, 0.0, 1.0,
+     115e-6, 115e-6, "the H200's fit"},
+    {"hstu_attention_backward_pair_s", &Calibration::hstu_attention_backward_pair_s, 0.0, 1e-6,
+     0.495e-9, 0.495e-9, "the H200's fit"},
+    {"hstu_attention_backward_mma_efficiency", &Calibration::hstu_attention_backward_mma_efficiency,
+     0.001, 1.0, 0.0708, 0.0708, "the H200's fit"},
+    {"hstu_attention_scalar_efficiency", &Calibration::hstu_attention_scalar_efficiency, 0.0001,
+     1.0, 0.013, 0.010,
+     "the fp32 scalar kernels on one H200 (hstu-feed-1k's step profile: 0.87 and 0.95 TFLOP/s "
+     "of 67); wave64 estimated lower"},
 }};
 
 }  // namespace

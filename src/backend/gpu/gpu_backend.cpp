@@ -118,11 +118,17 @@ struct GpuBackend::Impl {
   gpu::DeviceBuffer<std::byte> loss_scratch;
   Counters counters;
   std::unordered_map<const void*, std::size_t> sizes;  // bytes of each allocate()d block
-  // Embedding module state, built on the first call with a given set of layouts.
-  std::vector<TableLayout> emb_layouts;  // as the engine passed them
-  std::unique_ptr<gpu::EmbeddingTables> emb_tables;
-  std::unique_ptr<gpu::EmbeddingWorkspace> emb_workspace;
-  std::int64_t emb_growths = 0;  // tables and workspaces (re)built
+  // Embedding module state, built on the first call with a given set of layouts. A model may
+  // pass more than one set (an HSTU model: its sequence features and its contextual tables), so
+  // a few are kept, each with its workspace: switching between them rebuilds nothing.
+  struct TableSet {
+    std::vector<TableLayout> layouts;  // as the engine passed them
+    std::unique_ptr<gpu::EmbeddingTables> tables;
+    std::unique_ptr<gpu::EmbeddingWorkspace> workspace;
+  };
+  static constexpr std::size_t kTableSets = 4;
+  std::vector<TableSet> emb_sets;  // the most recently used last
+  std::int64_t emb_growths = 0;    // tables and workspaces (re)built
 
   explicit Impl(DenseMath m)
       : math(m),
@@ -222,30 +228,41 @@ struct GpuBackend::Impl {
     return v;
   }
 
-  void ensure_tables(std::span<const TableLayout> tables) {
-    if (emb_tables != nullptr && same_layouts(tables, emb_layouts)) return;
-    // Enqueued work may use the old ones; a bad input they recorded is raised, not dropped with
-    // them.
-    gpu::check(gpu::stream_synchronize(s()), "embedding layout change");
-    if (emb_tables != nullptr) emb_tables->raise_input_errors(s());
-    emb_layouts.assign(tables.begin(), tables.end());
-    emb_workspace.reset();
-    emb_tables = std::make_unique<gpu::EmbeddingTables>(tables);
+  // The set built for `tables`, built now when none is (the least recently used set dropped
+  // when kTableSets are kept).
+  TableSet& ensure_tables(std::span<const TableLayout> tables) {
+    for (std::size_t i = 0; i < emb_sets.size(); ++i)
+      if (same_layouts(tables, emb_sets[i].layouts)) {
+        if (i + 1 != emb_sets.size())
+          std::rotate(emb_sets.begin() + i, emb_sets.begin() + i + 1, emb_sets.end());
+        return emb_sets.back();
+      }
+    if (emb_sets.size() == kTableSets) {
+      // Enqueued work may use the dropped one; a bad input it recorded is raised, not dropped.
+      gpu::check(gpu::stream_synchronize(s()), "embedding layout change");
+      emb_sets.front().tables->raise_input_errors(s());
+      emb_sets.erase(emb_sets.begin());
+    }
+    TableSet set;
+    set.layouts.assign(tables.begin(), tables.end());
+    set.tables = std::make_unique<gpu::EmbeddingTables>(tables);
     ++emb_growths;
+    emb_sets.push_back(std::move(set));
+    return emb_sets.back();
   }
 
-  // A workspace for batches of at least `batch` examples and `nnz` ids.
-  gpu::EmbeddingWorkspace& workspace_for(std::int64_t batch, std::int64_t nnz) {
-    gpu::EmbeddingWorkspace* w = emb_workspace.get();
+  // The set's workspace for batches of at least `batch` examples and `nnz` ids.
+  gpu::EmbeddingWorkspace& workspace_for(TableSet& set, std::int64_t batch, std::int64_t nnz) {
+    gpu::EmbeddingWorkspace* w = set.workspace.get();
     if (w != nullptr && batch <= w->max_batch() && nnz <= w->max_nnz()) return *w;
     const std::int64_t max_batch = std::max(batch, w != nullptr ? w->max_batch() : 0);
     const std::int64_t max_nnz = std::max(nnz + nnz / 4, w != nullptr ? w->max_nnz() : 0);
     // The old one may be in use.
     gpu::check(gpu::stream_synchronize(s()), "embedding workspace growth");
-    emb_workspace.reset();
-    emb_workspace = std::make_unique<gpu::EmbeddingWorkspace>(*emb_tables, max_batch, max_nnz);
+    set.workspace.reset();
+    set.workspace = std::make_unique<gpu::EmbeddingWorkspace>(*set.tables, max_batch, max_nnz);
     ++emb_growths;
-    return *emb_workspace;
+    return *set.workspace;
   }
 };
 
@@ -454,10 +471,10 @@ void GpuBackend::embedding_forward(std::span<const TableLayout> tables, const Ta
   check_embedding_call("embedding_forward", "out", out, in, tables);
   if (tables.empty() || in.batch == 0) return;
   Impl& im = *impl_;
-  im.ensure_tables(tables);
-  im.emb_tables->bind(weights, nullptr);
+  Impl::TableSet& set = im.ensure_tables(tables);
+  set.tables->bind(weights, nullptr);
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, im.nnz_of(in)};
-  gpu::embedding_forward(im.s(), *im.emb_tables, weights, din, out);
+  gpu::embedding_forward(im.s(), *set.tables, weights, din, out);
 }
 
 void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables,
@@ -468,16 +485,16 @@ void GpuBackend::embedding_backward_update(std::span<const TableLayout> tables,
   check_embedding_call("embedding_backward_update", "dout", dout, in, tables);
   if (tables.empty() || in.batch == 0) return;
   Impl& im = *impl_;
-  im.ensure_tables(tables);
+  Impl::TableSet& set = im.ensure_tables(tables);
   const std::int64_t nnz = im.nnz_of(in);
   if (nnz == 0) return;  // no row occurs: nothing is updated
-  im.emb_tables->bind(weights, state);
-  gpu::EmbeddingWorkspace& workspace = im.workspace_for(in.batch, nnz);
+  set.tables->bind(weights, state);
+  gpu::EmbeddingWorkspace& workspace = im.workspace_for(set, in.batch, nnz);
   gpu::UpdateOptions upd;
   upd.seed = rounding.seed;
   upd.step = rounding.step;
   gpu::DeviceSparseInput din{in.batch, in.num_tables, in.ids, in.offsets, nnz};
-  gpu::embedding_backward_update(im.s(), *im.emb_tables, weights, state, din, dout, opt, upd,
+  gpu::embedding_backward_update(im.s(), *set.tables, weights, state, din, dout, opt, upd,
                                  workspace);
 }
 
@@ -515,7 +532,10 @@ std::map<std::string, std::size_t> GpuBackend::internal_memory_bytes() const {
   for (int i = 0; i < static_cast<int>(Slot::count); ++i)
     if (const std::size_t b = im.scratch.bytes(static_cast<Slot>(i)); b > 0) out[kSlotNames[i]] = b;
   out["held_bf16_copies"] = im.held.bytes();
-  out["embedding_workspace"] = im.emb_workspace != nullptr ? im.emb_workspace->bytes() : 0;
+  std::size_t workspaces = 0;
+  for (const Impl::TableSet& set : im.emb_sets)
+    workspaces += set.workspace != nullptr ? set.workspace->bytes() : 0;
+  out["embedding_workspace"] = workspaces;
   out["loss_partials"] = im.loss_scratch.bytes();
   return out;
 }
@@ -534,7 +554,7 @@ void GpuBackend::deallocate_host_resident(void* p) noexcept {
 }
 
 void GpuBackend::raise_input_errors() {
-  if (impl_->emb_tables != nullptr) impl_->emb_tables->raise_input_errors(impl_->s());
+  for (const Impl::TableSet& set : impl_->emb_sets) set.tables->raise_input_errors(impl_->s());
 }
 
 // ----------------------------------------------------------- interactions --
