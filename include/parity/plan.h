@@ -78,7 +78,13 @@ struct Plan {
   std::int64_t per_device_batch = 0;
   std::int64_t global_batch = 0;
   DenseMath dense_math = DenseMath::fp32;
+  // HSTU models: tokens per device the per-token buffers are sized for (a batch's token count
+  // varies with its lengths; the plan sizes for nearly every batch: token_capacity in perf.h), and
+  // activation recompute. DLRM plans: 0 and false.
+  std::int64_t token_capacity = 0;
+  bool recompute = false;
   OptimizerKind embedding_optimizer = OptimizerKind::rowwise_adagrad;
+  // Every table: a DLRM model's; an HSTU model's sequence features, then its contextual tables.
   std::vector<TablePlan> tables;
   std::vector<RecipeChange> changes;
   std::vector<KernelChoice> kernels;

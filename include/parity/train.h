@@ -30,6 +30,10 @@ struct TrainConfig {
   std::uint64_t seed = 1;  // initialisation and synthetic data
   std::string backend = "cpu";
   DenseMath dense_math = DenseMath::fp32;  // dense matrix products on GPU backends (a plan's)
+  // HSTU models (a plan's): tokens a step the per-token buffers are sized for (0: the longest
+  // possible batch), and activation recompute (HstuModel::Options).
+  std::int64_t token_capacity = 0;
+  bool recompute = false;
   // Data: sources of your own when train_data is set (eval_data then too: the held-out data),
   // else a shard dataset when shard_dir is set (parity data synth / convert), else Criteo TSV
   // files when train_files is set, else synthetic batches made on the fly.

@@ -109,13 +109,13 @@ std::string hstu_attention_scalar_reason(const ModelSpec& m, DenseMath math,
                                          const DeviceSpec& dev) {
   const HstuSpec& h = *m.hstu;
   if (math != DenseMath::bf16) return fmt::format("{} dense math", dense_math_name(math));
-  if (dev.vendor != Vendor::nvidia)
-    return "the tensor-core kernels have no AMD (MFMA) form yet";
+  if (dev.vendor != Vendor::nvidia) return "the tensor-core kernels have no AMD (MFMA) form yet";
   const int a = h.attention_dim;
   if (a != h.value_dim || (a != 16 && a != 32 && a != 64 && a != 128))
-    return fmt::format("attention_dim {} and value_dim {}: the tensor-core kernels take equal "
-                       "dims of 16, 32, 64 or 128",
-                       a, h.value_dim);
+    return fmt::format(
+        "attention_dim {} and value_dim {}: the tensor-core kernels take equal "
+        "dims of 16, 32, 64 or 128",
+        a, h.value_dim);
   return {};
 }
 
@@ -155,13 +155,14 @@ HstuAttentionCost hstu_attention_cost(const ModelSpec& m, double examples, Dense
   const double sms = dev.compute_units.value;
   const double peak_per_sm = dev.bf16_flops.value / sms;
   // SM-seconds of one tile: its pairs' elementwise step and their products.
-  const double fwd_tile = kRows * fw *
-                          (cal.hstu_attention_forward_pair_s +
-                           2.0 * (a + v) / (peak_per_sm * cal.hstu_attention_forward_mma_efficiency));
-  const double bwd_tile =
-      kRows * kBackwardWalk *
-      (cal.hstu_attention_backward_pair_s +
-       2.0 * (3.0 * a + 2.0 * v) / 2.5 / (peak_per_sm * cal.hstu_attention_backward_mma_efficiency));
+  const double fwd_tile =
+      kRows * fw *
+      (cal.hstu_attention_forward_pair_s +
+       2.0 * (a + v) / (peak_per_sm * cal.hstu_attention_forward_mma_efficiency));
+  const double bwd_tile = kRows * kBackwardWalk *
+                          (cal.hstu_attention_backward_pair_s +
+                           2.0 * (3.0 * a + 2.0 * v) / 2.5 /
+                               (peak_per_sm * cal.hstu_attention_backward_mma_efficiency));
   auto pass = [&](const Tiles& mean, const Tiles& longest, double block_s, double tile_s) {
     const double work = examples * heads * (mean.blocks * block_s + mean.tiles * tile_s);
     // The heaviest block (the last rows of the longest sequence) bounds a pass from below.

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "hstu_plan.h"
 #include "parity/plan.h"
 
 namespace parity {
@@ -21,6 +22,13 @@ std::string gb(double bytes) {
 
 std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                                      const ExecutionTarget& target, std::int64_t batch) {
+  if (model.kind == ModelKind::hstu) {
+    if (plan.gpus > target.gpus)
+      refuse("gpus",
+             fmt::format("the plan is for {} GPUs and this run has {}", plan.gpus, target.gpus),
+             fmt::format("make a plan for {} (parity plan --gpus {})", target.gpus, target.gpus));
+    return detail::check_hstu_plan(plan, model, target, batch);
+  }
   require_dlrm(model, "the plan check");
   (void)apply_plan(model, plan, batch);  // the tables match the model; shards are well formed
   std::vector<PlanDecision> out;

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "dense_cost.h"
+#include "hstu_plan.h"
 #include "parity/backend.h"
 #include "parity/error.h"
 #include "parity/plan.h"
@@ -57,6 +58,7 @@ std::string_view sharding_name(Sharding s) {
 
 Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec& dev,
                          const Calibration& cal) {
+  if (m.kind == ModelKind::hstu) return detail::evaluate_hstu_plan(plan, m, dev, cal);
   require_dlrm(m, "the planner");
   const std::string where = fmt::format("plan for model '{}'", plan.model);
   if (plan.gpus < 1) throw InputError(where + ": gpus must be >= 1");

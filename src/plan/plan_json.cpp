@@ -62,6 +62,10 @@ class Reader {
     if (v < lo || v > hi) fail(fmt::format("expected an integer in [{}, {}], got {}", lo, hi, v));
     return v;
   }
+  bool boolean() const {
+    if (!j_.is_boolean()) fail("expected true or false");
+    return j_.get<bool>();
+  }
   double number() const {
     if (!j_.is_number()) fail("expected a number");
     const double v = j_.get<double>();
@@ -105,6 +109,8 @@ std::string plan_to_json(const Plan& p) {
   j["per_device_batch"] = p.per_device_batch;
   j["global_batch"] = p.global_batch;
   j["dense_math"] = std::string(dense_math_name(p.dense_math));
+  if (p.token_capacity > 0) j["token_capacity"] = p.token_capacity;
+  if (p.recompute) j["recompute"] = true;
   j["embedding_optimizer"] = std::string(optimizer_name(p.embedding_optimizer));
   j["tables"] = ordered_json::array();
   for (const auto& t : p.tables) {
@@ -156,8 +162,8 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
   if (j.is_discarded()) throw InputError(fmt::format("{}: not valid JSON", origin));
   const Reader r(j, "", origin);
   r.only({"format", "model", "model_file", "device", "gpus", "per_device_batch", "global_batch",
-          "dense_math", "embedding_optimizer", "tables", "changes", "kernels", "prediction",
-          "calibration"});
+          "dense_math", "token_capacity", "recompute", "embedding_optimizer", "tables", "changes",
+          "kernels", "prediction", "calibration"});
   if (r.at("format").str() != kFormat) r.at("format").fail(fmt::format("expected '{}'", kFormat));
   Plan p;
   p.model = r.at("model").str();
@@ -170,6 +176,9 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
     r.at("global_batch")
         .fail(fmt::format("must equal per_device_batch x gpus ({})", p.per_device_batch * p.gpus));
   p.dense_math = r.at("dense_math").choice(kDenseMathNames);
+  if (r.has("token_capacity"))
+    p.token_capacity = r.at("token_capacity").integer(0, std::int64_t{1} << 50);
+  if (r.has("recompute")) p.recompute = r.at("recompute").boolean();
   p.embedding_optimizer = read_emb_opt(r.at("embedding_optimizer"));
   const Reader tables = r.at("tables");
   for (std::size_t i = 0; i < tables.size(); ++i) {

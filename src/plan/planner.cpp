@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "hstu_plan.h"
 #include "parity/error.h"
 #include "parity/plan.h"
 #include "search.h"
@@ -252,8 +253,9 @@ std::string describe_without(const std::optional<Built>& without, const Plan& ch
 }  // namespace
 
 Plan make_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus, const PlannerOptions& opt) {
-  require_dlrm(m, "the planner");
   if (gpus < 1) throw InputError(fmt::format("--gpus must be at least 1, got {}", gpus));
+  if (m.kind == ModelKind::hstu) return detail::make_hstu_plan(m, dev, gpus, opt);
+  require_dlrm(m, "the planner");
   Planner planner(m, dev, gpus, opt);
   const Choice pref = planner.preferred();
   std::optional<Built> best = planner.best_over_batches(pref);
@@ -365,7 +367,7 @@ Plan make_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus, const Planne
 
 Plan port_plan(const Plan& source, const ModelSpec& m, const DeviceSpec& dev,
                const PlannerOptions& opt) {
-  require_dlrm(m, "the planner");
+  if (m.kind != ModelKind::hstu) require_dlrm(m, "the planner");
   Plan p = source;
   p.device = dev.name;
   p.changes.clear();
@@ -440,6 +442,7 @@ void check_shards(const TablePlan& tp, const TableSpec& table, int gpus) {
 }  // namespace
 
 ModelSpec apply_plan(const ModelSpec& model, const Plan& plan, std::int64_t batch) {
+  if (model.kind == ModelKind::hstu) return detail::apply_hstu_plan(model, plan, batch);
   require_dlrm(model, "the planner");
   if (plan.model != model.name)
     throw InputError(fmt::format("plan is for model '{}', not '{}'", plan.model, model.name));

@@ -3,8 +3,9 @@
 // resume rules as the DLRM loop.
 //
 // Why a loop of its own: the DLRM loop is built around Model (device-made synthetic data,
-// host-placed tables, plans), none of which an HSTU model has yet. What the
-// two share (the run record, checkpoints, events) is shared code; what differs is small.
+// host-placed tables, file data), none of which an HSTU model has yet. What the two share (the
+// run record, checkpoints, events, a plan's recipe in TrainConfig) is shared code; what differs
+// is small.
 #include "hstu_trainer.h"
 
 #include <fmt/core.h>
@@ -36,6 +37,13 @@ std::unique_ptr<Backend> hstu_backend(const TrainConfig& cfg) {
   return make_backend(cfg.backend, cfg.dense_math);
 }
 
+HstuModel::Options model_options(const TrainConfig& cfg) {
+  HstuModel::Options o;
+  o.token_capacity = cfg.token_capacity;
+  o.recompute = cfg.recompute;
+  return o;
+}
+
 class HstuTrainer {
  public:
   HstuTrainer(const TrainConfig& cfg, TrainObserver* observer)
@@ -45,7 +53,7 @@ class HstuTrainer {
         lock_(cfg.checkpoint_dir.empty() ? nullptr
                                          : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
         data_(cfg.model, cfg.seed),
-        model_(cfg.model, *backend_, cfg.batch, cfg.seed),
+        model_(cfg.model, *backend_, cfg.batch, cfg.seed, model_options(cfg)),
         record_(run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math, "synthetic-sequences")) {
   }
 
@@ -61,12 +69,15 @@ class HstuTrainer {
     TrainEvent s = event(TrainEvent::Kind::start, start);
     s.message = fmt::format(
         "HSTU model '{}' ({} layers, d {}, histories up to {} events, {} targets, {} tasks), {} "
-        "dense and {} embedding parameters, batch {}, on the {} backend ({}), "
+        "dense and {} embedding parameters, batch {} ({}), on the {} backend ({}), "
         "synthetic sequences with a planted sequential teacher (seed {}){}",
         cfg_.model.name, cfg_.model.hstu->layers, cfg_.model.hstu->model_dim,
         cfg_.model.hstu->sequence.max_len, cfg_.model.hstu->sequence.targets,
         cfg_.model.hstu->tasks.size(), model_.dense_parameter_count(),
-        model_.embedding_parameter_count(), cfg_.batch, backend_->name(),
+        model_.embedding_parameter_count(), cfg_.batch,
+        fmt::format("buffers for {} tokens, recompute {}", model_.token_capacity(),
+                    cfg_.recompute ? "on" : "off"),
+        backend_->name(),
         backend_->name() == "cpu" && cfg_.dense_math != DenseMath::fp32
             ? fmt::format(
                   "{} dense math asked; the cpu reference computes in fp32 with double sums",
@@ -125,7 +136,16 @@ class HstuTrainer {
     result_.steady_examples_per_s = result_.examples_per_s;
     if (!cfg_.checkpoint_dir.empty()) checkpoint(result_.steps);
     evaluate(result_.steps);
-    result_.model_memory_bytes = {{"model", model_.allocated_bytes()}};
+    result_.model_memory_bytes = model_.allocated_bytes_by_category();
+    result_.backend_memory_bytes = backend_->internal_memory_bytes();
+    if (model_.token_capacity_growths() > 0) {
+      TrainEvent w = event(TrainEvent::Kind::warning, result_.steps);
+      w.message = fmt::format(
+          "{} batches had more tokens than the per-token buffers held ({} tokens planned): they "
+          "grew to {}",
+          model_.token_capacity_growths(), cfg_.token_capacity, model_.token_capacity());
+      emit(w);
+    }
     TrainEvent d = event(TrainEvent::Kind::done, result_.steps);
     d.loss = result_.final_loss;
     d.examples_per_s = result_.examples_per_s;

@@ -17,7 +17,8 @@ namespace {
 
 std::string rate(double v) {
   if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
-  return fmt::format("{:.0f}k", v / 1e3);
+  if (v >= 1e4) return fmt::format("{:.0f}k", v / 1e3);
+  return fmt::format("{:.3g}", v);
 }
 
 struct Summary {
@@ -48,6 +49,9 @@ void print_plan(const Plan& p, const DeviceSpec& dev, bool verbose) {
   fmt::print("  batch {} per device (global {}), dense math {}, embedding optimizer {}\n",
              p.per_device_batch, p.global_batch, dense_math_name(p.dense_math),
              optimizer_name(p.embedding_optimizer));
+  if (p.token_capacity > 0)
+    fmt::print("  tokens: buffers for {} a step, activation recompute {}\n", p.token_capacity,
+               p.recompute ? "on" : "off");
   fmt::print("  tables: {} ({}), sharding {}, {} in HBM, {} in host memory\n", p.tables.size(),
              join_counts(s.dtypes), join_counts(s.sharding), p.tables.size() - s.host, s.host);
   fmt::print("  predicted: {:.2f} ms/step, {} examples/s ({} per GPU)\n", pr.step_s * 1e3,

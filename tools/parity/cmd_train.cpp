@@ -250,6 +250,12 @@ void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan
   cfg.model = apply_plan(model, plan, args.batch);
   cfg.batch = plan.global_batch;
   cfg.dense_math = plan.dense_math;
+  cfg.token_capacity = plan.token_capacity;
+  cfg.recompute = plan.recompute;
+  // --batch: the plan's token capacity was for its own batch.
+  if (plan.token_capacity > 0 && args.batch > 0 && args.batch != plan.global_batch)
+    cfg.token_capacity = static_cast<std::int64_t>(
+        token_capacity(sequence_moments(model), static_cast<double>(args.batch)));
   fmt::print("parity train: {}; executing:\n", title);
   for (const PlanDecision& d : decisions) fmt::print("  {:<13} {}\n", d.what, d.executed);
 }
@@ -289,13 +295,8 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
                       args.dense_math, cfg.model.name, resolve_model(args.model).string(), names));
     }
   }
-  if (cfg.model.kind == ModelKind::hstu) {
-    if (!args.no_plan && args.backend != "cpu")
-      fmt::print(
-          "parity train: the planner does not plan HSTU models yet: training the model's own "
-          "recipe\n");
-    return nullptr;
-  }
+  // An HSTU model's --dense-math picks the math of its own recipe, unplanned.
+  if (cfg.model.kind == ModelKind::hstu && !args.dense_math.empty()) return nullptr;
   const std::string gpu = args.backend == "cpu" || args.no_plan ? std::string() : detect_gpu();
   if (gpu.empty()) return nullptr;
   const auto devices_dir = configs_dir() / "devices";
@@ -405,6 +406,7 @@ void run_train(const TrainArgs& args, bool model_given) {
     auto at = std::make_shared<Plan>(*plan);
     at->global_batch = args.batch;
     at->per_device_batch = args.batch / std::max(plan->gpus, 1);
+    at->token_capacity = cfg.token_capacity;
     const DeviceSpec dev = find_device(plan->device, configs_dir() / "devices");
     at->prediction = evaluate_plan(*at, cfg.model, dev, calibration_for(dev, configs_dir()));
     profiled = at;

@@ -1,0 +1,676 @@
+// The planner for HSTU models: the recipe (batch, recompute, table precision, dense math) that
+// maximises predicted examples/s on one device, with the step's time and memory predicted from
+// the same ops the engine runs (src/engine/hstu_model.cpp) and the same buffers it allocates.
+//
+// Why this shape: an HSTU step's activations grow with its tokens, and its tokens with the batch
+// and the length distribution, so HBM capacity sets the batch. The engine sizes its per-token
+// buffers for the plan's token capacity (perf.h token_capacity: nearly every batch's tokens), so
+// the memory prediction is the engine's allocation at that capacity, term by term, and the
+// batch is the largest whose memory fits, with recompute chosen when the larger batch it allows
+// is faster. Time: the step's ops with their products (gemm_best), memory passes and the
+// attention's own cost model (hstu_attention_cost), at the batch's average token count.
+#include "hstu_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "dense_cost.h"
+#include "parity/backend.h"
+#include "parity/error.h"
+#include "search.h"
+
+namespace parity::detail {
+namespace {
+
+double pad8(double c) {
+  return std::ceil(c / 8) * 8;
+}
+
+// The model's dims as the engine names them.
+struct Dims {
+  explicit Dims(const ModelSpec& m)
+      : h(*m.hstu),
+        d(h.model_dim),
+        hv(static_cast<double>(h.heads) * h.value_dim),
+        ha(static_cast<double>(h.heads) * h.attention_dim),
+        proj(2 * hv + 2 * ha),
+        layers(h.layers),
+        contexts(m.num_tables()),
+        features(static_cast<int>(h.sequence.features.size())),
+        targets(h.sequence.targets),
+        tasks(static_cast<int>(h.tasks.size())) {
+    for (const TableSpec& t : m.tables) ctx_lookups += t.pooling_size;
+  }
+  const HstuSpec& h;
+  double d, hv, ha, proj;
+  int layers, contexts, features, targets, tasks;
+  double ctx_lookups = 0;
+};
+
+class Ops {
+ public:
+  Ops(DenseMath math, const DeviceSpec& dev, const Calibration& cal)
+      : math_(math), dev_(dev), cal_(cal) {}
+  OpCost& add(std::string category, std::string op) {
+    ops_.push_back({std::move(category), std::move(op)});
+    return ops_.back();
+  }
+  void product(OpCost& op, double m, double n, double k) const {
+    const GemmEstimate e = gemm_best(
+        {std::max<std::int64_t>(1, std::llround(m)), std::max<std::int64_t>(1, std::llround(n)),
+         std::max<std::int64_t>(1, std::llround(k)), math_},
+        dev_, cal_);
+    op.flops += e.flops;
+    op.bytes += e.bytes;
+    op.seconds += e.seconds;
+  }
+  void pass(OpCost& op, double bytes) const {
+    op.bytes += bytes;
+    op.seconds += memory_pass_time(bytes, dev_, cal_);
+  }
+  std::vector<OpCost> take() { return std::move(ops_); }
+
+ private:
+  DenseMath math_;
+  const DeviceSpec& dev_;
+  const Calibration& cal_;
+  std::vector<OpCost> ops_;
+};
+
+std::string layer_op(int l, const char* what) {
+  return fmt::format("layer.{} {}", l, what);
+}
+
+// The engine's buffers and the GPU backend's scratch for a plan, by the categories of
+// HstuModel::allocated_bytes_by_category and the backend's internal memory.
+std::map<std::string, double> hstu_memory(const ModelSpec& m, DenseMath math, bool recompute,
+                                          double b, double T,
+                                          const std::vector<DType>& table_dtypes,
+                                          OptimizerKind emb_opt, const Calibration& cal) {
+  const Dims x(m);
+  const double d = x.d, hv = x.hv, ha = x.ha, proj = x.proj, L = x.layers;
+  const double C = x.contexts, BT = b * x.targets, tasks = x.tasks, F = x.features;
+  std::map<std::string, double> mem;
+  // Tables, in the engine's weight buffers, and their optimizer state.
+  const auto tables = hstu_tables(m);
+  double weights = 0, state = 0;
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const double rows = static_cast<double>(tables[t]->rows), dim = tables[t]->dim;
+    weights += rows * dim * static_cast<double>(dtype_size(table_dtypes[t]));
+    state += rows * optimizer_state_bytes_per_row(emb_opt, tables[t]->dim);
+  }
+  mem["embedding_weights"] = weights;
+  mem["embedding_optimizer_state"] = state;
+  const double P = hstu_dense_parameters(m);
+  mem["dense_parameters_and_state"] =
+      P * 4 * (2 + optimizer_state_per_element(m.dense_optimizer.kind));
+  mem["input_slots"] =
+      T * (16 * F + 8) + b * (x.ctx_lookups * 8 + 16 * C + 8) + BT * (8 + 4 * tasks);
+  const double kept = recompute ? 1 : L;  // layers of the recomputed buffers
+  mem["activations"] = T * 4 * ((L + 1) * d + L * (proj + hv + 4) + kept * (d + proj + hv)) +
+                       b * C * d * 4 + BT * (8 * d + 8 + 4 * tasks);
+  mem["gradients"] = T * 4 * (3 * d + proj + 2 * hv) + BT * (4 * tasks + 4 * d) + b * C * d * 4;
+  // The GPU backend's scratch slots (gpu_backend.cpp), each grown to kScratchGrowth times its
+  // largest request: dz (the products' fp32 gradient, widest output), under bf16 its copy and the
+  // bf16 copies of fp32 operands (a16: a product's input or the attention's q, k, v, dout; b16:
+  // a weight gradient's input), and the layer norm backward's product.
+  const bool bf16 = math == DenseMath::bf16;
+  const double widest = std::max(proj, d);
+  double scratch = T * widest * 4 + T * d * 4;
+  if (bf16) {
+    const double a16 = T * std::max({pad8(d), pad8(hv), 2 * pad8(ha) + 2 * pad8(hv)}) * 2;
+    const double b16 = std::max(T * std::max(pad8(d), pad8(hv)) * 2, proj * pad8(d) * 2);
+    scratch += T * widest * 2 + a16 + b16;
+  }
+  mem["backend_scratch"] = kScratchGrowth * scratch;
+  // The embedding backward's workspaces, one per table set (features, contexts), sized for a
+  // quarter more ids than the largest batch has (as evaluate.cpp counts DLRM's).
+  {
+    const SequenceMoments sm = sequence_moments(m);
+    const double ids_per_token = (sm.history * F + x.targets) / sm.tokens;
+    double ws = 0;
+    for (const double lookups : {T * ids_per_token, b * x.ctx_lookups}) {
+      if (lookups <= 0) continue;
+      constexpr double kIdsGrowth = 1.25, kChunk = 64, kHeavyRow = 64, kMerge = 64;
+      const double n = kIdsGrowth * lookups;
+      const double partial_row = pad8(d) * 4;
+      const double heavy = n / (kHeavyRow + 1), chunks = n / kChunk + heavy;
+      const double merges = chunks / kMerge + heavy;
+      ws += n * (4 * 4 + 4) + (chunks + merges) * (partial_row + 8) + heavy * 12;
+    }
+    mem["embedding_workspace"] = ws;
+  }
+  mem["workspace"] = cal.workspace_bytes;
+  mem["reserved"] = cal.reserved_bytes;
+  return mem;
+}
+
+double total(const std::map<std::string, double>& m) {
+  double s = 0;
+  for (const auto& [k, v] : m) s += v;
+  return s;
+}
+
+void check_hstu_shape(const Plan& plan, const ModelSpec& m, const std::string& where) {
+  const auto tables = hstu_tables(m);
+  if (plan.gpus != 1)
+    throw InputError(fmt::format(
+        "{}: {} GPUs; HSTU models are planned and trained on one GPU so far", where, plan.gpus));
+  if (plan.per_device_batch < 1) throw InputError(where + ": per_device_batch must be >= 1");
+  if (plan.tables.size() != tables.size())
+    throw InputError(
+        fmt::format("{}: has {} tables, model '{}' has {} (its sequence features, "
+                    "then its contextual tables)",
+                    where, plan.tables.size(), m.name, tables.size()));
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const TablePlan& tp = plan.tables[t];
+    const std::string tw = fmt::format("{}: table {} ('{}')", where, t, tp.name);
+    if (tp.name != tables[t]->name)
+      throw InputError(
+          fmt::format("{} is not the model's table {} ('{}')", tw, t, tables[t]->name));
+    if (tp.dtype != DType::f32 && tp.dtype != DType::f16 && tp.dtype != DType::bf16)
+      throw InputError(tw + ": dtype must be fp32, fp16 or bf16");
+    if (tp.placement != Placement::hbm)
+      throw InputError(tw +
+                       ": HSTU tables live in HBM (the engine does not run host-placed "
+                       "ones yet)");
+    if (tp.sharding != Sharding::table || tp.shards.size() != 1 || tp.shards[0].device != 0 ||
+        tp.shards[0].row_begin != 0 || tp.shards[0].row_end != tables[t]->rows ||
+        tp.shards[0].col_begin != 0 || tp.shards[0].col_end != tables[t]->dim)
+      throw InputError(
+          fmt::format("{}: on one GPU a table is one shard holding rows [0, {}) and "
+                      "columns [0, {}) on device 0",
+                      tw, tables[t]->rows, tables[t]->dim));
+  }
+  if (plan.dense_math == DenseMath::fp16)
+    throw InputError(where + ": dense math fp16; HSTU models train in fp32, tf32 or bf16");
+}
+
+}  // namespace
+
+std::vector<const TableSpec*> hstu_tables(const ModelSpec& m) {
+  std::vector<const TableSpec*> out;
+  for (const TableSpec& t : m.hstu->sequence.features) out.push_back(&t);
+  for (const TableSpec& t : m.tables) out.push_back(&t);
+  return out;
+}
+
+double hstu_dense_parameters(const ModelSpec& m) {
+  const Dims x(m);
+  const double per_layer =
+      2 * x.d + x.proj * x.d + x.proj + x.d * x.hv + x.d +
+      static_cast<double>(x.h.heads) * (x.h.position_buckets + x.h.time_buckets);
+  return x.layers * per_layer + 2 * x.d + x.tasks * x.d + x.tasks;
+}
+
+std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath math,
+                                  bool recompute, const DeviceSpec& dev, const Calibration& cal) {
+  const Dims x(m);
+  const SequenceMoments sm = sequence_moments(m);
+  const double T = examples * sm.tokens, BT = examples * x.targets;
+  const double d = x.d, hv = x.hv, ha = x.ha, proj = x.proj;
+  const bool bf16 = math == DenseMath::bf16;
+  // Under bf16 every fp32 operand of a product or of the attention is rounded into scratch once
+  // per call (read 4 bytes, write 2).
+  const double convert = bf16 ? 6.0 : 0.0;
+  const HstuAttentionCost att = hstu_attention_cost(m, examples, math, dev, cal);
+  Ops ops(math, dev, cal);
+  auto layer_norm_forward = [&](OpCost& op, double rows, double cols) {
+    ops.pass(op, rows * (cols * 8 + 8));  // x in, y out, mean and rstd out
+  };
+  auto recompute_ops = [&](int l) {
+    OpCost& op = ops.add("recompute", layer_op(l, "recompute"));
+    layer_norm_forward(op, T, d);
+    ops.pass(op, T * proj * 8);       // SiLU
+    ops.pass(op, T * (hv * 12 + 8));  // norm-multiply
+  };
+  for (int l = 0; l < x.layers; ++l) {
+    layer_norm_forward(ops.add("norms", layer_op(l, "norm forward")), T, d);
+    {
+      OpCost& op = ops.add("projections", layer_op(l, "projection forward"));
+      ops.pass(op, (T * d + proj * d) * convert);
+      ops.product(op, T, proj, d);
+      ops.pass(op, T * proj * 8);  // SiLU
+    }
+    {
+      OpCost& op = ops.add("attention", layer_op(l, "attention forward"));
+      if (att.tensor_cores) ops.pass(op, T * (2 * ha + hv) * convert);
+      op.flops += att.forward_flops;
+      op.seconds += att.forward_s;
+    }
+    ops.pass(ops.add("norms", layer_op(l, "norm_mul forward")), T * (hv * 12 + 8));
+    {
+      OpCost& op = ops.add("projections", layer_op(l, "output forward"));
+      ops.pass(op, (T * hv + d * hv) * convert);
+      ops.product(op, T, d, hv);
+      ops.pass(op, T * d * 12);  // the residual
+    }
+  }
+  {
+    OpCost& op = ops.add("head", "head forward");
+    ops.pass(op, BT * d * 8);  // the targets' rows gathered
+    layer_norm_forward(op, BT, d);
+    ops.product(op, BT, x.tasks, d);
+  }
+  {
+    OpCost& op = ops.add("head", "head backward");
+    ops.pass(op, BT * x.tasks * 12);  // the loss
+    ops.product(op, BT, d, x.tasks);
+    ops.product(op, x.tasks, d, BT);
+    ops.pass(op, BT * d * 20);  // layer norm backward
+    ops.pass(op, T * d * 4);    // the gradient of the last layer cleared
+    ops.pass(op, BT * d * 12);  // and the targets' rows added into it
+  }
+  for (int l = x.layers - 1; l >= 0; --l) {
+    if (recompute) recompute_ops(l);
+    {
+      OpCost& op = ops.add("projections", layer_op(l, "output backward"));
+      ops.pass(op, T * d * 4 + (T * d + T * hv + d * hv) * convert);  // dbias; bf16 copies
+      ops.product(op, T, hv, d);
+      ops.product(op, d, hv, T);
+    }
+    ops.pass(ops.add("norms", layer_op(l, "norm_mul backward")), T * (hv * 20 + 8));
+    {
+      OpCost& op = ops.add("attention", layer_op(l, "attention backward"));
+      if (att.tensor_cores) ops.pass(op, T * (2 * ha + 2 * hv) * convert);
+      op.flops += att.backward_flops;
+      op.seconds += att.backward_s;
+    }
+    {
+      OpCost& op = ops.add("projections", layer_op(l, "projection backward"));
+      ops.pass(op, T * proj * 12);  // SiLU's backward
+      ops.pass(op, T * proj * 4 + (T * proj + T * d + proj * d) * convert);
+      ops.product(op, T, d, proj);
+      ops.product(op, proj, d, T);
+    }
+    {
+      OpCost& op = ops.add("norms", layer_op(l, "norm backward"));
+      ops.pass(op, T * d * 20 + T * 8);  // x, dy, the product's scratch, dx
+      ops.pass(op, T * d * 12);          // the residual's gradient
+    }
+  }
+  return ops.take();
+}
+
+Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec& dev,
+                              const Calibration& cal) {
+  const std::string where = fmt::format("plan for model '{}'", plan.model);
+  check_hstu_shape(plan, m, where);
+  if (plan.dense_math == DenseMath::tf32 && !dev.has_tf32())
+    throw InputError(
+        fmt::format("{}: dense math tf32 on {}, which has no TF32", where, dev.display_name));
+  const Dims x(m);
+  const SequenceMoments sm = sequence_moments(m);
+  const double b = static_cast<double>(plan.per_device_batch);
+  const double T = b * sm.tokens;
+  const double capacity =
+      plan.token_capacity > 0 ? static_cast<double>(plan.token_capacity) : b * sm.tokens_max;
+  Prediction p;
+  p.memory_budget_bytes = dev.hbm_bytes.value;
+  const std::vector<OpCost> ops = hstu_op_costs(m, b, plan.dense_math, plan.recompute, dev, cal);
+  for (const OpCost& op : ops) p.time_s[op.category] += op.seconds;
+
+  // ---- embeddings: the features' unpooled lookups (a bag per token), the contexts' pooled ----
+  const auto tables = hstu_tables(m);
+  double feature_rows = 0, context_rows = 0;
+  for (std::size_t t = 0; t < tables.size(); ++t)
+    (t < static_cast<std::size_t>(x.features) ? feature_rows : context_rows) +=
+        static_cast<double>(tables[t]->rows);
+  double emb_fwd = 0, emb_bwd = 0, emb_bytes = 0;
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const TableSpec& ts = *tables[t];
+    const bool feature = t < static_cast<std::size_t>(x.features);
+    EmbeddingShardWork w;
+    w.rows = ts.rows;
+    w.dim = ts.dim;
+    w.bags = feature ? T : b;
+    w.lookups = feature ? b * (sm.history + (t == 0 ? x.targets : 0)) : b * ts.pooling_size;
+    w.weight_dtype = plan.tables[t].dtype;
+    w.optimizer = plan.embedding_optimizer;
+    w.distribution = ts.distribution;
+    w.zipf_alpha = ts.zipf_alpha;
+    w.key_bits = embedding_key_bits(feature ? feature_rows : context_rows);
+    const EmbeddingCost c = embedding_cost(w, dev, cal);
+    emb_fwd += c.forward_s;
+    emb_bwd += c.backward_s;
+    emb_bytes += c.forward_bytes + c.backward_bytes;
+  }
+  if (x.contexts > 0) {  // the contexts' rows added into their tokens, and gathered back
+    emb_fwd += memory_pass_time(b * x.contexts * x.d * 12, dev, cal);
+    emb_bwd += memory_pass_time(b * x.contexts * x.d * 8, dev, cal);
+  }
+  p.time_s["embedding_forward"] = emb_fwd;
+  p.time_s["embedding_backward"] = emb_bwd;
+  // ---- the dense optimizer over every dense parameter (Adam: parameters, gradients, state) ----
+  const double P = hstu_dense_parameters(m);
+  const int k = optimizer_state_per_element(m.dense_optimizer.kind);
+  const double opt_bytes = P * (4 * 3 + 8.0 * k);
+  p.time_s["dense_optimizer"] = memory_pass_time(opt_bytes, dev, cal);
+  // ---- the batch's layout copied in from the host: ids, offsets and times per token ----
+  const double input_bytes = T * (8 * x.features + 16) + b * (x.ctx_lookups * 8 + 16 * x.contexts) +
+                             b * x.targets * (8 + 4 * x.tasks);
+  p.time_s["input"] = input_bytes / (dev.host_link_bandwidth.value * cal.host_link_efficiency) +
+                      8 * cal.kernel_launch_s;  // one copy per array
+  p.step_s = 0;
+  for (const auto& [name, t] : p.time_s) p.step_s += t;
+  const double copy_bw = dev.hbm_bandwidth.value * cal.hbm_efficiency;
+  const double peak = dev.dense_flops(plan.dense_math) * cal.gemm_efficiency(plan.dense_math);
+  p.floor_s = (emb_bytes + opt_bytes) / copy_bw;
+  for (const OpCost& op : ops) p.floor_s += std::max(op.bytes / copy_bw, op.flops / peak);
+  p.examples_per_s = b / p.step_s;
+  p.examples_per_s_per_gpu = p.examples_per_s;
+
+  std::vector<DType> dtypes;
+  for (const TablePlan& tp : plan.tables) dtypes.push_back(tp.dtype);
+  p.memory_bytes = hstu_memory(m, plan.dense_math, plan.recompute, b, capacity, dtypes,
+                               plan.embedding_optimizer, cal);
+  p.peak_memory_bytes = total(p.memory_bytes);
+  p.device_memory_bytes = {p.peak_memory_bytes};
+  p.peak_device = 0;
+  for (const auto& [name, v] : p.time_s)
+    if (!std::isfinite(v) || v < 0)
+      throw InputError(fmt::format(
+          "{} on {}: the predicted time_s.{} is {}; a rate in the device spec '{}' or the "
+          "calibration '{}' is near zero or not a number (check its units)",
+          where, dev.display_name, name, v, dev.source_file, cal.source));
+  return p;
+}
+
+namespace {
+
+std::string si_rate(double v) {
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e4) return fmt::format("{:.1f}k", v / 1e3);
+  return fmt::format("{:.3g}", v);
+}
+
+class HstuPlanner {
+ public:
+  HstuPlanner(const ModelSpec& m, const DeviceSpec& dev, const PlannerOptions& opt)
+      : m_(m), dev_(dev), cal_(calibration_for(dev, opt.configs_dir)), sm_(sequence_moments(m)) {}
+
+  // The dense maths the model allows and the device has, bf16 first (HSTU does not train in
+  // fp16): the search takes the fastest by predicted examples/s, since the attention's kernels,
+  // not only the products' peak, differ between them.
+  std::vector<DenseMath> maths() const {
+    std::vector<DenseMath> out;
+    const auto& allowed = m_.allowed_dense_math;
+    for (DenseMath c : {DenseMath::bf16, DenseMath::tf32, DenseMath::fp32}) {
+      if (std::find(allowed.begin(), allowed.end(), c) == allowed.end()) continue;
+      if (c == DenseMath::tf32 && !dev_.has_tf32()) continue;
+      out.push_back(c);
+    }
+    return out;
+  }
+
+  std::vector<DType> lowered_dtypes() const {
+    const auto& allowed = m_.allowed_table_dtypes;
+    auto allows = [&](DType d) {
+      return std::find(allowed.begin(), allowed.end(), d) != allowed.end();
+    };
+    std::vector<DType> out;
+    for (const TableSpec* t : hstu_tables(m_)) {
+      DType d = t->dtype;
+      if (dtype_size(d) > 2)
+        d = allows(DType::f16) ? DType::f16 : allows(DType::bf16) ? DType::bf16 : d;
+      out.push_back(d);
+    }
+    return out;
+  }
+  std::vector<DType> own_dtypes() const {
+    std::vector<DType> out;
+    for (const TableSpec* t : hstu_tables(m_)) out.push_back(t->dtype);
+    return out;
+  }
+
+  Plan skeleton(const std::vector<DType>& dtypes, DenseMath math, bool recompute,
+                std::int64_t b) const {
+    Plan p;
+    p.model = m_.name;
+    if (!m_.source_file.empty() && m_.source_file != "<string>") {
+      std::error_code ec;
+      const auto abs = std::filesystem::absolute(m_.source_file, ec);
+      p.model_file = ec ? m_.source_file : abs.lexically_normal().string();
+    }
+    p.device = dev_.name;
+    p.gpus = 1;
+    p.per_device_batch = b;
+    p.global_batch = b;
+    p.dense_math = math;
+    p.recompute = recompute;
+    p.token_capacity = static_cast<std::int64_t>(token_capacity(sm_, static_cast<double>(b)));
+    p.embedding_optimizer = m_.embedding_optimizer.kind;
+    p.calibration = cal_.source;
+    const auto tables = hstu_tables(m_);
+    for (std::size_t t = 0; t < tables.size(); ++t) {
+      TablePlan tp;
+      tp.name = tables[t]->name;
+      tp.dtype = dtypes[t];
+      tp.optimizer = p.embedding_optimizer;
+      tp.shards = {{0, 0, tables[t]->rows, 0, tables[t]->dim}};
+      p.tables.push_back(std::move(tp));
+    }
+    return p;
+  }
+
+  double memory(const std::vector<DType>& dtypes, DenseMath math, bool recompute,
+                std::int64_t b) const {
+    const double bb = static_cast<double>(b);
+    return total(hstu_memory(m_, math, recompute, bb, token_capacity(sm_, bb), dtypes,
+                             m_.embedding_optimizer.kind, cal_));
+  }
+
+  // The largest batch in [1, top] whose memory fits (0: none).
+  std::int64_t largest_fitting(const std::vector<DType>& dtypes, DenseMath math,
+                               bool recompute) const {
+    const std::int64_t top = std::max(m_.max_global_batch, m_.batch_size);
+    const double budget = dev_.hbm_bytes.value;
+    if (memory(dtypes, math, recompute, 1) > budget) return 0;
+    std::int64_t lo = 1, hi = top;  // lo fits; memory grows with the batch
+    while (lo < hi) {
+      const std::int64_t mid = lo + (hi - lo + 1) / 2;
+      if (memory(dtypes, math, recompute, mid) <= budget)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    return lo;
+  }
+
+  // The fastest plan for fixed tables and math: each recompute setting at its largest fitting
+  // batch; nullopt when not even one example fits.
+  std::optional<Plan> best(const std::vector<DType>& dtypes, DenseMath math,
+                           std::optional<bool> only_recompute = std::nullopt) const {
+    std::optional<Plan> out;
+    for (const bool rc : {false, true}) {
+      if (only_recompute && *only_recompute != rc) continue;
+      const std::int64_t b = largest_fitting(dtypes, math, rc);
+      if (b == 0) continue;
+      Plan p = skeleton(dtypes, math, rc, b);
+      p.prediction = evaluate_hstu_plan(p, m_, dev_, cal_);
+      if (!out || p.prediction.examples_per_s > out->prediction.examples_per_s * (1 + 1e-12))
+        out = std::move(p);
+    }
+    return out;
+  }
+
+  const Calibration& calibration() const { return cal_; }
+  const SequenceMoments& moments() const { return sm_; }
+
+ private:
+  const ModelSpec& m_;
+  const DeviceSpec& dev_;
+  Calibration cal_;
+  SequenceMoments sm_;
+};
+
+std::string without(const std::optional<Plan>& w, const Plan& chosen) {
+  if (!w) return "without it the model does not fit";
+  return fmt::format("without it batch {} at {} examples/s, with it batch {} at {} ({:+.0f}%)",
+                     w->global_batch, si_rate(w->prediction.examples_per_s), chosen.global_batch,
+                     si_rate(chosen.prediction.examples_per_s),
+                     100 * (chosen.prediction.examples_per_s / w->prediction.examples_per_s - 1));
+}
+
+}  // namespace
+
+Plan make_hstu_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus,
+                    const PlannerOptions& opt) {
+  if (gpus != 1)
+    throw InfeasibleError(fmt::format(
+        "model '{}' is an HSTU model: HSTU models are planned and trained on one GPU so far "
+        "(--gpus 1); sharded HSTU tables over several GPUs are not built yet",
+        m.name));
+  HstuPlanner planner(m, dev, opt);
+  const std::vector<DType> dtypes = planner.lowered_dtypes();
+  std::optional<Plan> chosen;
+  for (const DenseMath c : planner.maths()) {
+    std::optional<Plan> p = planner.best(dtypes, c);
+    if (p &&
+        (!chosen || p->prediction.examples_per_s > chosen->prediction.examples_per_s * (1 + 1e-12)))
+      chosen = std::move(p);
+  }
+  const DenseMath math = chosen ? chosen->dense_math : DenseMath::fp32;
+  if (!chosen) {
+    const auto tables = hstu_tables(m);
+    double bytes = 0;
+    for (std::size_t t = 0; t < tables.size(); ++t)
+      bytes += static_cast<double>(tables[t]->rows) *
+               (tables[t]->dim * static_cast<double>(dtype_size(dtypes[t])) +
+                optimizer_state_bytes_per_row(m.embedding_optimizer.kind, tables[t]->dim));
+    throw InfeasibleError(fmt::format(
+        "model '{}' does not fit on one {}: one example needs {} (its tables with their "
+        "optimizer state {}, in {}) against {} of HBM. To fit: smaller tables, or more GPUs "
+        "(HSTU tables are not sharded yet)",
+        m.name, dev.display_name, gb(planner.memory(dtypes, math, true, 1)), gb(bytes),
+        dtype_name(dtypes.empty() ? DType::f32 : dtypes[0]), gb(dev.hbm_bytes.value)));
+  }
+  Plan plan = std::move(*chosen);
+  const std::string on = " on 1 x " + dev.display_name;
+  if (dtypes != planner.own_dtypes()) {
+    int lowered = 0;
+    std::string names;
+    for (std::size_t t = 0; t < plan.tables.size(); ++t)
+      if (plan.tables[t].dtype != hstu_tables(m)[t]->dtype) {
+        names += (lowered++ ? ", " : "") + plan.tables[t].name;
+      }
+    plan.changes.push_back(
+        {"table precision", fmt::format("fp32 ({} tables: {})", lowered, names),
+         std::string(dtype_name(dtypes[0])),
+         fmt::format("half the bytes per lookup and per update, and HBM left for activations; {}; "
+                     "stochastic rounding in the update; allowed by recipe.table_dtypes",
+                     without(planner.best(planner.own_dtypes(), math), plan))});
+  }
+  const auto& allowed = m.allowed_dense_math;
+  if (plan.dense_math != DenseMath::fp32 &&
+      std::find(allowed.begin(), allowed.end(), DenseMath::fp32) != allowed.end()) {
+    const HstuAttentionCost att = hstu_attention_cost(m, static_cast<double>(plan.per_device_batch),
+                                                      plan.dense_math, dev, planner.calibration());
+    plan.changes.push_back(
+        {"dense math", "fp32", std::string(dense_math_name(plan.dense_math)),
+         fmt::format("the fastest dense math the model allows{} ({} TFLOP/s peak vs {} in fp32); "
+                     "the attention runs {}; {}; master weights and optimizer stay fp32",
+                     on, static_cast<int>(dev.dense_flops(plan.dense_math) / 1e12),
+                     static_cast<int>(dev.fp32_flops.value / 1e12),
+                     att.tensor_cores
+                         ? "on tensor cores (bf16 operands, fp32 sums)"
+                         : "the scalar fp32 kernels (" +
+                               hstu_attention_scalar_reason(m, plan.dense_math, dev) + ")",
+                     without(planner.best(dtypes, DenseMath::fp32), plan))});
+  }
+  const SequenceMoments& sm = planner.moments();
+  if (plan.recompute) {
+    plan.changes.push_back(
+        {"activation recompute", "off", "on",
+         fmt::format("the normed inputs, U/V/Q/K and the norm-multiply outputs are formed again in "
+                     "the backward, so a larger batch fits{}; {}",
+                     on, without(planner.best(dtypes, math, false), plan))});
+  }
+  if (plan.global_batch != m.batch_size) {
+    const std::int64_t top = std::max(m.max_global_batch, m.batch_size);
+    const std::string scale =
+        fmt::format("{:.4g}", static_cast<double>(plan.global_batch) / m.batch_size);
+    const std::string bound =
+        plan.global_batch >= top
+            ? fmt::format("recipe.max_global_batch allows up to {} and it fits{}", top, on)
+            : fmt::format("the largest batch whose memory fits{} ({} of {} predicted)", on,
+                          gb(plan.prediction.peak_memory_bytes), gb(dev.hbm_bytes.value));
+    plan.changes.push_back(
+        {"global batch", fmt::format("{}", m.batch_size), fmt::format("{}", plan.global_batch),
+         fmt::format("{}: {:.0f} tokens per step on average (token capacity {}: {:.0f} per "
+                     "example, {:.0f} at most); learning rates scaled by {}",
+                     bound, static_cast<double>(plan.global_batch) * sm.tokens, plan.token_capacity,
+                     sm.tokens, sm.tokens_max, scale)});
+  }
+  return plan;
+}
+
+ModelSpec apply_hstu_plan(const ModelSpec& model, const Plan& plan, std::int64_t batch) {
+  if (plan.model != model.name)
+    throw InputError(fmt::format("plan is for model '{}', not '{}'", plan.model, model.name));
+  check_hstu_shape(plan, model, fmt::format("plan for model '{}'", plan.model));
+  ModelSpec m = model;
+  const int features = static_cast<int>(m.hstu->sequence.features.size());
+  for (std::size_t t = 0; t < plan.tables.size(); ++t) {
+    TableSpec& ts = static_cast<int>(t) < features
+                        ? m.hstu->sequence.features[t]
+                        : m.tables[t - static_cast<std::size_t>(features)];
+    ts.dtype = plan.tables[t].dtype;
+  }
+  m.embedding_optimizer.kind = plan.embedding_optimizer;
+  m.batch_size = batch > 0 ? batch : plan.global_batch;
+  const double scale = static_cast<double>(m.batch_size) / static_cast<double>(model.batch_size);
+  m.embedding_optimizer.lr *= scale;
+  m.dense_optimizer.lr *= scale;
+  return m;
+}
+
+std::vector<PlanDecision> check_hstu_plan(const Plan& plan, const ModelSpec& model,
+                                          const ExecutionTarget& target, std::int64_t batch) {
+  (void)apply_hstu_plan(model, plan, batch);
+  std::vector<PlanDecision> out;
+  const std::string here = !target.gpu_backend     ? std::string("the cpu backend")
+                           : target.device.empty() ? std::string("1 x a GPU not in the catalog")
+                                                   : "1 x " + target.device;
+  out.push_back({"devices", target.gpu_backend && target.device == plan.device
+                                ? here
+                                : fmt::format("{} (the plan is for {} x {}: its predictions are "
+                                              "that device's)",
+                                              here, plan.gpus, plan.device)});
+  const std::int64_t b = batch > 0 ? batch : plan.global_batch;
+  out.push_back({"global batch", b == plan.global_batch
+                                     ? fmt::format("{}", b)
+                                     : fmt::format("{} (--batch; the plan's is {}, learning rates "
+                                                   "scaled linearly)",
+                                                   b, plan.global_batch)});
+  out.push_back(
+      {"tokens", plan.token_capacity > 0
+                     ? fmt::format("buffers for {} tokens a step (a larger batch grows them)",
+                                   plan.token_capacity)
+                     : std::string("buffers for the longest possible batch (no token_capacity)")});
+  out.push_back({"recompute", plan.recompute ? "on: normed inputs, U/V/Q/K and norm-multiply "
+                                               "outputs formed again in the backward"
+                                             : "off"});
+  std::map<std::string, int> by_dtype;
+  for (const TablePlan& tp : plan.tables) ++by_dtype[std::string(dtype_name(tp.dtype))];
+  std::string dtypes;
+  for (const auto& [name, n] : by_dtype)
+    dtypes += fmt::format("{}{} x{}", dtypes.empty() ? "" : ", ", name, n);
+  out.push_back({"tables", fmt::format("{} stored natively ({}), all in HBM, updated by {}",
+                                       plan.tables.size(), dtypes,
+                                       optimizer_name(plan.embedding_optimizer))});
+  out.push_back(
+      {"dense math", target.gpu_backend
+                         ? std::string(dense_math_name(plan.dense_math))
+                         : fmt::format("fp32 (the plan says {}; the cpu backend computes every "
+                                       "product in fp32 with double accumulation)",
+                                       dense_math_name(plan.dense_math))});
+  return out;
+}
+
+}  // namespace parity::detail

@@ -1,0 +1,31 @@
+// The planner's HSTU half (hstu_plan.cpp): the step of an HSTU model as ops, its memory, the plan
+// evaluation and the search. make_plan, evaluate_plan, port_plan, apply_plan and check_plan hand
+// HSTU models here.
+#pragma once
+
+#include <vector>
+
+#include "parity/plan.h"
+
+namespace parity::detail {
+
+// Every table of an HSTU model in plan order: the sequence features, then the contextual tables.
+std::vector<const TableSpec*> hstu_tables(const ModelSpec& m);
+// Dense parameters of an HSTU model, as the engine lays them out (src/engine/hstu_model.cpp).
+double hstu_dense_parameters(const ModelSpec& m);
+
+// The ops of one HSTU training step on `examples` examples of average length, in the order the
+// engine runs them, named and grouped as its step profile names them ("layer.0 attention
+// forward" in "attention", ...), each with its products, passes and predicted time.
+std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath math,
+                                  bool recompute, const DeviceSpec& dev, const Calibration& cal);
+
+Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec& dev,
+                              const Calibration& cal);
+Plan make_hstu_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus,
+                    const PlannerOptions& options);
+ModelSpec apply_hstu_plan(const ModelSpec& model, const Plan& plan, std::int64_t batch);
+std::vector<PlanDecision> check_hstu_plan(const Plan& plan, const ModelSpec& model,
+                                          const ExecutionTarget& target, std::int64_t batch);
+
+}  // namespace parity::detail
