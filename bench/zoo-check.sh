@@ -29,8 +29,8 @@ TABLE=$OUT
 OUT=$SCRATCH/logs  # the per-model files, packed at the end
 mkdir -p "$OUT"
 P="$BIN/parity"
-# The DLRM models (HSTU models are not planned yet).
-models=${MODELS:-$(grep -L '^kind: hstu' configs/models/*.yaml | xargs -n1 basename | sed 's/\.yaml$//')}
+# Every model of the zoo, DLRM and HSTU.
+models=${MODELS:-$(ls configs/models/*.yaml | xargs -n1 basename | sed 's/\.yaml$//')}
 
 # A copy of model $1 with every rows: value above $2 set to $2 (the zoo's YAML writes rows as
 # "rows: N" in flow mappings).

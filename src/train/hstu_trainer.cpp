@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,16 +87,28 @@ class HstuTrainer {
         cfg_.seed, start > 0 ? fmt::format(", resumed at step {}", start) : "");
     emit(s);
 
-    Batch b;
+    // The batch of the next step is made on a worker thread while this one trains (the data are
+    // a pure function of the step, so the run is the same). Declared before the future, whose
+    // destructor waits for the worker.
+    Batch b, next;
+    std::future<void> ahead;
     const auto t0 = Clock::now();
+    data_.batch(Split::train, start, cfg_.batch, b);
     auto last_report = t0;
     double paused = 0.0, smoothed = NAN;
     std::int64_t window_start = start;
     for (std::int64_t step = start; step < cfg_.steps; ++step) {
       // The profile starts after two warm-up steps, as the DLRM loop's does.
       if (cfg_.profile && step == start + 2) model_.set_profiling(true);
-      data_.batch(Split::train, step, cfg_.batch, b);
+      if (step + 1 < cfg_.steps)
+        ahead = std::async(std::launch::async, [this, &next, step] {
+          data_.batch(Split::train, step + 1, cfg_.batch, next);
+        });
       model_.train_step(b);
+      if (ahead.valid()) {
+        ahead.get();
+        std::swap(b, next);
+      }
       const std::int64_t done = step + 1;
       const bool report =
           seconds_since(last_report) >= cfg_.report_interval_s || done == cfg_.steps;
