@@ -169,6 +169,17 @@ class HstuModel {
 
   // Forward, backward and update on one batch (Batch's HSTU fields).
   void train_step(const Batch& batch);
+
+  // A batch checked and laid out as the step's tokens, on the host: the half of staging a batch
+  // that touches no backend memory, so another thread may build the next one while a step runs.
+  struct Layout {
+    std::int64_t batch = 0, tokens = 0;
+    std::vector<std::int64_t> seq, times, token_ids, token_offsets, ctx_rows, target_rows;
+  };
+  // Throws InputError naming the example and field, as train_step does. Const and thread-safe.
+  void layout(const Batch& batch, Layout& out) const;
+  // train_step on a batch whose layout() is `layout`.
+  void train_step(const Batch& batch, const Layout& layout);
   // Mean loss of the last train_step (synchronises).
   float last_loss();
   // Forward only: probs [batch.size, targets, tasks] (host memory) gets sigmoid of each logit.

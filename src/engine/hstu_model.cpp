@@ -110,7 +110,7 @@ struct HstuModel::Impl {
   std::int64_t batch = 0, tokens = 0;
   std::int64_t event_nnz = 0;
   std::int64_t ctx_lookups = 0;  // contextual ids per example (the tables' pooling sizes)
-  std::vector<std::int64_t> h_seq, h_times, h_token_ids, h_token_offsets, h_ctx_rows, h_target_rows;
+  Layout own;                    // the layout stage() builds
 
   Impl(const ModelSpec& s, Backend& backend, std::int64_t max_b, std::uint64_t init_seed, Options o)
       : spec(s),
@@ -316,7 +316,8 @@ struct HstuModel::Impl {
 
   // ---- the batch's token layout ----
 
-  void stage(const Batch& b) {
+  // The batch checked and laid out on the host (no backend work: safe on another thread).
+  void build(const Batch& b, Layout& L) const {
     if (b.targets != targets || b.tasks != tasks || b.features != features ||
         b.num_tables != contexts)
       throw InputError(fmt::format(
@@ -327,7 +328,8 @@ struct HstuModel::Impl {
     if (b.size < 1 || b.size > max_batch)
       throw InputError(fmt::format("model '{}': a batch of {} examples, expected 1 to {}",
                                    spec.name, b.size, max_batch));
-    batch = b.size;
+    const std::int64_t batch = b.size;
+    L.batch = batch;
     const std::int64_t events = b.events();
     const int max_len = h.sequence.max_len;
     // Each example's shown history: its last max_len events when truncating.
@@ -356,26 +358,25 @@ struct HstuModel::Impl {
                           "the history's last, {}",
                           e, t, b.target_times[e * targets + t], last));
     }
-    h_seq.assign(1, 0);
+    L.seq.assign(1, 0);
     for (std::int64_t e = 0; e < batch; ++e)
-      h_seq.push_back(h_seq.back() + contexts + len[e] + targets);
-    tokens = h_seq.back();
-    if (tokens > token_capacity) {  // rare where a plan sized it: an eighth more than asked
-      allocate_tokens(std::min(max_tokens, tokens + tokens / 8));
-      ++capacity_growths;
-    }
+      L.seq.push_back(L.seq.back() + contexts + len[e] + targets);
+    const std::int64_t tokens = L.seq.back();
+    L.tokens = tokens;
 
     // Per token its time, its feature bags (one id each for history events, the item only for
     // targets, none for contexts), and the rows of contexts and targets.
-    h_times.resize(static_cast<std::size_t>(tokens));
-    h_ctx_rows.resize(static_cast<std::size_t>(batch * contexts));
-    h_target_rows.resize(static_cast<std::size_t>(batch * targets));
-    h_token_ids.clear();
-    h_token_offsets.assign(1, 0);
+    L.times.resize(static_cast<std::size_t>(tokens));
+    L.ctx_rows.resize(static_cast<std::size_t>(batch * contexts));
+    L.target_rows.resize(static_cast<std::size_t>(batch * targets));
+    L.token_ids.clear();
+    L.token_ids.reserve(static_cast<std::size_t>(features * tokens));
+    L.token_offsets.assign(1, 0);
+    L.token_offsets.reserve(static_cast<std::size_t>(features * tokens + 1));
     for (int f = 0; f < features; ++f) {
       const std::int64_t rows = h.sequence.features[static_cast<std::size_t>(f)].rows;
       for (std::int64_t e = 0; e < batch; ++e) {
-        for (int c = 0; c < contexts; ++c) h_token_offsets.push_back(h_token_offsets.back());
+        for (int c = 0; c < contexts; ++c) L.token_offsets.push_back(L.token_offsets.back());
         for (std::int64_t j = first[e]; j < first[e] + len[e]; ++j) {
           const std::int64_t id = b.event_ids[f * events + j];
           if (id < 0 || id >= rows)
@@ -383,8 +384,8 @@ struct HstuModel::Impl {
                 fmt::format("batch example {}: feature '{}' of event {} is id {}, outside [0, {})",
                             e, h.sequence.features[static_cast<std::size_t>(f)].name,
                             j - b.history_offsets[e], id, rows));
-          h_token_ids.push_back(id);
-          h_token_offsets.push_back(h_token_offsets.back() + 1);
+          L.token_ids.push_back(id);
+          L.token_offsets.push_back(L.token_offsets.back() + 1);
         }
         for (int t = 0; t < targets; ++t) {
           if (f == 0) {
@@ -392,25 +393,24 @@ struct HstuModel::Impl {
             if (id < 0 || id >= rows)
               throw InputError(fmt::format(
                   "batch example {}: target {} is item {}, outside [0, {})", e, t, id, rows));
-            h_token_ids.push_back(id);
+            L.token_ids.push_back(id);
           }
-          h_token_offsets.push_back(static_cast<std::int64_t>(h_token_ids.size()));
+          L.token_offsets.push_back(static_cast<std::int64_t>(L.token_ids.size()));
         }
       }
     }
-    event_nnz = static_cast<std::int64_t>(h_token_ids.size());
     for (std::int64_t e = 0; e < batch; ++e) {
-      const std::int64_t s = h_seq[e];
+      const std::int64_t s = L.seq[e];
       const std::int64_t t0 = len[e] > 0 ? b.event_times[first[e]] : b.target_times[e * targets];
       for (int c = 0; c < contexts; ++c) {
-        h_times[s + c] = t0;
-        h_ctx_rows[e * contexts + c] = s + c;
+        L.times[s + c] = t0;
+        L.ctx_rows[e * contexts + c] = s + c;
       }
       for (std::int64_t j = 0; j < len[e]; ++j)
-        h_times[s + contexts + j] = b.event_times[first[e] + j];
+        L.times[s + contexts + j] = b.event_times[first[e] + j];
       for (int t = 0; t < targets; ++t) {
-        h_times[s + contexts + len[e] + t] = b.target_times[e * targets + t];
-        h_target_rows[e * targets + t] = s + contexts + len[e] + t;
+        L.times[s + contexts + len[e] + t] = b.target_times[e * targets + t];
+        L.target_rows[e * targets + t] = s + contexts + len[e] + t;
       }
     }
     if (static_cast<std::int64_t>(b.offsets.size()) != contexts * batch + 1 ||
@@ -421,21 +421,38 @@ struct HstuModel::Impl {
                       "expected {} offsets and at most {} ids (the tables' pooling sizes)",
                       spec.name, b.offsets.size(), b.offsets.empty() ? 0 : b.offsets.back(),
                       contexts * batch + 1, batch * ctx_lookups));
-    auto copy = [&](Buffer& dst, const void* src, std::size_t bytes) {
-      if (bytes > 0) be.copy_to_device(dst.get(), src, bytes);
-    };
-    copy(token_ids, h_token_ids.data(), h_token_ids.size() * 8);
-    copy(token_offsets, h_token_offsets.data(), h_token_offsets.size() * 8);
-    copy(ctx_ids, b.ids.data(), static_cast<std::size_t>(b.offsets.back()) * 8);
-    copy(ctx_offsets, b.offsets.data(), b.offsets.size() * 8);
-    copy(seq_offsets, h_seq.data(), h_seq.size() * 8);
-    copy(times, h_times.data(), h_times.size() * 8);
-    copy(ctx_rows, h_ctx_rows.data(), h_ctx_rows.size() * 8);
-    copy(target_rows, h_target_rows.data(), h_target_rows.size() * 8);
     if (b.labels.size() != static_cast<std::size_t>(batch * targets * tasks))
       throw InputError(fmt::format("model '{}': the batch has {} labels, expected {}", spec.name,
                                    b.labels.size(), batch * targets * tasks));
+  }
+
+  // The layout's arrays and the batch's own into the step's buffers (grown when the batch has more
+  // tokens than they hold: rare where a plan sized them, then an eighth more than asked).
+  void upload(const Batch& b, const Layout& L) {
+    batch = L.batch;
+    tokens = L.tokens;
+    event_nnz = static_cast<std::int64_t>(L.token_ids.size());
+    if (tokens > token_capacity) {
+      allocate_tokens(std::min(max_tokens, tokens + tokens / 8));
+      ++capacity_growths;
+    }
+    auto copy = [&](Buffer& dst, const void* src, std::size_t bytes) {
+      if (bytes > 0) be.copy_to_device(dst.get(), src, bytes);
+    };
+    copy(token_ids, L.token_ids.data(), L.token_ids.size() * 8);
+    copy(token_offsets, L.token_offsets.data(), L.token_offsets.size() * 8);
+    copy(ctx_ids, b.ids.data(), static_cast<std::size_t>(b.offsets.back()) * 8);
+    copy(ctx_offsets, b.offsets.data(), b.offsets.size() * 8);
+    copy(seq_offsets, L.seq.data(), L.seq.size() * 8);
+    copy(times, L.times.data(), L.times.size() * 8);
+    copy(ctx_rows, L.ctx_rows.data(), L.ctx_rows.size() * 8);
+    copy(target_rows, L.target_rows.data(), L.target_rows.size() * 8);
     copy(labels, b.labels.data(), b.labels.size() * 4);
+  }
+
+  void stage(const Batch& b) {
+    build(b, own);
+    upload(b, own);
   }
 
   SparseInput event_input() const {
@@ -627,8 +644,17 @@ HstuModel::HstuModel(const ModelSpec& spec, Backend& backend, std::int64_t max_b
 HstuModel::~HstuModel() = default;
 
 void HstuModel::train_step(const Batch& batch) {
+  impl_->build(batch, impl_->own);
+  train_step(batch, impl_->own);
+}
+
+void HstuModel::layout(const Batch& batch, Layout& out) const {
+  impl_->build(batch, out);
+}
+
+void HstuModel::train_step(const Batch& batch, const Layout& layout) {
   impl_->profiler.section("input");
-  impl_->stage(batch);
+  impl_->upload(batch, layout);
   impl_->forward();
   impl_->backward_and_update();
   impl_->profiler.end_step();

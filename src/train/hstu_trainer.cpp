@@ -87,13 +87,15 @@ class HstuTrainer {
         cfg_.seed, start > 0 ? fmt::format(", resumed at step {}", start) : "");
     emit(s);
 
-    // The batch of the next step is made on a worker thread while this one trains (the data are
-    // a pure function of the step, so the run is the same). Declared before the future, whose
-    // destructor waits for the worker.
+    // The batch of the next step is made and laid out as tokens on a worker thread while this
+    // one trains (the data are a pure function of the step, so the run is the same). Declared
+    // before the future, whose destructor waits for the worker.
     Batch b, next;
+    HstuModel::Layout layout, next_layout;
     std::future<void> ahead;
     const auto t0 = Clock::now();
     data_.batch(Split::train, start, cfg_.batch, b);
+    model_.layout(b, layout);
     auto last_report = t0;
     double paused = 0.0, smoothed = NAN;
     std::int64_t window_start = start;
@@ -101,13 +103,15 @@ class HstuTrainer {
       // The profile starts after two warm-up steps, as the DLRM loop's does.
       if (cfg_.profile && step == start + 2) model_.set_profiling(true);
       if (step + 1 < cfg_.steps)
-        ahead = std::async(std::launch::async, [this, &next, step] {
+        ahead = std::async(std::launch::async, [this, &next, &next_layout, step] {
           data_.batch(Split::train, step + 1, cfg_.batch, next);
+          model_.layout(next, next_layout);
         });
-      model_.train_step(b);
+      model_.train_step(b, layout);
       if (ahead.valid()) {
         ahead.get();
         std::swap(b, next);
+        std::swap(layout, next_layout);
       }
       const std::int64_t done = step + 1;
       const bool report =

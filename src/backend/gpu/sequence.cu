@@ -3,9 +3,9 @@
 // Why they are built this way: this is the first, correct GPU path of the HSTU layer, simple
 // enough to check line by line against the CPU reference; the attention is not yet the tiled
 // tensor-core kernel the layer needs for speed.
-// - Row ops (layer norm, norm-multiply) give each row one block and sum in double through shared
-//   memory, as the CPU sums in double; the column sums of dgamma and dbeta go through the
-//   deterministic column_sum.
+// - Row ops (layer norm, norm-multiply) give each row one warp and sum in double (shuffles), as the
+//   CPU sums in double; the column sums of dgamma and dbeta go through the deterministic
+//   column_sum.
 // - Attention gives each (token, head) one warp (32 or 64 lanes: the lanes stride over the
 //   attention and value dims). The forward and the query-side backward (dq) walk the token's
 //   visible keys in order; the key-side backward (dk, dv) walks the queries that see the key. The
@@ -37,18 +37,6 @@ std::int64_t grid_of(std::int64_t n, std::int64_t per_block) {
   return std::max<std::int64_t>(1, std::min((n + per_block - 1) / per_block, kMaxGrid));
 }
 
-__device__ __forceinline__ double block_sum(double* sh, double v) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kRowBlock / 2; s > 0; s >>= 1) {
-    if (static_cast<int>(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  const double r = sh[0];
-  __syncthreads();
-  return r;
-}
-
 __device__ __forceinline__ double sigmoid_d(double z) {
   if (z >= 0.0) return 1.0 / (1.0 + exp(-z));
   const double e = exp(z);
@@ -57,30 +45,49 @@ __device__ __forceinline__ double sigmoid_d(double z) {
 
 // ------------------------------------------------------------- row ops --
 
+// One warp per row, kNormBlock / kWarpSize rows a block: a row's sums are a warp's shuffles, not a
+// block's shared-memory tree with its barriers, which left the memory idle (a row is a few hundred
+// columns). Each lane sums its columns in double, in order; the warp's total is lane 0's, so every
+// lane uses the same bits.
+constexpr int kNormBlock = 256;
+
+__device__ __forceinline__ double warp_total(double v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v += shfl_xor(kFullMask, v, o);
+  return shfl(kFullMask, v, 0);
+}
+
+__device__ __forceinline__ std::int64_t first_row() {
+  return static_cast<std::int64_t>(blockIdx.x) * (kNormBlock / kWarpSize) +
+         static_cast<int>(threadIdx.x) / kWarpSize;
+}
+__device__ __forceinline__ std::int64_t row_stride() {
+  return static_cast<std::int64_t>(gridDim.x) * (kNormBlock / kWarpSize);
+}
+
 // mode 0: layer norm (gamma, beta optional); mode 1: norm-multiply by u.
-__global__ __launch_bounds__(kRowBlock) void norm_forward_kernel(CMat x, const float* gamma,
-                                                                 const float* beta, CMat u,
-                                                                 float eps, Mat y, float* mean,
-                                                                 float* rstd) {
-  __shared__ double sh[kRowBlock];
+__global__ __launch_bounds__(kNormBlock) void norm_forward_kernel(CMat x, const float* gamma,
+                                                                  const float* beta, CMat u,
+                                                                  float eps, Mat y, float* mean,
+                                                                  float* rstd) {
   const std::int64_t cols = x.cols;
-  for (std::int64_t r = blockIdx.x; r < x.rows; r += gridDim.x) {
+  const int lane = lane_id();
+  for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
     const float* xr = x.data + r * x.ld;
     double s = 0.0;
-    for (std::int64_t c = threadIdx.x; c < cols; c += kRowBlock) s += xr[c];
-    const double mu = block_sum(sh, s) / static_cast<double>(cols);
+    for (std::int64_t c = lane; c < cols; c += kWarpSize) s += xr[c];
+    const double mu = warp_total(s) / static_cast<double>(cols);
     double q = 0.0;
-    for (std::int64_t c = threadIdx.x; c < cols; c += kRowBlock) {
+    for (std::int64_t c = lane; c < cols; c += kWarpSize) {
       const double d = xr[c] - mu;
       q += d * d;
     }
-    const double rho = 1.0 / sqrt(block_sum(sh, q) / static_cast<double>(cols) + eps);
-    if (threadIdx.x == 0) {
+    const double rho = 1.0 / sqrt(warp_total(q) / static_cast<double>(cols) + eps);
+    if (lane == 0) {
       mean[r] = static_cast<float>(mu);
       rstd[r] = static_cast<float>(rho);
     }
     float* yr = y.data + r * y.ld;
-    for (std::int64_t c = threadIdx.x; c < cols; c += kRowBlock) {
+    for (std::int64_t c = lane; c < cols; c += kWarpSize) {
       double v = (xr[c] - mu) * rho;
       if (u.data != nullptr) {
         v *= u.data[r * u.ld + c];
@@ -95,13 +102,13 @@ __global__ __launch_bounds__(kRowBlock) void norm_forward_kernel(CMat x, const f
 
 // dx = ρ (g - mean(g) - x̂ mean(g x̂)) with g = dy ⊙ (gamma or u); du = dy ⊙ x̂ (norm-multiply);
 // prod = dy ⊙ x̂ (layer norm with dgamma, for its column sum).
-__global__ __launch_bounds__(kRowBlock) void norm_backward_kernel(CMat x, const float* gamma,
-                                                                  CMat u, const float* mean,
-                                                                  const float* rstd, CMat dy,
-                                                                  Mat dx, Mat du, float* prod) {
-  __shared__ double sh[kRowBlock];
+__global__ __launch_bounds__(kNormBlock) void norm_backward_kernel(CMat x, const float* gamma,
+                                                                   CMat u, const float* mean,
+                                                                   const float* rstd, CMat dy,
+                                                                   Mat dx, Mat du, float* prod) {
   const std::int64_t cols = x.cols;
-  for (std::int64_t r = blockIdx.x; r < x.rows; r += gridDim.x) {
+  const int lane = lane_id();
+  for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
     const double mu = mean[r], rho = rstd[r];
     const float* xr = x.data + r * x.ld;
     const float* dyr = dy.data + r * dy.ld;
@@ -111,14 +118,14 @@ __global__ __launch_bounds__(kRowBlock) void norm_backward_kernel(CMat x, const 
       return gamma != nullptr ? d * gamma[c] : d;
     };
     double sg = 0.0, sgx = 0.0;
-    for (std::int64_t c = threadIdx.x; c < cols; c += kRowBlock) {
+    for (std::int64_t c = lane; c < cols; c += kWarpSize) {
       const double g = g_of(c), xh = (xr[c] - mu) * rho;
       sg += g;
       sgx += g * xh;
     }
-    const double g_mean = block_sum(sh, sg) / static_cast<double>(cols);
-    const double gx_mean = block_sum(sh, sgx) / static_cast<double>(cols);
-    for (std::int64_t c = threadIdx.x; c < cols; c += kRowBlock) {
+    const double g_mean = warp_total(sg) / static_cast<double>(cols);
+    const double gx_mean = warp_total(sgx) / static_cast<double>(cols);
+    for (std::int64_t c = lane; c < cols; c += kWarpSize) {
       const double xh = (xr[c] - mu) * rho;
       dx.data[r * dx.ld + c] = static_cast<float>(rho * (g_of(c) - g_mean - xh * gx_mean));
       if (du.data != nullptr) du.data[r * du.ld + c] = static_cast<float>(dyr[c] * xh);
@@ -129,23 +136,32 @@ __global__ __launch_bounds__(kRowBlock) void norm_backward_kernel(CMat x, const 
 
 // ----------------------------------------------------- elementwise, rows --
 
-// op 0: y = silu(x); 1: y = dy silu'(x) (y may be dy); 2: y += x.
-__global__ __launch_bounds__(kRowBlock) void pointwise_kernel(int op, CMat x, CMat dy, Mat y) {
+// op 0: y = silu(x); 1: y = dy silu'(x) (y may be dy); 2: y += x. `flat`: every view is contiguous
+// (ld == cols), so element i is at i in each, without dividing i into a row and a column.
+__device__ __forceinline__ void pointwise_at(int op, const float* x, const float* dy, float* y) {
+  const double v = *x;
+  if (op == 0) {
+    *y = static_cast<float>(v * sigmoid_d(v));
+  } else if (op == 1) {
+    const double s = sigmoid_d(v);
+    *y = static_cast<float>(static_cast<double>(*dy) * s * (1.0 + v * (1.0 - s)));
+  } else {
+    *y = static_cast<float>(static_cast<double>(*y) + v);
+  }
+}
+
+__global__ __launch_bounds__(kRowBlock) void pointwise_kernel(int op, bool flat, CMat x, CMat dy,
+                                                              Mat y) {
   const std::int64_t n = x.rows * x.cols;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kRowBlock + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * kRowBlock) {
-    const std::int64_t r = i / x.cols, c = i - r * x.cols;
-    const double v = x.data[r * x.ld + c];
-    float* out = y.data + r * y.ld + c;
-    if (op == 0) {
-      *out = static_cast<float>(v * sigmoid_d(v));
-    } else if (op == 1) {
-      const double s = sigmoid_d(v);
-      *out = static_cast<float>(static_cast<double>(dy.data[r * dy.ld + c]) * s *
-                                (1.0 + v * (1.0 - s)));
-    } else {
-      *out = static_cast<float>(static_cast<double>(*out) + v);
+    if (flat) {
+      pointwise_at(op, x.data + i, dy.data + (dy.data != nullptr ? i : 0), y.data + i);
+      continue;
     }
+    const std::int64_t r = i / x.cols, c = i - r * x.cols;
+    pointwise_at(op, x.data + r * x.ld + c, dy.data + (dy.data != nullptr ? r * dy.ld + c : 0),
+                 y.data + r * y.ld + c);
   }
 }
 
@@ -453,6 +469,14 @@ AttentionArgs attention_args(const SequenceBatch& seq, const HstuAttention& att)
           att.position,         att.time};
 }
 
+// Blocks of kNormBlock threads for a warp per row.
+std::int64_t norm_grid(std::int64_t rows) {
+  return grid_of(rows, kNormBlock / device_info().warp_size);
+}
+bool flat(CMat m) {
+  return m.ld == m.cols || m.rows <= 1;
+}
+
 std::int64_t warp_grid(const AttentionArgs& g, int block) {
   const std::int64_t warps_per_block = block / device_info().warp_size;
   return (g.tokens * g.heads + warps_per_block - 1) / warps_per_block;
@@ -463,7 +487,7 @@ std::int64_t warp_grid(const AttentionArgs& g, int block) {
 void layer_norm_forward(Stream_t s, CMat x, const float* gamma, const float* beta, float eps, Mat y,
                         float* mean, float* rstd) {
   if (x.rows == 0) return;
-  launch("layer_norm_forward", norm_forward_kernel, {grid_of(x.rows, 1), kRowBlock, 0}, s, x, gamma,
+  launch("layer_norm_forward", norm_forward_kernel, {norm_grid(x.rows), kNormBlock, 0}, s, x, gamma,
          beta, CMat{}, eps, y, mean, rstd);
 }
 
@@ -477,7 +501,7 @@ void layer_norm_backward(Stream_t s, CMat x, const float* gamma, const float* me
   auto* prod = static_cast<float*>(scratch);
   void* sums = static_cast<char*>(scratch) + (x.rows * x.cols * 4 + 7) / 8 * 8;
   if (x.rows > 0)
-    launch("layer_norm_backward", norm_backward_kernel, {grid_of(x.rows, 1), kRowBlock, 0}, s, x,
+    launch("layer_norm_backward", norm_backward_kernel, {norm_grid(x.rows), kNormBlock, 0}, s, x,
            gamma, CMat{}, mean, rstd, dy, dx, Mat{}, dgamma != nullptr ? prod : nullptr);
   if (dgamma != nullptr) column_sum(s, CMat(prod, x.rows, x.cols), dgamma, sums);
   if (dbeta != nullptr) column_sum(s, dy, dbeta, sums);
@@ -485,7 +509,7 @@ void layer_norm_backward(Stream_t s, CMat x, const float* gamma, const float* me
 
 void norm_mul_forward(Stream_t s, CMat x, CMat u, float eps, Mat y, float* mean, float* rstd) {
   if (x.rows == 0) return;
-  launch("norm_mul_forward", norm_forward_kernel, {grid_of(x.rows, 1), kRowBlock, 0}, s, x,
+  launch("norm_mul_forward", norm_forward_kernel, {norm_grid(x.rows), kNormBlock, 0}, s, x,
          static_cast<const float*>(nullptr), static_cast<const float*>(nullptr), u, eps, y, mean,
          rstd);
 }
@@ -493,22 +517,22 @@ void norm_mul_forward(Stream_t s, CMat x, CMat u, float eps, Mat y, float* mean,
 void norm_mul_backward(Stream_t s, CMat x, CMat u, const float* mean, const float* rstd, CMat dy,
                        Mat dx, Mat du) {
   if (x.rows == 0) return;
-  launch("norm_mul_backward", norm_backward_kernel, {grid_of(x.rows, 1), kRowBlock, 0}, s, x,
+  launch("norm_mul_backward", norm_backward_kernel, {norm_grid(x.rows), kNormBlock, 0}, s, x,
          static_cast<const float*>(nullptr), u, mean, rstd, dy, dx, du,
          static_cast<float*>(nullptr));
 }
 
 void silu_forward(Stream_t s, CMat x, Mat y) {
   launch("silu_forward", pointwise_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s,
-         0, x, CMat{}, y);
+         0, flat(x) && flat(y), x, CMat{}, y);
 }
 void silu_backward(Stream_t s, CMat x, CMat dy, Mat dx) {
   launch("silu_backward", pointwise_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s,
-         1, x, dy, dx);
+         1, flat(x) && flat(dy) && flat(dx), x, dy, dx);
 }
 void add_into(Stream_t s, CMat x, Mat y) {
-  launch("add_into", pointwise_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s, 2, x,
-         CMat{}, y);
+  launch("add_into", pointwise_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s, 2,
+         flat(x) && flat(y), x, CMat{}, y);
 }
 
 void gather_rows(Stream_t s, CMat src, const std::int64_t* index, Mat dst) {
