@@ -109,7 +109,15 @@ Row run_case(parity::GpuBackend& be, const Options& o, std::int64_t n, bool jagg
   be.copy_to_device(off, offsets.data(), offsets.size() * 8);
   be.copy_to_device(ts, times.data(), times.size() * 8);
 
+  // The row blocks that hold tokens, as the engine lists them for its steps.
+  std::vector<std::int64_t> blocks;
+  parity::sequence_blocks(offsets, blocks);
+  auto* blk = static_cast<std::int64_t*>(be.allocate(std::max<std::size_t>(blocks.size(), 1) * 8));
+  if (!blocks.empty()) be.copy_to_device(blk, blocks.data(), blocks.size() * 8);
+
   parity::SequenceBatch seq{r.batch, r.tokens, n, o.targets, off, ts};
+  seq.blocks = blk;
+  seq.block_count = static_cast<std::int64_t>(blocks.size());
   parity::HstuAttention att;
   att.heads = o.heads;
   att.attention_dim = att.value_dim = o.dim;
@@ -139,6 +147,7 @@ Row run_case(parity::GpuBackend& be, const Options& o, std::int64_t n, bool jagg
   be.deallocate(bias);
   be.deallocate(off);
   be.deallocate(ts);
+  be.deallocate(blk);
   return r;
 }
 

@@ -144,7 +144,18 @@ struct SequenceBatch {
   const std::int64_t* offsets = nullptr;     // backend memory [batch + 1], from 0, non-decreasing
   const std::int64_t* timestamps = nullptr;  // backend memory [tokens], seconds, non-decreasing
                                              // within a sequence
+  // Optional: backend memory [block_count], sequence_blocks() of the offsets, so that kernels
+  // launch one workgroup per block of rows that holds a token, and none for the blocks a
+  // max_len-sized grid has beyond the shorter sequences. Null: the kernels derive the blocks.
+  const std::int64_t* blocks = nullptr;
+  std::int64_t block_count = 0;
 };
+
+// The blocks of kSequenceBlockRows tokens of a batch of sequences that hold a token, each as
+// (sequence << 20 | block index within it), ordered by block index descending and by sequence
+// within one block index: the last, heaviest rows of the longest sequences first.
+inline constexpr int kSequenceBlockRows = 128;
+void sequence_blocks(std::span<const std::int64_t> offsets, std::vector<std::int64_t>& out);
 
 // An HSTU layer's pointwise attention over a SequenceBatch, h heads. Token i of a sequence (0-based
 // within it, n tokens, L = n - targets of them history) attends to token j when

@@ -175,6 +175,7 @@ class HstuModel {
   struct Layout {
     std::int64_t batch = 0, tokens = 0;
     std::vector<std::int64_t> seq, times, token_ids, token_offsets, ctx_rows, target_rows;
+    std::vector<std::int64_t> blocks;  // sequence_blocks(seq)
   };
   // Throws InputError naming the example and field, as train_step does. Const and thread-safe.
   void layout(const Batch& batch, Layout& out) const;

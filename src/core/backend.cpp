@@ -3,6 +3,7 @@
 // which is exact there because every op has finished when it returns.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <new>
 
@@ -10,6 +11,19 @@
 #include "parity/error.h"
 
 namespace parity {
+
+void sequence_blocks(std::span<const std::int64_t> offsets, std::vector<std::int64_t>& out) {
+  out.clear();
+  const std::size_t batch = offsets.empty() ? 0 : offsets.size() - 1;
+  std::int64_t most = 0;  // blocks of the longest sequence
+  for (std::size_t b = 0; b < batch; ++b)
+    most =
+        std::max(most, (offsets[b + 1] - offsets[b] + kSequenceBlockRows - 1) / kSequenceBlockRows);
+  for (std::int64_t t = most - 1; t >= 0; --t)
+    for (std::size_t b = 0; b < batch; ++b)
+      if (offsets[b + 1] - offsets[b] > t * kSequenceBlockRows)
+        out.push_back(static_cast<std::int64_t>(b) << 20 | t);
+}
 
 void* Backend::allocate_pinned(std::size_t bytes) {
   return bytes == 0 ? nullptr : ::operator new(bytes);

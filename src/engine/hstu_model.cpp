@@ -91,6 +91,7 @@ struct HstuModel::Impl {
   Buffer token_ids, token_offsets;  // the events' CSR over tokens, feature-major
   Buffer ctx_ids, ctx_offsets;      // the contexts' CSR over examples
   Buffer seq_offsets, times;        // [B + 1], [tokens]
+  Buffer blocks;                    // the sequences' row blocks (sequence_blocks)
   Buffer ctx_rows, target_rows;     // [B C], [B T]: token rows of the contexts and targets
   Buffer labels;                    // [B T tasks]
 
@@ -108,7 +109,7 @@ struct HstuModel::Impl {
 
   // ---- the current batch (host) ----
   std::int64_t batch = 0, tokens = 0;
-  std::int64_t event_nnz = 0;
+  std::int64_t event_nnz = 0, block_count = 0;
   std::int64_t ctx_lookups = 0;  // contextual ids per example (the tables' pooling sizes)
   Layout own;                    // the layout stage() builds
 
@@ -231,6 +232,7 @@ struct HstuModel::Impl {
     ctx_ids = bytes_of(be, max_batch * ctx_lookups, 8);
     ctx_offsets = bytes_of(be, contexts * max_batch + 1, 8);
     seq_offsets = bytes_of(be, max_batch + 1, 8);
+    blocks = bytes_of(be, max_batch * max_blocks(), 8);
     ctx_rows = bytes_of(be, max_batch * contexts, 8);
     target_rows = bytes_of(be, BT, 8);
     labels = bytes_of(be, BT * tasks, 4);
@@ -284,6 +286,11 @@ struct HstuModel::Impl {
   const Buffer& n1_of(int l) const { return n1[options.recompute ? 0 : l]; }
   const Buffer& act_of(int l) const { return act[options.recompute ? 0 : l]; }
   const Buffer& y_of(int l) const { return y[options.recompute ? 0 : l]; }
+
+  // Row blocks of the longest sequence (contexts + max_len + targets tokens).
+  std::int64_t max_blocks() const {
+    return (contexts + h.sequence.max_len + targets + kSequenceBlockRows - 1) / kSequenceBlockRows;
+  }
 
   float* params() const { return dense.as<float>(); }
   TableWeights tables() const {
@@ -363,6 +370,7 @@ struct HstuModel::Impl {
       L.seq.push_back(L.seq.back() + contexts + len[e] + targets);
     const std::int64_t tokens = L.seq.back();
     L.tokens = tokens;
+    sequence_blocks(L.seq, L.blocks);
 
     // Per token its time, its feature bags (one id each for history events, the item only for
     // targets, none for contexts), and the rows of contexts and targets.
@@ -447,6 +455,8 @@ struct HstuModel::Impl {
     copy(times, L.times.data(), L.times.size() * 8);
     copy(ctx_rows, L.ctx_rows.data(), L.ctx_rows.size() * 8);
     copy(target_rows, L.target_rows.data(), L.target_rows.size() * 8);
+    copy(blocks, L.blocks.data(), L.blocks.size() * 8);
+    block_count = static_cast<std::int64_t>(L.blocks.size());
     copy(labels, b.labels.data(), b.labels.size() * 4);
   }
 
@@ -471,6 +481,8 @@ struct HstuModel::Impl {
     s.targets = targets;
     s.offsets = seq_offsets.as<const std::int64_t>();
     s.timestamps = times.as<const std::int64_t>();
+    s.blocks = blocks.as<const std::int64_t>();
+    s.block_count = block_count;
     return s;
   }
   HstuAttention attention(const Layer& L, const float* base) const {
@@ -721,7 +733,7 @@ std::map<std::string, std::size_t> HstuModel::allocated_bytes_by_category() cons
   add("embedding_optimizer_state", {&m.emb_state});
   add("dense_parameters_and_state", {&m.dense, &m.grads, &m.dense_state});
   add("input_slots", {&m.token_ids, &m.token_offsets, &m.times, &m.ctx_ids, &m.ctx_offsets,
-                      &m.seq_offsets, &m.ctx_rows, &m.target_rows, &m.labels});
+                      &m.seq_offsets, &m.blocks, &m.ctx_rows, &m.target_rows, &m.labels});
   add("activations",
       {&m.ctx_out, &m.final_in, &m.final_out, &m.final_mean, &m.final_rstd, &m.logits, &m.loss});
   for (const auto* v :

@@ -109,8 +109,11 @@ std::map<std::string, double> hstu_memory(const ModelSpec& m, DenseMath math, bo
   const double P = hstu_dense_parameters(m);
   mem["dense_parameters_and_state"] =
       P * 4 * (2 + optimizer_state_per_element(m.dense_optimizer.kind));
+  // The row blocks list: per example those of the longest sequence.
+  const SequenceMoments sm = sequence_moments(m);
+  const double blocks = std::ceil(sm.tokens_max / kSequenceBlockRows);
   mem["input_slots"] =
-      T * (16 * F + 8) + b * (x.ctx_lookups * 8 + 16 * C + 8) + BT * (8 + 4 * tasks);
+      T * (16 * F + 8) + b * (x.ctx_lookups * 8 + 16 * C + 8 + 8 * blocks) + BT * (8 + 4 * tasks);
   const double kept = recompute ? 1 : L;  // layers of the recomputed buffers
   mem["activations"] = T * 4 * ((L + 1) * d + L * (proj + hv + 4) + kept * (d + proj + hv)) +
                        b * C * d * 4 + BT * (8 * d + 8 + 4 * tasks);
@@ -131,7 +134,6 @@ std::map<std::string, double> hstu_memory(const ModelSpec& m, DenseMath math, bo
   // The embedding backward's workspaces, one per table set (features, contexts), sized for a
   // quarter more ids than the largest batch has (as evaluate.cpp counts DLRM's).
   {
-    const SequenceMoments sm = sequence_moments(m);
     const double ids_per_token = (sm.history * F + x.targets) / sm.tokens;
     double ws = 0;
     for (const double lookups : {T * ids_per_token, b * x.ctx_lookups}) {

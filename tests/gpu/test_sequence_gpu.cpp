@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -273,6 +274,30 @@ void check_attention(GpuBackend& gpu, const AttentionCase& ac, double tol, bool 
   EXPECT_EQ(std::memcmp(gdk.download().v.data(), first_dk.v.data(), first_dk.v.size() * 4), 0);
   EXPECT_EQ(std::memcmp(gdp.download().v.data(), first_dp.v.data(), first_dp.v.size() * 4), 0);
   EXPECT_EQ(std::memcmp(gdt.download().v.data(), first_dt.v.data(), first_dt.v.size() * 4), 0);
+  // The same kernels launched over the listed row blocks only (SequenceBatch::blocks): the same
+  // bits (each block's results do not depend on which others run).
+  std::vector<std::int64_t> blocks;
+  sequence_blocks(offsets, blocks);
+  Buffer gblocks(gpu, std::max<std::size_t>(blocks.size(), 1) * 8);
+  if (!blocks.empty()) gpu.copy_to_device(gblocks.get(), blocks.data(), blocks.size() * 8);
+  gseq.blocks = gblocks.as<const std::int64_t>();
+  gseq.block_count = static_cast<std::int64_t>(blocks.size());
+  const HostMat first_out = gout.download(), first_dv = gdv.download();
+  DevMat bout(gpu, out.poisoned()), bdq(gpu, dq.poisoned()), bdk(gpu, dk.poisoned()),
+      bdv(gpu, dv.poisoned()), bdp(gpu, HostMat(1, heads * pb, heads * pb)),
+      bdt(gpu, HostMat(1, heads * tb, heads * tb));
+  gpu.hstu_attention_forward(gseq, gatt, gall.cols_slice(0, qa), gall.cols_slice(qa, qa),
+                             gall.cols_slice(2 * qa, heads * vd), bout.view());
+  gpu.hstu_attention_backward(gseq, gatt, gall.cols_slice(0, qa), gall.cols_slice(qa, qa),
+                              gall.cols_slice(2 * qa, heads * vd), gdout.view(), bdq.view(),
+                              bdk.view(), bdv.view(), bdp.data(), bdt.data());
+  for (const auto& [name, got, want] :
+       {std::tuple{"out", bout.download(), first_out}, std::tuple{"dq", bdq.download(), first_dq},
+        std::tuple{"dk", bdk.download(), first_dk}, std::tuple{"dv", bdv.download(), first_dv},
+        std::tuple{"dposition", bdp.download(), first_dp},
+        std::tuple{"dtime", bdt.download(), first_dt}})
+    EXPECT_EQ(std::memcmp(got.v.data(), want.v.data(), want.v.size() * 4), 0)
+        << tag << name << " over the listed blocks";
 }
 
 // The scalar fp32 kernels: lengths 0 .. 2,048 with targets, heads 2 (a 64, v 32, which take two

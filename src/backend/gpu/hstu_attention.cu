@@ -37,6 +37,7 @@ namespace parity::gpu {
 namespace {
 
 constexpr int kRows = 128;  // a block's own tile: query rows (forward, dq) or keys (dk, dv)
+static_assert(kRows == kSequenceBlockRows, "SequenceBatch::blocks lists blocks of kRows tokens");
 [[maybe_unused]] constexpr float kFixedScale = 4294967296.0f;  // 2^32: bias gradients' unit
 
 // A kernel's shape: each warp owns MT 16-row m-tiles of the block's kRows (more rows a warp reuse
@@ -71,6 +72,8 @@ struct KeyShape {
 struct Args {
   const std::int64_t* offsets;
   const std::int64_t* times;
+  const std::int64_t* blocks;  // SequenceBatch::blocks (null: every tile of every sequence)
+  std::int64_t block_count;
   std::int64_t batch;
   int heads, targets, pb, tb, tiles;
   float scale, inv_n;
@@ -259,12 +262,21 @@ __device__ __forceinline__ void store_rows(Out o, bool bf16, const float (&c)[S:
 }
 
 __device__ __forceinline__ bool work_of(const Args& g, bool heaviest_last_tile, Work& w) {
-  const std::int64_t bh = g.batch * g.heads;
   const std::int64_t x = blockIdx.x;
-  const std::int64_t b = x % g.batch;
-  w.h = static_cast<int>((x / g.batch) % g.heads);
-  const int rank = static_cast<int>(x / bh);
-  w.tile = heaviest_last_tile ? g.tiles - 1 - rank : rank;
+  std::int64_t b = 0;
+  if (g.blocks != nullptr) {  // the list holds the last tiles first: walked backward for tile 0
+    const std::int64_t i = x / g.heads;
+    const std::int64_t item = g.blocks[heaviest_last_tile ? i : g.block_count - 1 - i];
+    w.h = static_cast<int>(x % g.heads);
+    b = item >> 20;
+    w.tile = static_cast<int>(item & ((1 << 20) - 1));
+  } else {
+    const std::int64_t bh = g.batch * g.heads;
+    b = x % g.batch;
+    w.h = static_cast<int>((x / g.batch) % g.heads);
+    const int rank = static_cast<int>(x / bh);
+    w.tile = heaviest_last_tile ? g.tiles - 1 - rank : rank;
+  }
   w.begin = g.offsets[b];
   w.n = g.offsets[b + 1] - w.begin;
   w.history = w.n - g.targets;
@@ -756,6 +768,8 @@ std::size_t largest_smem(int d, int pb, int tb) {
   Args g{};
   g.offsets = seq.offsets;
   g.times = seq.timestamps;
+  g.blocks = seq.blocks;
+  g.block_count = seq.blocks != nullptr ? seq.block_count : 0;
   g.batch = seq.batch;
   g.heads = att.heads;
   g.targets = seq.targets;
@@ -767,6 +781,12 @@ std::size_t largest_smem(int d, int pb, int tb) {
   g.position = att.position;
   g.time = att.time;
   return g;
+}
+
+// One workgroup per (block, head): the listed blocks, or every tile of every sequence.
+[[maybe_unused]] std::int64_t grid_of(const Args& g) {
+  return (g.blocks != nullptr ? g.block_count : static_cast<std::int64_t>(g.tiles) * g.batch) *
+         g.heads;
 }
 
 [[maybe_unused]] In in_of(const char* op, const char* name, CAMat m) {
@@ -815,15 +835,16 @@ namespace {
 template <int D>
 void forward_d(Stream_t s, const Args& g, In q, In k, In v, Out o, bool bf16) {
   using S = ForwardShape<D>;
+  if (grid_of(g) == 0) return;
   launch("hstu_attention_forward_tc", query_kernel<S, false>,
-         {static_cast<std::int64_t>(g.tiles) * g.batch * g.heads, S::kThreads,
-          query_side_smem<S>(1, g.pb, g.tb)},
-         s, g, q, k, v, In{}, o, bf16 ? 1 : 0);
+         {grid_of(g), S::kThreads, query_side_smem<S>(1, g.pb, g.tb)}, s, g, q, k, v, In{}, o,
+         bf16 ? 1 : 0);
 }
 template <int D>
 void backward_d(Stream_t s, const Args& g, In q, In k, In v, In dout, Out dq, Out dk, Out dv,
                 bool bf16, unsigned long long* fp, unsigned long long* ft) {
-  const std::int64_t grid = static_cast<std::int64_t>(g.tiles) * g.batch * g.heads;
+  const std::int64_t grid = grid_of(g);
+  if (grid == 0) return;
   using SQ = QueryShape<D>;
   using SK = KeyShape<D>;
   launch("hstu_attention_dq_tc", query_kernel<SQ, true>,
