@@ -600,3 +600,23 @@ INSTANTIATE_TEST_SUITE_P(CpuSequence, SequenceSeeded, ::testing::Range(0, 8));
 
 }  // namespace
 }  // namespace parity
+
+namespace parity {
+namespace {
+
+// The row blocks of a batch: every block holding a token once, the last blocks of the longest
+// sequences first; empty sequences have none.
+TEST(SequenceBlocks, ListsEveryBlockThatHoldsATokenHeaviestFirst) {
+  const std::vector<std::int64_t> offsets{0, 0, 130, 135, 400, 528};  // 0, 130, 5, 265, 128
+  std::vector<std::int64_t> blocks{99};
+  sequence_blocks(offsets, blocks);
+  auto item = [](std::int64_t seq, std::int64_t block) { return seq << 20 | block; };
+  const std::vector<std::int64_t> want{item(3, 2), item(1, 1), item(3, 1),
+                                       item(1, 0), item(2, 0), item(3, 0), item(4, 0)};
+  EXPECT_EQ(blocks, want);
+  sequence_blocks(std::vector<std::int64_t>{0, 0}, blocks);
+  EXPECT_TRUE(blocks.empty());
+}
+
+}  // namespace
+}  // namespace parity
