@@ -44,16 +44,15 @@ struct Calibration {
   double workspace_bytes = 0;           // GEMM workspace, sort temporaries
   double reserved_bytes = 0;            // runtime context, collective buffers, allocator
                                         // slack: absolute bytes, not a percentage
-  // The HSTU attention on tensor cores (hstu_attention_cost), per pass: SM-seconds per block of
-  // rows and head (loading its rows, writing its results), SM-seconds per (row, key, head) of the
-  // tiles it walks (masks, bias lookup, SiLU), and the matrix products' achieved fraction of the
-  // dense bf16 peak.
-  double hstu_attention_forward_block_s = 0;
-  double hstu_attention_forward_pair_s = 0;
-  double hstu_attention_forward_mma_efficiency = 0;
-  double hstu_attention_backward_block_s = 0;
-  double hstu_attention_backward_pair_s = 0;
-  double hstu_attention_backward_mma_efficiency = 0;
+  // The HSTU attention on tensor cores (hstu_attention_cost): seconds per (token, head) of its
+  // forward and of its backward over full-length sequences of n tokens, a batch of them filling
+  // the device, at head dim `dim` (a = v), as attention_bench measures them.
+  struct AttentionPoint {
+    int dim = 0;
+    int n = 0;
+    double forward_s = 0, backward_s = 0;
+  };
+  std::vector<AttentionPoint> hstu_attention;
   // The scalar fp32 kernels (fp32 math, or no tensor-core form): achieved fraction of the fp32
   // peak, counted with the causal FLOPs.
   double hstu_attention_scalar_efficiency = 0;
@@ -239,19 +238,16 @@ SequenceMoments sequence_moments(const ModelSpec& m);
 double token_capacity(const SequenceMoments& s, double examples);
 
 // The HSTU attention kernels of one layer on a batch (src/backend/gpu/hstu_attention.cu on tensor
-// cores, sequence.cu's scalar kernels otherwise). Tensor cores: per head and sequence of n tokens,
-// blocks of 128 rows (queries forward, and keys or queries backward) each walk the key (query)
-// tiles up to the diagonal, 32 or 64 wide; per pass
-//   time = max(Σ work / SMs, the heaviest block),
-//   work of a block = block_s + tiles x rows x width x (pair_s + 2 (a + v) / (bf16 peak per SM x
-//                     mma_efficiency)) (backward: 2 (3a + 2v) / 2.5 per pair of the walk),
-// with the block and tile counts summed exactly over the length distribution. Scalar: the causal
-// FLOPs at hstu_attention_scalar_efficiency of the fp32 peak.
+// cores, sequence.cu's scalar kernels otherwise). Tensor cores: each sequence of n tokens costs
+// heads x max(n, n0) x t(max(n, n0)), t the calibration's time per (token, head) at full length n
+// (hstu_attention: log-log interpolation between its lengths, linear in the head dim between its
+// dims; n0 its shortest length, since a shorter sequence still takes a block of rows), summed
+// exactly over the length distribution. Scalar: the causal FLOPs at
+// hstu_attention_scalar_efficiency of the fp32 peak.
 struct HstuAttentionCost {
   bool tensor_cores = false;
   double forward_s = 0, backward_s = 0;
   double forward_flops = 0, backward_flops = 0;  // causal (the pairs the model computes)
-  double blocks = 0, tiles = 0;                  // forward, per layer
 };
 HstuAttentionCost hstu_attention_cost(const ModelSpec& m, double examples, DenseMath math,
                                       const DeviceSpec& dev, const Calibration& cal);

@@ -6,8 +6,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <array>
+#include <iterator>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "parity/error.h"
@@ -30,7 +32,7 @@ struct Field {
 
 // The built-in values are estimates until a device is measured; the measured H200 file
 // (configs/calibration/h200.yaml) is where the NVIDIA estimates are anchored.
-constexpr std::array<Field, 23> kFields{{
+constexpr std::array<Field, 17> kFields{{
     {"gemm_efficiency_fp32", &Calibration::gemm_efficiency_fp32, 0.01, 1.0, 0.70, 0.60,
      "below the 0.75 measured on one H200 at 8192^3 (configs/calibration/h200.yaml); "
      "hipBLASLt reaches a lower fraction of the (higher) datasheet peaks than cuBLASLt on Hopper"},
@@ -68,21 +70,6 @@ constexpr std::array<Field, 23> kFields{{
      "GEMM workspace and sort temporaries"},
     {"reserved_bytes", &Calibration::reserved_bytes, 0.0, 1e13, 2 * kGiB, 2 * kGiB,
      "runtime context, collective buffers and allocator slack"},
-    // The HSTU attention kernels (perf.h hstu_attention_cost): the NVIDIA values are the H200's
-    // (configs/calibration/h200.yaml); AMD runs the scalar kernels until mma.cuh has MFMA forms,
-    // so its tensor-core values are unused.
-    {"hstu_attention_forward_block_s", &Calibration::hstu_attention_forward_block_s, 0.0, 1.0,
-     13.8e-6, 13.8e-6, "the H200's fit (attention_bench at a = v = 64 and 128, n 512 to 8,192)"},
-    {"hstu_attention_forward_pair_s", &Calibration::hstu_attention_forward_pair_s, 0.0, 1e-6,
-     0.121e-9, 0.121e-9, "the H200's fit"},
-    {"hstu_attention_forward_mma_efficiency", &Calibration::hstu_attention_forward_mma_efficiency,
-     0.001, 1.0, 0.342, 0.342, "the H200's fit"},
-    {"hstu_attention_backward_block_s", &Calibration::hstu_attention_backward_block_s, 0.0, 1.0,
-     115e-6, 115e-6, "the H200's fit"},
-    {"hstu_attention_backward_pair_s", &Calibration::hstu_attention_backward_pair_s, 0.0, 1e-6,
-     0.495e-9, 0.495e-9, "the H200's fit"},
-    {"hstu_attention_backward_mma_efficiency", &Calibration::hstu_attention_backward_mma_efficiency,
-     0.001, 1.0, 0.0708, 0.0708, "the H200's fit"},
     {"hstu_attention_scalar_efficiency", &Calibration::hstu_attention_scalar_efficiency, 0.0001,
      1.0, 0.013, 0.010,
      "the fp32 scalar kernels on one H200 (hstu-feed-1k's step profile: 0.87 and 0.95 TFLOP/s "
@@ -105,12 +92,27 @@ double Calibration::gemm_efficiency(DenseMath m) const {
   return gemm_efficiency_fp32;
 }
 
+// The tensor-core attention's times per (token, head), seconds, forward and backward, at full
+// length n and head dim 64 and 128: attention_bench on one H200 (65,536 tokens, 4 heads,
+// 2026-12-02, docs/perf/hstu.md), the NVIDIA estimate until a device is measured. AMD has no
+// tensor-core form yet (its attention runs the scalar kernels), so no table.
+constexpr Calibration::AttentionPoint kH200Attention[] = {
+    {64, 64, 0.637e-9, 4.719e-9},     {64, 128, 0.587e-9, 4.463e-9},
+    {64, 256, 0.828e-9, 6.024e-9},    {64, 512, 1.286e-9, 8.541e-9},
+    {64, 1024, 2.052e-9, 12.302e-9},  {64, 2048, 3.098e-9, 17.365e-9},
+    {64, 8192, 7.588e-9, 37.170e-9},  {128, 64, 0.721e-9, 5.310e-9},
+    {128, 128, 0.710e-9, 5.008e-9},   {128, 256, 0.969e-9, 6.729e-9},
+    {128, 512, 1.461e-9, 9.643e-9},   {128, 1024, 2.350e-9, 14.133e-9},
+    {128, 2048, 3.685e-9, 20.664e-9}, {128, 8192, 10.384e-9, 48.721e-9},
+};
+
 Calibration default_calibration(const DeviceSpec& device) {
   const bool amd = device.vendor == Vendor::amd;
   Calibration c;
   c.source = fmt::format("built-in estimates for {} GPUs (src/perf/calibration.cpp)",
                          amd ? "AMD" : "NVIDIA");
   for (const Field& f : kFields) c.*(f.member) = amd ? f.amd : f.nvidia;
+  if (!amd) c.hstu_attention.assign(std::begin(kH200Attention), std::end(kH200Attention));
   return c;
 }
 
@@ -122,7 +124,8 @@ Calibration load_calibration(const std::filesystem::path& file, const DeviceSpec
                                                     origin, "calibration");
   // kRemoved: keys of earlier releases, refused with what replaced them.
   constexpr std::string_view kRemoved = "sort_bytes_per_id";
-  std::vector<std::string_view> known{"device", "source", "measured", "command", kRemoved};
+  std::vector<std::string_view> known{"device",  "source",         "measured",
+                                      "command", "hstu_attention", kRemoved};
   for (const auto& k : kFields) known.push_back(k.key);
   const spec_yaml::MapView map =
       spec_yaml::Field(root, "", &origin).as_map(known, "a map of calibration values");
@@ -137,6 +140,27 @@ Calibration load_calibration(const std::filesystem::path& file, const DeviceSpec
                     kRemoved));
   if (const auto src = map.get("source"))
     c.source = fmt::format("{} ({})", origin, src->as_string());
+  if (const auto t = map.get("hstu_attention")) {
+    // [{dim: D, n: N, forward_s: F, backward_s: B}, ...]: replaces the built-in table.
+    c.hstu_attention.clear();
+    for (const spec_yaml::Field& e :
+         t->as_list("a list of {dim, n, forward_s, backward_s} (seconds per token and head)")) {
+      const spec_yaml::MapView pt =
+          e.as_map({"dim", "n", "forward_s", "backward_s"}, "{dim, n, forward_s, backward_s}");
+      Calibration::AttentionPoint a;
+      a.dim = static_cast<int>(pt.require("dim", "the head dim").as_int(1, 1024, "a head dim"));
+      a.n = static_cast<int>(pt.require("n", "the sequence length").as_int(1, 1 << 20, "a length"));
+      for (auto [key, member] :
+           {std::pair{"forward_s", &Calibration::AttentionPoint::forward_s},
+            std::pair{"backward_s", &Calibration::AttentionPoint::backward_s}}) {
+        const spec_yaml::Field v = pt.require(key, "seconds per token and head");
+        const double x = v.as_number("seconds per token and head, > 0");
+        if (!(x > 0) || x > 1) v.fail_expected("seconds per token and head in (0, 1]");
+        a.*member = x;
+      }
+      c.hstu_attention.push_back(a);
+    }
+  }
   for (const auto& f : kFields) {
     const auto v = map.get(f.key);
     if (!v) continue;

@@ -77,30 +77,26 @@ double token_capacity(const SequenceMoments& s, double examples) {
 
 namespace {
 
-// The tensor-core kernels' tiling (src/backend/gpu/hstu_attention.cu): blocks of kRows rows; the
-// forward walks key tiles 32 wide at head dims of 128 and more, 64 below; both backward kernels
-// walk 64.
-constexpr int kRows = 128;
-int forward_walk(int dim) {
-  return dim >= 128 ? 32 : 64;
+// t(n) at one head dim, log-log between the table's lengths (and beyond its ends along the
+// nearest segment); pass: forward or backward.
+double at_length(const std::vector<const Calibration::AttentionPoint*>& pts, double n,
+                 double Calibration::AttentionPoint::*pass) {
+  if (pts.size() == 1) return pts[0]->*pass;
+  std::size_t i = 1;
+  while (i + 1 < pts.size() && pts[i]->n < n) ++i;
+  const auto& lo = *pts[i - 1];
+  const auto& hi = *pts[i];
+  const double f = std::log(n / lo.n) / std::log(static_cast<double>(hi.n) / lo.n);
+  return std::exp(std::log(lo.*pass) + f * (std::log(hi.*pass) - std::log(lo.*pass)));
 }
-constexpr int kBackwardWalk = 64;
 
-// Blocks and walked tiles of one head of a sequence of n tokens: block i covers rows
-// [128 i, 128 (i + 1)) and walks the tiles up to its last row.
-struct Tiles {
-  double blocks = 0, tiles = 0;
-  double last = 0;  // tiles the last (heaviest) block walks
-};
-Tiles causal_tiles(std::int64_t n, int walk) {
-  Tiles t;
-  for (std::int64_t i = 0; i * kRows < n; ++i) {
-    const std::int64_t hi = std::min<std::int64_t>(n, (i + 1) * kRows);
-    t.blocks += 1;
-    t.last = static_cast<double>((hi + walk - 1) / walk);
-    t.tiles += t.last;
-  }
-  return t;
+// The table's points at one dim, by length.
+std::vector<const Calibration::AttentionPoint*> points_at(const Calibration& cal, int dim) {
+  std::vector<const Calibration::AttentionPoint*> out;
+  for (const auto& p : cal.hstu_attention)
+    if (p.dim == dim) out.push_back(&p);
+  std::sort(out.begin(), out.end(), [](auto* x, auto* y) { return x->n < y->n; });
+  return out;
 }
 
 }  // namespace
@@ -135,43 +131,38 @@ HstuAttentionCost hstu_attention_cost(const ModelSpec& m, double examples, Dense
     c.backward_s = c.backward_flops / rate;
     return c;
   }
+  if (cal.hstu_attention.empty())
+    throw InputError(fmt::format(
+        "the calibration '{}' has no hstu_attention table for the tensor-core attention on {} "
+        "(measure it with attention_bench; docs/perf/hstu.md)",
+        cal.source, dev.display_name));
+  // The two measured dims nearest to the model's (linear in the dim between or beyond them).
+  std::vector<int> dims;
+  for (const auto& p : cal.hstu_attention)
+    if (std::find(dims.begin(), dims.end(), p.dim) == dims.end()) dims.push_back(p.dim);
+  std::sort(dims.begin(), dims.end(), [&](int x, int y) {
+    return std::abs(x - h.attention_dim) != std::abs(y - h.attention_dim)
+               ? std::abs(x - h.attention_dim) < std::abs(y - h.attention_dim)
+               : x < y;
+  });
+  const auto p0 = points_at(cal, dims[0]);
+  const auto p1 = dims.size() > 1 ? points_at(cal, dims[1]) : p0;
+  const double shortest = std::max(p0.front()->n, p1.front()->n);
+  auto per_token = [&](double n, double Calibration::AttentionPoint::*pass) {
+    const double t0 = at_length(p0, n, pass), t1 = at_length(p1, n, pass);
+    if (dims.size() < 2) return t0;
+    const double f = static_cast<double>(h.attention_dim - dims[0]) / (dims[1] - dims[0]);
+    return std::max(t0 + f * (t1 - t0), 0.25 * std::min(t0, t1));
+  };
   const int contexts = m.num_tables();
-  const int fw = forward_walk(h.attention_dim);
-  Tiles fwd, bwd;  // per example and head, in expectation
-  Tiles fwd_max, bwd_max;
   for (int n = s.min_len; n <= s.max_len; ++n) {
     const double p = detail::length_probability(s, n);
-    const std::int64_t len = contexts + n + s.targets;
-    const Tiles f = causal_tiles(len, fw), b = causal_tiles(len, kBackwardWalk);
-    fwd.blocks += p * f.blocks;
-    fwd.tiles += p * f.tiles;
-    bwd.blocks += p * b.blocks;
-    bwd.tiles += p * b.tiles;
-    if (n == s.max_len) {
-      fwd_max = f;
-      bwd_max = b;
-    }
+    const double len = std::max<double>(contexts + n + s.targets, shortest);
+    c.forward_s += p * len * per_token(len, &Calibration::AttentionPoint::forward_s);
+    c.backward_s += p * len * per_token(len, &Calibration::AttentionPoint::backward_s);
   }
-  const double sms = dev.compute_units.value;
-  const double peak_per_sm = dev.bf16_flops.value / sms;
-  // SM-seconds of one tile: its pairs' elementwise step and their products.
-  const double fwd_tile =
-      kRows * fw *
-      (cal.hstu_attention_forward_pair_s +
-       2.0 * (a + v) / (peak_per_sm * cal.hstu_attention_forward_mma_efficiency));
-  const double bwd_tile = kRows * kBackwardWalk *
-                          (cal.hstu_attention_backward_pair_s +
-                           2.0 * (3.0 * a + 2.0 * v) / 2.5 /
-                               (peak_per_sm * cal.hstu_attention_backward_mma_efficiency));
-  auto pass = [&](const Tiles& mean, const Tiles& longest, double block_s, double tile_s) {
-    const double work = examples * heads * (mean.blocks * block_s + mean.tiles * tile_s);
-    // The heaviest block (the last rows of the longest sequence) bounds a pass from below.
-    return std::max(work / sms, block_s + longest.last * tile_s);
-  };
-  c.forward_s = pass(fwd, fwd_max, cal.hstu_attention_forward_block_s, fwd_tile);
-  c.backward_s = pass(bwd, bwd_max, cal.hstu_attention_backward_block_s, bwd_tile);
-  c.blocks = examples * heads * fwd.blocks;
-  c.tiles = examples * heads * fwd.tiles;
+  c.forward_s *= examples * heads;
+  c.backward_s *= examples * heads;
   return c;
 }
 
