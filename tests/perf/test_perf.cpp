@@ -258,6 +258,17 @@ TEST(Calibration, FileOverridesAndBadFilesAreClear) {
   m = message("device: h200\nsort_bytes_per_id: 96\n");  // an earlier release's key
   EXPECT_NE(m.find(":2:"), std::string::npos) << m;
   EXPECT_NE(m.find("no longer a calibration value"), std::string::npos) << m;
+  // The attention table: the shipped file's, and bad entries named by field.
+  EXPECT_EQ(shipped.hstu_attention.size(), 20u);
+  EXPECT_TRUE(default_calibration(mi350x()).hstu_attention.empty());
+  m = message("device: h200\nhstu_attention:\n  - {dim: 64, n: 16, forward_s: 1e-9}\n");
+  EXPECT_NE(m.find("backward_s"), std::string::npos) << m;
+  m = message(
+      "device: h200\nhstu_attention:\n  - {dim: 64, n: 16, forward_s: -1, backward_s: 1e-9}\n");
+  EXPECT_NE(m.find("forward_s"), std::string::npos) << m;
+  EXPECT_NE(m.find("(0, 1]"), std::string::npos) << m;
+  m = message("device: h200\nhstu_attention: 3\n");
+  EXPECT_NE(m.find("hstu_attention"), std::string::npos) << m;
   fs::remove(f);
 }
 
