@@ -118,6 +118,13 @@ struct OpCost {
 std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_batch,
                                    DenseMath math, const DeviceSpec& dev, const Calibration& cal);
 
+// The ops of one HSTU training step on `examples` examples of the model's average length, named
+// and grouped as the HSTU engine's step profile names them ("layer.0 attention forward" in
+// "attention"), in the order it runs them, each with its products, passes and predicted time; the
+// plan's HSTU times by category are their sums (with the embeddings, input and optimizer).
+std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath math,
+                                  bool recompute, const DeviceSpec& dev, const Calibration& cal);
+
 // The predicted step of a plan: time by category and memory by category. Throws
 // InputError if the plan does not match the model (tables, shards) or the device.
 Prediction evaluate_plan(const Plan& plan, const ModelSpec& model, const DeviceSpec& device,

@@ -40,7 +40,8 @@ constexpr float kNormEps = 1e-5f;
 constexpr const char* kLayerOps[] = {
     "norm forward",        "projection forward", "attention forward", "norm_mul forward",
     "output forward",      "output backward",    "norm_mul backward", "attention backward",
-    "projection backward", "norm backward",      "recompute"};
+    "projection backward", "norm backward",      "recompute",         "silu forward",
+    "residual forward",    "silu backward"};
 enum LayerOp : int {
   kNormForward,
   kProjectionForward,
@@ -53,6 +54,9 @@ enum LayerOp : int {
   kProjectionBackward,
   kNormBackward,
   kRecompute,
+  kSiluForward,
+  kResidualForward,
+  kSiluBackward,
   kLayerOpCount
 };
 
@@ -536,6 +540,7 @@ struct HstuModel::Impl {
       profiler.section("projections", op_name(l, kProjectionForward));
       be.linear_forward(mat(n1_of(l), T, d), weight(L.uvqk_w, proj, d), p + L.uvqk_b,
                         Activation::none, mat(pre[i], T, proj));
+      profiler.section("projections", op_name(l, kSiluForward));
       be.silu_forward(mat(pre[i], T, proj), mat(act_of(l), T, proj));
       const Mat s = mat(act_of(l), T, proj);
       profiler.section("attention", op_name(l, kAttentionForward));
@@ -548,6 +553,7 @@ struct HstuModel::Impl {
       profiler.section("projections", op_name(l, kOutputForward));
       be.linear_forward(mat(y_of(l), T, hv), weight(L.out_w, d, hv), p + L.out_b, Activation::none,
                         mat(x[i + 1], T, d));
+      profiler.section("projections", op_name(l, kResidualForward));
       be.add_into(mat(x[i], T, d), mat(x[i + 1], T, d));
     }
     profiler.section("head");
@@ -615,8 +621,9 @@ struct HstuModel::Impl {
           seq, attention(L, p), s.cols_slice(2 * hv, ha), s.cols_slice(2 * hv + ha, ha),
           s.cols_slice(hv, hv), mat(dattn, T, hv), ds.cols_slice(2 * hv, ha),
           ds.cols_slice(2 * hv + ha, ha), ds.cols_slice(hv, hv), g + L.position, g + L.time);
-      profiler.section("projections", op_name(l, kProjectionBackward));
+      profiler.section("projections", op_name(l, kSiluBackward));
       be.silu_backward(mat(pre[i], T, proj), ds, ds);
+      profiler.section("projections", op_name(l, kProjectionBackward));
       be.linear_backward(mat(n1_of(l), T, d), weight(L.uvqk_w, proj, d), mat(pre[i], T, proj), ds,
                          Activation::none, mat(dn, T, d), Mat(g + L.uvqk_w, proj, d), g + L.uvqk_b);
       profiler.section("norms", op_name(l, kNormBackward));

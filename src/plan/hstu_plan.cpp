@@ -210,8 +210,13 @@ double hstu_dense_parameters(const ModelSpec& m) {
   return x.layers * per_layer + 2 * x.d + x.tasks * x.d + x.tasks;
 }
 
+}  // namespace parity::detail
+
+namespace parity {
+
 std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath math,
                                   bool recompute, const DeviceSpec& dev, const Calibration& cal) {
+  using namespace detail;
   const Dims x(m);
   const SequenceMoments sm = sequence_moments(m);
   const double T = examples * sm.tokens, BT = examples * x.targets;
@@ -237,8 +242,8 @@ std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath
       OpCost& op = ops.add("projections", layer_op(l, "projection forward"));
       ops.pass(op, (T * d + proj * d) * convert);
       ops.product(op, T, proj, d);
-      ops.pass(op, T * proj * 8);  // SiLU
     }
+    ops.pass(ops.add("projections", layer_op(l, "silu forward")), T * proj * 8);
     {
       OpCost& op = ops.add("attention", layer_op(l, "attention forward"));
       if (att.tensor_cores) ops.pass(op, T * (2 * ha + hv) * convert);
@@ -250,17 +255,17 @@ std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath
       OpCost& op = ops.add("projections", layer_op(l, "output forward"));
       ops.pass(op, (T * hv + d * hv) * convert);
       ops.product(op, T, d, hv);
-      ops.pass(op, T * d * 12);  // the residual
     }
+    ops.pass(ops.add("projections", layer_op(l, "residual forward")), T * d * 12);
   }
   {
-    OpCost& op = ops.add("head", "head forward");
+    OpCost& op = ops.add("head", "head");
     ops.pass(op, BT * d * 8);  // the targets' rows gathered
     layer_norm_forward(op, BT, d);
     ops.product(op, BT, x.tasks, d);
   }
   {
-    OpCost& op = ops.add("head", "head backward");
+    OpCost& op = ops.add("head", "head");
     ops.pass(op, BT * x.tasks * 12);  // the loss
     ops.product(op, BT, d, x.tasks);
     ops.product(op, x.tasks, d, BT);
@@ -284,8 +289,8 @@ std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath
       op.seconds += att.backward_s;
     }
     {
+      ops.pass(ops.add("projections", layer_op(l, "silu backward")), T * proj * 12);
       OpCost& op = ops.add("projections", layer_op(l, "projection backward"));
-      ops.pass(op, T * proj * 12);  // SiLU's backward
       ops.pass(op, T * proj * 4 + (T * proj + T * d + proj * d) * convert);
       ops.product(op, T, d, proj);
       ops.product(op, proj, d, T);
@@ -298,6 +303,10 @@ std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath
   }
   return ops.take();
 }
+
+}  // namespace parity
+
+namespace parity::detail {
 
 Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec& dev,
                               const Calibration& cal) {

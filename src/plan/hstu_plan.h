@@ -14,11 +14,6 @@ std::vector<const TableSpec*> hstu_tables(const ModelSpec& m);
 // Dense parameters of an HSTU model, as the engine lays them out (src/engine/hstu_model.cpp).
 double hstu_dense_parameters(const ModelSpec& m);
 
-// The ops of one HSTU training step on `examples` examples of average length, in the order the
-// engine runs them, named and grouped as its step profile names them ("layer.0 attention
-// forward" in "attention", ...), each with its products, passes and predicted time.
-std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath math,
-                                  bool recompute, const DeviceSpec& dev, const Calibration& cal);
 
 Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec& dev,
                               const Calibration& cal);

@@ -140,9 +140,21 @@ void print_profile(const TrainResult& r, const Plan* plan, const ModelSpec& mode
   }
   fmt::print("  {:<26} {:>10.3f} {:>10}\n", "sum of categories", measured_total,
              plan != nullptr ? fmt::format("{:.3f}", predicted_total) : "");
+  // An HSTU plan's ops, as the planner predicts them at the batch that ran.
+  std::map<std::string, double> predicted_ops;
+  if (plan != nullptr && model.kind == ModelKind::hstu) {
+    const DeviceSpec dev = find_device(plan->device, configs_dir() / "devices");
+    for (const OpCost& op : hstu_op_costs(model, static_cast<double>(plan->per_device_batch),
+                                          plan->dense_math, plan->recompute, dev,
+                                          calibration_for(dev, configs_dir())))
+      predicted_ops[op.category + ": " + op.op] += op.seconds * 1e3;
+  }
   fmt::print("  by op:\n");
-  for (const auto& [op, ms] : r.profile_ops_ms_per_step)
-    fmt::print("    {:<40} {:>10.3f}\n", op, ms);
+  for (const auto& [op, ms] : r.profile_ops_ms_per_step) {
+    const auto p = predicted_ops.find(op);
+    fmt::print("    {:<40} {:>10.3f} {:>10}\n", op, ms,
+               p != predicted_ops.end() ? fmt::format("{:.3f}", p->second) : "");
+  }
   // The profiled steps are the steady ones: their wall time is the steady rate's.
   const double rate = r.steady_examples_per_s > 0 ? r.steady_examples_per_s : r.examples_per_s;
   if (rate > 0)
