@@ -37,12 +37,6 @@ std::int64_t grid_of(std::int64_t n, std::int64_t per_block) {
   return std::max<std::int64_t>(1, std::min((n + per_block - 1) / per_block, kMaxGrid));
 }
 
-__device__ __forceinline__ double sigmoid_d(double z) {
-  if (z >= 0.0) return 1.0 / (1.0 + exp(-z));
-  const double e = exp(z);
-  return e / (1.0 + e);
-}
-
 // ------------------------------------------------------------- row ops --
 
 // One warp per row, kNormBlock / kWarpSize rows a block: a row's sums are a warp's shuffles, not a
@@ -136,32 +130,45 @@ __global__ __launch_bounds__(kNormBlock) void norm_backward_kernel(CMat x, const
 
 // ----------------------------------------------------- elementwise, rows --
 
-// op 0: y = silu(x); 1: y = dy silu'(x) (y may be dy); 2: y += x. `flat`: every view is contiguous
-// (ld == cols), so element i is at i in each, without dividing i into a row and a column.
-__device__ __forceinline__ void pointwise_at(int op, const float* x, const float* dy, float* y) {
-  const double v = *x;
-  if (op == 0) {
-    *y = static_cast<float>(v * sigmoid_d(v));
-  } else if (op == 1) {
-    const double s = sigmoid_d(v);
-    *y = static_cast<float>(static_cast<double>(*dy) * s * (1.0 + v * (1.0 - s)));
-  } else {
-    *y = static_cast<float>(static_cast<double>(*y) + v);
+// op 0: y = silu(x); 1: y = dy silu'(x) (y may be dy); 2: y += x. In fp32 (sigmoid by expf, a few
+// ulps from the double reference; the sum of two floats is the correctly rounded one either way):
+// double exponentials made these memory-bound passes compute-bound.
+__device__ __forceinline__ float sigmoid_f(float z) {
+  if (z >= 0.0f) return 1.0f / (1.0f + expf(-z));
+  const float e = expf(z);
+  return e / (1.0f + e);
+}
+__device__ __forceinline__ float pointwise_of(int op, float v, float g, float y) {
+  if (op == 0) return v * sigmoid_f(v);
+  if (op == 1) {
+    const float s = sigmoid_f(v);
+    return g * s * (1.0f + v * (1.0f - s));
   }
+  return y + v;
 }
 
-__global__ __launch_bounds__(kRowBlock) void pointwise_kernel(int op, bool flat, CMat x, CMat dy,
-                                                              Mat y) {
+__global__ __launch_bounds__(kRowBlock) void pointwise_kernel(int op, CMat x, CMat dy, Mat y) {
   const std::int64_t n = x.rows * x.cols;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kRowBlock + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * kRowBlock) {
-    if (flat) {
-      pointwise_at(op, x.data + i, dy.data + (dy.data != nullptr ? i : 0), y.data + i);
-      continue;
-    }
     const std::int64_t r = i / x.cols, c = i - r * x.cols;
-    pointwise_at(op, x.data + r * x.ld + c, dy.data + (dy.data != nullptr ? r * dy.ld + c : 0),
-                 y.data + r * y.ld + c);
+    float* out = y.data + r * y.ld + c;
+    *out = pointwise_of(op, x.data[r * x.ld + c], op == 1 ? dy.data[r * dy.ld + c] : 0.0f,
+                        op == 2 ? *out : 0.0f);
+  }
+}
+
+// The same over contiguous views (ld == cols) of 16-byte-aligned rows, four elements a thread.
+__global__ __launch_bounds__(kRowBlock) void pointwise4_kernel(int op, const float4* x,
+                                                               const float4* dy, float4* y,
+                                                               std::int64_t n4) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kRowBlock + threadIdx.x; i < n4;
+       i += static_cast<std::int64_t>(gridDim.x) * kRowBlock) {
+    const float4 v = x[i];
+    const float4 g = op == 1 ? dy[i] : float4{};
+    const float4 o = op == 2 ? y[i] : float4{};
+    y[i] = float4{pointwise_of(op, v.x, g.x, o.x), pointwise_of(op, v.y, g.y, o.y),
+                  pointwise_of(op, v.z, g.z, o.z), pointwise_of(op, v.w, g.w, o.w)};
   }
 }
 
@@ -522,17 +529,32 @@ void norm_mul_backward(Stream_t s, CMat x, CMat u, const float* mean, const floa
          static_cast<float*>(nullptr));
 }
 
+namespace {
+// Four at a time where every view is contiguous and 16-byte aligned.
+void pointwise(Stream_t s, const char* name, int op, CMat x, CMat dy, Mat y) {
+  const std::int64_t n = x.rows * x.cols;
+  if (n == 0) return;
+  auto aligned = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  if (n % 4 == 0 && flat(x) && flat(y) && aligned(x.data) && aligned(y.data) &&
+      (op != 1 || (flat(dy) && aligned(dy.data)))) {
+    launch(name, pointwise4_kernel, {grid_of(n / 4, kRowBlock), kRowBlock, 0}, s, op,
+           reinterpret_cast<const float4*>(x.data),
+           reinterpret_cast<const float4*>(op == 1 ? dy.data : x.data),
+           reinterpret_cast<float4*>(y.data), n / 4);
+    return;
+  }
+  launch(name, pointwise_kernel, {grid_of(n, kRowBlock), kRowBlock, 0}, s, op, x, dy, y);
+}
+}  // namespace
+
 void silu_forward(Stream_t s, CMat x, Mat y) {
-  launch("silu_forward", pointwise_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s,
-         0, flat(x) && flat(y), x, CMat{}, y);
+  pointwise(s, "silu_forward", 0, x, CMat{}, y);
 }
 void silu_backward(Stream_t s, CMat x, CMat dy, Mat dx) {
-  launch("silu_backward", pointwise_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s,
-         1, flat(x) && flat(dy) && flat(dx), x, dy, dx);
+  pointwise(s, "silu_backward", 1, x, dy, dx);
 }
 void add_into(Stream_t s, CMat x, Mat y) {
-  launch("add_into", pointwise_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s, 2,
-         flat(x) && flat(y), x, CMat{}, y);
+  pointwise(s, "add_into", 2, x, CMat{}, y);
 }
 
 void gather_rows(Stream_t s, CMat src, const std::int64_t* index, Mat dst) {
