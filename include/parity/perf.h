@@ -34,6 +34,7 @@ struct Calibration {
   double embedding_forward_efficiency = 0;
   double embedding_backward_efficiency = 0;
   double host_link_efficiency = 0;      // achieved fraction of host_link_bandwidth
+  double host_pageable_efficiency = 0;  // the same for copies from pageable host memory
   double scale_up_efficiency = 0;       // nccl-tests busbw / link bandwidth, scale-up
   double scale_out_efficiency = 0;      // same across domains
   double collective_latency_up_s = 0;   // fixed cost of one collective within a domain
@@ -73,6 +74,7 @@ Calibration calibration_for(const DeviceSpec& device, const std::filesystem::pat
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;  // C[m, n] = A[m, k] · B[k, n]
   DenseMath math = DenseMath::fp32;
+  int output_bytes = 0;  // per element of C; 0: the operands' (dense_operand_bytes)
 };
 
 struct GemmTile {

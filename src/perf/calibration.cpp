@@ -32,7 +32,7 @@ struct Field {
 
 // The built-in values are estimates until a device is measured; the measured H200 file
 // (configs/calibration/h200.yaml) is where the NVIDIA estimates are anchored.
-constexpr std::array<Field, 17> kFields{{
+constexpr std::array<Field, 18> kFields{{
     {"gemm_efficiency_fp32", &Calibration::gemm_efficiency_fp32, 0.01, 1.0, 0.70, 0.60,
      "below the 0.75 measured on one H200 at 8192^3 (configs/calibration/h200.yaml); "
      "hipBLASLt reaches a lower fraction of the (higher) datasheet peaks than cuBLASLt on Hopper"},
@@ -54,6 +54,9 @@ constexpr std::array<Field, 17> kFields{{
      "one H200); wave64 kernels start lower until measured"},
     {"host_link_efficiency", &Calibration::host_link_efficiency, 0.01, 1.0, 0.80, 0.80,
      "PCIe and C2C copies reach about 0.8 of the link rate"},
+    {"host_pageable_efficiency", &Calibration::host_pageable_efficiency, 0.001, 1.0, 0.08, 0.08,
+     "an HSTU batch's layout copied from pageable memory on one H200's machine: about 5 GB/s of "
+     "PCIe Gen5 x16's 64 (hstu-feed-1k's input, 2026-12-02); AMD estimated alike"},
     {"scale_up_efficiency", &Calibration::scale_up_efficiency, 0.01, 1.0, 0.80, 0.70,
      "nccl-tests bus bandwidth about 0.8 of NVLink; xGMI estimated lower"},
     {"scale_out_efficiency", &Calibration::scale_out_efficiency, 0.01, 1.0, 0.85, 0.85,

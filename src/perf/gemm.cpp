@@ -64,9 +64,9 @@ GemmEstimate gemm_time(const GemmShape& s, const GemmTile& tile, const DeviceSpe
   // One wave: every slot computes a full tile (of one k slice) at 1/slots of the device's rate.
   e.compute_s = e.waves * (2.0 * tile.m * tile.n * slice_k) * slots / peak;
   const double sz = dense_operand_bytes(s.math);
-  e.bytes = (static_cast<double>(s.m) * s.k + static_cast<double>(s.k) * s.n +
-             static_cast<double>(s.m) * s.n) *
-            sz;
+  const double out = s.output_bytes > 0 ? s.output_bytes : sz;
+  e.bytes = (static_cast<double>(s.m) * s.k + static_cast<double>(s.k) * s.n) * sz +
+            static_cast<double>(s.m) * s.n * out;
   // Split-K: the slices' fp32 partial results are written, then read by the reduction.
   if (split > 1) e.bytes += 2.0 * split * static_cast<double>(s.m) * s.n * 4.0;
   e.memory_s = e.bytes / (device.hbm_bandwidth.value * cal.hbm_efficiency);

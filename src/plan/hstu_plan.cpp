@@ -61,9 +61,10 @@ class Ops {
     return ops_.back();
   }
   void product(OpCost& op, double m, double n, double k) const {
+    // The engine's products write fp32 (its activations and gradients are fp32 between ops).
     const GemmEstimate e = gemm_best(
         {std::max<std::int64_t>(1, std::llround(m)), std::max<std::int64_t>(1, std::llround(n)),
-         std::max<std::int64_t>(1, std::llround(k)), math_},
+         std::max<std::int64_t>(1, std::llround(k)), math_, 4},
         dev_, cal_);
     op.flops += e.flops;
     op.bytes += e.bytes;
@@ -297,8 +298,10 @@ std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath
     }
     {
       OpCost& op = ops.add("norms", layer_op(l, "norm backward"));
-      ops.pass(op, T * d * 20 + T * 8);  // x, dy, the product's scratch, dx
-      ops.pass(op, T * d * 12);          // the residual's gradient
+      // x and dy read, dx and the dgamma product written; the product and dy read again by the
+      // column sums of dgamma and dbeta.
+      ops.pass(op, T * d * 24 + T * 8);
+      ops.pass(op, T * d * 12);  // the residual's gradient
     }
   }
   return ops.take();
@@ -362,10 +365,10 @@ Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const Device
   const int k = optimizer_state_per_element(m.dense_optimizer.kind);
   const double opt_bytes = P * (4 * 3 + 8.0 * k);
   p.time_s["dense_optimizer"] = memory_pass_time(opt_bytes, dev, cal);
-  // ---- the batch's layout copied in from the host: ids, offsets and times per token ----
+  // ---- the batch's layout copied in from the host's pageable memory: ids, offsets, times ----
   const double input_bytes = T * (8 * x.features + 16) + b * (x.ctx_lookups * 8 + 16 * x.contexts) +
                              b * x.targets * (8 + 4 * x.tasks);
-  p.time_s["input"] = input_bytes / (dev.host_link_bandwidth.value * cal.host_link_efficiency) +
+  p.time_s["input"] = input_bytes / (dev.host_link_bandwidth.value * cal.host_pageable_efficiency) +
                       8 * cal.kernel_launch_s;  // one copy per array
   p.step_s = 0;
   for (const auto& [name, t] : p.time_s) p.step_s += t;
