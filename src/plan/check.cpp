@@ -22,14 +22,7 @@ std::string gb(double bytes) {
 
 std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                                      const ExecutionTarget& target, std::int64_t batch) {
-  if (model.kind == ModelKind::hstu) {
-    if (plan.gpus > target.gpus)
-      refuse("gpus",
-             fmt::format("the plan is for {} GPUs and this run has {}", plan.gpus, target.gpus),
-             fmt::format("make a plan for {} (parity plan --gpus {})", target.gpus, target.gpus));
-    return detail::check_hstu_plan(plan, model, target, batch);
-  }
-  require_dlrm(model, "the plan check");
+  if (model.kind != ModelKind::hstu) require_dlrm(model, "the plan check");
   (void)apply_plan(model, plan, batch);  // the tables match the model; shards are well formed
   std::vector<PlanDecision> out;
   if (plan.gpus > target.gpus)
@@ -50,6 +43,17 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                                      : fmt::format("{} (--batch; the plan's is {}, learning rates "
                                                    "scaled linearly)",
                                                    b, plan.global_batch)});
+  const PlanDecision dense_math{
+      "dense math", target.gpu_backend
+                        ? std::string(dense_math_name(plan.dense_math))
+                        : fmt::format("fp32 (the plan says {}; the cpu backend computes every "
+                                      "product in fp32 with double accumulation)",
+                                      dense_math_name(plan.dense_math))};
+  if (model.kind == ModelKind::hstu) {
+    detail::add_hstu_decisions(plan, out);
+    out.push_back(dense_math);
+    return out;
+  }
   std::map<std::string, int> by_dtype;
   int host_tables = 0;
   std::int64_t host_rows = 0;
@@ -90,12 +94,7 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
   out.push_back({"tables", fmt::format("{} stored natively ({}), {}, on one device, updated by {}",
                                        plan.tables.size(), dtypes, where,
                                        optimizer_name(plan.embedding_optimizer))});
-  out.push_back(
-      {"dense math", target.gpu_backend
-                         ? std::string(dense_math_name(plan.dense_math))
-                         : fmt::format("fp32 (the plan says {}; the cpu backend computes every "
-                                       "product in fp32 with double accumulation)",
-                                       dense_math_name(plan.dense_math))});
+  out.push_back(dense_math);
   if (!plan.kernels.empty())
     out.push_back({"kernels", fmt::format("{} matrix-product choices are the plan's predictions; "
                                           "the products run the BLAS library's own choice",

@@ -16,37 +16,6 @@ OpCost& add_op(std::vector<OpCost>& ops, std::string category, std::string op) {
   return ops.back();
 }
 
-// Adds products and memory-bound passes to an op.
-class OpBuilder {
- public:
-  OpBuilder(DenseMath math, const DeviceSpec& dev, const Calibration& cal)
-      : math_(math), dev_(dev), cal_(cal) {}
-
-  void product(OpCost& op, std::int64_t m, std::int64_t n, std::int64_t k) const {
-    const GemmEstimate e = gemm_best({m, n, k, math_}, dev_, cal_);
-    op.flops += e.flops;
-    op.bytes += e.bytes;
-    op.seconds += e.seconds;
-  }
-  void pass(OpCost& op, double bytes) const {
-    op.bytes += bytes;
-    op.seconds += memory_pass_time(bytes, dev_, cal_);
-  }
-  // A batched product bound by the larger of its compute and its memory time (the dot
-  // interaction's kernels).
-  void batched(OpCost& op, double flops, double bytes) const {
-    const double peak = dev_.dense_flops(math_) * cal_.gemm_efficiency(math_);
-    op.flops += flops;
-    op.bytes += bytes;
-    op.seconds += std::max(flops / peak, memory_pass_time(bytes, dev_, cal_));
-  }
-
- private:
-  DenseMath math_;
-  const DeviceSpec& dev_;
-  const Calibration& cal_;
-};
-
 // What the implementation moves besides the products (GpuBackend, measured with the step
 // profile, docs/perf/training.md). Activations are stored in the product operands' type (`s`
 // bytes: bf16 under bf16 math, where the products read and write them as they are; fp32
@@ -92,8 +61,8 @@ std::string layer_op(const MlpLayer& l, const char* pass) {
   return fmt::format("{}.{} {}", l.bottom ? "bottom" : "top", l.index, pass);
 }
 
-void mlp_forward(std::vector<OpCost>& ops, const OpBuilder& ob, const Bytes& by, const MlpLayer& l,
-                 std::int64_t batch) {
+void mlp_forward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const Bytes& by,
+                 const MlpLayer& l, std::int64_t batch) {
   OpCost& op = add_op(ops, "mlp", layer_op(l, "forward"));
   ob.product(op, batch, l.out, l.in);
   // fp32 inputs of a product are converted once: the data's dense features, and the dot
@@ -102,8 +71,8 @@ void mlp_forward(std::vector<OpCost>& ops, const OpBuilder& ob, const Bytes& by,
     ob.pass(op, static_cast<double>(batch) * l.in * by.convert);
 }
 
-void mlp_backward(std::vector<OpCost>& ops, const OpBuilder& ob, const Bytes& by, const MlpLayer& l,
-                  std::int64_t batch) {
+void mlp_backward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const Bytes& by,
+                  const MlpLayer& l, std::int64_t batch) {
   OpCost& op = add_op(ops, "mlp", layer_op(l, "backward"));
   const double b = static_cast<double>(batch);
   // The first bottom layer needs no input gradient (its input is the data).
@@ -121,7 +90,7 @@ void mlp_backward(std::vector<OpCost>& ops, const OpBuilder& ob, const Bytes& by
 std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_batch,
                                    DenseMath math, const DeviceSpec& dev, const Calibration& cal) {
   require_dlrm(m, "the dense cost model");
-  OpBuilder ob(math, dev, cal);
+  detail::OpBuilder ob(math, dev, cal);
   const Bytes by(m, math);
   const double b = static_cast<double>(per_device_batch);
   const std::int64_t n = m.interaction_input_dim();

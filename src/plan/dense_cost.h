@@ -2,9 +2,45 @@
 // the activation and gradient memory per example.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+
 #include "parity/plan.h"
 
 namespace parity::detail {
+
+// Adds products and memory-bound passes to an op: the cost functions of perf.h summed into it.
+class OpBuilder {
+ public:
+  // output_bytes: per element of a product's output (0: the operands', GemmShape).
+  OpBuilder(DenseMath math, const DeviceSpec& dev, const Calibration& cal, int output_bytes = 0)
+      : math_(math), dev_(dev), cal_(cal), output_bytes_(output_bytes) {}
+
+  void product(OpCost& op, std::int64_t m, std::int64_t n, std::int64_t k) const {
+    const GemmEstimate e = gemm_best({m, n, k, math_, output_bytes_}, dev_, cal_);
+    op.flops += e.flops;
+    op.bytes += e.bytes;
+    op.seconds += e.seconds;
+  }
+  void pass(OpCost& op, double bytes) const {
+    op.bytes += bytes;
+    op.seconds += memory_pass_time(bytes, dev_, cal_);
+  }
+  // A batched product bound by the larger of its compute and its memory time (the dot
+  // interaction's kernels).
+  void batched(OpCost& op, double flops, double bytes) const {
+    const double peak = dev_.dense_flops(math_) * cal_.gemm_efficiency(math_);
+    op.flops += flops;
+    op.bytes += bytes;
+    op.seconds += std::max(flops / peak, memory_pass_time(bytes, dev_, cal_));
+  }
+
+ private:
+  DenseMath math_;
+  const DeviceSpec& dev_;
+  const Calibration& cal_;
+  int output_bytes_;
+};
 
 struct DenseMemory {
   double saved_bytes_per_example = 0;  // activations kept for the backward

@@ -52,34 +52,24 @@ struct Dims {
   double ctx_lookups = 0;
 };
 
+// The step's ops in order, each built by the OpBuilder (the engine's products write fp32: its
+// activations and gradients are fp32 between ops).
 class Ops {
  public:
-  Ops(DenseMath math, const DeviceSpec& dev, const Calibration& cal)
-      : math_(math), dev_(dev), cal_(cal) {}
+  Ops(DenseMath math, const DeviceSpec& dev, const Calibration& cal) : build_(math, dev, cal, 4) {}
   OpCost& add(std::string category, std::string op) {
     ops_.push_back({std::move(category), std::move(op)});
     return ops_.back();
   }
   void product(OpCost& op, double m, double n, double k) const {
-    // The engine's products write fp32 (its activations and gradients are fp32 between ops).
-    const GemmEstimate e = gemm_best(
-        {std::max<std::int64_t>(1, std::llround(m)), std::max<std::int64_t>(1, std::llround(n)),
-         std::max<std::int64_t>(1, std::llround(k)), math_, 4},
-        dev_, cal_);
-    op.flops += e.flops;
-    op.bytes += e.bytes;
-    op.seconds += e.seconds;
+    auto rows = [](double v) { return std::max<std::int64_t>(1, std::llround(v)); };
+    build_.product(op, rows(m), rows(n), rows(k));
   }
-  void pass(OpCost& op, double bytes) const {
-    op.bytes += bytes;
-    op.seconds += memory_pass_time(bytes, dev_, cal_);
-  }
+  void pass(OpCost& op, double bytes) const { build_.pass(op, bytes); }
   std::vector<OpCost> take() { return std::move(ops_); }
 
  private:
-  DenseMath math_;
-  const DeviceSpec& dev_;
-  const Calibration& cal_;
+  OpBuilder build_;
   std::vector<OpCost> ops_;
 };
 
@@ -446,11 +436,7 @@ class HstuPlanner {
                 std::int64_t b) const {
     Plan p;
     p.model = m_.name;
-    if (!m_.source_file.empty() && m_.source_file != "<string>") {
-      std::error_code ec;
-      const auto abs = std::filesystem::absolute(m_.source_file, ec);
-      p.model_file = ec ? m_.source_file : abs.lexically_normal().string();
-    }
+    p.model_file = plan_model_file(m_);
     p.device = dev_.name;
     p.gpus = 1;
     p.per_device_batch = b;
@@ -637,31 +623,11 @@ ModelSpec apply_hstu_plan(const ModelSpec& model, const Plan& plan, std::int64_t
     ts.dtype = plan.tables[t].dtype;
   }
   m.embedding_optimizer.kind = plan.embedding_optimizer;
-  m.batch_size = batch > 0 ? batch : plan.global_batch;
-  const double scale = static_cast<double>(m.batch_size) / static_cast<double>(model.batch_size);
-  m.embedding_optimizer.lr *= scale;
-  m.dense_optimizer.lr *= scale;
+  scale_to_batch(m, model, batch > 0 ? batch : plan.global_batch);
   return m;
 }
 
-std::vector<PlanDecision> check_hstu_plan(const Plan& plan, const ModelSpec& model,
-                                          const ExecutionTarget& target, std::int64_t batch) {
-  (void)apply_hstu_plan(model, plan, batch);
-  std::vector<PlanDecision> out;
-  const std::string here = !target.gpu_backend     ? std::string("the cpu backend")
-                           : target.device.empty() ? std::string("1 x a GPU not in the catalog")
-                                                   : "1 x " + target.device;
-  out.push_back({"devices", target.gpu_backend && target.device == plan.device
-                                ? here
-                                : fmt::format("{} (the plan is for {} x {}: its predictions are "
-                                              "that device's)",
-                                              here, plan.gpus, plan.device)});
-  const std::int64_t b = batch > 0 ? batch : plan.global_batch;
-  out.push_back({"global batch", b == plan.global_batch
-                                     ? fmt::format("{}", b)
-                                     : fmt::format("{} (--batch; the plan's is {}, learning rates "
-                                                   "scaled linearly)",
-                                                   b, plan.global_batch)});
+void add_hstu_decisions(const Plan& plan, std::vector<PlanDecision>& out) {
   out.push_back(
       {"tokens", plan.token_capacity > 0
                      ? fmt::format("buffers for {} tokens a step (a larger batch grows them)",
@@ -678,13 +644,6 @@ std::vector<PlanDecision> check_hstu_plan(const Plan& plan, const ModelSpec& mod
   out.push_back({"tables", fmt::format("{} stored natively ({}), all in HBM, updated by {}",
                                        plan.tables.size(), dtypes,
                                        optimizer_name(plan.embedding_optimizer))});
-  out.push_back(
-      {"dense math", target.gpu_backend
-                         ? std::string(dense_math_name(plan.dense_math))
-                         : fmt::format("fp32 (the plan says {}; the cpu backend computes every "
-                                       "product in fp32 with double accumulation)",
-                                       dense_math_name(plan.dense_math))});
-  return out;
 }
 
 }  // namespace parity::detail

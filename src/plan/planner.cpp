@@ -144,12 +144,7 @@ class Planner {
     out.variant = variant;
     Plan& p = out.plan;
     p.model = m_.name;
-    // Absolute, so that the plan can be used from any directory.
-    if (!m_.source_file.empty() && m_.source_file != "<string>") {
-      std::error_code ec;
-      const auto abs = std::filesystem::absolute(m_.source_file, ec);
-      p.model_file = ec ? m_.source_file : abs.lexically_normal().string();
-    }
+    p.model_file = detail::plan_model_file(m_);
     p.device = dev_.name;
     p.gpus = W_;
     p.global_batch = c.global_batch;
@@ -463,10 +458,7 @@ ModelSpec apply_plan(const ModelSpec& model, const Plan& plan, std::int64_t batc
                                    t, m.tables[t].name, m.tables[t].cache_rows, m.tables[t].rows));
   }
   m.embedding_optimizer.kind = plan.embedding_optimizer;
-  m.batch_size = batch > 0 ? batch : plan.global_batch;
-  const double scale = static_cast<double>(m.batch_size) / static_cast<double>(model.batch_size);
-  m.embedding_optimizer.lr *= scale;
-  m.dense_optimizer.lr *= scale;
+  detail::scale_to_batch(m, model, batch > 0 ? batch : plan.global_batch);
   return m;
 }
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <string>
 
 #include "parity/plan.h"
@@ -13,6 +14,24 @@ namespace parity::detail {
 
 inline std::string gb(double bytes) {
   return fmt::format("{:.1f} GB", bytes / 1e9);
+}
+
+// The model's file as a plan records it: absolute, so that the plan can be used from any
+// directory (empty for a model parsed from text).
+inline std::string plan_model_file(const ModelSpec& m) {
+  if (m.source_file.empty() || m.source_file == "<string>") return {};
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(m.source_file, ec);
+  return ec ? m.source_file : abs.lexically_normal().string();
+}
+
+// The model trained at `batch` examples a step (the model's own batch_size scaled): the learning
+// rates scaled linearly with it.
+inline void scale_to_batch(ModelSpec& m, const ModelSpec& model, std::int64_t batch) {
+  m.batch_size = batch;
+  const double scale = static_cast<double>(batch) / static_cast<double>(model.batch_size);
+  m.embedding_optimizer.lr *= scale;
+  m.dense_optimizer.lr *= scale;
 }
 
 // Bytes of a whole table with its optimizer state.

@@ -611,8 +611,8 @@ TEST(SequenceBlocks, ListsEveryBlockThatHoldsATokenHeaviestFirst) {
   std::vector<std::int64_t> blocks{99};
   sequence_blocks(offsets, blocks);
   auto item = [](std::int64_t seq, std::int64_t block) { return seq << 20 | block; };
-  const std::vector<std::int64_t> want{item(3, 2), item(1, 1), item(3, 1),
-                                       item(1, 0), item(2, 0), item(3, 0), item(4, 0)};
+  const std::vector<std::int64_t> want{item(3, 2), item(1, 1), item(3, 1), item(1, 0),
+                                       item(2, 0), item(3, 0), item(4, 0)};
   EXPECT_EQ(blocks, want);
   sequence_blocks(std::vector<std::int64_t>{0, 0}, blocks);
   EXPECT_TRUE(blocks.empty());

@@ -144,9 +144,9 @@ void print_profile(const TrainResult& r, const Plan* plan, const ModelSpec& mode
   std::map<std::string, double> predicted_ops;
   if (plan != nullptr && model.kind == ModelKind::hstu) {
     const DeviceSpec dev = find_device(plan->device, configs_dir() / "devices");
-    for (const OpCost& op : hstu_op_costs(model, static_cast<double>(plan->per_device_batch),
-                                          plan->dense_math, plan->recompute, dev,
-                                          calibration_for(dev, configs_dir())))
+    for (const OpCost& op :
+         hstu_op_costs(model, static_cast<double>(plan->per_device_batch), plan->dense_math,
+                       plan->recompute, dev, calibration_for(dev, configs_dir())))
       predicted_ops[op.category + ": " + op.op] += op.seconds * 1e3;
   }
   fmt::print("  by op:\n");
