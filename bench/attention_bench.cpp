@@ -8,6 +8,8 @@
 // uses for PyTorch on the same shapes. The work parity's backward really does is larger (dq
 // recomputes the scores and dP in a kernel of its own, so that no gradient needs an atomic add).
 // Jagged batches draw lengths uniformly in 1..n until the token count is reached.
+// --calibration FILE writes the full-length rows as a calibration file's hstu_attention entries
+// (docs/planner.md, "HSTU models").
 // Method: the median of --reps runs (device timing marks around each) after --warmup runs;
 // inputs uniform in [-1, 1], bias tables in [-0.5, 0.5], timestamps increasing by random gaps.
 #include <fmt/format.h>
@@ -36,6 +38,7 @@ struct Options {
   int position_buckets = 512, time_buckets = 64;
   bool jagged = true;
   std::string results;
+  std::string calibration;  // the hstu_attention entries of a calibration file
 };
 
 struct Row {
@@ -194,6 +197,8 @@ int main(int argc, char** argv) {
         o.jagged = false;
       else if (a == "--results")
         o.results = next();
+      else if (a == "--calibration")
+        o.calibration = next();
       else
         throw std::invalid_argument(a);
     } catch (const std::exception&) {
@@ -201,7 +206,7 @@ int main(int argc, char** argv) {
                    "usage: attention_bench [--lengths 512,...,8192] [--tokens N] [--heads H] "
                    "[--dim D] [--targets T]\n"
                    "                       [--reps N] [--warmup N] [--full-only] "
-                   "[--results FILE]\n(%s was not understood)\n",
+                   "[--results FILE] [--calibration FILE]\n(%s was not understood)\n",
                    a.c_str());
       return 2;
     }
@@ -247,6 +252,17 @@ int main(int argc, char** argv) {
           r.both_ms, r.both_tflops(), i + 1 < rows.size() ? "," : "");
     }
     f << "]}\n";
+  }
+  // The full-length rows as the calibration's hstu_attention entries (configs/calibration/*.yaml):
+  // seconds per (token, head) of the forward and of the backward (forward+backward less forward).
+  if (!o.calibration.empty()) {
+    std::ofstream f(o.calibration);
+    for (const Row& r : rows) {
+      if (r.jagged) continue;
+      const double per = 1e-3 / (static_cast<double>(r.tokens) * o.heads);
+      f << fmt::format("  - {{dim: {}, n: {}, forward_s: {:.4g}, backward_s: {:.4g}}}\n", o.dim,
+                       r.n, r.fwd_ms * per, (r.both_ms - r.fwd_ms) * per);
+    }
   }
   return 0;
 }
