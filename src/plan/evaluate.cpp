@@ -19,6 +19,7 @@
 #include "parity/backend.h"
 #include "parity/error.h"
 #include "parity/plan.h"
+#include "search.h"
 #include "shard_work.h"
 
 namespace parity {
@@ -317,10 +318,16 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   }
   p.peak_memory_bytes = worst;
   p.host_memory_bytes = *std::max_element(host_mem.begin(), host_mem.end());
-  // A rate near zero in the device spec or the calibration overflows a time: refused here, where
-  // the numbers are known, rather than planned as "inf ms/step".
+  detail::check_finite_prediction(p, where, dev, cal);
+  return p;
+}
+
+namespace detail {
+
+void check_finite_prediction(const Prediction& p, const std::string& where, const DeviceSpec& dev,
+                             const Calibration& cal) {
   std::vector<std::pair<std::string, double>> numbers{{"step_s", p.step_s},
-                                                      {"peak_memory_bytes", worst}};
+                                                      {"peak_memory_bytes", p.peak_memory_bytes}};
   for (const auto& [name, v] : p.time_s) numbers.emplace_back("time_s." + name, v);
   for (const auto& [name, v] : numbers)
     if (!std::isfinite(v) || v < 0)
@@ -328,7 +335,8 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
           "{} on {}: the predicted {} is {}; a rate in the device spec '{}' or the calibration "
           "'{}' is near zero or not a number (check its units)",
           where, dev.display_name, name, v, dev.source_file, cal.source));
-  return p;
 }
+
+}  // namespace detail
 
 }  // namespace parity

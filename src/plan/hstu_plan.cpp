@@ -79,8 +79,8 @@ std::string layer_op(int l, const char* what) {
 
 // The engine's buffers and the GPU backend's scratch for a plan, by the categories of
 // HstuModel::allocated_bytes_by_category and the backend's internal memory.
-std::map<std::string, double> hstu_memory(const ModelSpec& m, DenseMath math, bool recompute,
-                                          double b, double T,
+std::map<std::string, double> hstu_memory(const ModelSpec& m, const SequenceMoments& sm,
+                                          DenseMath math, bool recompute, double b, double T,
                                           const std::vector<DType>& table_dtypes,
                                           OptimizerKind emb_opt, const Calibration& cal) {
   const Dims x(m);
@@ -101,7 +101,6 @@ std::map<std::string, double> hstu_memory(const ModelSpec& m, DenseMath math, bo
   mem["dense_parameters_and_state"] =
       P * 4 * (2 + optimizer_state_per_element(m.dense_optimizer.kind));
   // The row blocks list: per example those of the longest sequence.
-  const SequenceMoments sm = sequence_moments(m);
   const double blocks = std::ceil(sm.tokens_max / kSequenceBlockRows);
   mem["input_slots"] =
       T * (16 * F + 8) + b * (x.ctx_lookups * 8 + 16 * C + 8 + 8 * blocks) + BT * (8 + 4 * tasks);
@@ -371,27 +370,16 @@ Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const Device
 
   std::vector<DType> dtypes;
   for (const TablePlan& tp : plan.tables) dtypes.push_back(tp.dtype);
-  p.memory_bytes = hstu_memory(m, plan.dense_math, plan.recompute, b, capacity, dtypes,
+  p.memory_bytes = hstu_memory(m, sm, plan.dense_math, plan.recompute, b, capacity, dtypes,
                                plan.embedding_optimizer, cal);
   p.peak_memory_bytes = total(p.memory_bytes);
   p.device_memory_bytes = {p.peak_memory_bytes};
   p.peak_device = 0;
-  for (const auto& [name, v] : p.time_s)
-    if (!std::isfinite(v) || v < 0)
-      throw InputError(fmt::format(
-          "{} on {}: the predicted time_s.{} is {}; a rate in the device spec '{}' or the "
-          "calibration '{}' is near zero or not a number (check its units)",
-          where, dev.display_name, name, v, dev.source_file, cal.source));
+  check_finite_prediction(p, where, dev, cal);
   return p;
 }
 
 namespace {
-
-std::string si_rate(double v) {
-  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
-  if (v >= 1e4) return fmt::format("{:.1f}k", v / 1e3);
-  return fmt::format("{:.3g}", v);
-}
 
 class HstuPlanner {
  public:
@@ -461,7 +449,7 @@ class HstuPlanner {
   double memory(const std::vector<DType>& dtypes, DenseMath math, bool recompute,
                 std::int64_t b) const {
     const double bb = static_cast<double>(b);
-    return total(hstu_memory(m_, math, recompute, bb, token_capacity(sm_, bb), dtypes,
+    return total(hstu_memory(m_, sm_, math, recompute, bb, token_capacity(sm_, bb), dtypes,
                              m_.embedding_optimizer.kind, cal_));
   }
 

@@ -222,10 +222,6 @@ class Planner {
   Calibration cal_;
 };
 
-std::string si_rate(double v) {
-  return v >= 1e6 ? fmt::format("{:.2f}M", v / 1e6) : fmt::format("{:.0f}k", v / 1e3);
-}
-
 // Why a change was made, from the best plan without it.
 std::string describe_without(const std::optional<Built>& without, const Plan& chosen) {
   if (!without) return "without it the model does not fit";
@@ -233,10 +229,10 @@ std::string describe_without(const std::optional<Built>& without, const Plan& ch
   int host_without = 0, host_with = 0;
   for (const auto& t : w.tables) host_without += t.placement == Placement::host;
   for (const auto& t : chosen.tables) host_with += t.placement == Placement::host;
-  std::string s =
-      fmt::format("without it {} examples/s, with it {} ({})", si_rate(w.prediction.examples_per_s),
-                  si_rate(chosen.prediction.examples_per_s),
-                  pct(chosen.prediction.examples_per_s / w.prediction.examples_per_s));
+  std::string s = fmt::format("without it {} examples/s, with it {} ({})",
+                              detail::si_rate(w.prediction.examples_per_s),
+                              detail::si_rate(chosen.prediction.examples_per_s),
+                              pct(chosen.prediction.examples_per_s / w.prediction.examples_per_s));
   if (host_without > host_with)
     s += fmt::format("; without it {} more tables would live in host memory",
                      host_without - host_with);

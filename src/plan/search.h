@@ -34,6 +34,19 @@ inline void scale_to_batch(ModelSpec& m, const ModelSpec& model, std::int64_t ba
   m.dense_optimizer.lr *= scale;
 }
 
+// Examples/s as the recipe changes' reasons print them ("3.21M", "36k", "812").
+inline std::string si_rate(double v) {
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e4) return fmt::format("{:.0f}k", v / 1e3);
+  return fmt::format("{:.3g}", v);
+}
+
+// Refuses a prediction with a time or a peak that is not a finite number >= 0: a rate near zero
+// in the device spec or the calibration overflows a time, and is refused where the numbers are
+// known rather than planned as "inf ms/step". `where` names the plan.
+void check_finite_prediction(const Prediction& p, const std::string& where, const DeviceSpec& dev,
+                             const Calibration& cal);
+
 // Bytes of a whole table with its optimizer state.
 inline double table_bytes(const TablePlan& tp, const TableSpec& ts) {
   return static_cast<double>(ts.rows) * (ts.dim * static_cast<double>(dtype_size(tp.dtype)) +

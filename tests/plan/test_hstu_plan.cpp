@@ -97,9 +97,9 @@ TEST(HstuPlanner, MoreMemoryNeverPlansASmallerBatch) {
   EXPECT_LE(large.prediction.peak_memory_bytes, device("h200").hbm_bytes.value);
 }
 
-// Recompute keeps fewer bytes per token, so it fits a larger batch; the planner turns it on only
-// with that larger batch, and says what it gains over the plan without it.
-TEST(HstuPlanner, RecomputeOnlyForTheLargerBatchItAllows) {
+// Recompute keeps fewer activation bytes and costs the recomputed ops' time; where the planner
+// turns it on, the plan without it does not fit, and the change names it.
+TEST(HstuPlanner, RecomputeTradesActivationsForTime) {
   const ModelSpec m = long_histories(8192, 1 << 20);
   const DeviceSpec dev = device("h200");
   const Plan p = make_plan(m, dev, 1, options());
