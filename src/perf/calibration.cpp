@@ -56,7 +56,8 @@ constexpr std::array<Field, 18> kFields{{
      "PCIe and C2C copies reach about 0.8 of the link rate"},
     {"host_pageable_efficiency", &Calibration::host_pageable_efficiency, 0.001, 1.0, 0.08, 0.08,
      "an HSTU batch's layout copied from pageable memory on one H200's machine: about 5 GB/s of "
-     "PCIe Gen5 x16's 64 (hstu-feed-1k's input, 2026-12-02); AMD estimated alike"},
+     "PCIe Gen5 x16's 64 (hstu-feed-1k's input, 2026-12-02; the same day's commerce-2k, video-4k "
+     "and large-8k inputs ran at 0.99, 0.79 and 1.01x of what it predicts); AMD estimated alike"},
     {"scale_up_efficiency", &Calibration::scale_up_efficiency, 0.01, 1.0, 0.80, 0.70,
      "nccl-tests bus bandwidth about 0.8 of NVLink; xGMI estimated lower"},
     {"scale_out_efficiency", &Calibration::scale_out_efficiency, 0.01, 1.0, 0.85, 0.85,
