@@ -13,6 +13,8 @@
 #   binaries_and_tests T...  find_binaries for T plus the test binaries in TESTS, then the GPU
 #                       tests (scripts/gpu-tests.sh, logs in $OUT/tests); with SKIP_TESTS set,
 #                       T alone and no tests
+#   capped MODEL CAP    a copy of configs/models/MODEL.yaml in $SCRATCH with every table's rows
+#                       capped at CAP (prints its path)
 #   run_bin CMD...      runs CMD with the library path parity's binaries need: the prebuilt
 #                       folder's lib/ (and compat/ where needed), the CUDA toolkit's lib64 and lib,
 #                       and cuBLAS from PyTorch's wheel where the toolkit has none
@@ -58,6 +60,21 @@ CUBLAS_DIR=$(python3 -c 'import nvidia.cublas; print(list(nvidia.cublas.__path__
 PARITY_LIB_PATH=""  # the prebuilt folder's libraries, with a trailing ':' when set
 run_bin() {
   LD_LIBRARY_PATH="${PARITY_LIB_PATH}/usr/local/cuda/lib64:/usr/local/cuda/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
+}
+
+# A copy of model $1 with every rows: value above $2 set to $2 (the zoo's YAML writes rows as
+# "rows: N" in flow mappings).
+capped() {  # MODEL CAP: prints the copy's path (in $SCRATCH)
+  awk -v cap="$2" '{
+    line = $0; out = ""
+    while (match(line, /rows: *[0-9]+/)) {
+      n = substr(line, RSTART, RLENGTH); sub(/rows: */, "", n)
+      out = out substr(line, 1, RSTART - 1) "rows: " (n + 0 > cap + 0 ? cap : n)
+      line = substr(line, RSTART + RLENGTH)
+    }
+    print out line
+  }' "configs/models/$1.yaml" | sed "s/^name: .*/name: $1/" >"$SCRATCH/$1-capped.yaml"
+  echo "$SCRATCH/$1-capped.yaml"
 }
 
 # Whether every TARGET's libraries resolve (ldd reports missing libraries and missing symbol

@@ -32,21 +32,6 @@ P="$BIN/parity"
 # Every model of the zoo, DLRM and HSTU.
 models=${MODELS:-$(ls configs/models/*.yaml | xargs -n1 basename | sed 's/\.yaml$//')}
 
-# A copy of model $1 with every rows: value above $2 set to $2 (the zoo's YAML writes rows as
-# "rows: N" in flow mappings).
-capped() {
-  awk -v cap="$2" '{
-    line = $0; out = ""
-    while (match(line, /rows: *[0-9]+/)) {
-      n = substr(line, RSTART, RLENGTH); sub(/rows: */, "", n)
-      out = out substr(line, 1, RSTART - 1) "rows: " (n + 0 > cap + 0 ? cap : n)
-      line = substr(line, RSTART + RLENGTH)
-    }
-    print out line
-  }' "configs/models/$1.yaml" | sed "s/^name: .*/name: $1/" >"$SCRATCH/$1-capped.yaml"
-  echo "$SCRATCH/$1-capped.yaml"
-}
-
 # Whether plan output $1 (exit status $2) asks for a cap: no plan fits one GPU, or its host-placed
 # tables need more than the host budget (GB).
 host_budget_gb=$(awk -v share="${HOST_SHARE:-0.6}" '/^MemAvailable/ {printf "%.1f", $2 * 1024 / 1e9 * share}' /proc/meminfo)
