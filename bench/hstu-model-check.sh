@@ -64,7 +64,7 @@ for m in $models; do
   read -r batch dtype math < <(python3 -c "
 import json; p = json.load(open('$OUT/$m.plan.json'))
 print(p['per_device_batch'], 'fp16' if any(t['dtype'] == 'fp16' for t in p['tables']) else 'fp32', p['dense_math'])")
-  plan_rate=$(grep -m1 -oE 'ms/step, [0-9.]+[kM]? examples/s' "$OUT/$m.plan.txt" | grep -oE '[0-9.]+[kM]? examples' | cut -d' ' -f1)
+  plan_rate=$(grep -m1 -oE 'ms/step, [0-9.e+]+[kM]? examples/s' "$OUT/$m.plan.txt" | grep -oE '[0-9.e+]+[kM]? examples' | cut -d' ' -f1)
   say "$m: parity train --plan (batch $batch, tables $dtype, $math)"
   run_bin timeout 300 "$P" train --plan "$OUT/$m.plan.json" --model "$file" --steps "$STEPS" \
     --eval-examples 4096 --eval-every 0 >"$OUT/$m.parity.txt" 2>&1

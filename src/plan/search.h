@@ -38,6 +38,7 @@ inline void scale_to_batch(ModelSpec& m, const ModelSpec& model, std::int64_t ba
 inline std::string si_rate(double v) {
   if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
   if (v >= 1e4) return fmt::format("{:.0f}k", v / 1e3);
+  if (v >= 1e3) return fmt::format("{:.2f}k", v / 1e3);
   return fmt::format("{:.3g}", v);
 }
 
