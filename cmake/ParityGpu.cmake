@@ -46,7 +46,8 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
   add_library(parity_backend_gpu STATIC ${PARITY_GPU_SOURCES})
   # parity_core only for linking: its interface adds host-compiler flags that nvcc does not take;
   # the equivalents are passed to the host compiler below.
-  target_link_libraries(parity_backend_gpu PUBLIC $<LINK_ONLY:parity_core> fmt::fmt CUDA::cudart_static)
+  target_link_libraries(parity_backend_gpu PUBLIC $<LINK_ONLY:parity_core> $<LINK_ONLY:parity_select> fmt::fmt
+                        CUDA::cudart_static)
   target_include_directories(parity_backend_gpu PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
   target_compile_options(parity_backend_gpu PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:${_parity_gencode} -lineinfo -Xptxas=--warn-on-spills
@@ -69,6 +70,12 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
   # The HSTU attention kernels alone, full-length and jagged (bench/hstu-attention.sh).
   add_executable(attention_bench ${PROJECT_SOURCE_DIR}/bench/attention_bench.cpp)
   target_link_libraries(attention_bench PRIVATE parity_options parity_backend_gpu parity_spec fmt::fmt)
+  # Every kernel configuration of the BLAS library timed over the selection suite (the oracle of
+  # kernel selection, bench/gemm-oracle.sh).
+  add_executable(gemm_bench ${PROJECT_SOURCE_DIR}/bench/gemm_bench.cpp ${PROJECT_SOURCE_DIR}/bench/gemm_suite.cpp)
+  target_link_libraries(gemm_bench PRIVATE parity_options parity_backend_gpu parity_select parity_spec
+                        nlohmann_json::nlohmann_json)
+  target_compile_definitions(gemm_bench PRIVATE PARITY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   # The dense ops of a step beside the measured roofline and the planner's prediction.
   add_executable(dense_bench ${PROJECT_SOURCE_DIR}/bench/dense_bench.cpp
                  ${PROJECT_SOURCE_DIR}/bench/dense_inputs.cpp ${PROJECT_SOURCE_DIR}/bench/dense_step.cpp
@@ -134,7 +141,7 @@ if("hip" IN_LIST PARITY_ENABLED_BACKENDS)
   endforeach()
   add_library(parity_backend_hip STATIC ${_hip_objects})
   set_target_properties(parity_backend_hip PROPERTIES LINKER_LANGUAGE CXX)
-  target_link_libraries(parity_backend_hip PUBLIC $<LINK_ONLY:parity_core> fmt::fmt hip::host)
+  target_link_libraries(parity_backend_hip PUBLIC $<LINK_ONLY:parity_core> $<LINK_ONLY:parity_select> fmt::fmt hip::host)
   target_include_directories(parity_backend_hip PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
   target_compile_definitions(parity_backend_hip PUBLIC PARITY_GPU_HIP=1)
 endif()

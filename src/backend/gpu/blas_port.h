@@ -11,8 +11,10 @@
 //   ROCm 6's names and is checked only by that compile; cuBLASLt's is the tested one.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "backend/gpu/port.h"
 
@@ -121,6 +123,72 @@ inline Status matmul(Handle h, MatmulDesc d, const void* alpha, const void* a, L
 inline std::size_t heuristic_workspace(const Heuristic& h) {
   return h.workspaceSize;
 }
+
+// Kernel enumeration (blas_kernels.cpp). hipBLASLt's C interface has no per-algorithm
+// configuration fields: its kernels are enumerated through the heuristic (asked for many
+// answers) and described by their solution index alone.
+using Algo = hipblasLtMatmulAlgo_t;
+inline constexpr DataType kF16 = HIP_R_16F;
+inline constexpr DataType kE4M3 = HIP_R_8F_E4M3_FNUZ;
+inline constexpr bool kHasAlgoConfig = false;
+enum class AlgoField : std::uint8_t {
+  id,
+  tile,
+  stages,
+  split_k,
+  reduction,
+  swizzle,
+  custom,
+  cluster,
+  inner
+};
+enum class AlgoCap : std::uint8_t { split_k, reduction_mask, swizzle, custom_max, tiles, stages };
+inline Status algo_ids(Handle, ComputeType, DataType, DataType, DataType, DataType, DataType, int,
+                       int*, int* n) {
+  *n = 0;
+  return HIPBLAS_STATUS_NOT_SUPPORTED;
+}
+inline Status algo_init(Handle, ComputeType, DataType, DataType, DataType, DataType, DataType, int,
+                        Algo*) {
+  return HIPBLAS_STATUS_NOT_SUPPORTED;
+}
+inline Status algo_get(const Algo&, AlgoField, std::int64_t* v) {
+  *v = 0;
+  return HIPBLAS_STATUS_NOT_SUPPORTED;
+}
+inline Status algo_set(Algo*, AlgoField, std::int64_t) {
+  return HIPBLAS_STATUS_NOT_SUPPORTED;
+}
+inline Status algo_cap(const Algo&, AlgoCap, std::int64_t* v) {
+  *v = 0;
+  return HIPBLAS_STATUS_NOT_SUPPORTED;
+}
+inline Status algo_cap_list(const Algo&, AlgoCap, std::uint32_t*, int, int* n) {
+  *n = 0;
+  return HIPBLAS_STATUS_NOT_SUPPORTED;
+}
+inline Status algo_check(Handle, MatmulDesc, Layout, Layout, Layout, Layout, const Algo&,
+                         Heuristic*) {
+  return HIPBLAS_STATUS_NOT_SUPPORTED;
+}
+inline Status pref_set_algo_id_search(Preference) {
+  return HIPBLAS_STATUS_NOT_SUPPORTED;
+}
+inline float heuristic_waves(const Heuristic&) {
+  return 0.0f;
+}
+inline int solution_index(const Algo& a) {
+  int v = 0;
+  std::memcpy(&v, a.data, sizeof v);
+  return v;
+}
+inline std::size_t library_version() {
+  return 0;
+}
+inline constexpr std::uint32_t kReductionNone = 0;
+inline constexpr std::uint32_t kReductionInPlace = 1;
+inline constexpr std::uint32_t kReductionComputeType = 2;
+inline constexpr std::uint32_t kReductionOutputType = 4;
 inline int status_code(Status s) {
   return static_cast<int>(s);
 }
@@ -226,6 +294,149 @@ inline Status matmul(Handle h, MatmulDesc d, const void* alpha, const void* a, L
 inline std::size_t heuristic_workspace(const Heuristic& h) {
   return h.workspaceSize;
 }
+
+// Kernel enumeration (blas_kernels.cpp): algorithm ids for a type combination, each algorithm's
+// capabilities, its configuration fields, and the library's check of one configuration.
+using Algo = cublasLtMatmulAlgo_t;
+inline constexpr DataType kF16 = CUDA_R_16F;
+inline constexpr DataType kE4M3 = CUDA_R_8F_E4M3;
+inline constexpr bool kHasAlgoConfig = true;
+enum class AlgoField : std::uint8_t {
+  id,
+  tile,
+  stages,
+  split_k,
+  reduction,
+  swizzle,
+  custom,
+  cluster,
+  inner
+};
+enum class AlgoCap : std::uint8_t { split_k, reduction_mask, swizzle, custom_max, tiles, stages };
+inline Status algo_ids(Handle h, ComputeType c, DataType scale, DataType a, DataType b, DataType cc,
+                       DataType d, int capacity, int* ids, int* n) {
+  return cublasLtMatmulAlgoGetIds(h, c, scale, a, b, cc, d, capacity, ids, n);
+}
+inline Status algo_init(Handle h, ComputeType c, DataType scale, DataType a, DataType b,
+                        DataType cc, DataType d, int id, Algo* algo) {
+  return cublasLtMatmulAlgoInit(h, c, scale, a, b, cc, d, id, algo);
+}
+// The configuration fields have different widths in the library; each is read and written at
+// its own.
+namespace detail {
+inline cublasLtMatmulAlgoConfigAttributes_t config_attr(AlgoField f) {
+  switch (f) {
+    case AlgoField::id:
+      return CUBLASLT_ALGO_CONFIG_ID;
+    case AlgoField::tile:
+      return CUBLASLT_ALGO_CONFIG_TILE_ID;
+    case AlgoField::stages:
+      return CUBLASLT_ALGO_CONFIG_STAGES_ID;
+    case AlgoField::split_k:
+      return CUBLASLT_ALGO_CONFIG_SPLITK_NUM;
+    case AlgoField::reduction:
+      return CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME;
+    case AlgoField::swizzle:
+      return CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING;
+    case AlgoField::custom:
+      return CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION;
+    case AlgoField::cluster:
+      return CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID;
+    case AlgoField::inner:
+      return CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID;
+  }
+  return CUBLASLT_ALGO_CONFIG_ID;
+}
+inline std::size_t config_width(AlgoField f) {
+  return f == AlgoField::cluster || f == AlgoField::inner ? 2 : 4;
+}
+}  // namespace detail
+inline Status algo_get(const Algo& a, AlgoField f, std::int64_t* v) {
+  std::size_t written = 0;
+  if (detail::config_width(f) == 2) {
+    std::uint16_t x = 0;
+    const Status st =
+        cublasLtMatmulAlgoConfigGetAttribute(&a, detail::config_attr(f), &x, sizeof x, &written);
+    *v = x;
+    return st;
+  }
+  std::uint32_t x = 0;
+  const Status st =
+      cublasLtMatmulAlgoConfigGetAttribute(&a, detail::config_attr(f), &x, sizeof x, &written);
+  *v = f == AlgoField::id || f == AlgoField::split_k ? static_cast<std::int32_t>(x) : x;
+  return st;
+}
+inline Status algo_set(Algo* a, AlgoField f, std::int64_t v) {
+  if (detail::config_width(f) == 2) {
+    const auto x = static_cast<std::uint16_t>(v);
+    return cublasLtMatmulAlgoConfigSetAttribute(a, detail::config_attr(f), &x, sizeof x);
+  }
+  const auto x = static_cast<std::uint32_t>(v);
+  return cublasLtMatmulAlgoConfigSetAttribute(a, detail::config_attr(f), &x, sizeof x);
+}
+inline Status algo_cap(const Algo& a, AlgoCap c, std::int64_t* v) {
+  cublasLtMatmulAlgoCapAttributes_t attr = CUBLASLT_ALGO_CAP_SPLITK_SUPPORT;
+  switch (c) {
+    case AlgoCap::split_k:
+      attr = CUBLASLT_ALGO_CAP_SPLITK_SUPPORT;
+      break;
+    case AlgoCap::reduction_mask:
+      attr = CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK;
+      break;
+    case AlgoCap::swizzle:
+      attr = CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT;
+      break;
+    case AlgoCap::custom_max:
+      attr = CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX;
+      break;
+    default:
+      return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  std::uint32_t x = 0;  // int32 or uint32, both four bytes
+  std::size_t written = 0;
+  const Status st = cublasLtMatmulAlgoCapGetAttribute(&a, attr, &x, sizeof x, &written);
+  *v = c == AlgoCap::split_k || c == AlgoCap::custom_max ? static_cast<std::int32_t>(x) : x;
+  return st;
+}
+// The tile or stages ids an algorithm accepts (at most `capacity`).
+inline Status algo_cap_list(const Algo& a, AlgoCap c, std::uint32_t* ids, int capacity, int* n) {
+  const auto attr = c == AlgoCap::tiles ? CUBLASLT_ALGO_CAP_TILE_IDS : CUBLASLT_ALGO_CAP_STAGES_IDS;
+  std::size_t need = 0;
+  *n = 0;
+  Status st = cublasLtMatmulAlgoCapGetAttribute(&a, attr, nullptr, 0, &need);
+  if (st != CUBLAS_STATUS_SUCCESS || need == 0) return st;
+  const std::size_t count = std::min<std::size_t>(need / sizeof(std::uint32_t), capacity);
+  std::size_t written = 0;
+  st = cublasLtMatmulAlgoCapGetAttribute(&a, attr, ids, count * sizeof(std::uint32_t), &written);
+  *n = static_cast<int>(written / sizeof(std::uint32_t));
+  return st;
+}
+inline Status algo_check(Handle h, MatmulDesc d, Layout a, Layout b, Layout c, Layout dd,
+                         const Algo& algo, Heuristic* result) {
+  return cublasLtMatmulAlgoCheck(h, d, a, b, c, dd, &algo, result);
+}
+// The heuristic's answers limited to the algorithm id of the Algo passed to it.
+inline Status pref_set_algo_id_search(Preference p) {
+  const std::uint32_t mode = CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID;
+  return cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_SEARCH_MODE, &mode,
+                                              sizeof mode);
+}
+inline float heuristic_waves(const Heuristic& h) {
+  return h.wavesCount;
+}
+inline std::size_t library_version() {
+  return cublasLtGetVersion();
+}
+inline int solution_index(const Algo& a) {  // (the algorithm id; configurations add fields)
+  std::int32_t id = 0;
+  std::size_t written = 0;
+  (void)cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &written);
+  return id;
+}
+inline constexpr std::uint32_t kReductionNone = CUBLASLT_REDUCTION_SCHEME_NONE;
+inline constexpr std::uint32_t kReductionInPlace = CUBLASLT_REDUCTION_SCHEME_INPLACE;
+inline constexpr std::uint32_t kReductionComputeType = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+inline constexpr std::uint32_t kReductionOutputType = CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
 inline int status_code(Status s) {
   return static_cast<int>(s);
 }
