@@ -25,6 +25,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -36,6 +37,9 @@
 #include "gemm_suite.h"
 #include "parity/dtype.h"
 #include "parity/error.h"
+#include "parity/perf.h"
+#include "parity/select.h"
+#include "parity/spec.h"
 
 namespace gpu = parity::gpu;
 using parity::GemmKernel;
@@ -56,6 +60,8 @@ struct Options {
   int limit = 0;  // at most this many problems per type (0: all)
   std::uint64_t seed = 2026;
   bool list = false;
+  std::string catalog;          // a kernel catalog: the model's picks are timed beside the rest
+  std::string device = "h200";  // its memory rate is the ranking's floor
   parity::bench::SuiteOptions suite;
 };
 
@@ -183,11 +189,31 @@ nlohmann::json problem_json(const GemmProblem& p) {
           {"align_d", p.align_d}};
 }
 
+// Spearman's rank correlation of (predicted, measured) pairs (ties take their first rank).
+double spearman(std::vector<std::pair<double, double>> v) {
+  const std::size_t n = v.size();
+  std::vector<double> rp(n), rm(n);
+  auto ranks = [&](auto key, std::vector<double>& r) {
+    std::vector<std::size_t> idx(n);
+    for (std::size_t i = 0; i < n; ++i) idx[i] = i;
+    std::sort(idx.begin(), idx.end(),
+              [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
+    for (std::size_t i = 0; i < n; ++i) r[idx[i]] = static_cast<double>(i);
+  };
+  ranks([&](std::size_t i) { return v[i].first; }, rp);
+  ranks([&](std::size_t i) { return v[i].second; }, rm);
+  double d2 = 0;
+  for (std::size_t i = 0; i < n; ++i) d2 += (rp[i] - rm[i]) * (rp[i] - rm[i]);
+  const double nn = static_cast<double>(n);
+  return 1.0 - 6.0 * d2 / (nn * (nn * nn - 1.0));
+}
+
 int usage(int code) {
   std::fputs(
       "usage: gemm_bench [--types bf16,fp16,tf32,fp32,fp8] [--out FILE.jsonl] [--heuristic N]\n"
       "                  [--sample N] [--all-below N] [--target-ms MS] [--budget-s S]\n"
-      "                  [--every N] [--limit N] [--random N] [--seed N] [--models DIR] [--list]\n",
+      "                  [--every N] [--limit N] [--random N] [--seed N] [--models DIR] [--list]\n"
+      "                  [--catalog FILE [--device NAME]]\n",
       code == 0 ? stdout : stderr);
   return code;
 }
@@ -230,6 +256,10 @@ int main(int argc, char** argv) {
       } else if (a == "--seed") {
         o.seed = std::stoull(value());
         o.suite.seed = o.seed;
+      } else if (a == "--catalog") {
+        o.catalog = value();
+      } else if (a == "--device") {
+        o.device = value();
       } else if (a == "--list") {
         o.list = true;
       } else {
@@ -258,15 +288,29 @@ int main(int argc, char** argv) {
     const std::size_t workspace_bytes = std::size_t{32} << 20;
     gpu::DeviceBuffer<std::byte> workspace(workspace_bytes, "workspace");
     Operands ops;
-    gpu::Event t0, t1;
     std::ofstream out(o.out);
     if (!out) throw parity::InputError(fmt::format("--out: cannot write {}", o.out));
     std::fprintf(stdout, "gemm_bench: %s %zu, workspace %zu MiB\n", parity::gpu::blas::kLibrary,
                  gpu::blas_library_version(), workspace_bytes >> 20);
+    std::optional<parity::GemmCatalog> catalog;
+    double hbm = 0;
+    if (!o.catalog.empty()) {
+      catalog = parity::load_gemm_catalog(o.catalog);
+      const parity::DeviceSpec dev =
+          parity::find_device(o.device, std::filesystem::path(o.models).parent_path() / "devices");
+      hbm = dev.hbm_bandwidth.value *
+            parity::calibration_for(dev, std::filesystem::path(o.models).parent_path())
+                .hbm_efficiency;
+      if (catalog->library_version != static_cast<std::int64_t>(gpu::blas_library_version()))
+        std::printf("gemm_bench: the catalog was measured with %s %lld, this is %zu\n",
+                    catalog->library.c_str(), static_cast<long long>(catalog->library_version),
+                    gpu::blas_library_version());
+    }
     bool out_of_time = false;
     for (GemmType type : o.types) {
       const auto suite = parity::bench::gemm_suite(o.models, type, o.suite);
-      std::vector<double> first_pct;
+      std::vector<double> first_pct, model_pct, model_err, select_us, rank_corr;
+      int model_none = 0;
       int problems = 0, no_kernel = 0, wrong = 0;
       double enum_us_total = 0;
       for (std::size_t pi = 0; pi < suite.size() && !out_of_time; pi += o.every) {
@@ -339,6 +383,36 @@ int main(int argc, char** argv) {
         }
         timed.insert(timed.end(), rest.begin(), rest.end());
         row["timed_all"] = timed_all;
+        // The model's first three configurations the library accepts here, timed too.
+        std::vector<gpu::LibraryKernel> picks;
+        std::map<std::string, double> predicted;
+        std::map<std::string, int> model_rank;
+        if (catalog) {
+          const Clock::time_point w2 = Clock::now();
+          const auto ranked = parity::rank_gemm_kernels(p, *catalog, hbm);
+          const double sel = std::chrono::duration<double, std::micro>(Clock::now() - w2).count();
+          select_us.push_back(sel);
+          row["selection_us"] = sel;
+          int refused = 0;
+          for (const auto& e : ranked) {
+            predicted.emplace(e.kernel.key(), e.seconds * 1e6);
+            if (picks.size() >= 3) continue;
+            GemmKernel k = e.kernel;
+            parity::gpu::blas::Algo algo{};
+            if (gpu::configure(h, op, workspace_bytes, k, algo, nullptr))
+              picks.push_back({k, algo});
+            else if (picks.empty())
+              ++refused;
+          }
+          row["model_refused_before_pick"] = refused;
+          if (picks.empty()) ++model_none;
+          std::set<std::string> have;
+          for (const auto* k : timed) have.insert(k->kernel.key());
+          for (std::size_t i = 0; i < picks.size(); ++i) {
+            model_rank.emplace(picks[i].kernel.key(), static_cast<int>(i));
+            if (!have.count(picks[i].kernel.key())) timed.push_back(&picks[i]);
+          }
+        }
 
         std::vector<float> ref;
         double best_us = 1e30, first_us = 0;
@@ -348,6 +422,10 @@ int main(int argc, char** argv) {
           nlohmann::json c = kernel_json(k.kernel);
           const auto it = rank.find(k.kernel.key());
           c["heuristic_rank"] = it == rank.end() ? -1 : it->second;
+          if (const auto mr = model_rank.find(k.kernel.key()); mr != model_rank.end())
+            c["model_rank"] = mr->second;
+          if (const auto pr = predicted.find(k.kernel.key()); pr != predicted.end())
+            c["predicted_us"] = pr->second;
           auto launch = [&] {
             return gpu::run_kernel(h, op, k.algo, a, b, d, 0.0f, workspace.data(), workspace_bytes,
                                    s);
@@ -374,18 +452,9 @@ int main(int argc, char** argv) {
             cands.push_back(c);
             continue;
           }
-          t0.record(s);
-          (void)launch();
-          t1.record(s);
-          const double one_ms = gpu::Event::elapsed_ms(t0, t1);
-          const int reps =
-              std::clamp(static_cast<int>(o.target_ms / std::max(one_ms, 1e-3)), 3, 200);
-          t0.record(s);
-          for (int r = 0; r < reps; ++r) (void)launch();
-          t1.record(s);
-          const double us = 1e3 * gpu::Event::elapsed_ms(t0, t1) / reps;
+          const double us = gpu::time_kernel_us(h, op, k.algo, a, b, d, workspace.data(),
+                                                workspace_bytes, s, o.target_ms);
           c["us"] = us;
-          c["reps"] = reps;
           best_us = std::min(best_us, us);
           if (ci == 0) first_us = us;
           cands.push_back(c);
@@ -396,6 +465,18 @@ int main(int argc, char** argv) {
         out << row.dump() << "\n";
         out.flush();
         if (first_us > 0) first_pct.push_back(best_us / first_us);
+        // The model's pick against the best timed, its predicted time against its measured one,
+        // and the rank correlation of predicted and measured times over the timed configurations.
+        std::vector<std::pair<double, double>> pm;
+        for (const auto& c : cands) {
+          if (!c.contains("us") || !c.contains("predicted_us")) continue;
+          pm.emplace_back(c["predicted_us"].get<double>(), c["us"].get<double>());
+          if (c.contains("model_rank") && c["model_rank"].get<int>() == 0) {
+            model_pct.push_back(best_us / c["us"].get<double>());
+            model_err.push_back(c["predicted_us"].get<double>() / c["us"].get<double>());
+          }
+        }
+        if (pm.size() >= 3) rank_corr.push_back(spearman(pm));
       }
       double lg = 0, worst = 1;
       for (double v : first_pct) {
@@ -409,6 +490,28 @@ int main(int argc, char** argv) {
           parity::gemm_type_name(type), problems, no_kernel, wrong,
           first_pct.empty() ? 0.0 : 100.0 * std::exp(lg / first_pct.size()), 100.0 * worst,
           problems ? enum_us_total / problems : 0.0);
+      if (catalog) {
+        double lm = 0, wm = 1, le = 0, rc = 0;
+        for (double v : model_pct) {
+          lm += std::log(v);
+          wm = std::min(wm, v);
+        }
+        for (double v : model_err) le += std::abs(std::log(v));
+        for (double v : rank_corr) rc += v;
+        std::sort(select_us.begin(), select_us.end());
+        std::printf(
+            "%s: the model's pick at %.1f%% of the best timed (geomean), worst %.1f%% (%zu "
+            "problems, %d with no configuration the library accepted); its predicted time off "
+            "by %.1f%% (geomean); rank correlation %.3f (mean); selection %.1f us median, %.1f "
+            "largest\n",
+            parity::gemm_type_name(type),
+            model_pct.empty() ? 0.0 : 100.0 * std::exp(lm / model_pct.size()), 100.0 * wm,
+            model_pct.size(), model_none,
+            model_err.empty() ? 0.0 : 100.0 * (std::exp(le / model_err.size()) - 1.0),
+            rank_corr.empty() ? 0.0 : rc / rank_corr.size(),
+            select_us.empty() ? 0.0 : select_us[select_us.size() / 2],
+            select_us.empty() ? 0.0 : select_us.back());
+      }
       std::fflush(stdout);
     }
     if (out_of_time) std::printf("gemm_bench: stopped at --budget-s %.0f\n", o.budget_s);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "parity/dtype.h"
+#include "parity/select.h"
 #include "parity/spec.h"
 #include "parity/tensor.h"
 
@@ -490,6 +491,14 @@ std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math = 
 // The product name of the GPU a GPU backend would use ("NVIDIA H200"); empty where this build
 // has no GPU backend or no GPU is usable.
 std::string detect_gpu();
+
+// Measures the BLAS library's kernel catalog (parity/select.h) on this machine's GPU for the
+// operand types asked for (`parity calibrate --kernels`); `device` is the spec's name written into
+// it, hbm_bytes_per_s the device's achieved memory rate. InputError where the build has no GPU
+// backend.
+GemmCatalog measure_gemm_catalog_here(const std::vector<GemmType>& types, const std::string& device,
+                                      double hbm_bytes_per_s,
+                                      const std::function<void(const std::string&)>& progress);
 
 // RAII buffer in a backend's memory.
 class Buffer {

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 namespace parity {
 
@@ -70,5 +72,71 @@ struct GemmKernel {
   std::string key() const;
   bool same_config(const GemmKernel& o) const { return key() == o.key(); }
 };
+
+// ------------------------------------------------------------------- the kernel catalog --
+
+// One library configuration as `parity calibrate` measured it on a device (split_k 1: split-K
+// variants are derived from it). Its time on a problem is
+//   t = fixed_s + waves · (tile_s + K · kstep_s)
+// with tiles = ceil(m / tile_m) · ceil(n / tile_n) · split, waves = ceil(tiles / slots) and
+// K = ceil(ceil(k / split) / tile_k) (a size the library leaves open counts as kNominalTile /
+// kNominalStep), plus, split over s slices, reduction_fixed_s and the s partial fp32 results
+// written and read back with the output; never under fixed_s plus the operands and the output
+// moved once at the HBM rate.
+struct CatalogKernel {
+  GemmKernel kernel;
+  int max_split_k = 1;  // 1: the configuration has no split-K form
+  SplitReduction split_reduction = SplitReduction::none;
+  int min_align_a = 0, min_align_b = 0, min_align_d = 0;  // bytes, of addresses and rows
+  double slots = 0;  // tiles in flight at once on the device (one wave)
+  double fixed_s = 0, tile_s = 0, kstep_s = 0;
+};
+
+inline constexpr int kNominalTile = 64;  // the tile of a configuration without one
+inline constexpr int kNominalStep = 32;  // the k step of a configuration without one
+
+// The configurations measured for one kind of product.
+struct CatalogGroup {
+  GemmType type = GemmType::bf16;
+  bool ta = false, tb = false, narrow_output = false;
+  GemmEpilogue epilogue = GemmEpilogue::none;
+  std::vector<CatalogKernel> kernels;
+};
+
+struct GemmCatalog {
+  std::string source_file;
+  std::string device;   // the device spec's name, e.g. "h200"
+  std::string library;  // "cuBLASLt", "hipBLASLt"
+  std::int64_t library_version = 0;
+  std::string measured;          // when and with what command
+  double reduction_fixed_s = 0;  // one split-K reduction's own cost
+  std::vector<CatalogGroup> groups;
+
+  // The group for a problem's kind; nullptr if none was measured.
+  const CatalogGroup* group_for(const GemmProblem& p) const;
+};
+
+// Reads and checks a catalog: every field present, of its type, finite and in range; a bad one
+// is an InputError naming the file and the field (groups[2].kernels[5].kstep_s).
+GemmCatalog load_gemm_catalog(const std::filesystem::path& file);
+// Writes it (to a temporary file renamed into place).
+void save_gemm_catalog(const GemmCatalog& c, const std::filesystem::path& file);
+
+// The bytes of alignment a problem's operand offers: the smaller of its address's and its rows'
+// (leading dimension times element size).
+int operand_alignment(int address_alignment, std::int64_t lead, int element_bytes);
+
+struct KernelEstimate {
+  GemmKernel kernel;  // with its split-K
+  double seconds = 0;
+  double waves = 0;
+};
+
+// Every catalog configuration that can run the problem (alignment, split-K depth), with its
+// predicted time, fastest first; ties broken by the configuration's fields, so the order is the
+// same on every run and every rank. Empty when the catalog has no group for the problem's kind.
+// hbm_bytes_per_s: the device's achieved memory rate (the floor of every product).
+std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCatalog& c,
+                                              double hbm_bytes_per_s);
 
 }  // namespace parity

@@ -9,6 +9,7 @@
 #include "parity/backend.h"
 #include "parity/error.h"
 #if defined(PARITY_WITH_CUDA_BACKEND) || defined(PARITY_WITH_HIP_BACKEND)
+#include "backend/gpu/gemm_calibration.h"
 #include "backend/gpu/gpu_backend.h"
 #define PARITY_WITH_GPU_BACKEND 1
 #endif
@@ -48,6 +49,24 @@ std::string detect_gpu() {
   return gpu_device_name();
 #else
   return {};
+#endif
+}
+
+GemmCatalog measure_gemm_catalog_here(const std::vector<GemmType>& types, const std::string& device,
+                                      double hbm_bytes_per_s,
+                                      const std::function<void(const std::string&)>& progress) {
+#if defined(PARITY_WITH_GPU_BACKEND)
+  gpu::GemmCalibrationRequest r;
+  r.types = types;
+  r.device = device;
+  r.hbm_bytes_per_s = hbm_bytes_per_s;
+  r.progress = progress;
+  return gpu::measure_gemm_catalog(r);
+#else
+  (void)types, (void)device, (void)hbm_bytes_per_s, (void)progress;
+  throw InputError(
+      "measuring the kernel catalog needs a GPU: this build has no GPU backend (build with "
+      "-DPARITY_BACKENDS=\"cpu;cuda\")");
 #endif
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/input_file.h"
+#include "core/json_reader.h"
 #include "parity/error.h"
 #include "parity/plan.h"
 
@@ -22,77 +23,8 @@ using json = nlohmann::json;
 
 constexpr const char* kFormat = "parity-plan-1";
 
-class Reader {
- public:
-  Reader(const json& j, std::string path, const std::string& origin)
-      : j_(j), path_(std::move(path)), origin_(origin) {}
-  [[noreturn]] void fail(const std::string& msg) const {
-    throw InputError(fmt::format("{}: field '{}': {}", origin_, path_, msg));
-  }
-  Reader at(const std::string& key) const {
-    if (!j_.is_object()) fail("expected an object");
-    const std::string path = path_.empty() ? key : fmt::format("{}.{}", path_, key);
-    if (!j_.contains(key)) Reader(j_, path, origin_).fail("missing");
-    return Reader(j_.at(key), path, origin_);
-  }
-  bool has(const std::string& key) const { return j_.is_object() && j_.contains(key); }
-  // Refuses fields other than `known`: a misspelt one would otherwise be ignored without a word.
-  const Reader& only(std::initializer_list<std::string_view> known) const {
-    if (!j_.is_object()) fail("expected an object");
-    for (auto it = j_.begin(); it != j_.end(); ++it)
-      if (std::find(known.begin(), known.end(), it.key()) == known.end())
-        Reader(*it, path_.empty() ? it.key() : fmt::format("{}.{}", path_, it.key()), origin_)
-            .fail(fmt::format("unknown field (expected one of {})", fmt::join(known, ", ")));
-    return *this;
-  }
-  Reader at(std::size_t i) const {
-    return Reader(j_.at(i), fmt::format("{}[{}]", path_, i), origin_);
-  }
-  std::size_t size() const {
-    if (!j_.is_array()) fail("expected a list");
-    return j_.size();
-  }
-  std::string str() const {
-    if (!j_.is_string()) fail("expected a string");
-    return j_.get<std::string>();
-  }
-  std::int64_t integer(std::int64_t lo, std::int64_t hi) const {
-    if (!j_.is_number_integer()) fail("expected an integer");
-    const auto v = j_.get<std::int64_t>();
-    if (v < lo || v > hi) fail(fmt::format("expected an integer in [{}, {}], got {}", lo, hi, v));
-    return v;
-  }
-  bool boolean() const {
-    if (!j_.is_boolean()) fail("expected true or false");
-    return j_.get<bool>();
-  }
-  double number() const {
-    if (!j_.is_number()) fail("expected a number");
-    const double v = j_.get<double>();
-    if (!std::isfinite(v) || v < 0) fail(fmt::format("expected a finite number >= 0, got {}", v));
-    return v;
-  }
-  // One of the values of an enum's name table (spec.h), those `allowed` accepts.
-  template <class E, std::size_t N>
-  E choice(const NamedValue<E> (&options)[N], bool (*allowed)(E) = nullptr) const {
-    const std::string s = str();
-    std::vector<std::string_view> names;
-    for (const auto& o : options) {
-      if (allowed && !allowed(o.value)) continue;
-      if (s == o.name) return o.value;
-      names.push_back(o.name);
-    }
-    fail(fmt::format("expected one of {}, got '{}'", fmt::join(names, ", "), s));
-  }
-
- private:
-  const json& j_;
-  std::string path_;
-  const std::string& origin_;
-};
-
 // The table optimizers (Adam is for the dense layers only).
-OptimizerKind read_emb_opt(const Reader& r) {
+OptimizerKind read_emb_opt(const JsonReader& r) {
   return r.choice(
       kOptimizerNames, +[](OptimizerKind k) { return k != OptimizerKind::adam; });
 }
@@ -160,7 +92,7 @@ std::string plan_to_json(const Plan& p) {
 Plan plan_from_json(const std::string& text, const std::string& origin) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded()) throw InputError(fmt::format("{}: not valid JSON", origin));
-  const Reader r(j, "", origin);
+  const JsonReader r(j, "", origin);
   r.only({"format", "model", "model_file", "device", "gpus", "per_device_batch", "global_batch",
           "dense_math", "token_capacity", "recompute", "embedding_optimizer", "tables", "changes",
           "kernels", "prediction", "calibration"});
@@ -180,9 +112,9 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
     p.token_capacity = r.at("token_capacity").integer(0, std::int64_t{1} << 50);
   if (r.has("recompute")) p.recompute = r.at("recompute").boolean();
   p.embedding_optimizer = read_emb_opt(r.at("embedding_optimizer"));
-  const Reader tables = r.at("tables");
+  const JsonReader tables = r.at("tables");
   for (std::size_t i = 0; i < tables.size(); ++i) {
-    const Reader t = tables.at(i);
+    const JsonReader t = tables.at(i);
     t.only({"name", "dtype", "optimizer", "sharding", "placement", "cache_rows", "shards"});
     TablePlan tp;
     tp.name = t.at("name").str();
@@ -195,17 +127,17 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
     tp.sharding = t.at("sharding").choice(kShardingNames);
     tp.placement = t.at("placement").choice(kPlacementNames);
     if (t.has("cache_rows")) tp.cache_rows = t.at("cache_rows").integer(0, std::int64_t{1} << 62);
-    const Reader shards = t.at("shards");
+    const JsonReader shards = t.at("shards");
     for (std::size_t s = 0; s < shards.size(); ++s) {
-      const Reader sh = shards.at(s);
+      const JsonReader sh = shards.at(s);
       sh.only({"device", "rows", "cols"});
       ShardPlan sp;
       sp.device = static_cast<int>(sh.at("device").integer(0, p.gpus - 1));
-      const Reader rows = sh.at("rows");
+      const JsonReader rows = sh.at("rows");
       if (rows.size() != 2) rows.fail("expected [begin, end]");
       sp.row_begin = rows.at(std::size_t{0}).integer(0, std::int64_t{1} << 62);
       sp.row_end = rows.at(std::size_t{1}).integer(sp.row_begin + 1, std::int64_t{1} << 62);
-      const Reader cols = sh.at("cols");
+      const JsonReader cols = sh.at("cols");
       if (cols.size() != 2) cols.fail("expected [begin, end]");
       sp.col_begin = static_cast<int>(cols.at(std::size_t{0}).integer(0, 1 << 20));
       sp.col_end = static_cast<int>(cols.at(std::size_t{1}).integer(sp.col_begin + 1, 1 << 20));
@@ -214,25 +146,25 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
     p.tables.push_back(std::move(tp));
   }
   if (r.has("changes")) {
-    const Reader changes = r.at("changes");
+    const JsonReader changes = r.at("changes");
     for (std::size_t i = 0; i < changes.size(); ++i) {
-      const Reader c = changes.at(i);
+      const JsonReader c = changes.at(i);
       c.only({"what", "from", "to", "reason"});
       p.changes.push_back(
           {c.at("what").str(), c.at("from").str(), c.at("to").str(), c.at("reason").str()});
     }
   }
   if (r.has("kernels")) {
-    const Reader ks = r.at("kernels");
+    const JsonReader ks = r.at("kernels");
     for (std::size_t i = 0; i < ks.size(); ++i) {
-      const Reader k = ks.at(i);
+      const JsonReader k = ks.at(i);
       k.only({"op", "m", "n", "k", "tile", "predicted_s"});
       KernelChoice kc;
       kc.op = k.at("op").str();
       kc.m = k.at("m").integer(0, std::int64_t{1} << 50);
       kc.n = k.at("n").integer(0, std::int64_t{1} << 50);
       kc.k = k.at("k").integer(0, std::int64_t{1} << 50);
-      const Reader tile = k.at("tile");
+      const JsonReader tile = k.at("tile");
       if (tile.size() != 2) tile.fail("expected [m, n]");
       kc.tile_m = static_cast<int>(tile.at(std::size_t{0}).integer(1, 4096));
       kc.tile_n = static_cast<int>(tile.at(std::size_t{1}).integer(1, 4096));
@@ -241,7 +173,7 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
     }
   }
   if (r.has("prediction")) {
-    const Reader pr = r.at("prediction");
+    const JsonReader pr = r.at("prediction");
     pr.only({"step_s", "examples_per_s", "examples_per_s_per_gpu", "time_s", "memory_bytes",
              "peak_memory_bytes", "peak_device", "memory_budget_bytes", "host_memory_bytes",
              "floor_s"});

@@ -374,6 +374,46 @@ blas::Status run_kernel(blas::Handle h, const BlasOperation& op, const blas::Alg
                       chosen, workspace, workspace_bytes, s);
 }
 
+KernelCaps kernel_caps(const blas::Algo& algo) {
+  KernelCaps c;
+  std::int64_t split = 0, mask = 0, a = 0, b = 0, d = 0;
+  if (blas::algo_cap(algo, blas::AlgoCap::split_k, &split) == blas::kSuccess && split != 0 &&
+      blas::algo_cap(algo, blas::AlgoCap::reduction_mask, &mask) == blas::kSuccess) {
+    const std::vector<SplitReduction> r = split_reductions(mask);
+    if (!r.empty()) {
+      c.max_split_k = 32;
+      c.split_reduction = r.back();
+    }
+  }
+  // The library's A is our B.
+  if (blas::algo_cap(algo, blas::AlgoCap::min_align_a, &b) == blas::kSuccess)
+    c.min_align_b = static_cast<int>(b);
+  if (blas::algo_cap(algo, blas::AlgoCap::min_align_b, &a) == blas::kSuccess)
+    c.min_align_a = static_cast<int>(a);
+  if (blas::algo_cap(algo, blas::AlgoCap::min_align_d, &d) == blas::kSuccess)
+    c.min_align_d = static_cast<int>(d);
+  return c;
+}
+
+double time_kernel_us(blas::Handle h, const BlasOperation& op, const blas::Algo& algo,
+                      const void* a, const void* b, void* d, void* workspace,
+                      std::size_t workspace_bytes, Stream_t s, double target_ms) {
+  auto launch = [&] {
+    return run_kernel(h, op, algo, a, b, d, 0.0f, workspace, workspace_bytes, s);
+  };
+  if (launch() != blas::kSuccess) return -1.0;
+  Event t0, t1;
+  t0.record(s);
+  (void)launch();
+  t1.record(s);
+  const double one_ms = Event::elapsed_ms(t0, t1);
+  const int reps = std::clamp(static_cast<int>(target_ms / std::max(one_ms, 1e-3)), 3, 200);
+  t0.record(s);
+  for (int r = 0; r < reps; ++r) (void)launch();
+  t1.record(s);
+  return 1e3 * Event::elapsed_ms(t0, t1) / reps;
+}
+
 std::size_t blas_library_version() {
   return blas::library_version();
 }

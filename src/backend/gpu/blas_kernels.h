@@ -98,6 +98,23 @@ blas::Status run_kernel(blas::Handle h, const BlasOperation& op, const blas::Alg
                         const void* a, const void* b, void* d, float beta, void* workspace,
                         std::size_t workspace_bytes, Stream_t s);
 
+// What a configuration's algorithm supports beyond its fields, in the problem's own terms (the
+// library's A is our B): its split-K depth (1 without split-K) and the reduction a split uses
+// (the output-type scheme where the library offers it, else the compute-type one), and the
+// alignment in bytes it needs of A, B and D.
+struct KernelCaps {
+  int max_split_k = 1;
+  SplitReduction split_reduction = SplitReduction::none;
+  int min_align_a = 0, min_align_b = 0, min_align_d = 0;
+};
+KernelCaps kernel_caps(const blas::Algo& algo);
+
+// Microseconds one run takes, the mean of back-to-back runs that fill about target_ms (at least
+// 3, at most 200) after one warm-up run; negative when the library refuses to run it.
+double time_kernel_us(blas::Handle h, const BlasOperation& op, const blas::Algo& algo,
+                      const void* a, const void* b, void* d, void* workspace,
+                      std::size_t workspace_bytes, Stream_t s, double target_ms);
+
 // The library's version number (for plans: a choice is valid for the library that made it).
 std::size_t blas_library_version();
 

@@ -34,6 +34,32 @@
 
 namespace parity::gpu::blas {
 
+// The configuration fields and capabilities of a library algorithm that blas_kernels.cpp reads
+// and writes (each vendor branch maps them to its attributes).
+enum class AlgoField : std::uint8_t {
+  id,
+  tile,
+  stages,
+  split_k,
+  reduction,
+  swizzle,
+  custom,
+  cluster,
+  inner
+};
+enum class AlgoCap : std::uint8_t {
+  split_k,
+  reduction_mask,
+  swizzle,
+  custom_max,
+  tiles,
+  stages,
+  min_align_a,
+  min_align_b,
+  min_align_c,
+  min_align_d
+};
+
 #if defined(PARITY_GPU_HIP)
 inline constexpr const char* kLibrary = "hipBLASLt";
 using Status = hipblasStatus_t;
@@ -131,18 +157,6 @@ using Algo = hipblasLtMatmulAlgo_t;
 inline constexpr DataType kF16 = HIP_R_16F;
 inline constexpr DataType kE4M3 = HIP_R_8F_E4M3_FNUZ;
 inline constexpr bool kHasAlgoConfig = false;
-enum class AlgoField : std::uint8_t {
-  id,
-  tile,
-  stages,
-  split_k,
-  reduction,
-  swizzle,
-  custom,
-  cluster,
-  inner
-};
-enum class AlgoCap : std::uint8_t { split_k, reduction_mask, swizzle, custom_max, tiles, stages };
 inline Status algo_ids(Handle, ComputeType, DataType, DataType, DataType, DataType, DataType, int,
                        int*, int* n) {
   *n = 0;
@@ -301,18 +315,6 @@ using Algo = cublasLtMatmulAlgo_t;
 inline constexpr DataType kF16 = CUDA_R_16F;
 inline constexpr DataType kE4M3 = CUDA_R_8F_E4M3;
 inline constexpr bool kHasAlgoConfig = true;
-enum class AlgoField : std::uint8_t {
-  id,
-  tile,
-  stages,
-  split_k,
-  reduction,
-  swizzle,
-  custom,
-  cluster,
-  inner
-};
-enum class AlgoCap : std::uint8_t { split_k, reduction_mask, swizzle, custom_max, tiles, stages };
 inline Status algo_ids(Handle h, ComputeType c, DataType scale, DataType a, DataType b, DataType cc,
                        DataType d, int capacity, int* ids, int* n) {
   return cublasLtMatmulAlgoGetIds(h, c, scale, a, b, cc, d, capacity, ids, n);
@@ -388,6 +390,18 @@ inline Status algo_cap(const Algo& a, AlgoCap c, std::int64_t* v) {
       break;
     case AlgoCap::custom_max:
       attr = CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX;
+      break;
+    case AlgoCap::min_align_a:
+      attr = CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES;
+      break;
+    case AlgoCap::min_align_b:
+      attr = CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES;
+      break;
+    case AlgoCap::min_align_c:
+      attr = CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES;
+      break;
+    case AlgoCap::min_align_d:
+      attr = CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES;
       break;
     default:
       return CUBLAS_STATUS_INVALID_VALUE;

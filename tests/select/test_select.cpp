@@ -1,0 +1,258 @@
+// Kernel selection on the host: the catalog's file form and its checks, and the ranking's formula,
+// filters and order.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "parity/error.h"
+#include "parity/select.h"
+
+namespace parity {
+namespace {
+
+CatalogKernel make_kernel(int algo, int tm, int tn, double fixed, double tile, double kstep) {
+  CatalogKernel k;
+  k.kernel.algo = algo;
+  k.kernel.tile_m = tm;
+  k.kernel.tile_n = tn;
+  k.kernel.tile_k = 64;
+  k.slots = 132;
+  k.fixed_s = fixed;
+  k.tile_s = tile;
+  k.kstep_s = kstep;
+  return k;
+}
+
+GemmCatalog small_catalog() {
+  GemmCatalog c;
+  c.device = "h200";
+  c.library = "cuBLASLt";
+  c.library_version = 130100;
+  c.measured = "a test";
+  c.reduction_fixed_s = 3e-6;
+  CatalogGroup g;
+  g.type = GemmType::bf16;
+  g.tb = true;
+  g.narrow_output = true;
+  g.epilogue = GemmEpilogue::bias;
+  g.kernels.push_back(make_kernel(66, 128, 256, 6e-6, 1e-6, 0.5e-6));
+  CatalogKernel small = make_kernel(24, 64, 64, 5e-6, 0.2e-6, 0.05e-6);
+  small.max_split_k = 16;
+  small.split_reduction = SplitReduction::compute_type;
+  small.min_align_a = small.min_align_b = 16;
+  g.kernels.push_back(small);
+  c.groups.push_back(g);
+  return c;
+}
+
+GemmProblem forward(std::int64_t m, std::int64_t n, std::int64_t k) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.tb = true;
+  p.narrow_output = true;
+  p.epilogue = GemmEpilogue::bias;
+  return p;
+}
+
+std::filesystem::path temp_file(const std::string& name) {
+  return std::filesystem::temp_directory_path() /
+         (name + "-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + ".json");
+}
+
+TEST(GemmText, KeyAndDescriptionNameEveryField) {
+  GemmKernel k;
+  k.algo = 66;
+  k.tile_m = 128;
+  k.tile_n = 256;
+  k.tile_k = 64;
+  k.cluster_m = 2;
+  k.cluster_n = 1;
+  k.split_k = 4;
+  k.reduction = SplitReduction::compute_type;
+  k.custom = 7;
+  EXPECT_EQ(k.key(), "a66 t128x256 k64x0 c2x1 s4 r2 w0 o7 i0");
+  GemmProblem p = forward(8192, 1024, 512);
+  EXPECT_EQ(p.describe(), "bf16 8192x1024x512 NT 16-bit out +bias");
+  EXPECT_EQ(p.lead_a(), 512);  // A [m, k] as stored
+  EXPECT_EQ(p.lead_b(), 512);  // B stored [n, k], used transposed
+  EXPECT_EQ(p.lead_d(), 1024);
+  p.ta = true;
+  EXPECT_EQ(p.lead_a(), 8192);  // A stored [k, m]
+}
+
+TEST(GemmCatalogFile, RoundTripsExactly) {
+  const GemmCatalog c = small_catalog();
+  const auto file = temp_file("catalog");
+  save_gemm_catalog(c, file);
+  const GemmCatalog back = load_gemm_catalog(file);
+  std::filesystem::remove(file);
+  ASSERT_EQ(back.groups.size(), 1u);
+  ASSERT_EQ(back.groups[0].kernels.size(), 2u);
+  EXPECT_EQ(back.library_version, 130100);
+  EXPECT_EQ(back.reduction_fixed_s, 3e-6);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const CatalogKernel& a = c.groups[0].kernels[i];
+    const CatalogKernel& b = back.groups[0].kernels[i];
+    EXPECT_EQ(a.kernel.key(), b.kernel.key());
+    EXPECT_EQ(a.max_split_k, b.max_split_k);
+    EXPECT_EQ(a.split_reduction, b.split_reduction);
+    EXPECT_EQ(a.min_align_a, b.min_align_a);
+    EXPECT_EQ(a.slots, b.slots);
+    EXPECT_EQ(a.fixed_s, b.fixed_s);
+    EXPECT_EQ(a.tile_s, b.tile_s);
+    EXPECT_EQ(a.kstep_s, b.kstep_s);
+  }
+  // The same problem ranks the same from the file as from memory.
+  const auto x = rank_gemm_kernels(forward(4096, 1000, 700), c, 4e12);
+  const auto y = rank_gemm_kernels(forward(4096, 1000, 700), back, 4e12);
+  ASSERT_EQ(x.size(), y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(x[i].kernel.key(), y[i].kernel.key());
+    EXPECT_EQ(x[i].seconds, y[i].seconds);
+  }
+}
+
+// A catalog file with one field changed: the message names the file and the field.
+void expect_refused(const std::string& from, const std::string& to, const std::string& message) {
+  const auto file = temp_file("catalog-bad");
+  save_gemm_catalog(small_catalog(), file);
+  std::string text;
+  {
+    std::ifstream in(file);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+  {
+    std::ofstream out(file);
+    out << text;
+  }
+  try {
+    (void)load_gemm_catalog(file);
+    ADD_FAILURE() << "accepted " << to;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(file);
+}
+
+TEST(GemmCatalogFile, RefusesBadFieldsByName) {
+  expect_refused("\"fixed_s\": 6e-06", "\"fixed_s\": -6e-06",
+                 "'groups[0].kernels[0].fixed_s': expected a finite number >= 0");
+  expect_refused("\"slots\": 132.0", "\"slots\": 0.5", "'groups[0].kernels[0].slots'");
+  expect_refused("\"type\": \"bf16\"", "\"type\": \"bf17\"", "'groups[0].type': expected one of");
+  expect_refused("\"swizzle\"", "\"swizzel\"", "unknown field");
+  expect_refused("\"format\": \"parity-gemm-catalog-1\"", "\"format\": \"other\"", "'format'");
+  expect_refused("\"split_reduction\": \"compute_type\"", "\"split_reduction\": \"none\"",
+                 "needs its reduction");
+  expect_refused("\"library_version\": 130100,", "", "'library_version': missing");
+  expect_refused("\"tile\": [", "\"tile\": [1, ", "expected [m, n]");
+}
+
+TEST(GemmCatalogFile, RefusesAFileThatIsNotJson) {
+  const auto file = temp_file("catalog-text");
+  {
+    std::ofstream out(file);
+    out << "groups: []\n";
+  }
+  EXPECT_THROW((void)load_gemm_catalog(file), InputError);
+  std::filesystem::remove(file);
+  EXPECT_THROW((void)load_gemm_catalog("/no/such/catalog.json"), InputError);
+}
+
+TEST(GemmRanking, FollowsTheFormula) {
+  const GemmCatalog c = small_catalog();
+  // 8192 x 1024 x 512: the 128x256 tile gives 64 x 4 = 256 tiles, 2 waves of 132, K = 8 steps.
+  const auto r = rank_gemm_kernels(forward(8192, 1024, 512), c, 4e12);
+  double t66 = -1;
+  for (const auto& e : r)
+    if (e.kernel.algo == 66) t66 = e.seconds;
+  EXPECT_DOUBLE_EQ(t66, 6e-6 + 2 * (1e-6 + 8 * 0.5e-6));
+  // The 64x64 tile: 128 x 16 = 2048 tiles, 16 waves, K = 8: 5 + 16 * (0.2 + 8 * 0.05) us; no
+  // split-K at that many waves.
+  int small = 0;
+  for (const auto& e : r)
+    if (e.kernel.algo == 24) {
+      ++small;
+      EXPECT_DOUBLE_EQ(e.seconds, 5e-6 + 16 * (0.2e-6 + 8 * 0.05e-6));
+      EXPECT_EQ(e.kernel.split_k, 1);
+    }
+  EXPECT_EQ(small, 1);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_LE(r[0].seconds, r[1].seconds);
+}
+
+TEST(GemmRanking, SplitsLongKWhereTheTilesLeaveTheDeviceIdle) {
+  const GemmCatalog c = small_catalog();
+  // 256 x 256 x 65536: 16 tiles of 64x64, far under a wave; k long enough for every split.
+  const auto r = rank_gemm_kernels(forward(256, 256, 65536), c, 4e12);
+  int splits = 0;
+  for (const auto& e : r)
+    if (e.kernel.algo == 24 && e.kernel.split_k > 1) {
+      ++splits;
+      EXPECT_EQ(e.kernel.reduction, SplitReduction::compute_type);
+      EXPECT_LE(e.kernel.split_k, 16);
+    }
+  EXPECT_EQ(splits, 7);  // 2, 3, 4, 6, 8, 12, 16
+  // The best is a split one: 1,024 steps of one tile are the whole time unsplit.
+  EXPECT_EQ(r[0].kernel.algo, 24);
+  EXPECT_GT(r[0].kernel.split_k, 1);
+}
+
+TEST(GemmRanking, LeavesOutWhatTheAlignmentForbids) {
+  const GemmCatalog c = small_catalog();
+  GemmProblem p = forward(4096, 1024, 1741);  // rows of A and B: 3,482 bytes, 2-byte aligned
+  const auto r = rank_gemm_kernels(p, c, 4e12);
+  ASSERT_FALSE(r.empty());
+  for (const auto& e : r) EXPECT_NE(e.kernel.algo, 24);
+  EXPECT_EQ(operand_alignment(256, 1741, 2), 2);
+  EXPECT_EQ(operand_alignment(256, 1024, 2), 256);
+  EXPECT_EQ(operand_alignment(4, 1024, 2), 4);
+}
+
+TEST(GemmRanking, NeverFasterThanMovingTheOperandsOnce) {
+  GemmCatalog c = small_catalog();
+  c.groups[0].kernels.resize(1);
+  c.groups[0].kernels[0].kstep_s = 1e-12;  // a kernel that computes for free
+  c.groups[0].kernels[0].tile_s = 1e-12;
+  const GemmProblem p = forward(65536, 4096, 4096);
+  const double bytes = (65536.0 * 4096 + 4096.0 * 4096) * 2 + 65536.0 * 4096 * 2;
+  const auto r = rank_gemm_kernels(p, c, 4e12);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_DOUBLE_EQ(r[0].seconds, 6e-6 + bytes / 4e12);
+}
+
+TEST(GemmRanking, TiesGoTheSameWayWhateverTheCatalogOrder) {
+  GemmCatalog a = small_catalog();
+  a.groups[0].kernels = {make_kernel(66, 128, 128, 6e-6, 1e-6, 0.5e-6),
+                         make_kernel(66, 128, 128, 6e-6, 1e-6, 0.5e-6)};
+  a.groups[0].kernels[0].kernel.custom = 3;
+  a.groups[0].kernels[1].kernel.custom = 1;
+  GemmCatalog b = a;
+  std::swap(b.groups[0].kernels[0], b.groups[0].kernels[1]);
+  const auto ra = rank_gemm_kernels(forward(8192, 1024, 512), a, 4e12);
+  const auto rb = rank_gemm_kernels(forward(8192, 1024, 512), b, 4e12);
+  ASSERT_EQ(ra.size(), 2u);
+  EXPECT_EQ(ra[0].seconds, ra[1].seconds);
+  EXPECT_EQ(ra[0].kernel.custom, 1);
+  EXPECT_EQ(rb[0].kernel.custom, 1);
+}
+
+TEST(GemmRanking, NothingForAKindTheCatalogDoesNotHold) {
+  const GemmCatalog c = small_catalog();
+  GemmProblem p = forward(1024, 1024, 1024);
+  p.narrow_output = false;  // no group with an fp32 output
+  EXPECT_TRUE(rank_gemm_kernels(p, c, 4e12).empty());
+  p = forward(0, 1024, 1024);
+  EXPECT_TRUE(rank_gemm_kernels(p, c, 4e12).empty());
+}
+
+}  // namespace
+}  // namespace parity

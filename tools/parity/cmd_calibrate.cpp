@@ -1,0 +1,93 @@
+// parity calibrate: measure on this machine's GPU what the performance model needs of it.
+#include <fmt/core.h>
+
+#include <chrono>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "parity/backend.h"
+#include "parity/error.h"
+#include "parity/perf.h"
+#include "parity/select.h"
+#include "parity/spec.h"
+
+namespace parity::cli {
+namespace {
+
+struct CalibrateArgs {
+  std::string device;
+  std::string types = "bf16,fp16,tf32,fp32,fp8";
+  std::string out;
+};
+
+GemmType parse_gemm_type(const std::string& s) {
+  for (GemmType t : {GemmType::f32, GemmType::tf32, GemmType::bf16, GemmType::f16, GemmType::e4m3})
+    if (s == gemm_type_name(t) || (t == GemmType::e4m3 && s == "fp8")) return t;
+  throw InputError(fmt::format("--types: '{}' is not one of fp32, tf32, bf16, fp16, fp8", s));
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+}  // namespace
+
+void add_calibrate_command(CLI::App& app) {
+  auto args = std::make_shared<CalibrateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate",
+      "Measure on this machine's GPU the kernel catalog the kernel selection ranks: every\n"
+      "configuration of the BLAS library for the forward, input-gradient and weight-gradient\n"
+      "products of each operand type, timed on three shapes that give its fixed, per-tile and\n"
+      "per-k-step costs (docs/kernel-selection.md). Takes a few minutes; needs a GPU build.\n\n"
+      "Example:\n  parity calibrate --device h200 --out configs/calibration/h200-gemm.json");
+  cmd->add_option("--device", args->device,
+                  "Device catalog key (configs/devices) or YAML file of the GPU measured")
+      ->required();
+  cmd->add_option("--types", args->types, "Operand types, comma-separated")->capture_default_str();
+  cmd->add_option("--out", args->out,
+                  "Catalog file to write (default configs/calibration/DEVICE-gemm.json)");
+  cmd->callback([args] {
+    const DeviceSpec dev = find_device(args->device, configs_dir() / "devices");
+    std::vector<GemmType> types;
+    std::size_t b = 0;
+    while (b <= args->types.size()) {
+      const std::size_t e = args->types.find(',', b);
+      types.push_back(parse_gemm_type(args->types.substr(b, e == std::string::npos ? e : e - b)));
+      if (e == std::string::npos) break;
+      b = e + 1;
+    }
+    const std::string gpu = detect_gpu();
+    if (gpu.empty())
+      throw InputError(
+          "no GPU is usable here (or this build has no GPU backend): parity calibrate measures "
+          "the GPU it runs on");
+    const Calibration cal = calibration_for(dev, configs_dir());
+    const double hbm = dev.hbm_bandwidth.value * cal.hbm_efficiency;
+    fmt::print("parity calibrate: {} (spec {}), operand types {}\n", gpu, dev.name, args->types);
+    const auto started = std::chrono::steady_clock::now();
+    GemmCatalog c = measure_gemm_catalog_here(types, dev.name, hbm, [](const std::string& line) {
+      fmt::print("  {}\n", line);
+      std::fflush(stdout);
+    });
+    c.measured = fmt::format("{} on {} by parity calibrate --device {} --types {}", today(), gpu,
+                             args->device, args->types);
+    const std::string out =
+        args->out.empty() ? (configs_dir() / "calibration" / (dev.name + "-gemm.json")).string()
+                          : args->out;
+    save_gemm_catalog(c, out);
+    std::size_t kept = 0;
+    for (const auto& g : c.groups) kept += g.kernels.size();
+    fmt::print("wrote {}: {} kinds of product, {} configurations, {} {}, in {:.0f} s\n", out,
+               c.groups.size(), kept, c.library, c.library_version,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  });
+}
+
+}  // namespace parity::cli
