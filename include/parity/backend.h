@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parity/dtype.h"
@@ -471,6 +472,15 @@ class Backend {
   // Bytes of backend memory the backend holds for itself now (scratch, workspaces, library
   // handles' workspaces, cached operand copies), by purpose; empty where it holds none (cpu).
   virtual std::map<std::string, std::size_t> internal_memory_bytes() const { return {}; }
+  // GPU backends: from now on every new matrix product takes the kernel catalog's ranking's first
+  // configuration the library accepts (parity/select.h), the library heuristic's where none is;
+  // the cpu backend has one way to multiply and ignores it. hbm_bytes_per_s: the ranking's floor.
+  virtual void use_gemm_catalog(std::shared_ptr<const GemmCatalog> catalog,
+                                double hbm_bytes_per_s) {
+    (void)catalog, (void)hbm_bytes_per_s;
+  }
+  // Products whose configuration the catalog chose, and those that fell back to the heuristic.
+  virtual std::pair<std::int64_t, std::int64_t> gemm_catalog_counts() const { return {0, 0}; }
 
   // ---- profiling: timing marks on the compute queue ----
   // timing_mark(i) records mark i (device events on GPUs: the time the queue reaches it; the

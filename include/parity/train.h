@@ -53,7 +53,14 @@ struct TrainConfig {
   double report_interval_s = 0.25;  // how often progress events are sent
   // Profile the step by op category with device timing marks (from the third step on).
   bool profile = false;
+  // GPU backends: every matrix product's kernel from this catalog's ranking (parity/select.h)
+  // instead of the library's heuristic; gemm_hbm_bytes_per_s is the ranking's memory floor.
+  std::shared_ptr<const GemmCatalog> gemm_catalog;
+  double gemm_hbm_bytes_per_s = 0;
 };
+
+// The backend a run names, with the run's kernel catalog given to it.
+std::unique_ptr<Backend> make_train_backend(const TrainConfig& cfg);
 
 struct TrainEvent {
   enum class Kind { start, progress, eval, checkpoint, warning, done } kind = Kind::progress;

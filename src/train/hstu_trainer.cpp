@@ -33,11 +33,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The backend the run names ("auto": the GPU where one is usable).
-std::unique_ptr<Backend> hstu_backend(const TrainConfig& cfg) {
-  return make_backend(cfg.backend, cfg.dense_math);
-}
-
 HstuModel::Options model_options(const TrainConfig& cfg) {
   HstuModel::Options o;
   o.token_capacity = cfg.token_capacity;
@@ -50,7 +45,7 @@ class HstuTrainer {
   HstuTrainer(const TrainConfig& cfg, TrainObserver* observer)
       : cfg_(cfg),
         observer_(observer),
-        backend_(hstu_backend(cfg)),
+        backend_(make_train_backend(cfg)),
         lock_(cfg.checkpoint_dir.empty() ? nullptr
                                          : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
         data_(cfg.model, cfg.seed),

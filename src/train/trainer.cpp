@@ -150,7 +150,7 @@ class Trainer {
                                          : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
         train_data_(std::move(data.train)),
         eval_data_(std::move(data.eval)),
-        backend_(make_backend(cfg.backend, cfg.dense_math)),
+        backend_(make_train_backend(cfg)),
         model_(cfg.model, *backend_, cfg.batch, cfg.seed),
         record_(train_detail::run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math,
                                          train_data_->kind())),
@@ -501,6 +501,12 @@ class Trainer {
 };
 
 }  // namespace
+
+std::unique_ptr<Backend> make_train_backend(const TrainConfig& cfg) {
+  std::unique_ptr<Backend> b = make_backend(cfg.backend, cfg.dense_math);
+  if (cfg.gemm_catalog != nullptr) b->use_gemm_catalog(cfg.gemm_catalog, cfg.gemm_hbm_bytes_per_s);
+  return b;
+}
 
 TrainResult train(const TrainConfig& config, TrainObserver* observer) {
   if (config.model.kind == ModelKind::hstu) return train_detail::train_hstu(config, observer);

@@ -17,6 +17,7 @@
 #include "core/host_memory.h"
 #include "parity/error.h"
 #include "parity/plan.h"
+#include "parity/select.h"
 #include "parity/train.h"
 
 namespace parity::cli {
@@ -234,7 +235,7 @@ struct TrainArgs {
   std::int64_t steps = 0, batch = 0, eval_examples = 32768, eval_every = 250;
   std::int64_t checkpoint_every = 0, keep_checkpoints = 2;
   std::uint64_t seed = 1;
-  std::string checkpoint, backend = "auto", on_bad_line = "stop", plan, dense_math;
+  std::string checkpoint, backend = "auto", on_bad_line = "stop", plan, dense_math, gemm_catalog;
   bool resume = false, profile = false, no_plan = false;
   std::vector<std::string> data, eval_data;
 };
@@ -412,6 +413,15 @@ void run_train(const TrainArgs& args, bool model_given) {
   cfg.eval_examples = args.eval_examples;
   cfg.eval_every = args.eval_every;
   cfg.profile = args.profile;
+  if (!args.gemm_catalog.empty()) {
+    auto catalog = std::make_shared<const GemmCatalog>(load_gemm_catalog(args.gemm_catalog));
+    const DeviceSpec dev = find_device(catalog->device, configs_dir() / "devices");
+    cfg.gemm_hbm_bytes_per_s =
+        dev.hbm_bandwidth.value * calibration_for(dev, configs_dir()).hbm_efficiency;
+    fmt::print("parity train: matrix-product kernels from the catalog {} ({} {}, measured {})\n",
+               args.gemm_catalog, catalog->library, catalog->library_version, catalog->measured);
+    cfg.gemm_catalog = std::move(catalog);
+  }
   // The profile's "plan" column: the plan's prediction for the batch that runs.
   std::shared_ptr<const Plan> profiled = plan;
   if (plan && cfg.profile && args.batch > 0 && args.batch != plan->global_batch) {
@@ -486,6 +496,9 @@ void add_train_command(CLI::App& app) {
                   "fp32, tf32 or bf16, one the model's recipe allows (bf16: bf16 operands and "
                   "fp32 sums in the products and the attention)")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
+  cmd->add_option("--gemm-catalog", args->gemm_catalog,
+                  "Choose every matrix product's kernel from this kernel catalog (parity "
+                  "calibrate) by the selection model, instead of the BLAS library's heuristic");
   cmd->add_flag("--profile", args->profile,
                 "Time the step by op category with device events and print it beside the plan's "
                 "prediction");

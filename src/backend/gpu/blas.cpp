@@ -4,10 +4,13 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <cstring>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
+#include "backend/gpu/blas_kernels.h"
 #include "backend/gpu/blas_port.h"
 #include "backend/gpu/convert.h"
 #include "backend/gpu/gemm_epilogue.h"
@@ -174,6 +177,10 @@ struct Blas::Impl {
   std::unordered_map<PlanKey, ShapeClass, PlanKeyHash> classes;
   std::int64_t fallbacks = 0;
   std::int64_t queries = 0;
+  std::shared_ptr<const GemmCatalog> catalog;
+  double hbm_bytes_per_s = 0;
+  std::int64_t catalog_choices = 0, catalog_fallbacks = 0;
+  std::set<std::string> fallback_said;  // kinds of product whose fallback was printed
 
   ~Impl() {
     plans.clear();
@@ -264,6 +271,7 @@ struct Blas::Impl {
                  "bias type", &key);
     make_layouts(key, p->l);
 
+    if (catalog != nullptr && from_catalog(key, epilogue, *p)) return p;
     const PlanKey cls = class_of(key, epilogue);
     auto [it, first] = classes.try_emplace(cls, ShapeClass{key});
     if (!first && !(it->second.first == key)) {
@@ -282,6 +290,61 @@ struct Blas::Impl {
           blas::kLibrary, describe(key), static_cast<int>(epilogue)));
     }
     return p;
+  }
+
+  // The product as the selection describes it (the catalog's kinds: operand type, transposes,
+  // output type, epilogue).
+  static GemmProblem problem_of(const PlanKey& key, Epilogue epilogue) {
+    GemmProblem p;
+    p.m = key.m;
+    p.n = key.n;
+    p.k = key.k;
+    p.ta = key.ta;
+    p.tb = key.tb;
+    p.type = key.math == GemmMath::bf16   ? GemmType::bf16
+             : key.math == GemmMath::tf32 ? GemmType::tf32
+                                          : GemmType::f32;
+    p.narrow_output = key.d_bf16;
+    p.epilogue = static_cast<GemmEpilogue>(static_cast<int>(epilogue));
+    p.lda = key.lda;
+    p.ldb = key.ldb;
+    p.ldd = key.ldd;
+    p.align_a = static_cast<int>(key.align_a);
+    p.align_b = static_cast<int>(key.align_b);
+    p.align_d = static_cast<int>(std::min(key.align_d, key.align_c));
+    return p;
+  }
+
+  // The catalog's choice for a product: the ranking's first configuration the library accepts
+  // (at most kTries asked). False (printed once per kind of product) when none is accepted.
+  bool from_catalog(const PlanKey& key, Epilogue epilogue, Plan& plan) {
+    static constexpr int kTries = 8;
+    const GemmProblem problem = problem_of(key, epilogue);
+    const auto ranked = rank_gemm_kernels(problem, *catalog, hbm_bytes_per_s);
+    std::string why = ranked.empty() ? "the catalog has no configuration for this kind" : "";
+    if (!ranked.empty()) {
+      BlasOperation op(problem);
+      for (int i = 0; i < kTries && i < static_cast<int>(ranked.size()); ++i) {
+        GemmKernel k = ranked[static_cast<std::size_t>(i)].kernel;
+        blas::Algo algo{};
+        std::string reason;
+        if (configure(handle, op, workspace.bytes(), k, algo, &reason)) {
+          plan.algo = blas::Heuristic{};
+          plan.algo.algo = algo;
+          ++catalog_choices;
+          return true;
+        }
+        if (why.empty()) why = reason;
+      }
+    }
+    ++catalog_fallbacks;
+    GemmProblem kind = problem;
+    kind.m = kind.n = kind.k = 0;
+    if (fallback_said.insert(kind.describe()).second)
+      std::fprintf(
+          stderr, "parity: kernel selection: %s takes the library heuristic's configuration (%s)\n",
+          problem.describe().c_str(), why.c_str());
+    return false;
   }
 
   // A class's algorithm the library refuses for one of its shapes: that shape gets its own.
@@ -369,6 +432,19 @@ std::int64_t Blas::epilogue_fallbacks() const {
   return impl_->fallbacks;
 }
 
+void Blas::use_catalog(std::shared_ptr<const GemmCatalog> catalog, double hbm_bytes_per_s) {
+  impl_->catalog = std::move(catalog);
+  impl_->hbm_bytes_per_s = hbm_bytes_per_s;
+}
+
+std::int64_t Blas::catalog_choices() const {
+  return impl_->catalog_choices;
+}
+
+std::int64_t Blas::catalog_fallbacks() const {
+  return impl_->catalog_fallbacks;
+}
+
 std::int64_t Blas::heuristic_queries() const {
   return impl_->queries;
 }
@@ -391,6 +467,13 @@ std::int64_t Blas::epilogue_fallbacks() const {
   return 0;
 }
 std::int64_t Blas::heuristic_queries() const {
+  return 0;
+}
+void Blas::use_catalog(std::shared_ptr<const GemmCatalog>, double) {}
+std::int64_t Blas::catalog_choices() const {
+  return 0;
+}
+std::int64_t Blas::catalog_fallbacks() const {
   return 0;
 }
 void Blas::gemm(Stream_t, GemmMath, const GemmArgs&) {

@@ -20,6 +20,10 @@
 // - The workspace is one device buffer allocated with the handle, before any step.
 // - An epilogue the library has no algorithm for (or a bias that is not 16-byte aligned) falls
 //   back to the plain product plus a small kernel, counted by epilogue_fallbacks().
+// - With a kernel catalog (use_catalog) a new product's configuration is the ranking's first that
+//   the library accepts (blas_kernels.h rebuilds it from its description), asked per exact shape:
+//   the ranking costs microseconds, so no shape classes are needed; a product the catalog has no
+//   accepted configuration for takes the heuristic's, said once per kind of product.
 // - Split-K reductions are limited to the out-of-place schemes, so a product gives the same bits
 //   on every run (the same seed and plan give the same losses, bit for bit).
 // - bf16 math takes operands that the caller already converted to bf16 (gpu_backend.cpp keeps
@@ -33,6 +37,7 @@
 #include <memory>
 
 #include "backend/gpu/port.h"
+#include "parity/select.h"
 
 namespace parity::gpu {
 
@@ -90,6 +95,15 @@ class Blas {
   // Questions asked of the library's algorithm heuristic so far (one per shape class, plus one
   // for each class's first shape; see above).
   std::int64_t heuristic_queries() const;
+  // Chooses every product's configuration from now on with the kernel catalog's ranking
+  // (parity/select.h: no timing, no heuristic): the first of the ranking the library accepts for
+  // the product, else (printed once a kind of product, counted) the heuristic's. hbm_bytes_per_s
+  // is the ranking's memory floor. Plans built before keep their algorithm.
+  void use_catalog(std::shared_ptr<const GemmCatalog> catalog, double hbm_bytes_per_s);
+  // Products whose configuration came from the catalog, and those that fell back.
+  std::int64_t catalog_choices() const;
+  std::int64_t catalog_fallbacks() const;
+
   // Plans whose epilogue the library could not fuse (bias and ReLU then run as a kernel after the
   // product; the result is the same up to rounding). 0 on the shapes the tests know.
   std::int64_t epilogue_fallbacks() const;

@@ -522,6 +522,15 @@ void GpuBackend::embedding_cache_copy(const TableLayout& table, const TableWeigh
                             cache_state_per_row(opt, table.dim), to_cache);
 }
 
+void GpuBackend::use_gemm_catalog(std::shared_ptr<const GemmCatalog> catalog,
+                                  double hbm_bytes_per_s) {
+  impl_->blas.use_catalog(std::move(catalog), hbm_bytes_per_s);
+}
+
+std::pair<std::int64_t, std::int64_t> GpuBackend::gemm_catalog_counts() const {
+  return {impl_->blas.catalog_choices(), impl_->blas.catalog_fallbacks()};
+}
+
 std::map<std::string, std::size_t> GpuBackend::internal_memory_bytes() const {
   const Impl& im = *impl_;
   std::map<std::string, std::size_t> out;
