@@ -156,9 +156,13 @@ double sample_error(const std::vector<float>& got, const std::vector<float>& ref
   double rms = 0, worst = 0;
   for (float r : ref) rms += static_cast<double>(r) * r;
   rms = std::sqrt(rms / std::max<std::size_t>(ref.size(), 1)) + 1e-30;
-  for (std::size_t i = 0; i < ref.size(); ++i)
+  if (!std::isfinite(rms)) return 1e30;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    // A NaN (the poison left where nothing was written) or an infinity is never close.
+    if (!std::isfinite(got[i])) return 1e30;
     worst = std::max(worst, std::abs(static_cast<double>(got[i]) - ref[i]) / rms);
-  return std::isfinite(worst) ? worst : 1e30;
+  }
+  return worst;
 }
 
 nlohmann::json kernel_json(const GemmKernel& k) {
@@ -333,9 +337,11 @@ int main(int argc, char** argv) {
         std::byte* d = ops.d.data();
         fill_operand(s, a, a_el, p.type, 1);
         fill_operand(s, b, b_el, p.type, 2);
-        gpu::fill_uniform(s, ops.bias.data(),
-                          p.narrow_output ? fill_type(p.type) : parity::DType::f32, p.n, -1.0f,
-                          1.0f, 2026, 3);
+        // The bias is of the output's type.
+        const parity::DType bias_type = !p.narrow_output          ? parity::DType::f32
+                                        : p.type == GemmType::f16 ? parity::DType::f16
+                                                                  : parity::DType::bf16;
+        gpu::fill_uniform(s, ops.bias.data(), bias_type, p.n, -1.0f, 1.0f, 2026, 3);
 
         gpu::BlasOperation op(p);
         if (p.epilogue == parity::GemmEpilogue::bias ||
@@ -379,7 +385,7 @@ int main(int argc, char** argv) {
         if (!timed_all) {
           std::mt19937_64 rng(o.seed + pi);
           std::shuffle(rest.begin(), rest.end(), rng);
-          rest.resize(static_cast<std::size_t>(o.sample));
+          rest.resize(std::min(rest.size(), static_cast<std::size_t>(std::max(o.sample, 0))));
         }
         timed.insert(timed.end(), rest.begin(), rest.end());
         row["timed_all"] = timed_all;

@@ -75,6 +75,9 @@ CatalogKernel read_kernel(const JsonReader& r) {
   k.split_reduction = r.at("split_reduction").choice(kReductionNames);
   if (k.max_split_k > 1 && k.split_reduction == SplitReduction::none)
     r.at("split_reduction").fail("a configuration with split-K needs its reduction");
+  if (k.split_reduction == SplitReduction::in_place)
+    r.at("split_reduction")
+        .fail("the in-place reduction sums in the output in no fixed order: not deterministic");
   const JsonReader align = r.at("min_align");
   if (align.size() != 3) align.fail("expected [a, b, d] in bytes");
   k.min_align_a = static_cast<int>(align.at(std::size_t{0}).integer(0, 256));

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "parity/error.h"
 #include "parity/select.h"
 
 namespace parity {
@@ -31,6 +32,8 @@ int operand_alignment(int address_alignment, std::int64_t lead, int element_byte
 
 std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCatalog& c,
                                               double hbm_bytes_per_s) {
+  if (!(hbm_bytes_per_s > 0))
+    throw Error("rank_gemm_kernels: the memory rate must be above 0 bytes/s");
   std::vector<KernelEstimate> out;
   const CatalogGroup* g = c.group_for(p);
   if (g == nullptr || p.m <= 0 || p.n <= 0 || p.k <= 0) return out;

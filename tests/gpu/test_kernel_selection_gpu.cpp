@@ -81,6 +81,7 @@ TEST(KernelSelectionGpu, EnumeratedConfigurationsComputeTheProduct) {
     ASSERT_TRUE(configure(h, op, ws.bytes(), k, algo, &why))
         << kernels[i].kernel.key() << ": " << why;
     const DevMat dy(gpu, ref.poisoned());
+    check(device_synchronize(), "poison");  // uploaded on the backend's stream
     ASSERT_EQ(run_kernel(h, op, algo, dx.data(), dw.data(), dy.data(), 0.0f, ws.data(), ws.bytes(),
                          nullptr),
               blas::kSuccess)

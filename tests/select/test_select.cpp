@@ -153,6 +153,8 @@ TEST(GemmCatalogFile, RefusesBadFieldsByName) {
   expect_refused("\"split_reduction\": \"compute_type\"", "\"split_reduction\": \"none\"",
                  "needs its reduction");
   expect_refused("\"library_version\": 130100,", "", "'library_version': missing");
+  expect_refused("\"split_reduction\": \"compute_type\"", "\"split_reduction\": \"in_place\"",
+                 "not deterministic");
   expect_refused("\"tile\": [", "\"tile\": [1, ", "expected [m, n]");
 }
 
@@ -243,6 +245,10 @@ TEST(GemmRanking, TiesGoTheSameWayWhateverTheCatalogOrder) {
   EXPECT_EQ(ra[0].seconds, ra[1].seconds);
   EXPECT_EQ(ra[0].kernel.custom, 1);
   EXPECT_EQ(rb[0].kernel.custom, 1);
+}
+
+TEST(GemmRanking, RefusesAMemoryRateOfZero) {
+  EXPECT_THROW((void)rank_gemm_kernels(forward(64, 64, 64), small_catalog(), 0.0), Error);
 }
 
 TEST(GemmRanking, NothingForAKindTheCatalogDoesNotHold) {

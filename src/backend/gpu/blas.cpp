@@ -311,7 +311,9 @@ struct Blas::Impl {
     p.ldd = key.ldd;
     p.align_a = static_cast<int>(key.align_a);
     p.align_b = static_cast<int>(key.align_b);
-    p.align_d = static_cast<int>(std::min(key.align_d, key.align_c));
+    // D's alignment and C's (its address and its rows), the smaller.
+    p.align_d = std::min(static_cast<int>(std::min(key.align_d, key.align_c)),
+                         operand_alignment(256, key.ldc, key.d_bf16 ? 2 : 4));
     return p;
   }
 
@@ -323,14 +325,25 @@ struct Blas::Impl {
     const auto ranked = rank_gemm_kernels(problem, *catalog, hbm_bytes_per_s);
     std::string why = ranked.empty() ? "the catalog has no configuration for this kind" : "";
     if (!ranked.empty()) {
-      BlasOperation op(problem);
+      // Checked against the plan's own descriptor and layouts, the ones it runs with.
+      BlasDescriptors d;
+      d.problem = problem;
+      d.desc = plan.desc;
+      d.la = plan.l.la;
+      d.lb = plan.l.lb;
+      d.lc = plan.l.lc;
+      d.ld = plan.l.ld;
+      blas_types(problem, d);
       for (int i = 0; i < kTries && i < static_cast<int>(ranked.size()); ++i) {
         GemmKernel k = ranked[static_cast<std::size_t>(i)].kernel;
         blas::Algo algo{};
         std::string reason;
-        if (configure(handle, op, workspace.bytes(), k, algo, &reason)) {
+        if (configure(handle, d, workspace.bytes(), k, algo, &reason)) {
           plan.algo = blas::Heuristic{};
           plan.algo.algo = algo;
+          // Not the heuristic's answer for this shape: a matmul the library still refuses asks
+          // the heuristic (gemm(), own_algorithm()).
+          plan.class_algo = true;
           ++catalog_choices;
           return true;
         }
@@ -433,6 +446,9 @@ std::int64_t Blas::epilogue_fallbacks() const {
 }
 
 void Blas::use_catalog(std::shared_ptr<const GemmCatalog> catalog, double hbm_bytes_per_s) {
+  if (catalog != nullptr && !(hbm_bytes_per_s > 0))
+    throw Error(fmt::format("kernel catalog {}: the memory rate for its ranking must be above 0",
+                            catalog->source_file));
   impl_->catalog = std::move(catalog);
   impl_->hbm_bytes_per_s = hbm_bytes_per_s;
 }

@@ -143,26 +143,34 @@ std::vector<SplitReduction> split_reductions(std::int64_t mask) {
 
 }  // namespace
 
-BlasOperation::BlasOperation(const GemmProblem& p) : p_(p) {
-  compute_ = p.type == GemmType::tf32 ? blas::kCompute32FFastTf32 : blas::kCompute32F;
+void blas_types(const GemmProblem& p, BlasDescriptors& d) {
+  d.compute = p.type == GemmType::tf32 ? blas::kCompute32FFastTf32 : blas::kCompute32F;
   switch (p.type) {
     case GemmType::f32:
     case GemmType::tf32:
-      operand_ = blas::kF32;
+      d.operand = blas::kF32;
       break;
     case GemmType::bf16:
-      operand_ = blas::kBf16;
+      d.operand = blas::kBf16;
       break;
     case GemmType::f16:
-      operand_ = blas::kF16;
+      d.operand = blas::kF16;
       break;
     case GemmType::e4m3:
-      operand_ = blas::kE4M3;
+      d.operand = blas::kE4M3;
       break;
   }
   if (p.narrow_output && (p.type == GemmType::f32 || p.type == GemmType::tf32))
     throw GpuError(fmt::format("a 16-bit output needs 16- or 8-bit operands: {}", p.describe()));
-  output_ = !p.narrow_output ? blas::kF32 : p.type == GemmType::f16 ? blas::kF16 : blas::kBf16;
+  d.output = !p.narrow_output ? blas::kF32 : p.type == GemmType::f16 ? blas::kF16 : blas::kBf16;
+}
+
+BlasOperation::BlasOperation(const GemmProblem& p) : p_(p) {
+  BlasDescriptors t;
+  blas_types(p, t);
+  compute_ = t.compute;
+  operand_ = t.operand;
+  output_ = t.output;
   check(blas::desc_create(&desc_, compute_, blas::kF32), "matmul descriptor", p);
   check(blas::desc_set_transa(desc_, p.tb ? blas::kOpT : blas::kOpN), "transa", p);
   check(blas::desc_set_transb(desc_, p.ta ? blas::kOpT : blas::kOpN), "transb", p);
@@ -259,25 +267,25 @@ std::vector<LibraryKernel> enumerate_kernels(blas::Handle h, const BlasOperation
       if (blas::algo_init(h, op.compute(), blas::kF32, op.operand_type(), op.operand_type(),
                           op.output_type(), op.output_type(), ids[i], &base) != blas::kSuccess)
         continue;
-      std::uint32_t tiles[256], stages[256];
-      int n_tiles = 0, n_stages = 0;
-      (void)blas::algo_cap_list(base, blas::AlgoCap::tiles, tiles, 256, &n_tiles);
-      (void)blas::algo_cap_list(base, blas::AlgoCap::stages, stages, 256, &n_stages);
-      if (n_tiles == 0) tiles[n_tiles++] = 0;
-      if (n_stages == 0) stages[n_stages++] = 0;
+      // The algorithm's tile and stages ids (one undefined id where it lists none).
+      std::vector<std::uint32_t> tiles, stages;
+      (void)blas::algo_cap_list(base, blas::AlgoCap::tiles, tiles);
+      (void)blas::algo_cap_list(base, blas::AlgoCap::stages, stages);
+      if (tiles.empty()) tiles.push_back(0);
+      if (stages.empty()) stages.push_back(0);
       std::int64_t split_ok = 0, mask = 0, swizzle_ok = 0, custom_max = 0;
       (void)blas::algo_cap(base, blas::AlgoCap::split_k, &split_ok);
       (void)blas::algo_cap(base, blas::AlgoCap::reduction_mask, &mask);
       (void)blas::algo_cap(base, blas::AlgoCap::swizzle, &swizzle_ok);
       (void)blas::algo_cap(base, blas::AlgoCap::custom_max, &custom_max);
       const std::vector<SplitReduction> reductions = split_reductions(mask);
-      for (int t = 0; t < n_tiles; ++t)
-        for (int g = 0; g < n_stages; ++g)
+      for (const std::uint32_t tile : tiles)
+        for (const std::uint32_t stage : stages)
           for (std::uint32_t cluster : clusters) {
             if (static_cast<int>(out.size()) >= limits.max_kernels) return out;
             blas::Algo a = base;
-            if (blas::algo_set(&a, blas::AlgoField::tile, tiles[t]) != blas::kSuccess ||
-                blas::algo_set(&a, blas::AlgoField::stages, stages[g]) != blas::kSuccess ||
+            if (blas::algo_set(&a, blas::AlgoField::tile, tile) != blas::kSuccess ||
+                blas::algo_set(&a, blas::AlgoField::stages, stage) != blas::kSuccess ||
                 blas::algo_set(&a, blas::AlgoField::cluster, cluster) != blas::kSuccess)
               continue;
             if (!try_config(a)) continue;
@@ -308,35 +316,32 @@ std::vector<LibraryKernel> enumerate_kernels(blas::Handle h, const BlasOperation
   }
 }
 
-bool configure(blas::Handle h, const BlasOperation& op, std::size_t workspace_bytes,
+bool configure(blas::Handle h, const BlasDescriptors& d, std::size_t workspace_bytes,
                GemmKernel& kernel, blas::Algo& algo, std::string* why) {
   auto fail = [&](const std::string& reason) {
     if (why != nullptr) *why = reason;
     return false;
   };
+  const GemmProblem& p = d.problem;
   if constexpr (!blas::kHasAlgoConfig) {
     // hipBLASLt: the kernel is found again among the heuristic's answers by its index.
+    BlasOperation op(p);
     for (const LibraryKernel& k : heuristic_kernels(h, op, workspace_bytes, 256))
       if (k.kernel.algo == kernel.algo) {
         algo = k.algo;
         kernel.workspace_bytes = k.kernel.workspace_bytes;
         return true;
       }
-    return fail(fmt::format("{} offers no solution {} for {}", blas::kLibrary, kernel.algo,
-                            op.problem().describe()));
+    return fail(
+        fmt::format("{} offers no solution {} for {}", blas::kLibrary, kernel.algo, p.describe()));
   } else {
-    const GemmProblem& p = op.problem();
-    if (blas::algo_init(h, op.compute(), blas::kF32, op.operand_type(), op.operand_type(),
-                        op.output_type(), op.output_type(), kernel.algo, &algo) != blas::kSuccess)
+    if (blas::algo_init(h, d.compute, blas::kF32, d.operand, d.operand, d.output, d.output,
+                        kernel.algo, &algo) != blas::kSuccess)
       return fail(fmt::format("{} has no algorithm {} for the types of {}", blas::kLibrary,
                               kernel.algo, p.describe()));
     const std::uint32_t tile = id_of_size(kTiles, kernel.tile_n, kernel.tile_m);
     const std::uint32_t stages = id_of_size(kStages, kernel.tile_k, kernel.stages);
     const std::uint32_t cluster = id_of_size(kClusters, kernel.cluster_n, kernel.cluster_m);
-    if ((tile == 0 && kernel.tile_m != 0) || (stages == 0 && kernel.tile_k != 0) ||
-        (cluster == 0 && kernel.cluster_m != 0))
-      return fail(
-          fmt::format("{} has no id for the configuration {}", blas::kLibrary, kernel.key()));
     const std::pair<blas::AlgoField, std::int64_t> fields[] = {
         {blas::AlgoField::tile, tile},
         {blas::AlgoField::stages, stages},
@@ -349,9 +354,11 @@ bool configure(blas::Handle h, const BlasOperation& op, std::size_t workspace_by
     for (const auto& [field, value] : fields)
       if (blas::algo_set(&algo, field, value) != blas::kSuccess)
         return fail(fmt::format("{} refuses the configuration {}", blas::kLibrary, kernel.key()));
+    if (const std::string back = describe(algo, nullptr).key(); back != kernel.key())
+      return fail(
+          fmt::format("{} holds {} where {} was asked for", blas::kLibrary, back, kernel.key()));
     blas::Heuristic r{};
-    const blas::Status st =
-        blas::algo_check(h, op.desc(), op.la(), op.lb(), op.lc(), op.ld(), algo, &r);
+    const blas::Status st = blas::algo_check(h, d.desc, d.la, d.lb, d.lc, d.ld, algo, &r);
     if (st != blas::kSuccess)
       return fail(fmt::format("{} rejects {} for {}: {}", blas::kLibrary, kernel.key(),
                               p.describe(), blas::status_name(st)));
@@ -380,9 +387,11 @@ KernelCaps kernel_caps(const blas::Algo& algo) {
   if (blas::algo_cap(algo, blas::AlgoCap::split_k, &split) == blas::kSuccess && split != 0 &&
       blas::algo_cap(algo, blas::AlgoCap::reduction_mask, &mask) == blas::kSuccess) {
     const std::vector<SplitReduction> r = split_reductions(mask);
+    // The compute-type scheme keeps the partial sums in fp32 (the output-type one rounds them
+    // to a 16-bit output's type).
     if (!r.empty()) {
       c.max_split_k = 32;
-      c.split_reduction = r.back();
+      c.split_reduction = r.front();
     }
   }
   // The library's A is our B.

@@ -28,6 +28,18 @@
 
 namespace parity::gpu {
 
+// A problem's descriptors as the library takes them, wherever they were built (a BlasOperation,
+// or blas.cpp's cached plans), with the types they were built for.
+struct BlasDescriptors {
+  GemmProblem problem;
+  blas::MatmulDesc desc = nullptr;
+  blas::Layout la = nullptr, lb = nullptr, lc = nullptr, ld = nullptr;
+  blas::ComputeType compute{};
+  blas::DataType operand{}, output{};
+};
+// The compute, operand and output types of a problem (BlasDescriptors' last three fields).
+void blas_types(const GemmProblem& p, BlasDescriptors& d);
+
 // The matmul descriptor and the four layouts of one problem (row-major D = op(A) op(B) read
 // column-major as Dᵀ = op(B)ᵀ op(A)ᵀ: the library's A is our B).
 class BlasOperation {
@@ -48,6 +60,9 @@ class BlasOperation {
   blas::DataType output_type() const { return output_; }
   // Sets the bias pointer (bias epilogues).
   void set_bias(const void* bias) const;
+  BlasDescriptors descriptors() const {
+    return {p_, desc_, la_, lb_, lc_, ld_, compute_, operand_, output_};
+  }
 
  private:
   GemmProblem p_;
@@ -90,8 +105,14 @@ std::vector<LibraryKernel> enumerate_kernels(blas::Handle h, const BlasOperation
 // The library's configuration for a description, checked against the problem: false (with the
 // library's reason in *why) when the library has no such configuration or rejects it here. On
 // success the kernel's workspace and wave count are the check's.
-bool configure(blas::Handle h, const BlasOperation& op, std::size_t workspace_bytes,
+// The configuration read back from the library must name the same fields as the description
+// (an id the tables do not know would otherwise turn silently into the library's default).
+bool configure(blas::Handle h, const BlasDescriptors& d, std::size_t workspace_bytes,
                GemmKernel& kernel, blas::Algo& algo, std::string* why);
+inline bool configure(blas::Handle h, const BlasOperation& op, std::size_t workspace_bytes,
+                      GemmKernel& kernel, blas::Algo& algo, std::string* why) {
+  return configure(h, op.descriptors(), workspace_bytes, kernel, algo, why);
+}
 
 // Runs the product with one configuration: D = A·B (+ beta·D) on stream s.
 blas::Status run_kernel(blas::Handle h, const BlasOperation& op, const blas::Algo& algo,

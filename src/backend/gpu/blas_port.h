@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "backend/gpu/port.h"
 
@@ -177,8 +178,8 @@ inline Status algo_cap(const Algo&, AlgoCap, std::int64_t* v) {
   *v = 0;
   return HIPBLAS_STATUS_NOT_SUPPORTED;
 }
-inline Status algo_cap_list(const Algo&, AlgoCap, std::uint32_t*, int, int* n) {
-  *n = 0;
+inline Status algo_cap_list(const Algo&, AlgoCap, std::vector<std::uint32_t>& ids) {
+  ids.clear();
   return HIPBLAS_STATUS_NOT_SUPPORTED;
 }
 inline Status algo_check(Handle, MatmulDesc, Layout, Layout, Layout, Layout, const Algo&,
@@ -413,16 +414,17 @@ inline Status algo_cap(const Algo& a, AlgoCap c, std::int64_t* v) {
   return st;
 }
 // The tile or stages ids an algorithm accepts (at most `capacity`).
-inline Status algo_cap_list(const Algo& a, AlgoCap c, std::uint32_t* ids, int capacity, int* n) {
+inline Status algo_cap_list(const Algo& a, AlgoCap c, std::vector<std::uint32_t>& ids) {
   const auto attr = c == AlgoCap::tiles ? CUBLASLT_ALGO_CAP_TILE_IDS : CUBLASLT_ALGO_CAP_STAGES_IDS;
   std::size_t need = 0;
-  *n = 0;
+  ids.clear();
   Status st = cublasLtMatmulAlgoCapGetAttribute(&a, attr, nullptr, 0, &need);
   if (st != CUBLAS_STATUS_SUCCESS || need == 0) return st;
-  const std::size_t count = std::min<std::size_t>(need / sizeof(std::uint32_t), capacity);
+  ids.resize(need / sizeof(std::uint32_t));
   std::size_t written = 0;
-  st = cublasLtMatmulAlgoCapGetAttribute(&a, attr, ids, count * sizeof(std::uint32_t), &written);
-  *n = static_cast<int>(written / sizeof(std::uint32_t));
+  st = cublasLtMatmulAlgoCapGetAttribute(&a, attr, ids.data(), ids.size() * sizeof(std::uint32_t),
+                                         &written);
+  ids.resize(st == CUBLAS_STATUS_SUCCESS ? written / sizeof(std::uint32_t) : 0);
   return st;
 }
 inline Status algo_check(Handle h, MatmulDesc d, Layout a, Layout b, Layout c, Layout dd,

@@ -24,16 +24,25 @@ bool narrow_type(GemmType t) {
   return t == GemmType::bf16 || t == GemmType::f16 || t == GemmType::e4m3;
 }
 
-// The kinds of product a training step makes, per operand type: the forward (16-bit output
-// under a 16-bit math, bias fused), the input gradient and the weight gradient (fp32).
+// The kinds of product a training step makes, per operand type (gpu_backend.cpp's products):
+// forwards x · wᵀ with the bias fused, with and without ReLU, or without either (the cross
+// layers' low-rank product), their output in the operands' 16-bit type under a 16-bit math, and
+// in fp32 for the layers whose output stays fp32 (the logits, the dot interaction's input); the
+// input gradient dy · w and the weight gradient dyᵀ · x (fp32).
 std::vector<GemmProblem> kinds(GemmType t) {
   std::vector<GemmProblem> out;
-  GemmProblem f;
-  f.type = t;
-  f.tb = true;
-  f.narrow_output = narrow_type(t);
-  f.epilogue = GemmEpilogue::bias;
-  out.push_back(f);
+  for (const bool narrow : {true, false}) {
+    if (narrow && !narrow_type(t)) continue;
+    for (const GemmEpilogue e : {GemmEpilogue::bias, GemmEpilogue::relu_bias, GemmEpilogue::none}) {
+      if (!narrow && narrow_type(t) && e != GemmEpilogue::bias) continue;
+      GemmProblem f;
+      f.type = t;
+      f.tb = true;
+      f.narrow_output = narrow;
+      f.epilogue = e;
+      out.push_back(f);
+    }
+  }
   if (t == GemmType::e4m3) return out;  // the tensor cores take A · Bᵀ alone
   GemmProblem d;
   d.type = t;
@@ -74,9 +83,14 @@ double time_on(blas::Handle h, const GemmProblem& p, const GemmKernel& kernel, B
   buf.grow(buf.b, static_cast<std::size_t>((p.tb ? p.n : p.k) * p.lead_b() * e), "B", s, p.type, 2);
   buf.grow(buf.d, static_cast<std::size_t>(p.m * p.lead_d() * p.output_bytes()), "D", s,
            p.narrow_output ? GemmType::bf16 : GemmType::f32, 3);
-  buf.grow(buf.bias, static_cast<std::size_t>(p.n * 4), "bias", s, GemmType::f32, 4);
+  // The bias is of the output's type (bf16 for bf16 and fp8 operands, fp16 for fp16).
+  const GemmType bias_type = !p.narrow_output          ? GemmType::f32
+                             : p.type == GemmType::f16 ? GemmType::f16
+                                                       : GemmType::bf16;
+  buf.grow(buf.bias, static_cast<std::size_t>(p.n * 4), "bias", s, bias_type, 4);
   BlasOperation op(p);
-  if (p.epilogue == GemmEpilogue::bias) op.set_bias(buf.bias.data());
+  if (p.epilogue == GemmEpilogue::bias || p.epilogue == GemmEpilogue::relu_bias)
+    op.set_bias(buf.bias.data());
   GemmKernel k = kernel;
   blas::Algo algo{};
   if (!configure(h, op, ws.bytes(), k, algo, nullptr)) return -1.0;
@@ -94,8 +108,10 @@ GemmProblem shaped(GemmProblem p, std::int64_t m, std::int64_t n, std::int64_t k
 
 // The configurations worth keeping: first or within 3% of first, or among the first three, on
 // some shape of a grid (aligned rows, and rows 2 bytes short of alignment).
-std::vector<CatalogKernel> keep_useful(const CatalogGroup& g, double hbm) {
+std::vector<CatalogKernel> keep_useful(const CatalogGroup& g, double reduction_fixed_s,
+                                       double hbm) {
   GemmCatalog one;
+  one.reduction_fixed_s = reduction_fixed_s;
   one.groups.push_back(g);
   std::set<std::string> keep;
   const std::int64_t sizes[] = {64, 256, 1024, 4096, 16384, 65536};
@@ -128,6 +144,8 @@ std::vector<CatalogKernel> keep_useful(const CatalogGroup& g, double hbm) {
 }  // namespace
 
 GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
+  if (!(req.hbm_bytes_per_s > 0))
+    throw Error("measuring the kernel catalog: the device's memory rate must be above 0");
   auto say = [&](const std::string& s) {
     if (req.progress) req.progress(s);
   };
@@ -152,7 +170,8 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
       BlasOperation ref_op(ref);
       Buffers& b = buf;
       b.grow(b.bias, static_cast<std::size_t>(kReference * 4), "bias", s, GemmType::f32, 4);
-      if (ref.epilogue == GemmEpilogue::bias) ref_op.set_bias(b.bias.data());
+      if (ref.epilogue == GemmEpilogue::bias || ref.epilogue == GemmEpilogue::relu_bias)
+        ref_op.set_bias(b.bias.data());
       EnumerateLimits lim;
       lim.max_split_k = 1;
       EnumerateStats st;
@@ -170,7 +189,10 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
         const std::int64_t tk = k.tile_k > 0 ? k.tile_k : kNominalStep;
         const double ref_tiles =
             static_cast<double>(((kReference + tm - 1) / tm) * ((kReference + tn - 1) / tn));
-        const double slots = k.waves > 0 ? std::max(1.0, std::round(ref_tiles / k.waves)) : 1.0;
+        // The wave's size comes from the library's wave count; a configuration without one
+        // cannot be placed on the wave scale and is left out.
+        if (!(k.waves > 0)) continue;
+        const double slots = std::max(1.0, std::round(ref_tiles / k.waves));
         // One wave of tiles, its sides multiples of the cluster's.
         const std::int64_t cm = std::max(k.cluster_m, 1), cn = std::max(k.cluster_n, 1);
         std::int64_t tiles_n =
@@ -207,8 +229,6 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
         ck.fixed_s = std::max(t2 - (ck.tile_s + kLongSteps * ck.kstep_s), 0.0);
         g.kernels.push_back(ck);
       }
-      const std::size_t measured = g.kernels.size();
-      g.kernels = keep_useful(g, req.hbm_bytes_per_s);
       // One split-K reduction's own cost: a one-tile product split in two against the same
       // product of half the depth, less the partial results' traffic (up to 8 configurations).
       for (const CatalogKernel& ck : g.kernels) {
@@ -228,14 +248,17 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
           reductions.push_back(two - half -
                                5.0 * static_cast<double>(tm * tn) * 4.0 / req.hbm_bytes_per_s);
       }
+      if (!reductions.empty()) {
+        std::vector<double> sorted = reductions;
+        std::sort(sorted.begin(), sorted.end());
+        cat.reduction_fixed_s = std::max(sorted[sorted.size() / 2], 0.0);
+      }
+      const std::size_t measured = g.kernels.size();
+      g.kernels = keep_useful(g, cat.reduction_fixed_s, req.hbm_bytes_per_s);
       say(fmt::format("{}: {} configurations accepted of {} checked, {} measured, {} kept",
                       ref.describe(), configs.size(), st.checked, measured, g.kernels.size()));
       cat.groups.push_back(std::move(g));
     }
-  if (!reductions.empty()) {
-    std::sort(reductions.begin(), reductions.end());
-    cat.reduction_fixed_s = std::max(reductions[reductions.size() / 2], 0.0);
-  }
   return cat;
 }
 
