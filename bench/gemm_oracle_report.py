@@ -7,7 +7,9 @@ the problems, the library's accepted configurations per problem (median, largest
 of the enumeration walk and of the heuristic, the heuristic's first answer and the best of its
 answers as a fraction of the best configuration timed (geomean, worst), by problem size (the best
 time under 20 us, under 200 us, longer) and weighted by time (the suite's summed best time over
-its summed time with the heuristic's first answer), and which algorithm ids hold the best times.
+its summed time with the heuristic's first answer), which algorithm ids hold the best times, and,
+for a run with a kernel catalog (gemm_bench --catalog), the model's pick against the best timed,
+its predicted time against the measured, and the selection time.
 
 Usage: python3 bench/gemm_oracle_report.py FILE.jsonl[.gz] [...]
 """
@@ -76,6 +78,23 @@ def report(rows):
                   f"(worst {100 * min(h):.1f}%); time-weighted first {100 * w[0] / w[1]:.1f}%")
         print("  best times held by algorithm id: " +
               ", ".join(f"{a}: {n}" for a, n in wins.most_common()))
+        # With a catalog (gemm_bench --catalog): the model's pick, its predicted time, its speed.
+        picks, errors, selection = [], [], []
+        for r, c in timed:
+            best = min(x["us"] for x in c)
+            pick = [x for x in c if x.get("model_rank") == 0]
+            if pick:
+                picks.append(best / pick[0]["us"])
+                if "predicted_us" in pick[0]:
+                    errors.append(pick[0]["predicted_us"] / pick[0]["us"])
+            if "selection_us" in r:
+                selection.append(r["selection_us"])
+        if picks:
+            err = math.exp(sum(abs(math.log(e)) for e in errors) / len(errors)) - 1 if errors else float("nan")
+            print(f"  the model's pick: {100 * geomean(picks):.1f}% of the best timed (worst "
+                  f"{100 * min(picks):.1f}%) on {len(picks)} problems; predicted time off by "
+                  f"{100 * err:.1f}% (geomean); selection {median(selection):.1f} us median, "
+                  f"{max(selection):.1f} largest")
 
 
 if __name__ == "__main__":
