@@ -5,7 +5,7 @@
 #   PARITY_PREBUILT=build-prebuilt bench/gemm-oracle.sh
 #   TYPES=bf16 EVERY=1 bench/gemm-oracle.sh
 #
-# bench/gemm_bench.cpp over the selection suite (bench/gemm_suite.h: the zoo's products in
+# bench/gemm_bench.cpp over the selection suite (src/select/suite.h: the zoo's products in
 # forward, data-gradient and weight-gradient form at several batches, and random shapes): per
 # problem the library's configurations enumerated, the heuristic's answers and a seeded sample of
 # the rest timed. Writes $OUT/gemm-oracle.jsonl.gz (one JSON object per problem) and the summary

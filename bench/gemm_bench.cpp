@@ -1,4 +1,4 @@
-// The oracle of kernel selection: for every problem of the suite (bench/gemm_suite.h) and each
+// The oracle of kernel selection: for every problem of the suite (src/select/suite.h) and each
 // operand type asked for, the BLAS library's configurations are enumerated (blas_kernels.h),
 // and a sample of them is timed: every answer of the library's heuristic (up to --heuristic),
 // and --sample more drawn at random (seeded) from the accepted rest, or all of them where there
@@ -34,12 +34,12 @@
 #include "backend/gpu/blas_kernels.h"
 #include "backend/gpu/fill.h"
 #include "backend/gpu/runtime.h"
-#include "gemm_suite.h"
 #include "parity/dtype.h"
 #include "parity/error.h"
 #include "parity/perf.h"
 #include "parity/select.h"
 #include "parity/spec.h"
+#include "select/suite.h"
 
 namespace gpu = parity::gpu;
 using parity::GemmKernel;
@@ -62,7 +62,7 @@ struct Options {
   bool list = false;
   std::string catalog;          // a kernel catalog: the model's picks are timed beside the rest
   std::string device = "h200";  // its memory rate is the ranking's floor
-  parity::bench::SuiteOptions suite;
+  parity::SuiteOptions suite;
 };
 
 GemmType parse_type(const std::string& s) {
@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
   try {
     if (o.list) {
       for (GemmType t : o.types)
-        for (const auto& s : parity::bench::gemm_suite(o.models, t, o.suite))
+        for (const auto& s : parity::gemm_suite(o.models, t, o.suite))
           std::printf("%s  %s\n", s.problem.describe().c_str(), s.origin.c_str());
       return 0;
     }
@@ -312,7 +312,7 @@ int main(int argc, char** argv) {
     }
     bool out_of_time = false;
     for (GemmType type : o.types) {
-      const auto suite = parity::bench::gemm_suite(o.models, type, o.suite);
+      const auto suite = parity::gemm_suite(o.models, type, o.suite);
       std::vector<double> first_pct, model_pct, model_err, select_us, rank_corr;
       int model_none = 0;
       int problems = 0, no_kernel = 0, wrong = 0;

@@ -72,7 +72,7 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
   target_link_libraries(attention_bench PRIVATE parity_options parity_backend_gpu parity_spec fmt::fmt)
   # Every kernel configuration of the BLAS library timed over the selection suite (the oracle of
   # kernel selection, bench/gemm-oracle.sh).
-  add_executable(gemm_bench ${PROJECT_SOURCE_DIR}/bench/gemm_bench.cpp ${PROJECT_SOURCE_DIR}/bench/gemm_suite.cpp)
+  add_executable(gemm_bench ${PROJECT_SOURCE_DIR}/bench/gemm_bench.cpp)
   target_link_libraries(gemm_bench PRIVATE parity_options parity_backend_gpu parity_select parity_perf parity_spec
                         nlohmann_json::nlohmann_json)
   target_compile_definitions(gemm_bench PRIVATE PARITY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

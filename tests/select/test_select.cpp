@@ -9,6 +9,7 @@
 
 #include "parity/error.h"
 #include "parity/select.h"
+#include "select/suite.h"
 
 namespace parity {
 namespace {
@@ -258,6 +259,52 @@ TEST(GemmRanking, NothingForAKindTheCatalogDoesNotHold) {
   EXPECT_TRUE(rank_gemm_kernels(p, c, 4e12).empty());
   p = forward(0, 1024, 1024);
   EXPECT_TRUE(rank_gemm_kernels(p, c, 4e12).empty());
+}
+
+// The selection suite: every zoo model's products in their three forms at the three batches, and
+// the random shapes; the same list on every call.
+TEST(GemmSuite, HoldsTheZoosProductsAndRandomShapes) {
+  const std::filesystem::path models = std::filesystem::path(PARITY_SOURCE_DIR) / "configs/models";
+  const auto bf16 = gemm_suite(models, GemmType::bf16, {});
+  EXPECT_GE(bf16.size(), 300u);
+  int forward = 0, dgrad = 0, wgrad = 0, random = 0, unaligned = 0;
+  for (const SuiteProblem& s : bf16) {
+    const GemmProblem& p = s.problem;
+    ASSERT_GT(p.m, 0) << s.origin;
+    ASSERT_GT(p.n, 0) << s.origin;
+    ASSERT_GT(p.k, 0) << s.origin;
+    EXPECT_GE(p.lead_a(), p.ta ? p.m : p.k) << s.origin;
+    EXPECT_GE(p.lead_b(), p.tb ? p.k : p.n) << s.origin;
+    forward += s.origin.ends_with(" forward");
+    dgrad += s.origin.ends_with(" dgrad");
+    wgrad += s.origin.ends_with(" wgrad");
+    random += s.origin.starts_with("random ");
+    unaligned += p.align_a < 16;
+  }
+  EXPECT_GT(forward, 100);
+  EXPECT_GT(dgrad, 100);
+  EXPECT_GT(wgrad, 100);
+  EXPECT_EQ(random, 64);
+  EXPECT_GT(unaligned, 0);
+  // The MLPerf model's DCNv2 product of the measurement is there.
+  bool cross = false;
+  for (const SuiteProblem& s : bf16)
+    cross |= s.problem.m == 65536 && s.problem.n == 3456 && s.problem.k == 512 && !s.problem.ta &&
+             !s.problem.tb;
+  EXPECT_TRUE(cross);
+  // fp8: the forward form alone (A · Bᵀ), fewer problems.
+  const auto fp8 = gemm_suite(models, GemmType::e4m3, {});
+  ASSERT_FALSE(fp8.empty());
+  EXPECT_LT(fp8.size(), bf16.size());
+  for (const SuiteProblem& s : fp8) {
+    EXPECT_FALSE(s.problem.ta) << s.origin;
+    EXPECT_TRUE(s.problem.tb) << s.origin;
+  }
+  const auto again = gemm_suite(models, GemmType::bf16, {});
+  ASSERT_EQ(again.size(), bf16.size());
+  for (std::size_t i = 0; i < bf16.size(); ++i)
+    EXPECT_EQ(again[i].problem.describe() + again[i].origin,
+              bf16[i].problem.describe() + bf16[i].origin);
 }
 
 }  // namespace

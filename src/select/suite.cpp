@@ -1,5 +1,5 @@
-// The kernel-selection benchmark's problems (see gemm_suite.h).
-#include "gemm_suite.h"
+// The kernel-selection suite (see suite.h).
+#include "select/suite.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 
 #include "parity/spec.h"
 
-namespace parity::bench {
+namespace parity {
 namespace {
 
 bool narrow_types(GemmType t) {
@@ -132,4 +132,4 @@ std::vector<SuiteProblem> gemm_suite(const std::filesystem::path& models_dir, Ge
   return out;
 }
 
-}  // namespace parity::bench
+}  // namespace parity

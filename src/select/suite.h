@@ -1,7 +1,7 @@
-// The matrix-product problems the kernel-selection benchmark times (bench/gemm_bench.cpp): every
-// product of the zoo's models in forward, data-gradient and weight-gradient form at several batch
-// sizes (token counts for the HSTU models), and random shapes with awkward sizes and alignments.
-// Host-only, deterministic for a seed.
+// The matrix-product problems kernel selection is judged on (bench/gemm_bench.cpp times them):
+// every product of the zoo's models in forward, data-gradient and weight-gradient form at several
+// batch sizes (token counts for the HSTU models), and random shapes with awkward sizes and
+// alignments. Host-only, deterministic for a seed.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 #include "parity/select.h"
 
-namespace parity::bench {
+namespace parity {
 
 struct SuiteProblem {
   std::string origin;  // "mlperf-dlrmv2 top.0 dgrad b65536", "random 17"
@@ -31,4 +31,4 @@ struct SuiteOptions {
 std::vector<SuiteProblem> gemm_suite(const std::filesystem::path& models_dir, GemmType type,
                                      const SuiteOptions& o);
 
-}  // namespace parity::bench
+}  // namespace parity
