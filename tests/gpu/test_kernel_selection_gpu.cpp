@@ -45,19 +45,31 @@ std::shared_ptr<const GemmCatalog> catalog_of(const std::vector<GemmKernel>& ker
   return c;
 }
 
+// A linear forward's inputs and its CPU reference (ref) with the magnitudes its error is judged
+// against (mag).
+struct LinearCase {
+  Rand rand;
+  HostMat x, w, bias, ref, mag;
+  LinearCase(std::int64_t batch, std::int64_t in, std::int64_t out, std::uint64_t seed)
+      : rand(seed),
+        x(HostMat::random(batch, in, 0, rand)),
+        w(HostMat::random(out, in, 0, rand, -0.5f, 0.5f)),
+        bias(random_vec(out, rand)),
+        ref(batch, out, out),
+        mag(ref.poisoned()) {
+    CpuBackend cpu;
+    cpu.linear_forward(x.cview(), w.cview(), bias.v.data(), Activation::none, ref.view());
+    const HostMat abias = bias.abs();
+    cpu.linear_forward(x.abs().cview(), w.abs().cview(), abias.v.data(), Activation::none,
+                       mag.view());
+  }
+};
+
 TEST(KernelSelectionGpu, EnumeratedConfigurationsComputeTheProduct) {
   PARITY_REQUIRE_GPU();
   const std::int64_t batch = 300, in = 96, out = 200;
-  Rand rand(41);
-  const HostMat x = HostMat::random(batch, in, 0, rand);
-  const HostMat w = HostMat::random(out, in, 0, rand, -0.5f, 0.5f);
-  const HostMat bias = random_vec(out, rand);
-  CpuBackend cpu;
-  HostMat ref(batch, out, out), mag = ref.poisoned();
-  cpu.linear_forward(x.cview(), w.cview(), bias.v.data(), Activation::none, ref.view());
-  const HostMat abias = bias.abs();
-  cpu.linear_forward(x.abs().cview(), w.abs().cview(), abias.v.data(), Activation::none,
-                     mag.view());
+  const LinearCase c(batch, in, out, 41);
+  const HostMat &x = c.x, &w = c.w, &bias = c.bias, &ref = c.ref, &mag = c.mag;
 
   GpuBackend gpu(DenseMath::fp32);
   const DevMat dx(gpu, x), dw(gpu, w), db(gpu, bias);
@@ -98,16 +110,8 @@ TEST(KernelSelectionGpu, EnumeratedConfigurationsComputeTheProduct) {
 TEST(KernelSelectionGpu, TheBackendRunsTheCatalogsChoiceOrFallsBack) {
   PARITY_REQUIRE_GPU();
   const std::int64_t batch = 256, in = 64, out = 128;
-  Rand rand(42);
-  const HostMat x = HostMat::random(batch, in, 0, rand);
-  const HostMat w = HostMat::random(out, in, 0, rand, -0.5f, 0.5f);
-  const HostMat bias = random_vec(out, rand);
-  CpuBackend cpu;
-  HostMat ref(batch, out, out), mag = ref.poisoned();
-  cpu.linear_forward(x.cview(), w.cview(), bias.v.data(), Activation::none, ref.view());
-  const HostMat abias = bias.abs();
-  cpu.linear_forward(x.abs().cview(), w.abs().cview(), abias.v.data(), Activation::none,
-                     mag.view());
+  const LinearCase c(batch, in, out, 42);
+  const HostMat &x = c.x, &w = c.w, &bias = c.bias, &ref = c.ref, &mag = c.mag;
 
   // A configuration the library accepts for this product: the first it enumerates.
   GemmKernel accepted;
