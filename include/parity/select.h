@@ -95,12 +95,26 @@ struct CatalogKernel {
 inline constexpr int kNominalTile = 64;  // the tile of a configuration without one
 inline constexpr int kNominalStep = 32;  // the k step of a configuration without one
 
+// A configuration's tile (m, n) and k step as the formula counts them: its own sizes, or the
+// nominal ones where the library leaves them open.
+struct CountedTile {
+  std::int64_t m, n, k;
+};
+inline CountedTile counted_tile(const GemmKernel& k) {
+  return {k.tile_m > 0 ? k.tile_m : kNominalTile, k.tile_n > 0 ? k.tile_n : kNominalTile,
+          k.tile_k > 0 ? k.tile_k : kNominalStep};
+}
+
 // The configurations measured for one kind of product.
 struct CatalogGroup {
   GemmType type = GemmType::bf16;
   bool ta = false, tb = false, narrow_output = false;
   GemmEpilogue epilogue = GemmEpilogue::none;
   std::vector<CatalogKernel> kernels;
+
+  // The kind as a problem of no size, and the empty group of a problem's kind.
+  GemmProblem kind() const;
+  static CatalogGroup of_kind(const GemmProblem& p);
 };
 
 struct GemmCatalog {

@@ -95,6 +95,26 @@ CatalogKernel read_kernel(const JsonReader& r) {
 
 }  // namespace
 
+GemmProblem CatalogGroup::kind() const {
+  GemmProblem p;
+  p.type = type;
+  p.ta = ta;
+  p.tb = tb;
+  p.narrow_output = narrow_output;
+  p.epilogue = epilogue;
+  return p;
+}
+
+CatalogGroup CatalogGroup::of_kind(const GemmProblem& p) {
+  CatalogGroup g;
+  g.type = p.type;
+  g.ta = p.ta;
+  g.tb = p.tb;
+  g.narrow_output = p.narrow_output;
+  g.epilogue = p.epilogue;
+  return g;
+}
+
 const CatalogGroup* GemmCatalog::group_for(const GemmProblem& p) const {
   for (const CatalogGroup& g : groups)
     if (g.type == p.type && g.ta == p.ta && g.tb == p.tb && g.narrow_output == p.narrow_output &&
@@ -135,13 +155,7 @@ GemmCatalog load_gemm_catalog(const std::filesystem::path& file) {
     cg.epilogue = g.at("epilogue").choice(kEpilogueNames);
     if (cg.narrow_output && (cg.type == GemmType::f32 || cg.type == GemmType::tf32))
       g.at("narrow_output").fail("a 16-bit output needs 16- or 8-bit operands");
-    GemmProblem key;
-    key.type = cg.type;
-    key.ta = cg.ta;
-    key.tb = cg.tb;
-    key.narrow_output = cg.narrow_output;
-    key.epilogue = cg.epilogue;
-    if (c.group_for(key) != nullptr) g.fail("a second group of the same kind");
+    if (c.group_for(cg.kind()) != nullptr) g.fail("a second group of the same kind");
     const JsonReader ks = g.at("kernels");
     for (std::size_t k = 0; k < ks.size(); ++k) cg.kernels.push_back(read_kernel(ks.at(k)));
     c.groups.push_back(std::move(cg));

@@ -47,9 +47,7 @@ std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCa
   for (const CatalogKernel& ck : g->kernels) {
     if (align_a < ck.min_align_a || align_b < ck.min_align_b || align_d < ck.min_align_d) continue;
     const GemmKernel& k = ck.kernel;
-    const std::int64_t tm = k.tile_m > 0 ? k.tile_m : kNominalTile;
-    const std::int64_t tn = k.tile_n > 0 ? k.tile_n : kNominalTile;
-    const std::int64_t tk = k.tile_k > 0 ? k.tile_k : kNominalStep;
+    const auto [tm, tn, tk] = counted_tile(k);
     const double d_tiles = static_cast<double>(ceil_div(p.m, tm) * ceil_div(p.n, tn));
     for (const int split : kSplits) {
       if (split > 1 && (split > ck.max_split_k || p.k / split < std::max(kMinSliceK, tk) ||

@@ -120,12 +120,7 @@ std::vector<CatalogKernel> keep_useful(const CatalogGroup& g, double reduction_f
     for (const std::int64_t n : sizes)
       for (const std::int64_t k : depths)
         for (const bool odd : {false, true}) {
-          GemmProblem p = shaped(GemmProblem{}, m, n, odd ? k + 1 : k);
-          p.type = g.type;
-          p.ta = g.ta;
-          p.tb = g.tb;
-          p.narrow_output = g.narrow_output;
-          p.epilogue = g.epilogue;
+          const GemmProblem p = shaped(g.kind(), m, n, odd ? k + 1 : k);
           const auto r = rank_gemm_kernels(p, one, hbm);
           for (std::size_t i = 0; i < r.size(); ++i) {
             if (i >= 3 && r[i].seconds > 1.03 * r[0].seconds) break;
@@ -176,17 +171,10 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
       lim.max_split_k = 1;
       EnumerateStats st;
       const auto configs = enumerate_kernels(h, ref_op, ws.bytes(), lim, &st);
-      CatalogGroup g;
-      g.type = kind.type;
-      g.ta = kind.ta;
-      g.tb = kind.tb;
-      g.narrow_output = kind.narrow_output;
-      g.epilogue = kind.epilogue;
+      CatalogGroup g = CatalogGroup::of_kind(kind);
       for (const LibraryKernel& lk : configs) {
         const GemmKernel& k = lk.kernel;
-        const std::int64_t tm = k.tile_m > 0 ? k.tile_m : kNominalTile;
-        const std::int64_t tn = k.tile_n > 0 ? k.tile_n : kNominalTile;
-        const std::int64_t tk = k.tile_k > 0 ? k.tile_k : kNominalStep;
+        const auto [tm, tn, tk] = counted_tile(k);
         const double ref_tiles =
             static_cast<double>(((kReference + tm - 1) / tm) * ((kReference + tn - 1) / tn));
         // The wave's size comes from the library's wave count; a configuration without one
@@ -234,9 +222,7 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
       for (const CatalogKernel& ck : g.kernels) {
         if (ck.max_split_k < 2 || reductions.size() >= 8) continue;
         const GemmKernel& k = ck.kernel;
-        const std::int64_t tm = k.tile_m > 0 ? k.tile_m : kNominalTile;
-        const std::int64_t tn = k.tile_n > 0 ? k.tile_n : kNominalTile;
-        const std::int64_t tk = k.tile_k > 0 ? k.tile_k : kNominalStep;
+        const auto [tm, tn, tk] = counted_tile(k);
         GemmKernel split = k;
         split.split_k = 2;
         split.reduction = ck.split_reduction;
