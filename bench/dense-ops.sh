@@ -17,7 +17,8 @@
 #   4. one line per math: the step's dense ops in all, measured, roofline, predicted, PyTorch
 # Environment: MODEL (default configs/models/mlperf-dlrmv2.yaml), BATCH (default the model's
 # batch_size), MATHS (default bf16; any of bf16 tf32 fp32), DEVICE (the predictions' device,
-# default h200), BENCH_REPS (default 30), BENCH_ARGS (more dense_bench flags), SKIP_TESTS,
+# default h200), BENCH_REPS (default 30), BENCH_ARGS (more dense_bench flags: --gemm-catalog FILE
+# also times the step with the kernel catalog's choices against the heuristic's), SKIP_TESTS,
 # SKIP_TORCH, BENCH_TIMEOUT (default 240 s per math), TORCH_TIMEOUT (default 240 s per math),
 # TESTS and TEST_TIMEOUT (for scripts/gpu-tests.sh).
 set -uo pipefail

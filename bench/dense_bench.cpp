@@ -14,6 +14,10 @@
 //   measured / predicted;
 // - each elementwise pass alone through its op header (dense_passes.cpp): the bytes it must
 //   move over its time, against the copy rate.
+// - with --gemm-catalog FILE (parity calibrate's kernel catalog), the step's ops again through a
+//   backend whose products take the catalog ranking's choices, in --ab-rounds alternating rounds
+//   of (library heuristic, catalog) on fresh backends, each op's fastest round of each kept: the
+//   ops side by side, and the sums over the ops with matrix products.
 // Method: the median of --reps calls (device events around each) after --warmup calls (at least
 // one per input set); every op's inputs are random and non-zero (the counter-based GPU fill) and
 // rotate among sets that together exceed the L2 cache three times (at least 2 sets).
@@ -28,8 +32,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -37,6 +43,7 @@
 #include "dense_bench.h"
 #include "parity/error.h"
 #include "parity/perf.h"
+#include "parity/select.h"
 
 namespace fs = std::filesystem;
 namespace pb = parity::bench;
@@ -49,13 +56,15 @@ constexpr const char* kUsage =
     "usage: dense_bench [--model YAML|NAME] [--batch N] [--math bf16|tf32|fp32]\n"
     "                   [--device KEY|YAML] [--configs DIR] [--reps N] [--warmup N]\n"
     "                   [--product-size N] [--no-passes] [--results FILE] [--dump FILE]\n"
-    "                   [--check-on-cpu]\n"
+    "                   [--check-on-cpu] [--gemm-catalog FILE] [--ab-rounds N]\n"
     "Times every dense op of a training step (and each elementwise pass alone) on this GPU beside\n"
     "the measured copy and product rates and the performance model's prediction for --device\n"
     "(default h200). Defaults: configs/models/mlperf-dlrmv2.yaml at its batch_size, bf16, 30 reps\n"
     "after 5 warm-up calls, 8192^3 product. Exit 77 where no GPU is present.\n"
     "--check-on-cpu runs each op of the step once on the CPU backend (default batch 16) in the\n"
-    "storage types the GPU would use: a check of the benchmark itself, no measurement.\n";
+    "storage types the GPU would use: a check of the benchmark itself, no measurement.\n"
+    "--gemm-catalog FILE also times the step's ops with the catalog's kernel choices, alternating\n"
+    "--ab-rounds (default 2) rounds with the library heuristic's, each op's fastest kept.\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -101,6 +110,10 @@ bool parse(int argc, char** argv, pb::Options& o) {
       o.product_size = parse_int(a, v, 64, 32768);
     else if (a == "--results")
       o.results = v;
+    else if (a == "--gemm-catalog")
+      o.gemm_catalog = v;
+    else if (a == "--ab-rounds")
+      o.ab_rounds = static_cast<int>(parse_int(a, v, 1, 10));
     else if (a == "--dump")
       o.dump = v;
     else if (a == "--math") {
@@ -131,6 +144,8 @@ struct Host {
   parity::Calibration calibration;
   std::int64_t batch = 0;
   std::vector<parity::OpCost> predicted;
+  std::shared_ptr<const parity::GemmCatalog> catalog;  // --gemm-catalog
+  double catalog_hbm_bytes_per_s = 0;                  // the ranking's memory floor
 };
 
 fs::path configs_dir(const pb::Options& o) {
@@ -160,6 +175,11 @@ Host load(const pb::Options& o) {
   h.device = parity::find_device(o.device, h.configs / "devices");
   h.calibration = parity::calibration_for(h.device, h.configs);
   h.predicted = parity::dense_op_costs(h.model, h.batch, o.math, h.device, h.calibration);
+  if (!o.gemm_catalog.empty()) {
+    h.catalog =
+        std::make_shared<const parity::GemmCatalog>(parity::load_gemm_catalog(o.gemm_catalog));
+    h.catalog_hbm_bytes_per_s = h.device.hbm_bandwidth.value * h.calibration.hbm_efficiency;
+  }
   return h;
 }
 
@@ -199,10 +219,19 @@ pb::Ceilings measure_ceilings(parity::GpuBackend& be, const pb::Options& o) {
   return c;
 }
 
+// The step's ops with the library heuristic's kernels and with the catalog's, each op's fastest
+// round of each.
+struct AbResult {
+  int rounds = 0;
+  std::vector<pb::OpResult> heuristic, catalog;
+  std::int64_t chosen = 0, fell_back = 0;  // the catalog backend's products, last round
+};
+
 struct Run {
   pb::Ceilings ceilings;
   std::vector<pb::OpResult> ops;
   std::vector<pb::PassResult> passes;
+  AbResult ab;
 };
 
 // Sums over the ops: measured, roofline and predicted milliseconds.
@@ -263,6 +292,20 @@ void write_results(const pb::Options& o, const Host& h, const Run& r) {
   }
   for (const pb::PassResult& p : r.passes)
     passes.push_back({{"name", p.name}, {"ms", p.ms}, {"bytes", p.bytes}, {"sets", p.sets}});
+  nlohmann::json ab = nullptr;
+  if (r.ab.rounds > 0) {
+    nlohmann::json abops = nlohmann::json::array();
+    for (std::size_t i = 0; i < r.ab.heuristic.size() && i < r.ab.catalog.size(); ++i)
+      abops.push_back({{"name", r.ab.heuristic[i].name},
+                       {"flops", r.ab.heuristic[i].flops},
+                       {"heuristic_ms", r.ab.heuristic[i].ms},
+                       {"catalog_ms", r.ab.catalog[i].ms}});
+    ab = {{"catalog", o.gemm_catalog},
+          {"rounds", r.ab.rounds},
+          {"catalog_choices", r.ab.chosen},
+          {"catalog_fallbacks", r.ab.fell_back},
+          {"ops", abops}};
+  }
   nlohmann::json totals = nlohmann::json::object();
   for (const auto& [key, s] : sums(r))
     totals[key] = {{"ms", s.ms}, {"roofline_ms", s.roofline_ms}, {"predicted_ms", s.predicted_ms}};
@@ -282,7 +325,8 @@ void write_results(const pb::Options& o, const Host& h, const Run& r) {
                          {"product_ms", r.ceilings.product_ms},
                          {"ops", ops},
                          {"passes", passes},
-                         {"totals", totals}});
+                         {"totals", totals},
+                         {"gemm_catalog_ab", ab}});
 }
 
 void write_dump(const pb::Options& o, const Host& h, const pb::StepShapes& sh, const Run& r) {
@@ -342,6 +386,61 @@ int check_on_cpu(const pb::Options& o, const Host& h) {
   return unpredicted == 0 ? 0 : 1;
 }
 
+// Each op's fastest time over the rounds so far.
+void keep_fastest(std::vector<pb::OpResult>& best, std::vector<pb::OpResult> now) {
+  if (best.empty()) {
+    best = std::move(now);
+    return;
+  }
+  for (std::size_t i = 0; i < best.size() && i < now.size(); ++i)
+    best[i].ms = std::min(best[i].ms, now[i].ms);
+}
+
+// The step's ops on fresh backends, alternating the library heuristic's kernels and the
+// catalog's, so that drift in the GPU's clocks falls on both alike.
+AbResult measure_ab(const pb::Options& o, const Host& h, const pb::StepShapes& sh,
+                    const pb::Ceilings& c) {
+  AbResult ab;
+  ab.rounds = o.ab_rounds;
+  const parity::gpu::Stream fill;
+  for (int round = 1; round <= o.ab_rounds; ++round) {
+    fmt::print("\nround {} of {}: the library heuristic's kernels\n", round, o.ab_rounds);
+    pb::print_op_header();
+    {
+      parity::GpuBackend be(o.math);
+      keep_fastest(ab.heuristic, pb::measure_step(be, o, sh, h.predicted, c, &fill));
+    }
+    fmt::print("\nround {} of {}: the kernel catalog's choices ({})\n", round, o.ab_rounds,
+               o.gemm_catalog);
+    pb::print_op_header();
+    {
+      parity::GpuBackend be(o.math);
+      be.use_gemm_catalog(h.catalog, h.catalog_hbm_bytes_per_s);
+      keep_fastest(ab.catalog, pb::measure_step(be, o, sh, h.predicted, c, &fill));
+      std::tie(ab.chosen, ab.fell_back) = be.gemm_catalog_counts();
+    }
+  }
+  fmt::print(
+      "\nkernel choices, the fastest of {} rounds each ({} products from the catalog, {} "
+      "from the heuristic)\n",
+      o.ab_rounds, ab.chosen, ab.fell_back);
+  fmt::print("{:<20} {:>12} {:>12} {:>9}\n", "op", "heuristic ms", "catalog ms", "speed-up");
+  double h_all = 0, c_all = 0, h_mm = 0, c_mm = 0;
+  for (std::size_t i = 0; i < ab.heuristic.size() && i < ab.catalog.size(); ++i) {
+    const pb::OpResult &x = ab.heuristic[i], &y = ab.catalog[i];
+    fmt::print("{:<20} {:12.3f} {:12.3f} {:9.3f}\n", x.name, x.ms, y.ms, x.ms / y.ms);
+    h_all += x.ms;
+    c_all += y.ms;
+    if (x.flops > 0) {
+      h_mm += x.ms;
+      c_mm += y.ms;
+    }
+  }
+  fmt::print("{:<20} {:12.3f} {:12.3f} {:9.3f}\n", "ops with products", h_mm, c_mm, h_mm / c_mm);
+  fmt::print("{:<20} {:12.3f} {:12.3f} {:9.3f}\n", "all dense ops", h_all, c_all, h_all / c_all);
+  return ab;
+}
+
 void run(const pb::Options& o, const Host& h, Run& r) {
   parity::GpuBackend be(o.math);
   const pb::StepShapes sh(h.model, h.batch, be.activation_dtype());
@@ -371,6 +470,7 @@ void run(const pb::Options& o, const Host& h, Run& r) {
   print_sums(r);
   if (o.passes) r.passes = pb::measure_passes(be, o, sh, h.model, c);
   write_dump(o, h, sh, r);
+  if (h.catalog != nullptr) r.ab = measure_ab(o, h, sh, c);
 }
 
 }  // namespace

@@ -29,6 +29,8 @@ struct Options {
   std::int64_t product_size = 8192;  // the product ceiling's m = n = k
   bool passes = true;                // also the elementwise passes alone
   bool check_on_cpu = false;         // each step op once on the CPU backend, no measurement
+  std::string gemm_catalog;          // a kernel catalog: the step's ops also with its choices, A/B
+  int ab_rounds = 2;  // with a catalog: rounds of (library heuristic, catalog) timings
 };
 
 // One layer of an MLP as the engine lays it out (src/engine/layout.cpp).

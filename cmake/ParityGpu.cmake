@@ -81,7 +81,7 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
                  ${PROJECT_SOURCE_DIR}/bench/dense_inputs.cpp ${PROJECT_SOURCE_DIR}/bench/dense_step.cpp
                  ${PROJECT_SOURCE_DIR}/bench/dense_passes.cpp)
   target_link_libraries(dense_bench PRIVATE parity_options parity_backend_gpu parity_backend_cpu parity_spec
-                        parity_plan parity_perf nlohmann_json::nlohmann_json)
+                        parity_plan parity_perf parity_select nlohmann_json::nlohmann_json)
   target_compile_definitions(dense_bench PRIVATE PARITY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   target_include_directories(dense_bench PRIVATE ${PROJECT_SOURCE_DIR}/bench)
   if(PARITY_BUILD_TESTS)

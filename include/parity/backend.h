@@ -504,11 +504,12 @@ std::string detect_gpu();
 
 // Measures the BLAS library's kernel catalog (parity/select.h) on this machine's GPU for the
 // operand types asked for (`parity calibrate --kernels`); `device` is the spec's name written into
-// it, hbm_bytes_per_s the device's achieved memory rate. InputError where the build has no GPU
-// backend.
-GemmCatalog measure_gemm_catalog_here(const std::vector<GemmType>& types, const std::string& device,
-                                      double hbm_bytes_per_s,
-                                      const std::function<void(const std::string&)>& progress);
+// it, hbm_bytes_per_s the device's achieved memory rate; `measured`, where set, receives every
+// configuration timed (kept or not) with its runs. InputError where the build has no GPU backend.
+GemmCatalog measure_gemm_catalog_here(
+    const std::vector<GemmType>& types, const std::string& device, double hbm_bytes_per_s,
+    const std::function<void(const std::string&)>& progress,
+    const std::function<void(const MeasuredKernel&)>& measured = {});
 
 // RAII buffer in a backend's memory.
 class Buffer {

@@ -78,11 +78,12 @@ struct GemmKernel {
 // One library configuration as `parity calibrate` measured it on a device (split_k 1: split-K
 // variants are derived from it). Its time on a problem is
 //   t = fixed_s + waves · (tile_s + K · kstep_s)
-// with tiles = ceil(m / tile_m) · ceil(n / tile_n) · split, waves = ceil(tiles / slots) and
-// K = ceil(ceil(k / split) / tile_k) (a size the library leaves open counts as kNominalTile /
-// kNominalStep), plus, split over s slices, reduction_fixed_s and the s partial fp32 results
-// written and read back with the output; never under fixed_s plus the operands and the output
-// moved once at the HBM rate.
+// with K = ceil(ceil(k / split) / tile_k) k steps and waves = catalog_waves(tiles, slots, P)
+// over tiles = catalog_tiles(m, n) · split (a size the library leaves open counts as
+// kNominalTile / kNominalStep), plus, split over s slices, reduction_fixed_s and the s partial
+// fp32 results written and read back with the output; never under fixed_s plus the operands and
+// the output moved once at the HBM rate, nor under fixed_s plus its FLOPs at the kind's measured
+// peak rate, nor under the catalog's call_s (the cheapest call of the library measured).
 struct CatalogKernel {
   GemmKernel kernel;
   int max_split_k = 1;  // 1: the configuration has no split-K form
@@ -105,11 +106,22 @@ inline CountedTile counted_tile(const GemmKernel& k) {
           k.tile_k > 0 ? k.tile_k : kNominalStep};
 }
 
+// The tiles of D a configuration launches for an m x n output: each side's tile count rounded
+// up to a whole number of thread-block clusters (a cluster is scheduled whole).
+double catalog_tiles(const GemmKernel& k, std::int64_t m, std::int64_t n);
+
+// The waves `tiles` take on a device of P multiprocessors that holds `slots` tiles at once. Where
+// several tiles share a multiprocessor (slots > P), a last, partial wave costs what its fullest
+// multiprocessor holds: waves = ceil(tiles / P) · P / slots; otherwise ceil(tiles / slots).
+double catalog_waves(double tiles, double slots, int multiprocessors);
+
 // The configurations measured for one kind of product.
 struct CatalogGroup {
   GemmType type = GemmType::bf16;
   bool ta = false, tb = false, narrow_output = false;
   GemmEpilogue epilogue = GemmEpilogue::none;
+  // The fastest rate (2·m·n·k FLOP/s) any configuration of the kind reached when measured.
+  double peak_flops_per_s = 0;
   std::vector<CatalogKernel> kernels;
 
   // The kind as a problem of no size, and the empty group of a problem's kind.
@@ -122,13 +134,52 @@ struct GemmCatalog {
   std::string device;   // the device spec's name, e.g. "h200"
   std::string library;  // "cuBLASLt", "hipBLASLt"
   std::int64_t library_version = 0;
+  int multiprocessors = 0;       // of the GPU measured
   std::string measured;          // when and with what command
   double reduction_fixed_s = 0;  // one split-K reduction's own cost
+  // The time of the cheapest product the library runs (a 16 x 16 x 16 one, back to back): the
+  // host's and the launch's share of every call, which no configuration's fit may undercut.
+  double call_s = 0;
   std::vector<CatalogGroup> groups;
 
   // The group for a problem's kind; nullptr if none was measured.
   const CatalogGroup* group_for(const GemmProblem& p) const;
 };
+
+// One timed run of a configuration, as the catalog's formula counts it: `waves` waves of tiles of
+// `steps` k steps each took `seconds`.
+struct CostSample {
+  double waves = 0, steps = 0, seconds = 0;
+};
+struct CostFit {
+  double fixed_s = 0, tile_s = 0, kstep_s = 0;
+  double rms_relative_error = 0;  // of the fitted times against the samples
+};
+// One configuration as calibration measured it: every timed run with its problem's shape, the
+// fitted constants, and whether the catalog kept it. Written by `parity calibrate --samples` so
+// that other forms of the model can be tried on the same runs without a GPU.
+struct MeasuredKernel {
+  GemmProblem kind;  // the kind of product (no size)
+  CatalogKernel kernel;
+  std::vector<GemmProblem> shapes;  // the problem of each run, as samples
+  std::vector<CostSample> samples;
+  double rms_relative_error = 0;
+  bool kept = false;
+};
+
+// The constants of t = fixed + waves · (tile + steps · kstep), none negative, that fit the
+// samples best in relative error (least squares over every subset of the three held at 0).
+// Throws Error on fewer than three samples or a time not above 0.
+CostFit fit_kernel_costs(const std::vector<CostSample>& samples);
+
+// The configurations of a group worth keeping: those that rank first, within 3% of first, or
+// among the first three on some shape of a grid (m and n 64 to 65,536, k 64 to 32,768, each a
+// multiple of 64 or 1, 2 or 4 elements past one, so that rows of every alignment are asked),
+// ranked without the cheapest call's floor (which would tie every configuration of a small shape).
+std::vector<CatalogKernel> useful_kernels(const GemmCatalog& c, const CatalogGroup& g,
+                                          double hbm_bytes_per_s);
+// Keeps the useful configurations of every group (parity calibrate, after measuring).
+void prune_gemm_catalog(GemmCatalog& c, double hbm_bytes_per_s);
 
 // Reads and checks a catalog: every field present, of its type, finite and in range; a bad one
 // is an InputError naming the file and the field (groups[2].kernels[5].kstep_s).
@@ -139,6 +190,10 @@ void save_gemm_catalog(const GemmCatalog& c, const std::filesystem::path& file);
 // The bytes of alignment a problem's operand offers: the smaller of its address's and its rows'
 // (leading dimension times element size).
 int operand_alignment(int address_alignment, std::int64_t lead, int element_bytes);
+// The same for a stored [rows, cols] operand: where its rows never stride (one row, or one
+// column packed as a vector), only its address counts.
+int operand_alignment(int address_alignment, std::int64_t rows, std::int64_t cols,
+                      std::int64_t lead, int element_bytes);
 
 struct KernelEstimate {
   GemmKernel kernel;  // with its split-K
@@ -146,10 +201,10 @@ struct KernelEstimate {
   double waves = 0;
 };
 
-// Every catalog configuration that can run the problem (alignment, split-K depth), with its
-// predicted time, fastest first; ties broken by the configuration's fields, so the order is the
-// same on every run and every rank. Empty when the catalog has no group for the problem's kind.
-// hbm_bytes_per_s: the device's achieved memory rate (the floor of every product).
+// Every catalog configuration that can run the problem (alignment), each at its fastest split-K
+// depth, with its predicted time, fastest first; ties broken by the configuration's fields, so the
+// order is the same on every run and every rank. Empty when the catalog has no group for the
+// problem's kind. hbm_bytes_per_s: the device's achieved memory rate (the floor of every product).
 std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCatalog& c,
                                               double hbm_bytes_per_s);
 

@@ -54,16 +54,18 @@ std::string detect_gpu() {
 
 GemmCatalog measure_gemm_catalog_here(const std::vector<GemmType>& types, const std::string& device,
                                       double hbm_bytes_per_s,
-                                      const std::function<void(const std::string&)>& progress) {
+                                      const std::function<void(const std::string&)>& progress,
+                                      const std::function<void(const MeasuredKernel&)>& measured) {
 #if defined(PARITY_WITH_GPU_BACKEND)
   gpu::GemmCalibrationRequest r;
   r.types = types;
   r.device = device;
   r.hbm_bytes_per_s = hbm_bytes_per_s;
   r.progress = progress;
+  r.measured = measured;
   return gpu::measure_gemm_catalog(r);
 #else
-  (void)types, (void)device, (void)hbm_bytes_per_s, (void)progress;
+  (void)types, (void)device, (void)hbm_bytes_per_s, (void)progress, (void)measured;
   throw InputError(
       "measuring the kernel catalog needs a GPU: this build has no GPU backend (build with "
       "-DPARITY_BACKENDS=\"cpu;cuda\")");

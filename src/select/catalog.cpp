@@ -15,7 +15,7 @@ namespace {
 using nlohmann::ordered_json;
 using json = nlohmann::json;
 
-constexpr const char* kFormat = "parity-gemm-catalog-1";
+constexpr const char* kFormat = "parity-gemm-catalog-3";
 
 struct TypeName {
   std::string_view name;
@@ -133,20 +133,23 @@ GemmCatalog load_gemm_catalog(const std::filesystem::path& file) {
     throw InputError(fmt::format("{}: not JSON: {}", origin, e.what()));
   }
   const JsonReader r(j, "", origin);
-  r.only({"format", "device", "library", "library_version", "measured", "reduction_fixed_s",
-          "groups"});
+  r.only({"format", "device", "library", "library_version", "multiprocessors", "measured",
+          "reduction_fixed_s", "call_s", "groups"});
   if (r.at("format").str() != kFormat) r.at("format").fail(fmt::format("expected '{}'", kFormat));
   GemmCatalog c;
   c.source_file = origin;
   c.device = r.at("device").str();
   c.library = r.at("library").str();
   c.library_version = r.at("library_version").integer(0, std::int64_t{1} << 40);
+  c.multiprocessors = static_cast<int>(r.at("multiprocessors").integer(1, 1 << 16));
   c.measured = r.at("measured").str();
   c.reduction_fixed_s = r.at("reduction_fixed_s").number();
+  c.call_s = r.at("call_s").number();
+  if (!(c.call_s >= 0 && c.call_s < 1)) r.at("call_s").fail("expected seconds in [0, 1)");
   const JsonReader groups = r.at("groups");
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const JsonReader g = groups.at(i);
-    g.only({"type", "ta", "tb", "narrow_output", "epilogue", "kernels"});
+    g.only({"type", "ta", "tb", "narrow_output", "epilogue", "peak_flops_per_s", "kernels"});
     CatalogGroup cg;
     cg.type = g.at("type").choice(kTypeNames);
     cg.ta = g.at("ta").boolean();
@@ -156,6 +159,8 @@ GemmCatalog load_gemm_catalog(const std::filesystem::path& file) {
     if (cg.narrow_output && (cg.type == GemmType::f32 || cg.type == GemmType::tf32))
       g.at("narrow_output").fail("a 16-bit output needs 16- or 8-bit operands");
     if (c.group_for(cg.kind()) != nullptr) g.fail("a second group of the same kind");
+    cg.peak_flops_per_s = g.at("peak_flops_per_s").number();
+    if (!(cg.peak_flops_per_s > 0)) g.at("peak_flops_per_s").fail("expected a rate above 0");
     const JsonReader ks = g.at("kernels");
     for (std::size_t k = 0; k < ks.size(); ++k) cg.kernels.push_back(read_kernel(ks.at(k)));
     c.groups.push_back(std::move(cg));
@@ -169,8 +174,10 @@ void save_gemm_catalog(const GemmCatalog& c, const std::filesystem::path& file) 
   j["device"] = c.device;
   j["library"] = c.library;
   j["library_version"] = c.library_version;
+  j["multiprocessors"] = c.multiprocessors;
   j["measured"] = c.measured;
   j["reduction_fixed_s"] = c.reduction_fixed_s;
+  j["call_s"] = c.call_s;
   j["groups"] = ordered_json::array();
   for (const CatalogGroup& g : c.groups) {
     ordered_json gj;
@@ -179,6 +186,7 @@ void save_gemm_catalog(const GemmCatalog& c, const std::filesystem::path& file) 
     gj["tb"] = g.tb;
     gj["narrow_output"] = g.narrow_output;
     gj["epilogue"] = name_of(kEpilogueNames, g.epilogue);
+    gj["peak_flops_per_s"] = g.peak_flops_per_s;
     gj["kernels"] = ordered_json::array();
     for (const CatalogKernel& k : g.kernels) {
       const GemmKernel& x = k.kernel;
@@ -202,7 +210,24 @@ void save_gemm_catalog(const GemmCatalog& c, const std::filesystem::path& file) 
     }
     j["groups"].push_back(std::move(gj));
   }
-  const std::string text = j.dump(1) + "\n";
+  // One configuration a line: the file holds thousands, and stays readable and diffable.
+  std::string text = "{\n";
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "groups") continue;
+    text += fmt::format(" \"{}\": {},\n", it.key(), it.value().dump());
+  }
+  text += " \"groups\": [";
+  for (std::size_t gi = 0; gi < j["groups"].size(); ++gi) {
+    const ordered_json& gj = j["groups"][gi];
+    text += gi ? ",\n  {" : "\n  {";
+    for (auto it = gj.begin(); it != gj.end(); ++it)
+      if (it.key() != "kernels") text += fmt::format("\"{}\": {}, ", it.key(), it.value().dump());
+    text += "\"kernels\": [";
+    for (std::size_t ki = 0; ki < gj["kernels"].size(); ++ki)
+      text += (ki ? ",\n   " : "\n   ") + gj["kernels"][ki].dump();
+    text += "]}";
+  }
+  text += "\n ]\n}\n";
   AtomicFile out(file, "kernel catalog");
   out.write(text.data(), text.size());
   out.commit();

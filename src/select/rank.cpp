@@ -26,8 +26,27 @@ int largest_power_of_two_dividing(std::int64_t v) {
 
 }  // namespace
 
+double catalog_tiles(const GemmKernel& k, std::int64_t m, std::int64_t n) {
+  const auto [tm, tn, tk] = counted_tile(k);
+  const std::int64_t cm = std::max(k.cluster_m, 1), cn = std::max(k.cluster_n, 1);
+  return static_cast<double>(ceil_div(ceil_div(m, tm), cm) * cm) *
+         static_cast<double>(ceil_div(ceil_div(n, tn), cn) * cn);
+}
+
+double catalog_waves(double tiles, double slots, int multiprocessors) {
+  const double p = multiprocessors;
+  if (p > 0 && slots > p) return std::ceil(tiles / p) * p / slots;
+  return std::ceil(tiles / slots);
+}
+
 int operand_alignment(int address_alignment, std::int64_t lead, int element_bytes) {
   return std::min(address_alignment, largest_power_of_two_dividing(lead * element_bytes));
+}
+
+int operand_alignment(int address_alignment, std::int64_t rows, std::int64_t cols,
+                      std::int64_t lead, int element_bytes) {
+  if (rows == 1 || (cols == 1 && lead == 1)) return address_alignment;
+  return operand_alignment(address_alignment, lead, element_bytes);
 }
 
 std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCatalog& c,
@@ -38,34 +57,48 @@ std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCa
   const CatalogGroup* g = c.group_for(p);
   if (g == nullptr || p.m <= 0 || p.n <= 0 || p.k <= 0) return out;
   const int e = gemm_operand_bytes(p.type);
-  const int align_a = operand_alignment(p.align_a, p.lead_a(), e);
-  const int align_b = operand_alignment(p.align_b, p.lead_b(), e);
-  const int align_d = operand_alignment(p.align_d, p.lead_d(), p.output_bytes());
+  // A and B as stored: [k, m] or [m, k], [n, k] or [k, n].
+  const int align_a =
+      operand_alignment(p.align_a, p.ta ? p.k : p.m, p.ta ? p.m : p.k, p.lead_a(), e);
+  const int align_b =
+      operand_alignment(p.align_b, p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.lead_b(), e);
+  const int align_d = operand_alignment(p.align_d, p.m, p.n, p.lead_d(), p.output_bytes());
   const double mn = static_cast<double>(p.m) * static_cast<double>(p.n);
   const double once =
       (static_cast<double>(p.m) * p.k + static_cast<double>(p.k) * p.n) * e + mn * p.output_bytes();
+  // The kind's measured peak bounds every configuration (a catalog made in code may have none).
+  const double compute_floor =
+      g->peak_flops_per_s > 0 ? 2.0 * mn * static_cast<double>(p.k) / g->peak_flops_per_s : 0.0;
   for (const CatalogKernel& ck : g->kernels) {
     if (align_a < ck.min_align_a || align_b < ck.min_align_b || align_d < ck.min_align_d) continue;
     const GemmKernel& k = ck.kernel;
-    const auto [tm, tn, tk] = counted_tile(k);
-    const double d_tiles = static_cast<double>(ceil_div(p.m, tm) * ceil_div(p.n, tn));
+    const std::int64_t tk = counted_tile(k).k;
+    const double d_tiles = catalog_tiles(k, p.m, p.n);
+    // The configuration's fastest split (the first on equal times): one entry a configuration.
+    double best_t = 0, best_waves = 0;
+    int best_split = 0;
     for (const int split : kSplits) {
       if (split > 1 && (split > ck.max_split_k || p.k / split < std::max(kMinSliceK, tk) ||
                         d_tiles >= 2 * ck.slots))
         break;
-      const double waves = std::ceil(d_tiles * split / ck.slots);
+      const double waves = catalog_waves(d_tiles * split, ck.slots, c.multiprocessors);
       const double steps = static_cast<double>(ceil_div(ceil_div(p.k, split), tk));
       double t = ck.fixed_s + waves * (ck.tile_s + steps * ck.kstep_s);
       if (split > 1) t += c.reduction_fixed_s + (2.0 * split + 1.0) * mn * 4.0 / hbm_bytes_per_s;
-      t = std::max(t, ck.fixed_s + once / hbm_bytes_per_s);
-      KernelEstimate est;
-      est.kernel = k;
-      est.kernel.split_k = split;
-      est.kernel.reduction = split > 1 ? ck.split_reduction : SplitReduction::none;
-      est.seconds = t;
-      est.waves = waves;
-      out.push_back(std::move(est));
+      t = std::max({t, ck.fixed_s + once / hbm_bytes_per_s, ck.fixed_s + compute_floor, c.call_s});
+      if (best_split == 0 || t < best_t) {
+        best_t = t;
+        best_waves = waves;
+        best_split = split;
+      }
     }
+    KernelEstimate est;
+    est.kernel = k;
+    est.kernel.split_k = best_split;
+    est.kernel.reduction = best_split > 1 ? ck.split_reduction : SplitReduction::none;
+    est.seconds = best_t;
+    est.waves = best_waves;
+    out.push_back(std::move(est));
   }
   // Fastest first; equal times in the order of the configurations' fields.
   const auto fields = [](const GemmKernel& k) {

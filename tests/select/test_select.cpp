@@ -32,13 +32,16 @@ GemmCatalog small_catalog() {
   c.device = "h200";
   c.library = "cuBLASLt";
   c.library_version = 130100;
+  c.multiprocessors = 132;
   c.measured = "a test";
   c.reduction_fixed_s = 3e-6;
+  c.call_s = 5e-6;
   CatalogGroup g;
   g.type = GemmType::bf16;
   g.tb = true;
   g.narrow_output = true;
   g.epilogue = GemmEpilogue::bias;
+  g.peak_flops_per_s = 1e15;  // above what the kernels below reach: the formula decides
   g.kernels.push_back(make_kernel(66, 128, 256, 6e-6, 1e-6, 0.5e-6));
   CatalogKernel small = make_kernel(24, 64, 64, 5e-6, 0.2e-6, 0.05e-6);
   small.max_split_k = 16;
@@ -95,7 +98,10 @@ TEST(GemmCatalogFile, RoundTripsExactly) {
   ASSERT_EQ(back.groups.size(), 1u);
   ASSERT_EQ(back.groups[0].kernels.size(), 2u);
   EXPECT_EQ(back.library_version, 130100);
+  EXPECT_EQ(back.multiprocessors, 132);
   EXPECT_EQ(back.reduction_fixed_s, 3e-6);
+  EXPECT_EQ(back.call_s, 5e-6);
+  EXPECT_EQ(back.groups[0].peak_flops_per_s, 1e15);
   for (std::size_t i = 0; i < 2; ++i) {
     const CatalogKernel& a = c.groups[0].kernels[i];
     const CatalogKernel& b = back.groups[0].kernels[i];
@@ -145,18 +151,22 @@ void expect_refused(const std::string& from, const std::string& to, const std::s
 }
 
 TEST(GemmCatalogFile, RefusesBadFieldsByName) {
-  expect_refused("\"fixed_s\": 6e-06", "\"fixed_s\": -6e-06",
+  expect_refused("\"fixed_s\":6e-06", "\"fixed_s\":-6e-06",
                  "'groups[0].kernels[0].fixed_s': expected a finite number >= 0");
-  expect_refused("\"slots\": 132.0", "\"slots\": 0.5", "'groups[0].kernels[0].slots'");
+  expect_refused("\"slots\":132.0", "\"slots\":0.5", "'groups[0].kernels[0].slots'");
   expect_refused("\"type\": \"bf16\"", "\"type\": \"bf17\"", "'groups[0].type': expected one of");
   expect_refused("\"swizzle\"", "\"swizzel\"", "unknown field");
-  expect_refused("\"format\": \"parity-gemm-catalog-1\"", "\"format\": \"other\"", "'format'");
-  expect_refused("\"split_reduction\": \"compute_type\"", "\"split_reduction\": \"none\"",
+  expect_refused("\"peak_flops_per_s\": 1e+15", "\"peak_flops_per_s\": 0",
+                 "'groups[0].peak_flops_per_s': expected a rate above 0");
+  expect_refused("\"format\": \"parity-gemm-catalog-3\"", "\"format\": \"other\"", "'format'");
+  expect_refused("\"split_reduction\":\"compute_type\"", "\"split_reduction\":\"none\"",
                  "needs its reduction");
   expect_refused("\"library_version\": 130100,", "", "'library_version': missing");
-  expect_refused("\"split_reduction\": \"compute_type\"", "\"split_reduction\": \"in_place\"",
+  expect_refused("\"multiprocessors\": 132", "\"multiprocessors\": 0", "'multiprocessors'");
+  expect_refused("\"call_s\": 5e-06", "\"call_s\": 2", "'call_s': expected seconds");
+  expect_refused("\"split_reduction\":\"compute_type\"", "\"split_reduction\":\"in_place\"",
                  "not deterministic");
-  expect_refused("\"tile\": [", "\"tile\": [1, ", "expected [m, n]");
+  expect_refused("\"tile\":[", "\"tile\":[1,", "expected [m, n]");
 }
 
 TEST(GemmCatalogFile, RefusesAFileThatIsNotJson) {
@@ -195,18 +205,28 @@ TEST(GemmRanking, FollowsTheFormula) {
 TEST(GemmRanking, SplitsLongKWhereTheTilesLeaveTheDeviceIdle) {
   const GemmCatalog c = small_catalog();
   // 256 x 256 x 65536: 16 tiles of 64x64, far under a wave; k long enough for every split.
-  const auto r = rank_gemm_kernels(forward(256, 256, 65536), c, 4e12);
-  int splits = 0;
-  for (const auto& e : r)
-    if (e.kernel.algo == 24 && e.kernel.split_k > 1) {
-      ++splits;
-      EXPECT_EQ(e.kernel.reduction, SplitReduction::compute_type);
-      EXPECT_LE(e.kernel.split_k, 16);
-    }
-  EXPECT_EQ(splits, 7);  // 2, 3, 4, 6, 8, 12, 16
-  // The best is a split one: 1,024 steps of one tile are the whole time unsplit.
+  // A memory rate high enough that moving the operands once does not bind.
+  const double hbm = 4e15;
+  const auto r = rank_gemm_kernels(forward(256, 256, 65536), c, hbm);
+  ASSERT_EQ(r.size(), 2u);  // one entry a configuration, at its fastest split
+  // The best is a split one: 1,024 steps of one tile are the whole time unsplit. Its depth is the
+  // fastest of 2 ... 16 (its limit) by the formula.
   EXPECT_EQ(r[0].kernel.algo, 24);
-  EXPECT_GT(r[0].kernel.split_k, 1);
+  EXPECT_EQ(r[0].kernel.reduction, SplitReduction::compute_type);
+  double best = 1e30;
+  int best_split = 0;
+  for (const int s : {1, 2, 3, 4, 6, 8, 12, 16}) {
+    const double waves = std::ceil(16.0 * s / 132);
+    const double steps = std::ceil(std::ceil(65536.0 / s) / 64);
+    double t = 5e-6 + waves * (0.2e-6 + steps * 0.05e-6);
+    if (s > 1) t += 3e-6 + (2.0 * s + 1.0) * 256 * 256 * 4 / hbm;
+    const double once = (256.0 * 65536 + 65536.0 * 256) * 2 + 256.0 * 256 * 2;
+    t = std::max({t, 5e-6 + once / hbm, 5e-6 + 2.0 * 256 * 256 * 65536 / 1e15, 5e-6});
+    if (t < best) best = t, best_split = s;
+  }
+  EXPECT_EQ(r[0].kernel.split_k, best_split);
+  EXPECT_GT(best_split, 1);
+  EXPECT_NEAR(r[0].seconds, best, 1e-15);
 }
 
 TEST(GemmRanking, LeavesOutWhatTheAlignmentForbids) {
@@ -218,6 +238,11 @@ TEST(GemmRanking, LeavesOutWhatTheAlignmentForbids) {
   EXPECT_EQ(operand_alignment(256, 1741, 2), 2);
   EXPECT_EQ(operand_alignment(256, 1024, 2), 256);
   EXPECT_EQ(operand_alignment(4, 1024, 2), 4);
+  // A vector's rows never stride: a single row, or a single column packed.
+  EXPECT_EQ(operand_alignment(256, 1, 1741, 1741, 2), 256);
+  EXPECT_EQ(operand_alignment(256, 65536, 1, 1, 2), 256);
+  EXPECT_EQ(operand_alignment(256, 65536, 1, 3, 2), 2);  // a strided column
+  EXPECT_EQ(operand_alignment(256, 8, 1741, 1741, 2), 2);
 }
 
 TEST(GemmRanking, NeverFasterThanMovingTheOperandsOnce) {
@@ -225,11 +250,96 @@ TEST(GemmRanking, NeverFasterThanMovingTheOperandsOnce) {
   c.groups[0].kernels.resize(1);
   c.groups[0].kernels[0].kstep_s = 1e-12;  // a kernel that computes for free
   c.groups[0].kernels[0].tile_s = 1e-12;
+  c.groups[0].peak_flops_per_s = 1e18;  // so that the memory floor binds
   const GemmProblem p = forward(65536, 4096, 4096);
   const double bytes = (65536.0 * 4096 + 4096.0 * 4096) * 2 + 65536.0 * 4096 * 2;
   const auto r = rank_gemm_kernels(p, c, 4e12);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_DOUBLE_EQ(r[0].seconds, 6e-6 + bytes / 4e12);
+}
+
+TEST(GemmRanking, CountsWholeClustersOfTiles) {
+  GemmKernel k;
+  k.tile_m = 192;
+  k.tile_n = 80;
+  EXPECT_DOUBLE_EQ(catalog_tiles(k, 3456, 512), 18.0 * 7);  // 18 x 6.4 tiles
+  k.cluster_n = 2;
+  EXPECT_DOUBLE_EQ(catalog_tiles(k, 3456, 512), 18.0 * 8);  // 7 columns make 4 clusters
+  k.cluster_m = 4;
+  EXPECT_DOUBLE_EQ(catalog_tiles(k, 3456, 512), 20.0 * 8);
+  GemmKernel open;  // sizes the library leaves open count as the nominal tile
+  EXPECT_DOUBLE_EQ(catalog_tiles(open, 65, 64), 2.0);
+}
+
+TEST(GemmRanking, APartialWaveOfSharedMultiprocessorsCostsItsFullestOne) {
+  // Four tiles a multiprocessor on 132: 100 tiles leave each at most one, a quarter wave.
+  EXPECT_DOUBLE_EQ(catalog_waves(100, 528, 132), 0.25);
+  EXPECT_DOUBLE_EQ(catalog_waves(528, 528, 132), 1.0);
+  EXPECT_DOUBLE_EQ(catalog_waves(529, 528, 132), 1.25);
+  // One tile a multiprocessor, or no multiprocessor count: whole waves.
+  EXPECT_DOUBLE_EQ(catalog_waves(133, 132, 132), 2.0);
+  EXPECT_DOUBLE_EQ(catalog_waves(100, 528, 0), 1.0);
+}
+
+TEST(GemmCatalogPrune, DropsWhatNeverRanksNearTheFirst) {
+  GemmCatalog c = small_catalog();
+  CatalogGroup& g = c.groups[0];
+  g.kernels[1].min_align_a = g.kernels[1].min_align_b = 0;
+  g.kernels.push_back(make_kernel(66, 128, 128, 6e-6, 0.8e-6, 0.3e-6));
+  CatalogKernel slow = g.kernels[0];  // the first configuration at ten times its costs
+  slow.kernel.custom = 1;
+  slow.fixed_s *= 10;
+  slow.tile_s *= 10;
+  slow.kstep_s *= 10;
+  g.kernels.push_back(slow);
+  c.call_s = 1.0;  // a floor that ties everything must not keep everything
+  prune_gemm_catalog(c, 4e12);
+  ASSERT_EQ(c.groups[0].kernels.size(), 3u);
+  for (const CatalogKernel& k : c.groups[0].kernels) EXPECT_EQ(k.kernel.custom, 0);
+}
+
+TEST(GemmRanking, NeverFasterThanTheCheapestCall) {
+  GemmCatalog c = small_catalog();
+  c.groups[0].kernels.resize(1);
+  c.groups[0].kernels[0].fixed_s = 0;  // a fit that put all of a small run's time in its tiles
+  c.call_s = 7e-6;
+  const auto r = rank_gemm_kernels(forward(16, 16, 16), c, 4e12);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_DOUBLE_EQ(r[0].seconds, 7e-6);
+}
+
+TEST(GemmRanking, NeverFasterThanTheKindsMeasuredPeak) {
+  GemmCatalog c = small_catalog();
+  c.groups[0].kernels.resize(1);
+  c.groups[0].peak_flops_per_s = 5e14;
+  const GemmProblem p = forward(16384, 8192, 8192);
+  const auto r = rank_gemm_kernels(p, c, 4e12);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_DOUBLE_EQ(r[0].seconds, 6e-6 + 2.0 * 16384 * 8192 * 8192 / 5e14);
+}
+
+TEST(GemmCostFit, RecoversTheConstantsOfExactTimes) {
+  const double fixed = 4e-6, tile = 2e-6, kstep = 3e-8;
+  std::vector<CostSample> s;
+  for (const double w : {1.0, 2.0, 3.0})
+    for (const double k : {4.0, 256.0, 1024.0}) s.push_back({w, k, fixed + w * (tile + k * kstep)});
+  const CostFit f = fit_kernel_costs(s);
+  EXPECT_NEAR(f.fixed_s, fixed, 1e-12);
+  EXPECT_NEAR(f.tile_s, tile, 1e-12);
+  EXPECT_NEAR(f.kstep_s, kstep, 1e-15);
+  EXPECT_LT(f.rms_relative_error, 1e-9);
+}
+
+TEST(GemmCostFit, HoldsAConstantAtZeroRatherThanNegative) {
+  // Times that the unconstrained fit explains with a negative fixed cost.
+  const std::vector<CostSample> s = {{1, 4, 1e-6}, {1, 1024, 41e-6}, {2, 1024, 84e-6}};
+  const CostFit f = fit_kernel_costs(s);
+  EXPECT_GE(f.fixed_s, 0.0);
+  EXPECT_GE(f.tile_s, 0.0);
+  EXPECT_GT(f.kstep_s, 0.0);
+  EXPECT_LT(f.rms_relative_error, 0.2);
+  EXPECT_THROW((void)fit_kernel_costs({{1, 4, 1e-6}, {1, 8, 2e-6}}), Error);
+  EXPECT_THROW((void)fit_kernel_costs({{1, 4, 1e-6}, {1, 8, 0}, {2, 8, 3e-6}}), Error);
 }
 
 TEST(GemmRanking, TiesGoTheSameWayWhateverTheCatalogOrder) {

@@ -2,7 +2,9 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +23,8 @@ struct CalibrateArgs {
   std::string device;
   std::string types = "bf16,fp16,tf32,fp32,fp8";
   std::string out;
+  std::string samples;
+  std::string prune;
 };
 
 GemmType parse_gemm_type(const std::string& s) {
@@ -54,8 +58,30 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--types", args->types, "Operand types, comma-separated")->capture_default_str();
   cmd->add_option("--out", args->out,
                   "Catalog file to write (default configs/calibration/DEVICE-gemm.json)");
+  cmd->add_option("--prune", args->prune,
+                  "Measure nothing: read this catalog, keep the configurations the ranking can "
+                  "prefer (as calibration does after measuring) and write it to --out (default: "
+                  "the same file). Needs no GPU")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--samples", args->samples,
+                  "Also write every configuration timed, kept or not, with its runs (shape, waves, "
+                  "k steps, seconds) and fitted costs, one JSON object a line");
   cmd->callback([args] {
     const DeviceSpec dev = find_device(args->device, configs_dir() / "devices");
+    if (!args->prune.empty()) {
+      GemmCatalog c = load_gemm_catalog(args->prune);
+      const double hbm =
+          dev.hbm_bandwidth.value * calibration_for(dev, configs_dir()).hbm_efficiency;
+      std::size_t before = 0, after = 0;
+      for (const auto& g : c.groups) before += g.kernels.size();
+      prune_gemm_catalog(c, hbm);
+      for (const auto& g : c.groups) after += g.kernels.size();
+      c.measured += fmt::format("; pruned by parity calibrate --prune on {}", today());
+      const std::string out = args->out.empty() ? args->prune : args->out;
+      save_gemm_catalog(c, out);
+      fmt::print("wrote {}: {} of {} configurations kept\n", out, after, before);
+      return;
+    }
     std::vector<GemmType> types;
     std::size_t b = 0;
     while (b <= args->types.size()) {
@@ -72,11 +98,38 @@ void add_calibrate_command(CLI::App& app) {
     const Calibration cal = calibration_for(dev, configs_dir());
     const double hbm = dev.hbm_bandwidth.value * cal.hbm_efficiency;
     fmt::print("parity calibrate: {} (spec {}), operand types {}\n", gpu, dev.name, args->types);
+    std::ofstream samples;
+    if (!args->samples.empty()) {
+      samples.open(args->samples);
+      if (!samples) throw InputError(fmt::format("--samples: cannot write '{}'", args->samples));
+    }
     const auto started = std::chrono::steady_clock::now();
-    GemmCatalog c = measure_gemm_catalog_here(types, dev.name, hbm, [](const std::string& line) {
-      fmt::print("  {}\n", line);
-      std::fflush(stdout);
-    });
+    GemmCatalog c = measure_gemm_catalog_here(
+        types, dev.name, hbm,
+        [](const std::string& line) {
+          fmt::print("  {}\n", line);
+          std::fflush(stdout);
+        },
+        [&](const MeasuredKernel& m) {
+          if (!samples.is_open()) return;
+          const CatalogKernel& k = m.kernel;
+          samples << fmt::format(
+              R"({{"kind":"{}","key":"{}","tile":[{},{}],"k_step":{},"stages":{},)"
+              R"("cluster":[{},{}],"slots":{},"fixed_s":{:.6e},"tile_s":{:.6e},"kstep_s":{:.6e},)"
+              R"("rms":{:.4f},"kept":{},"runs":[)",
+              m.kind.describe(), k.kernel.key(), k.kernel.tile_m, k.kernel.tile_n, k.kernel.tile_k,
+              k.kernel.stages, k.kernel.cluster_m, k.kernel.cluster_n, k.slots, k.fixed_s, k.tile_s,
+              k.kstep_s, m.rms_relative_error, m.kept);
+          for (std::size_t i = 0; i < m.samples.size(); ++i)
+            samples << fmt::format("{}[{},{},{},{},{},{:.6e}]", i ? "," : "", m.shapes[i].m,
+                                   m.shapes[i].n, m.shapes[i].k, m.samples[i].waves,
+                                   m.samples[i].steps, m.samples[i].seconds);
+          samples << "]}\n";
+        });
+    if (samples.is_open()) {
+      samples.close();
+      if (!samples) throw InputError(fmt::format("--samples: writing '{}' failed", args->samples));
+    }
     c.measured = fmt::format("{} on {} by parity calibrate --device {} --types {}", today(), gpu,
                              args->device, args->types);
     const std::string out =

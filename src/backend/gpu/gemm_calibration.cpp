@@ -19,6 +19,10 @@ namespace {
 
 constexpr std::int64_t kReference = 4096;  // the reference problem's m, n and k
 constexpr int kShortSteps = 4, kLongSteps = 64;
+constexpr int kDeepestSteps = 8192;                   // the most k steps of a calibration run
+constexpr double kLongRunS = 40e-6;                   // a long run's time at least, where it can
+constexpr double kOperandBytesCap = 1.5 * (1 << 30);  // A and B of one run at most
+constexpr int kMostWaves = 3;
 
 bool narrow_type(GemmType t) {
   return t == GemmType::bf16 || t == GemmType::f16 || t == GemmType::e4m3;
@@ -106,34 +110,34 @@ GemmProblem shaped(GemmProblem p, std::int64_t m, std::int64_t n, std::int64_t k
   return p;
 }
 
-// The configurations worth keeping: first or within 3% of first, or among the first three, on
-// some shape of a grid (aligned rows, and rows 2 bytes short of alignment).
-std::vector<CatalogKernel> keep_useful(const CatalogGroup& g, double reduction_fixed_s,
-                                       double hbm) {
-  GemmCatalog one;
-  one.reduction_fixed_s = reduction_fixed_s;
-  one.groups.push_back(g);
-  std::set<std::string> keep;
-  const std::int64_t sizes[] = {64, 256, 1024, 4096, 16384, 65536};
-  const std::int64_t depths[] = {64, 512, 4096, 32768};
+// The library's heuristic answers for a grid of shapes of the kind (every alignment a row can
+// have), split-K taken off, that the walk did not find: the heuristic knows configurations that
+// the algorithms' capability lists do not name (tiles, clusters, custom options). Each is kept
+// where the library accepts it for the reference problem, with that check's wave count.
+void add_heuristic_answers(blas::Handle h, const GemmProblem& kind, const BlasOperation& ref_op,
+                           const void* bias, std::size_t workspace_bytes,
+                           std::vector<LibraryKernel>& configs) {
+  std::set<std::string> have;
+  for (const LibraryKernel& k : configs) have.insert(k.kernel.key());
+  const std::int64_t sizes[] = {64, 512, 4096, 32768};
+  const std::int64_t depths[] = {64, 1024, 16384};
   for (const std::int64_t m : sizes)
     for (const std::int64_t n : sizes)
       for (const std::int64_t k : depths)
-        for (const bool odd : {false, true}) {
-          const GemmProblem p = shaped(g.kind(), m, n, odd ? k + 1 : k);
-          const auto r = rank_gemm_kernels(p, one, hbm);
-          for (std::size_t i = 0; i < r.size(); ++i) {
-            if (i >= 3 && r[i].seconds > 1.03 * r[0].seconds) break;
-            GemmKernel base = r[i].kernel;
+        for (const std::int64_t past : {0, 1, 2, 4}) {
+          BlasOperation op(shaped(kind, m + past, n + past, k + past));
+          if (kind.epilogue == GemmEpilogue::bias || kind.epilogue == GemmEpilogue::relu_bias)
+            op.set_bias(bias);
+          for (const LibraryKernel& answer : heuristic_kernels(h, op, workspace_bytes, 32)) {
+            GemmKernel base = answer.kernel;
             base.split_k = 1;
             base.reduction = SplitReduction::none;
-            keep.insert(base.key());
+            if (!have.insert(base.key()).second) continue;
+            blas::Algo algo{};
+            if (configure(h, ref_op, workspace_bytes, base, algo, nullptr))
+              configs.push_back({base, algo});
           }
         }
-  std::vector<CatalogKernel> out;
-  for (const CatalogKernel& k : g.kernels)
-    if (keep.count(k.kernel.key())) out.push_back(k);
-  return out;
 }
 
 }  // namespace
@@ -148,6 +152,7 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
   cat.device = req.device;
   cat.library = blas::kLibrary;
   cat.library_version = static_cast<std::int64_t>(blas_library_version());
+  cat.multiprocessors = device_info().multiprocessor_count;
   Stream stream;
   const Stream_t s = stream.get();
   blas::Handle h = nullptr;
@@ -170,11 +175,32 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
       EnumerateLimits lim;
       lim.max_split_k = 1;
       EnumerateStats st;
-      const auto configs = enumerate_kernels(h, ref_op, ws.bytes(), lim, &st);
+      // The cheapest call: a 16 x 16 x 16 product of the kind with the heuristic's first
+      // configuration that runs (the smallest over the kinds).
+      {
+        const GemmProblem tiny = shaped(kind, 16, 16, 16);
+        BlasOperation tiny_op(tiny);
+        if (tiny.epilogue == GemmEpilogue::bias || tiny.epilogue == GemmEpilogue::relu_bias)
+          tiny_op.set_bias(b.bias.data());
+        for (const LibraryKernel& answer : heuristic_kernels(h, tiny_op, ws.bytes(), 8)) {
+          const double t = time_on(h, tiny, answer.kernel, b, ws, s, req.target_ms);
+          if (t <= 0) continue;
+          cat.call_s = cat.call_s > 0 ? std::min(cat.call_s, t) : t;
+          break;
+        }
+      }
+      std::vector<LibraryKernel> configs = enumerate_kernels(h, ref_op, ws.bytes(), lim, &st);
+      const std::size_t walked = configs.size();
+      add_heuristic_answers(h, kind, ref_op, b.bias.data(), ws.bytes(), configs);
       CatalogGroup g = CatalogGroup::of_kind(kind);
+      double peak = 0;
+      std::vector<double> fit_errors;
+      std::vector<MeasuredKernel> runs;  // for req.measured
       for (const LibraryKernel& lk : configs) {
         const GemmKernel& k = lk.kernel;
-        const auto [tm, tn, tk] = counted_tile(k);
+        // Plain copies (lambdas below capture them).
+        const CountedTile counted = counted_tile(k);
+        const std::int64_t tm = counted.m, tn = counted.n, tk = counted.k;
         const double ref_tiles =
             static_cast<double>(((kReference + tm - 1) / tm) * ((kReference + tn - 1) / tn));
         // The wave's size comes from the library's wave count; a configuration without one
@@ -183,22 +209,56 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
         const double slots = std::max(1.0, std::round(ref_tiles / k.waves));
         // One wave of tiles, its sides multiples of the cluster's.
         const std::int64_t cm = std::max(k.cluster_m, 1), cn = std::max(k.cluster_n, 1);
-        std::int64_t tiles_n =
+        const std::int64_t tiles_n =
             std::max<std::int64_t>(cn, static_cast<std::int64_t>(std::sqrt(slots)) / cn * cn);
-        std::int64_t tiles_m =
+        const std::int64_t tiles_m =
             std::max<std::int64_t>(cm, static_cast<std::int64_t>(slots) / tiles_n / cm * cm);
-        const double t1 = time_on(h, shaped(kind, tiles_m * tm, tiles_n * tn, kShortSteps * tk), k,
-                                  b, ws, s, req.target_ms);
-        const double t2 = time_on(h, shaped(kind, tiles_m * tm, tiles_n * tn, kLongSteps * tk), k,
-                                  b, ws, s, req.target_ms);
-        // Two waves: twice the rows where a whole wave was formed, else a wave's worth more.
-        const double wave_tiles = static_cast<double>(tiles_m * tiles_n);
-        const std::int64_t rows2 = static_cast<std::int64_t>(std::ceil(
-                                       (wave_tiles + slots) / static_cast<double>(tiles_n) / cm)) *
-                                   cm;
-        const double t3 = time_on(h, shaped(kind, rows2 * tm, tiles_n * tn, kLongSteps * tk), k, b,
-                                  ws, s, req.target_ms);
-        if (t1 <= 0 || t2 <= 0 || t3 <= 0) continue;
+        // The rows of tiles that make `waves` waves: the wave's rows times waves, rounded up to
+        // the cluster.
+        const auto rows_for = [&](int waves) {
+          const double tiles = std::max(static_cast<double>(tiles_m * tiles_n), waves * slots);
+          return static_cast<std::int64_t>(
+                     std::ceil(tiles / static_cast<double>(tiles_n) / static_cast<double>(cm))) *
+                 cm;
+        };
+        std::vector<CostSample> samples;
+        std::vector<GemmProblem> shapes;
+        bool refused = false;
+        const auto sample = [&](int waves, std::int64_t steps) {
+          if (refused) return 0.0;
+          const std::int64_t rows = waves == 1 ? tiles_m : rows_for(waves);
+          const GemmProblem p = shaped(kind, rows * tm, tiles_n * tn, steps * tk);
+          const double t = time_on(h, p, k, b, ws, s, req.target_ms);
+          if (t <= 0) {
+            refused = true;
+            return 0.0;
+          }
+          const double counted =
+              catalog_waves(catalog_tiles(k, p.m, p.n), slots, cat.multiprocessors);
+          samples.push_back({counted, static_cast<double>(steps), t});
+          shapes.push_back(p);
+          peak = std::max(peak, 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) *
+                                    static_cast<double>(p.k) / t);
+          return t;
+        };
+        // The long depth: enough k steps that they, not the fixed costs, fill the time, within
+        // the operands' memory cap.
+        const double probe = sample(1, kLongSteps);
+        std::int64_t long_steps = kLongSteps;
+        const double operand_row_bytes =
+            static_cast<double>(rows_for(kMostWaves) * tm + tiles_n * tn) * tk *
+            gemm_operand_bytes(kind.type);
+        while (probe > 0 && long_steps < kDeepestSteps &&
+               probe * static_cast<double>(long_steps) / kLongSteps < kLongRunS &&
+               2.0 * static_cast<double>(long_steps) * operand_row_bytes <= kOperandBytesCap)
+          long_steps *= 2;
+        (void)sample(1, kShortSteps);
+        if (long_steps > kLongSteps) (void)sample(1, long_steps);
+        (void)sample(2, long_steps);
+        (void)sample(kMostWaves, std::max<std::int64_t>(kShortSteps, long_steps / 4));
+        (void)sample(2, kShortSteps);
+        if (refused) continue;
+        const CostFit fit = fit_kernel_costs(samples);
         CatalogKernel ck;
         ck.kernel = k;
         ck.kernel.waves = 0;
@@ -210,11 +270,13 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
         ck.min_align_b = caps.min_align_b;
         ck.min_align_d = caps.min_align_d;
         ck.slots = slots;
-        ck.kstep_s = std::max((t2 - t1) / (kLongSteps - kShortSteps), 1e-12);
-        const double waves2 = std::ceil(static_cast<double>(rows2 * tiles_n) / slots);
-        const double per_wave = (t3 - t2) / std::max(waves2 - 1.0, 1.0);
-        ck.tile_s = std::max(per_wave - kLongSteps * ck.kstep_s, 0.0);
-        ck.fixed_s = std::max(t2 - (ck.tile_s + kLongSteps * ck.kstep_s), 0.0);
+        ck.fixed_s = fit.fixed_s;
+        ck.tile_s = fit.tile_s;
+        ck.kstep_s = fit.kstep_s;
+        fit_errors.push_back(fit.rms_relative_error);
+        if (req.measured)
+          runs.push_back(
+              {kind, ck, std::move(shapes), std::move(samples), fit.rms_relative_error, false});
         g.kernels.push_back(ck);
       }
       // One split-K reduction's own cost: a one-tile product split in two against the same
@@ -240,10 +302,28 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
         cat.reduction_fixed_s = std::max(sorted[sorted.size() / 2], 0.0);
       }
       const std::size_t measured = g.kernels.size();
-      g.kernels = keep_useful(g, cat.reduction_fixed_s, req.hbm_bytes_per_s);
-      say(fmt::format("{}: {} configurations accepted of {} checked, {} measured, {} kept",
-                      ref.describe(), configs.size(), st.checked, measured, g.kernels.size()));
-      cat.groups.push_back(std::move(g));
+      g.peak_flops_per_s = peak;
+      g.kernels = useful_kernels(cat, g, req.hbm_bytes_per_s);
+      if (req.measured) {
+        std::set<std::string> kept;
+        for (const CatalogKernel& ck : g.kernels) kept.insert(ck.kernel.key());
+        for (MeasuredKernel& m : runs) {
+          m.kept = kept.count(m.kernel.kernel.key()) > 0;
+          req.measured(m);
+        }
+      }
+      std::sort(fit_errors.begin(), fit_errors.end());
+      say(fmt::format(
+          "{}: {} configurations accepted of {} checked, {} more from the library's heuristic, "
+          "{} measured (their formula's rms error on the runs: median {:.1f}%, 90th percentile "
+          "{:.1f}%), {} kept; peak {:.1f} TFLOP/s",
+          ref.describe(), walked, st.checked, configs.size() - walked, measured,
+          fit_errors.empty() ? 0.0 : 100 * fit_errors[fit_errors.size() / 2],
+          fit_errors.empty() ? 0.0 : 100 * fit_errors[fit_errors.size() * 9 / 10], g.kernels.size(),
+          peak / 1e12));
+      // A kind the library has no configuration for (fp8 with a wide output and a bias) stays
+      // out: its products take the library's heuristic.
+      if (!g.kernels.empty()) cat.groups.push_back(std::move(g));
     }
   return cat;
 }

@@ -30,6 +30,7 @@ struct GemmCalibrationRequest {
   double hbm_bytes_per_s = 0;  // the device's achieved memory rate (the ranking's floor)
   double target_ms = 0.5;      // timing of one run: back-to-back runs filling this
   std::function<void(const std::string&)> progress;
+  std::function<void(const MeasuredKernel&)> measured;  // every configuration timed, kept or not
 };
 
 // Measures the catalog on the current GPU. Throws GpuError where no GPU is present.
