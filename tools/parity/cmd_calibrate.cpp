@@ -48,9 +48,9 @@ void add_calibrate_command(CLI::App& app) {
       "calibrate",
       "Measure on this machine's GPU the kernel catalog the kernel selection ranks: every\n"
       "configuration of the BLAS library for the forward, input-gradient and weight-gradient\n"
-      "products of each operand type, timed on three shapes that give its fixed, per-tile and\n"
-      "per-k-step costs (docs/perf/kernel-selection.md). Takes a few minutes; needs a GPU "
-      "build.\n\n"
+      "products of each operand type, timed on six shapes to which its fixed, per-tile and\n"
+      "per-k-step costs are fitted (docs/perf/kernel-selection.md). Takes a few minutes; needs a "
+      "GPU build (--prune needs none).\n\n"
       "Example:\n  parity calibrate --device h200 --out configs/calibration/h200-gemm.json");
   cmd->add_option("--device", args->device,
                   "Device catalog key (configs/devices) or YAML file of the GPU measured")

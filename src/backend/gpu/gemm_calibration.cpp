@@ -58,6 +58,12 @@ std::vector<GemmProblem> kinds(GemmType t) {
   return out;
 }
 
+// Points a bias epilogue's operation at the bias buffer.
+void bias_for(const BlasOperation& op, const void* bias) {
+  const GemmEpilogue e = op.problem().epilogue;
+  if (e == GemmEpilogue::bias || e == GemmEpilogue::relu_bias) op.set_bias(bias);
+}
+
 DType fill_type(GemmType t) {
   return t == GemmType::bf16 ? DType::bf16 : t == GemmType::f16 ? DType::f16 : DType::f32;
 }
@@ -93,8 +99,7 @@ double time_on(blas::Handle h, const GemmProblem& p, const GemmKernel& kernel, B
                                                        : GemmType::bf16;
   buf.grow(buf.bias, static_cast<std::size_t>(p.n * 4), "bias", s, bias_type, 4);
   BlasOperation op(p);
-  if (p.epilogue == GemmEpilogue::bias || p.epilogue == GemmEpilogue::relu_bias)
-    op.set_bias(buf.bias.data());
+  bias_for(op, buf.bias.data());
   GemmKernel k = kernel;
   blas::Algo algo{};
   if (!configure(h, op, ws.bytes(), k, algo, nullptr)) return -1.0;
@@ -126,8 +131,7 @@ void add_heuristic_answers(blas::Handle h, const GemmProblem& kind, const BlasOp
       for (const std::int64_t k : depths)
         for (const std::int64_t past : {0, 1, 2, 4}) {
           BlasOperation op(shaped(kind, m + past, n + past, k + past));
-          if (kind.epilogue == GemmEpilogue::bias || kind.epilogue == GemmEpilogue::relu_bias)
-            op.set_bias(bias);
+          bias_for(op, bias);
           for (const LibraryKernel& answer : heuristic_kernels(h, op, workspace_bytes, 32)) {
             GemmKernel base = answer.kernel;
             base.split_k = 1;
@@ -170,8 +174,7 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
       BlasOperation ref_op(ref);
       Buffers& b = buf;
       b.grow(b.bias, static_cast<std::size_t>(kReference * 4), "bias", s, GemmType::f32, 4);
-      if (ref.epilogue == GemmEpilogue::bias || ref.epilogue == GemmEpilogue::relu_bias)
-        ref_op.set_bias(b.bias.data());
+      bias_for(ref_op, b.bias.data());
       EnumerateLimits lim;
       lim.max_split_k = 1;
       EnumerateStats st;
@@ -180,8 +183,7 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
       {
         const GemmProblem tiny = shaped(kind, 16, 16, 16);
         BlasOperation tiny_op(tiny);
-        if (tiny.epilogue == GemmEpilogue::bias || tiny.epilogue == GemmEpilogue::relu_bias)
-          tiny_op.set_bias(b.bias.data());
+        bias_for(tiny_op, b.bias.data());
         for (const LibraryKernel& answer : heuristic_kernels(h, tiny_op, ws.bytes(), 8)) {
           const double t = time_on(h, tiny, answer.kernel, b, ws, s, req.target_ms);
           if (t <= 0) continue;

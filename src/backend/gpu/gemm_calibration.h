@@ -1,17 +1,23 @@
 // Measuring the kernel catalog (parity/select.h) on this machine's GPU: every configuration the
-// library accepts for each kind of product, timed on three shapes that separate its costs.
+// library offers for each kind of product, timed on a few shapes that separate its costs.
 //
 // Why it is built this way:
 // - The selection model composes a configuration's time on any shape from three constants of
-//   that configuration, t = fixed + waves · (tile + K · kstep) (select.h). Three shapes give
-//   them: one wave of tiles at K = 4 and at K = 64 k steps (kstep, then tile + fixed), and two
-//   waves at K = 64 (tile). The wave's tile count is the library's own (its check reports the
-//   waves of a reference problem, whose tile count over them is the slots).
-// - A few rates per kernel family cannot tell the library's configurations apart (measured:
-//   docs/perf/kernel-selection.md); measured per configuration, once per device and library
-//   version, they can. The shapes are not the products of any model.
+//   that configuration, t = fixed + waves · (tile + K · kstep) (select.h). Six runs give them:
+//   one wave of tiles at 4, 64 and enough k steps to fill tens of microseconds, two waves at the
+//   shortest and the longest depth, three waves between; the constants are their non-negative
+//   least-squares fit in relative error (fit_kernel_costs). The wave's tile count is the
+//   library's own (its check reports the waves of a reference problem, whose tile count over
+//   them is the slots).
+// - The configurations: the library's walk of its algorithms' capability lists for a 4096³
+//   reference, and its heuristic's answers on a grid of shapes, which name configurations the
+//   lists do not (tiles, clusters, custom options) and which the best time of many products
+//   needs (measured: docs/perf/kernel-selection.md).
+// - A few rates per kernel family cannot tell the library's configurations apart; measured per
+//   configuration, once per device and library version, they can. The shapes are not the
+//   products of any model.
 // - What is kept: the configurations that rank first or within a few percent of first somewhere
-//   on a grid of shapes (aligned and not), so the file holds the useful few hundred per kind.
+//   on a grid of shapes (every row alignment), useful_kernels in select.h.
 // - Split-K variants are not measured one by one: the catalog records each configuration's
 //   split support, and one reduction's own cost measured on a few configurations.
 #pragma once
