@@ -9,7 +9,7 @@
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PARITY_PREBUILT=build-pb
 tar xJf build-pbz/pb.tar.xz
-R=$OUT W=/tmp/o
+R=$OUT W=$(mktemp -d)  # scratch; what comes back is written under $OUT
 mkdir -p $W
 limit=${LIMIT_S:-570} types=${TYPES:-bf16}
 left() { echo $((limit - SECONDS)); }
