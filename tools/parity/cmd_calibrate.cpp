@@ -6,6 +6,7 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -68,10 +69,10 @@ void add_calibrate_command(CLI::App& app) {
                   "k steps, seconds) and fitted costs, one JSON object a line");
   cmd->callback([args] {
     const DeviceSpec dev = find_device(args->device, configs_dir() / "devices");
+    // The device's achieved memory rate: the ranking's floor, in pruning as in measuring.
+    const double hbm = dev.hbm_bandwidth.value * calibration_for(dev, configs_dir()).hbm_efficiency;
     if (!args->prune.empty()) {
       GemmCatalog c = load_gemm_catalog(args->prune);
-      const double hbm =
-          dev.hbm_bandwidth.value * calibration_for(dev, configs_dir()).hbm_efficiency;
       std::size_t before = 0, after = 0;
       for (const auto& g : c.groups) before += g.kernels.size();
       prune_gemm_catalog(c, hbm);
@@ -95,8 +96,6 @@ void add_calibrate_command(CLI::App& app) {
       throw InputError(
           "no GPU is usable here (or this build has no GPU backend): parity calibrate measures "
           "the GPU it runs on");
-    const Calibration cal = calibration_for(dev, configs_dir());
-    const double hbm = dev.hbm_bandwidth.value * cal.hbm_efficiency;
     fmt::print("parity calibrate: {} (spec {}), operand types {}\n", gpu, dev.name, args->types);
     std::ofstream samples;
     if (!args->samples.empty()) {
@@ -112,19 +111,26 @@ void add_calibrate_command(CLI::App& app) {
         },
         [&](const MeasuredKernel& m) {
           if (!samples.is_open()) return;
+          // What the catalog holds of the configuration, and its runs.
           const CatalogKernel& k = m.kernel;
-          samples << fmt::format(
-              R"({{"kind":"{}","key":"{}","tile":[{},{}],"k_step":{},"stages":{},)"
-              R"("cluster":[{},{}],"slots":{},"fixed_s":{:.6e},"tile_s":{:.6e},"kstep_s":{:.6e},)"
-              R"("rms":{:.4f},"kept":{},"runs":[)",
-              m.kind.describe(), k.kernel.key(), k.kernel.tile_m, k.kernel.tile_n, k.kernel.tile_k,
-              k.kernel.stages, k.kernel.cluster_m, k.kernel.cluster_n, k.slots, k.fixed_s, k.tile_s,
-              k.kstep_s, m.rms_relative_error, m.kept);
+          nlohmann::json line = {{"kind", m.kind.describe()},
+                                 {"key", k.kernel.key()},
+                                 {"tile", {k.kernel.tile_m, k.kernel.tile_n}},
+                                 {"k_step", k.kernel.tile_k},
+                                 {"cluster", {k.kernel.cluster_m, k.kernel.cluster_n}},
+                                 {"max_split_k", k.max_split_k},
+                                 {"min_align", {k.min_align_a, k.min_align_b, k.min_align_d}},
+                                 {"slots", k.slots},
+                                 {"fixed_s", k.fixed_s},
+                                 {"tile_s", k.tile_s},
+                                 {"kstep_s", k.kstep_s},
+                                 {"rms", m.rms_relative_error},
+                                 {"kept", m.kept},
+                                 {"runs", nlohmann::json::array()}};
           for (std::size_t i = 0; i < m.samples.size(); ++i)
-            samples << fmt::format("{}[{},{},{},{},{},{:.6e}]", i ? "," : "", m.shapes[i].m,
-                                   m.shapes[i].n, m.shapes[i].k, m.samples[i].waves,
-                                   m.samples[i].steps, m.samples[i].seconds);
-          samples << "]}\n";
+            line["runs"].push_back({m.shapes[i].m, m.shapes[i].n, m.shapes[i].k, m.samples[i].waves,
+                                    m.samples[i].steps, m.samples[i].seconds});
+          samples << line.dump() << "\n";
         });
     if (samples.is_open()) {
       samples.close();

@@ -313,7 +313,7 @@ struct Blas::Impl {
     p.align_b = static_cast<int>(key.align_b);
     // D's alignment and C's (its address and its rows), the smaller.
     p.align_d = std::min(static_cast<int>(std::min(key.align_d, key.align_c)),
-                         operand_alignment(256, key.ldc, key.d_bf16 ? 2 : 4));
+                         operand_alignment(256, key.m, key.n, key.ldc, key.d_bf16 ? 2 : 4));
     return p;
   }
 
