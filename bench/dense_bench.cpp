@@ -43,6 +43,7 @@
 #include "dense_bench.h"
 #include "parity/error.h"
 #include "parity/perf.h"
+#include "parity/plan.h"
 #include "parity/select.h"
 
 namespace fs = std::filesystem;
@@ -146,6 +147,8 @@ struct Host {
   std::vector<parity::OpCost> predicted;
   std::shared_ptr<const parity::GemmCatalog> catalog;  // --gemm-catalog
   double catalog_hbm_bytes_per_s = 0;                  // the ranking's memory floor
+  // The step's products ranked as the planner ranks them (the decisions `parity train` runs).
+  std::vector<parity::GemmDecision> decisions;
 };
 
 fs::path configs_dir(const pb::Options& o) {
@@ -179,6 +182,18 @@ Host load(const pb::Options& o) {
     h.catalog =
         std::make_shared<const parity::GemmCatalog>(parity::load_gemm_catalog(o.gemm_catalog));
     h.catalog_hbm_bytes_per_s = h.device.hbm_bandwidth.value * h.calibration.hbm_efficiency;
+    parity::Plan p;
+    p.per_device_batch = h.batch;
+    p.dense_math = o.math;
+    for (const auto& kc :
+         parity::plan_kernel_choices(p, h.model, h.device, h.calibration, h.catalog.get())) {
+      parity::GemmDecision d{kc.op, kc.problem, {}};
+      for (const std::string& key : kc.ranked) {
+        parity::GemmKernel k;
+        if (parity::find_catalog_kernel(*h.catalog, kc.problem, key, k)) d.ranked.push_back(k);
+      }
+      if (!d.ranked.empty()) h.decisions.push_back(std::move(d));
+    }
   }
   return h;
 }
@@ -224,7 +239,7 @@ pb::Ceilings measure_ceilings(parity::GpuBackend& be, const pb::Options& o) {
 struct AbResult {
   int rounds = 0;
   std::vector<pb::OpResult> heuristic, catalog;
-  std::int64_t chosen = 0, fell_back = 0;  // the catalog backend's products, last round
+  parity::GemmSelectionCounts counts;  // the catalog backend's products, last round
 };
 
 struct Run {
@@ -302,8 +317,9 @@ void write_results(const pb::Options& o, const Host& h, const Run& r) {
                        {"catalog_ms", r.ab.catalog[i].ms}});
     ab = {{"catalog", o.gemm_catalog},
           {"rounds", r.ab.rounds},
-          {"catalog_choices", r.ab.chosen},
-          {"catalog_fallbacks", r.ab.fell_back},
+          {"planned_choices", r.ab.counts.planned},
+          {"ranked_choices", r.ab.counts.ranked},
+          {"heuristic_choices", r.ab.counts.heuristic},
           {"ops", abops}};
   }
   nlohmann::json totals = nlohmann::json::object();
@@ -415,15 +431,15 @@ AbResult measure_ab(const pb::Options& o, const Host& h, const pb::StepShapes& s
     pb::print_op_header();
     {
       parity::GpuBackend be(o.math);
-      be.use_gemm_catalog(h.catalog, h.catalog_hbm_bytes_per_s);
+      be.use_gemm_catalog(h.catalog, h.catalog_hbm_bytes_per_s, h.decisions);
       keep_fastest(ab.catalog, pb::measure_step(be, o, sh, h.predicted, c, &fill));
-      std::tie(ab.chosen, ab.fell_back) = be.gemm_catalog_counts();
+      ab.counts = be.gemm_selection_counts();
     }
   }
   fmt::print(
-      "\nkernel choices, the fastest of {} rounds each ({} products from the catalog, {} "
-      "from the heuristic)\n",
-      o.ab_rounds, ab.chosen, ab.fell_back);
+      "\nkernel choices, the fastest of {} rounds each ({} products from the plan's decisions, "
+      "{} ranked when first run (not in the plan), {} from the heuristic)\n",
+      o.ab_rounds, ab.counts.planned, ab.counts.ranked, ab.counts.heuristic);
   fmt::print("{:<20} {:>12} {:>12} {:>9}\n", "op", "heuristic ms", "catalog ms", "speed-up");
   double h_all = 0, c_all = 0, h_mm = 0, c_mm = 0;
   for (std::size_t i = 0; i < ab.heuristic.size() && i < ab.catalog.size(); ++i) {

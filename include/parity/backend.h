@@ -475,12 +475,16 @@ class Backend {
   // GPU backends: from now on every new matrix product takes the kernel catalog's ranking's first
   // configuration the library accepts (parity/select.h), the library heuristic's where none is;
   // the cpu backend has one way to multiply and ignores it. hbm_bytes_per_s: the ranking's floor.
-  virtual void use_gemm_catalog(std::shared_ptr<const GemmCatalog> catalog,
-                                double hbm_bytes_per_s) {
-    (void)catalog, (void)hbm_bytes_per_s;
+  // A product the plan decided (decisions, Plan::kernels) runs the first of its configurations
+  // the library accepts, said on stderr where it passes one over.
+  virtual void use_gemm_catalog(std::shared_ptr<const GemmCatalog> catalog, double hbm_bytes_per_s,
+                                std::vector<GemmDecision> decisions = {}) {
+    (void)catalog, (void)hbm_bytes_per_s, (void)decisions;
   }
-  // Products whose configuration the catalog chose, and those that fell back to the heuristic.
-  virtual std::pair<std::int64_t, std::int64_t> gemm_catalog_counts() const { return {0, 0}; }
+  // Where the products' configurations came from so far.
+  virtual GemmSelectionCounts gemm_selection_counts() const { return {}; }
+  // The BLAS library's version (0: none, the cpu backend), to compare with a plan's catalog.
+  virtual std::int64_t blas_library_version() const { return 0; }
 
   // ---- profiling: timing marks on the compute queue ----
   // timing_mark(i) records mark i (device events on GPUs: the time the queue reaches it; the

@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "parity/error.h"
 #include "parity/perf.h"
+#include "parity/select.h"
 #include "parity/spec.h"
 
 namespace parity {
@@ -47,11 +49,27 @@ struct RecipeChange {
   std::string reason;
 };
 
+// One matrix product of the step and the kernel chosen for it. With the device's kernel catalog
+// (Plan::gemm_catalog) the product is described as the GPU backend runs it and `ranked` holds the
+// catalog configurations the ranking put first (GemmKernel::key(), fastest first): the backend
+// runs the first the library accepts, saying why it passed over any before it. Without a catalog
+// only the roofline model's tile is recorded (ranked empty).
 struct KernelChoice {
-  std::string op;  // e.g. "top_mlp.0 forward"
+  std::string op;  // e.g. "top.0 forward", "top.0 weight gradient"
   std::int64_t m = 0, n = 0, k = 0;
   int tile_m = 0, tile_n = 0;
   double predicted_s = 0;
+  GemmProblem problem;              // with a catalog: the product's kind and shape
+  std::vector<std::string> ranked;  // with a catalog: the configurations, fastest first
+};
+
+// The kernel catalog a plan's choices were ranked from, and the library it was measured with:
+// a plan run against another version of the library falls back to the library's own choices.
+struct GemmCatalogRef {
+  std::string file;  // as found by the planner (configs/calibration/DEVICE-gemm.json)
+  std::string library;
+  std::int64_t library_version = 0;
+  bool empty() const { return file.empty(); }
 };
 
 struct Prediction {
@@ -88,6 +106,7 @@ struct Plan {
   std::vector<TablePlan> tables;
   std::vector<RecipeChange> changes;
   std::vector<KernelChoice> kernels;
+  GemmCatalogRef gemm_catalog;  // empty: no catalog for the device (roofline tiles only)
   Prediction prediction;
   std::string calibration;  // calibration source
 };
@@ -97,7 +116,34 @@ struct PlannerOptions {
   // Smallest global batch the planner may fall back to, as a fraction of the model's
   // batch_size, when the reference batch does not fit.
   int max_batch_halvings = 6;
+  // The kernel catalog the plan's matrix products are ranked with: empty for the device's own
+  // (configs/calibration/DEVICE-gemm.json, where it exists).
+  std::filesystem::path gemm_catalog;
 };
+
+// The device's kernel catalog: `file` when given (its device must be `dev`), else
+// configs/calibration/DEVICE-gemm.json under configs_dir when it exists, else none (nullptr).
+std::shared_ptr<const GemmCatalog> gemm_catalog_for(const DeviceSpec& dev,
+                                                    const std::filesystem::path& configs_dir,
+                                                    const std::filesystem::path& file = {});
+
+// One matrix product of a DLRM training step as the GPU backend runs it (the engine's layers,
+// src/backend/gpu/gpu_backend.cpp): forward, data-gradient and weight-gradient products of every
+// layer, its operands' type, transposes, output type and epilogue, with the sizes the backend
+// pads a 16-bit copy of an fp32 operand to.
+struct StepProduct {
+  std::string op;  // "bottom.0 forward", "top.1 data gradient", "cross.0 weight gradient v"
+  GemmProblem problem;
+};
+std::vector<StepProduct> dense_products(const ModelSpec& m, std::int64_t per_device_batch,
+                                        DenseMath math);
+
+// The plan's kernel choices: every product of the step (dense_products), ranked with the catalog
+// where one is given (the first few configurations kept, the first's time predicted), else the
+// roofline model's tile (gemm_best).
+std::vector<KernelChoice> plan_kernel_choices(const Plan& p, const ModelSpec& m,
+                                              const DeviceSpec& dev, const Calibration& cal,
+                                              const GemmCatalog* catalog);
 
 // One dense op of a training step as the engine's step profile names it, with what the
 // performance model predicts for it on one device.
@@ -168,6 +214,9 @@ struct ExecutionTarget {
   std::string device;            // catalog key of the detected device ("" when none or unknown)
   double host_memory_bytes = 0;  // available to the run (0: unknown, not checked)
   bool gpu_backend = true;       // false: the cpu backend (dense math is fp32 there)
+  // The GPU backend runs the plan's kernel choices (parity train --gemm-selection plan), not the
+  // BLAS library's own.
+  bool plan_kernels = false;
 };
 
 // One decision of a plan and how the run executes it.

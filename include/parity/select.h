@@ -22,6 +22,8 @@ const char* gemm_type_name(GemmType t);
 int gemm_operand_bytes(GemmType t);
 
 enum class GemmEpilogue : std::uint8_t { none, relu, bias, relu_bias };
+// "none", "relu", "bias", "relu_bias": the names catalogs and plans store.
+const char* gemm_epilogue_name(GemmEpilogue e);
 
 // D [m, n] (row-major, ldd) = op(A) [m, k] · op(B) [k, n] (+ D when accumulate) (+ bias [n])
 // (relu); A and B row-major as stored, `transposed` meaning the product uses the transpose.
@@ -190,10 +192,21 @@ void save_gemm_catalog(const GemmCatalog& c, const std::filesystem::path& file);
 // The bytes of alignment a problem's operand offers: the smaller of its address's and its rows'
 // (leading dimension times element size).
 int operand_alignment(int address_alignment, std::int64_t lead, int element_bytes);
-// The same for a stored [rows, cols] operand: where its rows never stride (one row, or one
-// column packed as a vector), only its address counts.
+// The same for a stored [rows, cols] output: one row counts its address alone; one column
+// strides by its leading dimension like any matrix (the library refuses its 16-byte kernels for
+// an n = 1 output packed as a column).
 int operand_alignment(int address_alignment, std::int64_t rows, std::int64_t cols,
                       std::int64_t lead, int element_bytes);
+// The same for A or B stored [rows, cols], k running along its columns (A [m, k], B [n, k]
+// stored transposed) or its rows: a vector along k (one row of the first, one packed column of
+// the second) counts its address alone; a vector across k (k = 1) strides by its leading
+// dimension like any matrix, as the library reads it.
+int operand_alignment(int address_alignment, std::int64_t rows, std::int64_t cols,
+                      std::int64_t lead, int element_bytes, bool k_along_cols);
+
+// The workspace the GPU backend gives the BLAS library (cuBLAS's recommendation for Hopper): a
+// split-K configuration whose fp32 partial results do not fit it is never ranked.
+inline constexpr std::int64_t kGemmWorkspaceBytes = std::int64_t{32} << 20;
 
 struct KernelEstimate {
   GemmKernel kernel;  // with its split-K
@@ -207,5 +220,30 @@ struct KernelEstimate {
 // problem's kind. hbm_bytes_per_s: the device's achieved memory rate (the floor of every product).
 std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCatalog& c,
                                               double hbm_bytes_per_s);
+
+// A plan's choice for one product of the step (Plan::kernels, made by the planner): the product
+// and the catalog's configurations to run it with, in order; the backend runs the first the
+// library accepts.
+struct GemmDecision {
+  std::string op;  // the plan's name for the product, for messages
+  GemmProblem problem;
+  std::vector<GemmKernel> ranked;
+};
+// The key a decision is found by: the problem's kind and shape (an accumulating product shares
+// its plain form's choice).
+std::string decision_key(GemmProblem p);
+
+// Where a backend's products took their configurations from.
+struct GemmSelectionCounts {
+  std::int64_t planned = 0;    // the plan's decision
+  std::int64_t ranked = 0;     // the catalog's ranking when the product first ran
+  std::int64_t heuristic = 0;  // the library's heuristic where neither gave one it accepts
+};
+
+// The configuration a stored key names (GemmKernel::key(), split-K depth included) among the
+// catalog's configurations of the problem's kind, with the split and its reduction applied; false
+// where the catalog has no such configuration or its split is not one the configuration allows.
+bool find_catalog_kernel(const GemmCatalog& c, const GemmProblem& kind, const std::string& key,
+                         GemmKernel& out);
 
 }  // namespace parity

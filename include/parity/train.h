@@ -57,6 +57,11 @@ struct TrainConfig {
   // instead of the library's heuristic; gemm_hbm_bytes_per_s is the ranking's memory floor.
   std::shared_ptr<const GemmCatalog> gemm_catalog;
   double gemm_hbm_bytes_per_s = 0;
+  // The plan's kernel choices (Plan::kernels with a catalog), run before the ranking, and the
+  // library version they were ranked for: a backend whose library differs takes the library's
+  // own choices instead of the plan's and the catalog's, and says so.
+  std::vector<GemmDecision> gemm_decisions;
+  std::int64_t gemm_library_version = 0;
 };
 
 // The backend a run names, with the run's kernel catalog given to it.
@@ -116,6 +121,9 @@ struct TrainResult {
   std::size_t host_resident_bytes = 0;
   int cache_refreshes = 0;
   double cache_refresh_s = 0;  // wall seconds of the refreshes, inside the run's time
+  // Where the matrix products' kernels came from (GPU backends with a plan's choices or a
+  // catalog; zeros otherwise).
+  GemmSelectionCounts gemm_selection;
 };
 
 // Trains. Throws InputError on bad input (data, checkpoint), Error on other failures. A bad input

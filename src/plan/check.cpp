@@ -2,6 +2,7 @@
 // memory is touched (the CUTLASS can_implement idea applied to a whole recipe).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "hstu_plan.h"
@@ -52,6 +53,11 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
   if (model.kind == ModelKind::hstu) {
     detail::add_hstu_decisions(plan, out);
     out.push_back(dense_math);
+    if (!plan.gemm_catalog.empty() && target.gpu_backend && target.plan_kernels)
+      out.push_back({"kernels", fmt::format("every matrix product ranked by the kernel catalog {} "
+                                            "when it first runs (its token count changes every "
+                                            "step)",
+                                            plan.gemm_catalog.file)});
     return out;
   }
   std::map<std::string, int> by_dtype;
@@ -95,10 +101,46 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                                        plan.tables.size(), dtypes, where,
                                        optimizer_name(plan.embedding_optimizer))});
   out.push_back(dense_math);
-  if (!plan.kernels.empty())
-    out.push_back({"kernels", fmt::format("{} matrix-product choices are the plan's predictions; "
-                                          "the products run the BLAS library's own choice",
-                                          plan.kernels.size())});
+  // Each ranked choice names a product the step makes at the plan's batch: a plan edited or made
+  // for another model would otherwise run the library's choices without saying so.
+  if (batch <= 0 || batch == plan.global_batch) {
+    std::map<std::string, std::string> step;  // op -> the product's kind and shape
+    for (const StepProduct& s : dense_products(model, plan.per_device_batch, plan.dense_math))
+      step[s.op] = decision_key(s.problem);
+    for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
+      const KernelChoice& k = plan.kernels[i];
+      if (k.ranked.empty()) continue;
+      const auto it = step.find(k.op);
+      if (it == step.end() || it->second != decision_key(k.problem))
+        refuse(fmt::format("kernels[{}]", i),
+               it == step.end()
+                   ? fmt::format("'{}' is not a matrix product of {}'s step", k.op, model.name)
+                   : fmt::format("'{}' is the product {} at the plan's batch and math, the plan "
+                                 "says {}",
+                                 k.op, it->second, decision_key(k.problem)),
+               "make the plan again for this model (parity plan), or remove its kernel choices");
+    }
+  }
+  if (!plan.kernels.empty()) {
+    const bool ranked = !plan.gemm_catalog.empty() &&
+                        std::all_of(plan.kernels.begin(), plan.kernels.end(),
+                                    [](const KernelChoice& k) { return !k.ranked.empty(); });
+    if (ranked && target.gpu_backend && target.plan_kernels)
+      out.push_back(
+          {"kernels", fmt::format("{} matrix-product choices from the kernel catalog {}: each "
+                                  "product runs its first configuration the BLAS library accepts "
+                                  "(any passed over said why); a product the plan does not list is "
+                                  "ranked by the same catalog when it first runs",
+                                  plan.kernels.size(), plan.gemm_catalog.file)});
+    else
+      out.push_back(
+          {"kernels",
+           fmt::format(
+               "{} matrix-product choices are the plan's predictions; "
+               "the products run the {} own choice{}",
+               plan.kernels.size(), target.gpu_backend ? "BLAS library's" : "CPU backend's",
+               ranked && target.gpu_backend ? " (--gemm-selection plan runs the plan's)" : "")});
+  }
   if (target.host_memory_bytes > 0 && plan.prediction.host_memory_bytes > target.host_memory_bytes)
     refuse("prediction.host_memory_bytes",
            fmt::format("the plan needs {} of host memory and this machine has {} available",

@@ -595,6 +595,10 @@ Plan make_hstu_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus,
                      bound, static_cast<double>(plan.global_batch) * sm.tokens, plan.token_capacity,
                      sm.tokens, sm.tokens_max, scale)});
   }
+  // The products' token counts change every step: the backend ranks each with the catalog when
+  // it first runs (no per-product choices in the plan).
+  if (const auto catalog = gemm_catalog_for(dev, opt.configs_dir, opt.gemm_catalog))
+    plan.gemm_catalog = {catalog->source_file, catalog->library, catalog->library_version};
   return plan;
 }
 

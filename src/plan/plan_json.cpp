@@ -29,6 +29,21 @@ OptimizerKind read_emb_opt(const JsonReader& r) {
       kOptimizerNames, +[](OptimizerKind k) { return k != OptimizerKind::adam; });
 }
 
+GemmType read_gemm_type(const JsonReader& r) {
+  const std::string v = r.str();
+  for (GemmType t : {GemmType::f32, GemmType::tf32, GemmType::bf16, GemmType::f16, GemmType::e4m3})
+    if (v == gemm_type_name(t)) return t;
+  r.fail("expected one of fp32, tf32, bf16, fp16, fp8e4m3");
+}
+
+GemmEpilogue read_gemm_epilogue(const JsonReader& r) {
+  const std::string v = r.str();
+  for (GemmEpilogue e :
+       {GemmEpilogue::none, GemmEpilogue::relu, GemmEpilogue::bias, GemmEpilogue::relu_bias})
+    if (v == gemm_epilogue_name(e)) return e;
+  r.fail("expected one of none, relu, bias, relu_bias");
+}
+
 }  // namespace
 
 std::string plan_to_json(const Plan& p) {
@@ -65,13 +80,28 @@ std::string plan_to_json(const Plan& p) {
     j["changes"].push_back(
         {{"what", c.what}, {"from", c.from}, {"to", c.to}, {"reason", c.reason}});
   j["kernels"] = ordered_json::array();
-  for (const auto& k : p.kernels)
-    j["kernels"].push_back({{"op", k.op},
-                            {"m", k.m},
-                            {"n", k.n},
-                            {"k", k.k},
-                            {"tile", {k.tile_m, k.tile_n}},
-                            {"predicted_s", k.predicted_s}});
+  for (const auto& k : p.kernels) {
+    ordered_json kj = {{"op", k.op},
+                       {"m", k.m},
+                       {"n", k.n},
+                       {"k", k.k},
+                       {"tile", {k.tile_m, k.tile_n}},
+                       {"predicted_s", k.predicted_s}};
+    if (!k.ranked.empty()) {
+      const GemmProblem& q = k.problem;
+      kj["kind"] = {{"type", gemm_type_name(q.type)},
+                    {"ta", q.ta},
+                    {"tb", q.tb},
+                    {"narrow_output", q.narrow_output},
+                    {"epilogue", gemm_epilogue_name(q.epilogue)}};
+      kj["ranked"] = k.ranked;
+    }
+    j["kernels"].push_back(kj);
+  }
+  if (!p.gemm_catalog.empty())
+    j["gemm_catalog"] = {{"file", p.gemm_catalog.file},
+                         {"library", p.gemm_catalog.library},
+                         {"library_version", p.gemm_catalog.library_version}};
   const auto& pr = p.prediction;
   ordered_json pj;
   pj["step_s"] = pr.step_s;
@@ -95,7 +125,7 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
   const JsonReader r(j, "", origin);
   r.only({"format", "model", "model_file", "device", "gpus", "per_device_batch", "global_batch",
           "dense_math", "token_capacity", "recompute", "embedding_optimizer", "tables", "changes",
-          "kernels", "prediction", "calibration"});
+          "kernels", "gemm_catalog", "prediction", "calibration"});
   if (r.at("format").str() != kFormat) r.at("format").fail(fmt::format("expected '{}'", kFormat));
   Plan p;
   p.model = r.at("model").str();
@@ -158,7 +188,7 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
     const JsonReader ks = r.at("kernels");
     for (std::size_t i = 0; i < ks.size(); ++i) {
       const JsonReader k = ks.at(i);
-      k.only({"op", "m", "n", "k", "tile", "predicted_s"});
+      k.only({"op", "m", "n", "k", "tile", "predicted_s", "kind", "ranked"});
       KernelChoice kc;
       kc.op = k.at("op").str();
       kc.m = k.at("m").integer(0, std::int64_t{1} << 50);
@@ -169,8 +199,32 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
       kc.tile_m = static_cast<int>(tile.at(std::size_t{0}).integer(1, 4096));
       kc.tile_n = static_cast<int>(tile.at(std::size_t{1}).integer(1, 4096));
       kc.predicted_s = k.at("predicted_s").number();
+      if (k.has("kind") || k.has("ranked")) {
+        const JsonReader kind = k.at("kind");
+        kind.only({"type", "ta", "tb", "narrow_output", "epilogue"});
+        GemmProblem& q = kc.problem;
+        q.m = kc.m;
+        q.n = kc.n;
+        q.k = kc.k;
+        q.type = read_gemm_type(kind.at("type"));
+        q.ta = kind.at("ta").boolean();
+        q.tb = kind.at("tb").boolean();
+        q.narrow_output = kind.at("narrow_output").boolean();
+        q.epilogue = read_gemm_epilogue(kind.at("epilogue"));
+        const JsonReader ranked = k.at("ranked");
+        if (ranked.size() == 0) ranked.fail("expected at least one configuration key");
+        for (std::size_t c = 0; c < ranked.size(); ++c) kc.ranked.push_back(ranked.at(c).str());
+      }
       p.kernels.push_back(kc);
     }
+  }
+  if (r.has("gemm_catalog")) {
+    const JsonReader g = r.at("gemm_catalog");
+    g.only({"file", "library", "library_version"});
+    p.gemm_catalog.file = g.at("file").str();
+    if (p.gemm_catalog.file.empty()) g.at("file").fail("expected a catalog file name");
+    p.gemm_catalog.library = g.at("library").str();
+    p.gemm_catalog.library_version = g.at("library_version").integer(0, std::int64_t{1} << 50);
   }
   if (r.has("prediction")) {
     const JsonReader pr = r.at("prediction");

@@ -53,7 +53,12 @@ struct Built {
 class Planner {
  public:
   Planner(const ModelSpec& m, const DeviceSpec& dev, int gpus, const PlannerOptions& opt)
-      : m_(m), dev_(dev), W_(gpus), opt_(opt), cal_(calibration_for(dev, opt.configs_dir)) {}
+      : m_(m),
+        dev_(dev),
+        W_(gpus),
+        opt_(opt),
+        cal_(calibration_for(dev, opt.configs_dir)),
+        catalog_(gemm_catalog_for(dev, opt.configs_dir, opt.gemm_catalog)) {}
 
   const Calibration& calibration() const { return cal_; }
 
@@ -175,44 +180,24 @@ class Planner {
     out.why = fit.why;
     out.shortfall = fit.shortfall;
     if (out.feasible) {
-      p.kernels.clear();
-      // Kernel choices: the ranked-first tile of every dense GEMM of the step.
       p.prediction = evaluate_plan(p, m_, dev_, cal_);
-      p.kernels = kernel_choices(p);
     }
     return out;
   }
 
   Built last_failure_;
 
+  // The chosen plan's kernel choices (made once, for the plan the search keeps).
+  void choose_kernels(Plan& p) const {
+    p.kernels = plan_kernel_choices(p, m_, dev_, cal_, catalog_.get());
+    p.gemm_catalog = {};
+    if (catalog_ != nullptr)
+      p.gemm_catalog = {catalog_->source_file, catalog_->library, catalog_->library_version};
+  }
+
  private:
   std::int64_t round_to_gpus(std::int64_t g) const {
     return std::max<std::int64_t>(W_, (g / W_) * W_);
-  }
-
-  std::vector<KernelChoice> kernel_choices(const Plan& p) const {
-    std::vector<KernelChoice> out;
-    const std::int64_t b = p.per_device_batch;
-    auto add = [&](const std::string& op, std::int64_t mm, std::int64_t nn, std::int64_t kk) {
-      const GemmEstimate e = gemm_best({mm, nn, kk, p.dense_math}, dev_, cal_);
-      out.push_back({op, mm, nn, kk, e.tile.m, e.tile.n, e.seconds});
-    };
-    int in = m_.dense_features;
-    for (std::size_t i = 0; i < m_.bottom_mlp.size(); ++i) {
-      add(fmt::format("bottom_mlp.{} forward", i), b, m_.bottom_mlp[i], in);
-      in = m_.bottom_mlp[i];
-    }
-    if (m_.interaction.kind == InteractionKind::dcnv2) {
-      const std::int64_t n = m_.interaction_input_dim(), r = m_.interaction.low_rank;
-      add("cross forward u", b, r, n);
-      add("cross forward z", b, n, r);
-    }
-    in = m_.interaction_output_dim();
-    for (std::size_t i = 0; i < m_.top_mlp.size(); ++i) {
-      add(fmt::format("top_mlp.{} forward", i), b, m_.top_mlp[i], in);
-      in = m_.top_mlp[i];
-    }
-    return out;
   }
 
   const ModelSpec& m_;
@@ -220,6 +205,7 @@ class Planner {
   int W_;
   PlannerOptions opt_;
   Calibration cal_;
+  std::shared_ptr<const GemmCatalog> catalog_;  // the device's kernel catalog, if measured
 };
 
 // Why a change was made, from the best plan without it.
@@ -281,6 +267,7 @@ Plan make_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus, const Planne
     throw InfeasibleError(msg);
   }
   Plan plan = best->plan;
+  planner.choose_kernels(plan);
 
   // ---- recipe changes, each with its reason (plan again without it) ----
   const std::string on = fmt::format(" on {} x {}", gpus, dev.display_name);
@@ -370,11 +357,11 @@ Plan port_plan(const Plan& source, const ModelSpec& m, const DeviceSpec& dev,
   const Calibration cal = calibration_for(dev, opt.configs_dir);
   p.calibration = cal.source;
   p.prediction = evaluate_plan(p, m, dev, cal);
-  p.kernels.clear();
-  for (const auto& k : source.kernels) {
-    const GemmEstimate e = gemm_best({k.m, k.n, k.k, p.dense_math}, dev, cal);
-    p.kernels.push_back({k.op, k.m, k.n, k.k, e.tile.m, e.tile.n, e.seconds});
-  }
+  const auto catalog = gemm_catalog_for(dev, opt.configs_dir, opt.gemm_catalog);
+  p.kernels = plan_kernel_choices(p, m, dev, cal, catalog.get());
+  p.gemm_catalog = {};
+  if (catalog != nullptr)
+    p.gemm_catalog = {catalog->source_file, catalog->library, catalog->library_version};
   return p;
 }
 

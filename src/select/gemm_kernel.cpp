@@ -21,6 +21,20 @@ const char* gemm_type_name(GemmType t) {
   return "?";
 }
 
+const char* gemm_epilogue_name(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::none:
+      return "none";
+    case GemmEpilogue::relu:
+      return "relu";
+    case GemmEpilogue::bias:
+      return "bias";
+    case GemmEpilogue::relu_bias:
+      return "relu_bias";
+  }
+  return "?";
+}
+
 int gemm_operand_bytes(GemmType t) {
   switch (t) {
     case GemmType::f32:
@@ -40,6 +54,11 @@ std::string GemmProblem::describe() const {
   return fmt::format("{} {}x{}x{} {}{}{}{}{}", gemm_type_name(type), m, n, k, ta ? 'T' : 'N',
                      tb ? 'T' : 'N', narrow_output ? " 16-bit out" : "", accumulate ? " +=" : "",
                      kEpilogue[static_cast<int>(epilogue)]);
+}
+
+std::string decision_key(GemmProblem p) {
+  p.accumulate = false;
+  return p.describe();
 }
 
 std::string GemmKernel::key() const {

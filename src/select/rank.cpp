@@ -43,9 +43,15 @@ int operand_alignment(int address_alignment, std::int64_t lead, int element_byte
   return std::min(address_alignment, largest_power_of_two_dividing(lead * element_bytes));
 }
 
-int operand_alignment(int address_alignment, std::int64_t rows, std::int64_t cols,
+int operand_alignment(int address_alignment, std::int64_t rows, std::int64_t /*cols*/,
                       std::int64_t lead, int element_bytes) {
-  if (rows == 1 || (cols == 1 && lead == 1)) return address_alignment;
+  if (rows == 1) return address_alignment;
+  return operand_alignment(address_alignment, lead, element_bytes);
+}
+
+int operand_alignment(int address_alignment, std::int64_t rows, std::int64_t cols,
+                      std::int64_t lead, int element_bytes, bool k_along_cols) {
+  if (k_along_cols ? rows == 1 : cols == 1 && lead == 1) return address_alignment;
   return operand_alignment(address_alignment, lead, element_bytes);
 }
 
@@ -59,9 +65,9 @@ std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCa
   const int e = gemm_operand_bytes(p.type);
   // A and B as stored: [k, m] or [m, k], [n, k] or [k, n].
   const int align_a =
-      operand_alignment(p.align_a, p.ta ? p.k : p.m, p.ta ? p.m : p.k, p.lead_a(), e);
+      operand_alignment(p.align_a, p.ta ? p.k : p.m, p.ta ? p.m : p.k, p.lead_a(), e, !p.ta);
   const int align_b =
-      operand_alignment(p.align_b, p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.lead_b(), e);
+      operand_alignment(p.align_b, p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.lead_b(), e, p.tb);
   const int align_d = operand_alignment(p.align_d, p.m, p.n, p.lead_d(), p.output_bytes());
   const double mn = static_cast<double>(p.m) * static_cast<double>(p.n);
   const double once =
@@ -79,7 +85,7 @@ std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCa
     int best_split = 0;
     for (const int split : kSplits) {
       if (split > 1 && (split > ck.max_split_k || p.k / split < std::max(kMinSliceK, tk) ||
-                        d_tiles >= 2 * ck.slots))
+                        d_tiles >= 2 * ck.slots || split * mn * 4.0 > kGemmWorkspaceBytes))
         break;
       const double waves = catalog_waves(d_tiles * split, ck.slots, c.multiprocessors);
       const double steps = static_cast<double>(ceil_div(ceil_div(p.k, split), tk));
@@ -110,6 +116,24 @@ std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCa
     return fields(a.kernel) < fields(b.kernel);
   });
   return out;
+}
+
+bool find_catalog_kernel(const GemmCatalog& c, const GemmProblem& kind, const std::string& key,
+                         GemmKernel& out) {
+  const CatalogGroup* g = c.group_for(kind);
+  if (g == nullptr) return false;
+  for (const CatalogKernel& ck : g->kernels)
+    for (const int split : kSplits) {
+      if (split > 1 && split > ck.max_split_k) break;
+      GemmKernel k = ck.kernel;
+      k.split_k = split;
+      k.reduction = split > 1 ? ck.split_reduction : SplitReduction::none;
+      if (k.key() == key) {
+        out = k;
+        return true;
+      }
+    }
+  return false;
 }
 
 }  // namespace parity

@@ -150,6 +150,7 @@ class HstuTrainer {
     evaluate(result_.steps);
     result_.model_memory_bytes = model_.allocated_bytes_by_category();
     result_.backend_memory_bytes = backend_->internal_memory_bytes();
+    result_.gemm_selection = backend_->gemm_selection_counts();
     if (model_.token_capacity_growths() > 0) {
       TrainEvent w = event(TrainEvent::Kind::warning, result_.steps);
       w.message = fmt::format(

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
@@ -416,6 +417,7 @@ class Trainer {
     per_step(model_.profile_ops_ms(), result_.profile_ops_ms_per_step);
     result_.model_memory_bytes = model_.allocated_bytes_by_category();
     result_.backend_memory_bytes = backend_->internal_memory_bytes();
+    result_.gemm_selection = backend_->gemm_selection_counts();
     result_.cache = model_.cache_stats();
     result_.host_resident_bytes = model_.host_resident_bytes();
     result_.cache_refreshes = model_.cache_refreshes();
@@ -504,7 +506,26 @@ class Trainer {
 
 std::unique_ptr<Backend> make_train_backend(const TrainConfig& cfg) {
   std::unique_ptr<Backend> b = make_backend(cfg.backend, cfg.dense_math);
-  if (cfg.gemm_catalog != nullptr) b->use_gemm_catalog(cfg.gemm_catalog, cfg.gemm_hbm_bytes_per_s);
+  if (cfg.gemm_catalog == nullptr) return b;
+  const std::int64_t here = b->blas_library_version();
+  if (here == 0) return b;  // no BLAS library: the cpu backend
+  const bool from_plan = cfg.gemm_library_version != 0;
+  const std::int64_t measured =
+      from_plan ? cfg.gemm_library_version : cfg.gemm_catalog->library_version;
+  if (here != measured) {
+    // A catalog measured with another library names configurations this one may not have, at
+    // times it does not take: the library's own choices are the safe ones.
+    std::fprintf(stderr,
+                 "parity: kernel selection: %s says the kernel choices were measured with BLAS "
+                 "library version %lld (field %s) and this machine's is %lld: every product "
+                 "takes the library's own choice\n",
+                 from_plan ? "the plan" : cfg.gemm_catalog->source_file.c_str(),
+                 static_cast<long long>(measured),
+                 from_plan ? "gemm_catalog.library_version" : "library_version",
+                 static_cast<long long>(here));
+    return b;
+  }
+  b->use_gemm_catalog(cfg.gemm_catalog, cfg.gemm_hbm_bytes_per_s, cfg.gemm_decisions);
   return b;
 }
 

@@ -1,6 +1,7 @@
 // Kernel selection on the GPU: the library's configurations, enumerated and rebuilt from their
 // descriptions, compute the product (against the CPU reference); the backend runs the kernel
-// catalog's choice, and a choice the library refuses falls back to its heuristic, counted.
+// catalog's choice, and a choice the library refuses falls back to its heuristic, counted; a
+// plan's decision runs its first configuration the library accepts, before any ranking.
 #include <gtest/gtest.h>
 
 #include "backend/gpu/blas_kernels.h"
@@ -137,9 +138,56 @@ TEST(KernelSelectionGpu, TheBackendRunsTheCatalogsChoiceOrFallsBack) {
     gpu.linear_forward(dx.view(), dw.view(), db.data(), Activation::none, dy.view());
     expect_close(good ? "the catalog's choice" : "the heuristic after a refused choice",
                  dy.download(), ref, mag, tol_for(DenseMath::fp32));
-    const auto [chosen, fell_back] = gpu.gemm_catalog_counts();
-    EXPECT_EQ(chosen, good ? 1 : 0) << accepted.key();
-    EXPECT_EQ(fell_back, good ? 0 : 1);
+    const GemmSelectionCounts n = gpu.gemm_selection_counts();
+    EXPECT_EQ(n.ranked, good ? 1 : 0) << accepted.key();
+    EXPECT_EQ(n.heuristic, good ? 0 : 1);
+    EXPECT_EQ(n.planned, 0);
+  }
+}
+
+TEST(KernelSelectionGpu, ThePlansDecisionRunsItsFirstAcceptedConfiguration) {
+  PARITY_REQUIRE_GPU();
+  const std::int64_t batch = 256, in = 64, out = 128;
+  const LinearCase c(batch, in, out, 43);
+  const HostMat &x = c.x, &w = c.w, &bias = c.bias, &ref = c.ref, &mag = c.mag;
+
+  // Two configurations the library accepts for this product, and one it cannot have.
+  std::vector<GemmKernel> accepted;
+  {
+    GpuBackend probe(DenseMath::fp32);
+    const DevMat db(probe, bias);
+    blas::Handle h = nullptr;
+    ASSERT_EQ(blas::create(&h), blas::kSuccess);
+    BlasOperation op(linear_forward_kind(batch, in, out));
+    op.set_bias(db.data());
+    const auto kernels = enumerate_kernels(h, op, std::size_t{32} << 20, {});
+    (void)blas::destroy(h);
+    ASSERT_GE(kernels.size(), 2u);
+    accepted = {kernels.front().kernel, kernels.back().kernel};
+  }
+  GemmKernel refused = accepted[0];
+  refused.algo = 99999;  // no such algorithm
+
+  struct Case {
+    std::vector<GemmKernel> ranked;  // the plan's decision
+    GemmSelectionCounts expected;
+  };
+  const Case cases[] = {
+      {{refused, accepted[1]}, {1, 0, 0}},  // the plan's next after a refusal
+      {{refused}, {0, 1, 0}},               // none runs: the catalog's ranking
+  };
+  for (const Case& k : cases) {
+    GpuBackend gpu(DenseMath::fp32);
+    GemmDecision d{"layer forward", linear_forward_kind(batch, in, out), k.ranked};
+    // The catalog holds only the first accepted configuration.
+    gpu.use_gemm_catalog(catalog_of({accepted[0]}), 4e12, {d});
+    const DevMat dx(gpu, x), dw(gpu, w), db(gpu, bias), dy(gpu, ref.poisoned());
+    gpu.linear_forward(dx.view(), dw.view(), db.data(), Activation::none, dy.view());
+    expect_close("the plan's decision", dy.download(), ref, mag, tol_for(DenseMath::fp32));
+    const GemmSelectionCounts n = gpu.gemm_selection_counts();
+    EXPECT_EQ(n.planned, k.expected.planned);
+    EXPECT_EQ(n.ranked, k.expected.ranked);
+    EXPECT_EQ(n.heuristic, k.expected.heuristic);
   }
 }
 

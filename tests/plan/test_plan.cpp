@@ -8,6 +8,8 @@
 #include <map>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "parity/error.h"
 #include "parity/plan.h"
 
@@ -245,6 +247,17 @@ TEST(PlanCheck, ExecutesOrRefusesEveryDecisionByName) {
     }
     return "(not refused)";
   };
+  // A kernel choice that is not a product of this model's step: refused by its index.
+  Plan other = p;
+  for (KernelChoice& k : other.kernels)
+    if (!k.ranked.empty()) {
+      k.problem.k += 8;
+      break;
+    }
+  ASSERT_FALSE(p.gemm_catalog.empty());  // the H200's catalog is checked in
+  EXPECT_NE(refused(other, one).find("plan kernels[0]: 'bottom.0 forward' is the product"),
+            std::string::npos)
+      << refused(other, one);
   const Plan eight = make_plan(m, d, 8, options());
   EXPECT_NE(refused(eight, one).find("plan gpus: the plan is for 8 GPUs and this run has 1"),
             std::string::npos);
@@ -331,6 +344,19 @@ TEST(PlanFile, BadFilesNameTheField) {
   EXPECT_NE(message(edited("\"step_s\": ", "\"step_s\": -1, \"x_s\": "))
                 .find("field 'prediction.x_s': unknown field"),
             std::string::npos);
+  // A kernel choice of an unknown kind, or with no configuration.
+  EXPECT_NE(message(edited("\"epilogue\": \"", "\"epilogue\": \"gelu"))
+                .find("field 'kernels[0].kind.epilogue': expected one of none, relu, bias, "
+                      "relu_bias"),
+            std::string::npos);
+  nlohmann::json unranked = nlohmann::json::parse(json);
+  unranked["kernels"][0]["ranked"] = nlohmann::json::array();
+  EXPECT_NE(message(unranked.dump())
+                .find("field 'kernels[0].ranked': expected at least one configuration key"),
+            std::string::npos);
+  EXPECT_NE(message(edited("\"library_version\": ", "\"library_version\": -"))
+                .find("field 'gemm_catalog.library_version': expected an integer in"),
+            std::string::npos);
   // Rows outside the table: refused when the plan is applied to the model.
   const Plan rows = plan_from_json(edited("5000\n", "6000\n"), "edited.json");
   try {
@@ -343,6 +369,68 @@ TEST(PlanFile, BadFilesNameTheField) {
   Plan q = plan_from_json(edited("5000\n", "4000\n"), "edited.json");
   EXPECT_THROW(evaluate_plan(q, model("tiny"), device("h200"), default_calibration(device("h200"))),
                InputError);
+}
+
+// The plan's kernel choices: every matrix product of the step as the GPU backend runs it, in the
+// engine's order, ranked by the device's kernel catalog (the same ranking the backend would make),
+// its FLOPs those the cost model counts.
+TEST(PlanKernels, EveryProductOfTheStepRankedByTheDevicesCatalog) {
+  const ModelSpec m = model("mlperf-dlrmv2");
+  const DeviceSpec d = device("h200");
+  const Plan p = make_plan(m, d, 1, options());
+  const auto catalog = gemm_catalog_for(d, kConfigs);
+  ASSERT_NE(catalog, nullptr);
+  ASSERT_FALSE(p.gemm_catalog.empty());
+  EXPECT_EQ(p.gemm_catalog.library_version, catalog->library_version);
+  const auto products = dense_products(m, p.per_device_batch, p.dense_math);
+  // Forwards: 3 bottom, 2 a cross layer x 3, 5 top; backwards: 5 top and 3 bottom weight
+  // gradients, 5 top and 2 bottom data gradients (the first layer's input is the data), 4 a cross
+  // layer.
+  ASSERT_EQ(products.size(), 3u + 6u + 5u + 10u + 5u + 12u);
+  ASSERT_EQ(p.kernels.size(), products.size());
+  const double hbm = d.hbm_bandwidth.value * calibration_for(d, kConfigs).hbm_efficiency;
+  int ranked = 0;
+  for (std::size_t i = 0; i < products.size(); ++i) {
+    const KernelChoice& k = p.kernels[i];
+    EXPECT_EQ(k.op, products[i].op);
+    if (catalog->group_for(products[i].problem) == nullptr) {
+      EXPECT_TRUE(k.ranked.empty()) << k.op;
+      continue;
+    }
+    ++ranked;
+    ASSERT_FALSE(k.ranked.empty()) << k.op;
+    EXPECT_EQ(decision_key(k.problem), decision_key(products[i].problem));
+    const auto r = rank_gemm_kernels(k.problem, *catalog, hbm);
+    ASSERT_FALSE(r.empty());
+    EXPECT_EQ(k.ranked.front(), r.front().kernel.key()) << k.op;
+    EXPECT_DOUBLE_EQ(k.predicted_s, r.front().seconds);
+    for (const std::string& key : k.ranked) {
+      GemmKernel g;
+      EXPECT_TRUE(find_catalog_kernel(*catalog, k.problem, key, g)) << key;
+      EXPECT_EQ(g.key(), key);
+    }
+  }
+  EXPECT_GE(ranked, 30);
+  // The same products the cost model times (up to the padding of 16-bit copies along k).
+  double flops = 0, modelled = 0;
+  for (const auto& s : products)
+    flops += 2.0 * static_cast<double>(s.problem.m) * s.problem.n * s.problem.k;
+  for (const auto& op :
+       dense_op_costs(m, p.per_device_batch, p.dense_math, d, calibration_for(d, kConfigs)))
+    modelled += op.flops;
+  EXPECT_NEAR(flops / modelled, 1.0, 1e-3);
+  // Deterministic: the same choices again.
+  const Plan again = make_plan(m, d, 1, options());
+  for (std::size_t i = 0; i < p.kernels.size(); ++i)
+    EXPECT_EQ(again.kernels[i].ranked, p.kernels[i].ranked);
+  // Without a catalog for the device: the roofline model's tiles, no configurations.
+  const Plan mi = make_plan(m, device("mi300x"), 1, options());
+  EXPECT_TRUE(mi.gemm_catalog.empty());
+  ASSERT_FALSE(mi.kernels.empty());
+  for (const KernelChoice& k : mi.kernels) {
+    EXPECT_TRUE(k.ranked.empty());
+    EXPECT_GT(k.tile_m, 0);
+  }
 }
 
 // Every table's shards tile it exactly: each (row, column) cell belongs to one shard, counted here

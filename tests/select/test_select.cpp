@@ -238,11 +238,40 @@ TEST(GemmRanking, LeavesOutWhatTheAlignmentForbids) {
   EXPECT_EQ(operand_alignment(256, 1741, 2), 2);
   EXPECT_EQ(operand_alignment(256, 1024, 2), 256);
   EXPECT_EQ(operand_alignment(4, 1024, 2), 4);
-  // A vector's rows never stride: a single row, or a single column packed.
+  // An output: a single row counts its address, a single column its rows.
   EXPECT_EQ(operand_alignment(256, 1, 1741, 1741, 2), 256);
-  EXPECT_EQ(operand_alignment(256, 65536, 1, 1, 2), 256);
-  EXPECT_EQ(operand_alignment(256, 65536, 1, 3, 2), 2);  // a strided column
+  EXPECT_EQ(operand_alignment(256, 65536, 1, 1, 2), 2);
+  EXPECT_EQ(operand_alignment(256, 65536, 1, 3, 2), 2);
   EXPECT_EQ(operand_alignment(256, 8, 1741, 1741, 2), 2);
+  // An operand of a product: a vector along k counts its address, one across k (k = 1: a
+  // column of A [m, 1], measured refused by the library's 16-byte kernels) its rows.
+  EXPECT_EQ(operand_alignment(256, 1, 1741, 1741, 2, true), 256);    // A [1, k]
+  EXPECT_EQ(operand_alignment(256, 65536, 1, 1, 2, false), 256);     // Aᵀ stored [k, 1]
+  EXPECT_EQ(operand_alignment(256, 65536, 1, 1, 2, true), 2);        // A [m, 1]: k = 1
+  EXPECT_EQ(operand_alignment(256, 65536, 1741, 1741, 2, true), 2);  // any matrix: its rows
+}
+
+TEST(GemmRanking, NeverSplitsPastTheWorkspace) {
+  GemmCatalog c = small_catalog();
+  CatalogKernel big = make_kernel(66, 256, 512, 6e-6, 1e-6, 0.5e-6);  // 8 tiles a 512 x 2048
+  big.max_split_k = 16;
+  big.split_reduction = SplitReduction::compute_type;
+  c.groups[0].kernels = {big};
+  c.groups[0].peak_flops_per_s = 1e18;  // the formula decides, not the kind's peak
+  // Long k over few tiles: splitting fills the device, as far as the partial results fit.
+  for (const std::int64_t m : {512, 2048}) {
+    const std::int64_t n = 2048;
+    const auto r = rank_gemm_kernels(forward(m, n, 65536), c, 4e12);
+    ASSERT_EQ(r.size(), 1u);
+    const int split = r[0].kernel.split_k;
+    EXPECT_LE(static_cast<double>(split) * m * n * 4, kGemmWorkspaceBytes) << m;
+    // 512 x 2048 splits deep (8 tiles); 2048 x 2048 (32 tiles) would take 4, past the workspace.
+    if (m == 512) {
+      EXPECT_GT(split, 2);
+    } else {
+      EXPECT_EQ(split, 2);
+    }
+  }
 }
 
 TEST(GemmRanking, NeverFasterThanMovingTheOperandsOnce) {

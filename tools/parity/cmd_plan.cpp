@@ -93,10 +93,17 @@ void print_plan(const Plan& p, const DeviceSpec& dev, bool verbose) {
                  sharding_name(t.sharding), placement_name(t.placement),
                  t.placement == Placement::host ? fmt::format("{}", t.cache_rows) : "-", shards);
     }
-    fmt::print("\n  GEMM kernels (first-ranked tile of the analytical model)\n");
+    if (p.gemm_catalog.empty()) {
+      fmt::print("\n  GEMM kernels (first-ranked tile of the analytical model)\n");
+    } else {
+      fmt::print("\n  GEMM kernels (ranked by the kernel catalog {}, {} {})\n", p.gemm_catalog.file,
+                 p.gemm_catalog.library, p.gemm_catalog.library_version);
+    }
     for (const auto& k : p.kernels)
-      fmt::print("    {:<26} {:>7} x {:>5} x {:>5}  tile {}x{}  {:.1f} us\n", k.op, k.m, k.n, k.k,
-                 k.tile_m, k.tile_n, k.predicted_s * 1e6);
+      fmt::print(
+          "    {:<32} {:>7} x {:>5} x {:>5}  {}  {:.1f} us\n", k.op, k.m, k.n, k.k,
+          k.ranked.empty() ? fmt::format("tile {}x{}", k.tile_m, k.tile_n) : k.ranked.front(),
+          k.predicted_s * 1e6);
   }
   fmt::print("\n  calibration: {}\n", p.calibration);
 }

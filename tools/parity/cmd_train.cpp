@@ -236,6 +236,9 @@ struct TrainArgs {
   std::int64_t checkpoint_every = 0, keep_checkpoints = 2;
   std::uint64_t seed = 1;
   std::string checkpoint, backend = "auto", on_bad_line = "stop", plan, dense_math, gemm_catalog;
+  // The BLAS library's own kernels until the plan's beat them on whole steps (they do not yet:
+  // docs/perf/kernel-selection.md).
+  std::string gemm_selection = "heuristic";
   bool resume = false, profile = false, no_plan = false;
   std::vector<std::string> data, eval_data;
 };
@@ -252,14 +255,60 @@ ExecutionTarget execution_target(const std::string& gpu) {
   return t;
 }
 
+// The plan's kernel catalog file: as the plan names it, else the file of that name in
+// configs/calibration (a plan made in another checkout).
+std::filesystem::path plan_catalog_file(const std::string& named) {
+  std::error_code ec;
+  if (std::filesystem::exists(named, ec)) return named;
+  const auto here = configs_dir() / "calibration" / std::filesystem::path(named).filename();
+  if (std::filesystem::exists(here, ec)) return here;
+  throw InputError(
+      fmt::format("the plan's field gemm_catalog.file names {}, which does not exist "
+                  "(nor {}): make the plan here again, or pass "
+                  "--gemm-selection heuristic",
+                  named, here.string()));
+}
+
+// The plan's kernel choices for the GPU backend (--gemm-selection plan): each product's
+// configurations, looked up in the plan's catalog; a key the catalog does not hold is a bad plan.
+void use_plan_kernels(TrainConfig& cfg, const Plan& plan, const TrainArgs& args) {
+  if (plan.gemm_catalog.empty() || args.gemm_selection != "plan") return;
+  auto catalog = std::make_shared<const GemmCatalog>(
+      load_gemm_catalog(plan_catalog_file(plan.gemm_catalog.file)));
+  const std::string where = args.plan.empty() ? std::string("the plan") : "plan " + args.plan;
+  std::vector<GemmDecision> decisions;
+  for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
+    const KernelChoice& kc = plan.kernels[i];
+    if (kc.ranked.empty()) continue;
+    GemmDecision d{kc.op, kc.problem, {}};
+    for (std::size_t j = 0; j < kc.ranked.size(); ++j) {
+      GemmKernel k;
+      if (!find_catalog_kernel(*catalog, kc.problem, kc.ranked[j], k))
+        throw InputError(fmt::format(
+            "{}: field 'kernels[{}].ranked[{}]': '{}' is not a configuration of the kernel "
+            "catalog {} for {} products (make the plan again with this catalog)",
+            where, i, j, kc.ranked[j], catalog->source_file, kc.problem.describe()));
+      d.ranked.push_back(k);
+    }
+    decisions.push_back(std::move(d));
+  }
+  const DeviceSpec dev = find_device(plan.device, configs_dir() / "devices");
+  cfg.gemm_hbm_bytes_per_s =
+      dev.hbm_bandwidth.value * calibration_for(dev, configs_dir()).hbm_efficiency;
+  cfg.gemm_library_version = plan.gemm_catalog.library_version;
+  cfg.gemm_decisions = std::move(decisions);
+  cfg.gemm_catalog = std::move(catalog);
+}
+
 // Trains `model` with the recipe of `plan` (its batch, table precisions, optimizer and dense
 // math) after the plan check: every decision executed, or the run refused before anything is
 // allocated; apply_plan scales the learning rates when --batch overrides the plan's batch. Prints
 // what runs under `title`. gpu: the detected GPU's name (empty for the cpu backend).
 void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan,
                       const TrainArgs& args, const std::string& gpu, const std::string& title) {
-  const std::vector<PlanDecision> decisions =
-      check_plan(plan, model, execution_target(gpu), args.batch);
+  ExecutionTarget target = execution_target(gpu);
+  target.plan_kernels = args.gemm_selection == "plan";
+  const std::vector<PlanDecision> decisions = check_plan(plan, model, target, args.batch);
   cfg.model = apply_plan(model, plan, args.batch);
   cfg.batch = plan.global_batch;
   cfg.dense_math = plan.dense_math;
@@ -271,6 +320,7 @@ void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan
         token_capacity(sequence_moments(model), static_cast<double>(args.batch)));
   fmt::print("parity train: {}; executing:\n", title);
   for (const PlanDecision& d : decisions) fmt::print("  {:<13} {}\n", d.what, d.executed);
+  if (!gpu.empty()) use_plan_kernels(cfg, plan, args);
 }
 
 // The model and its recipe: a plan given with --plan; on a GPU without one, the plan made for the
@@ -435,6 +485,11 @@ void run_train(const TrainArgs& args, bool model_given) {
   }
   ConsoleObserver console;
   const TrainResult r = train(cfg, &console);
+  if (const GemmSelectionCounts& g = r.gemm_selection; g.planned + g.ranked + g.heuristic > 0)
+    fmt::print(
+        "kernel selection: {} matrix products ran the plan's choice, {} the catalog's ranking "
+        "(not in the plan), {} the library's heuristic\n",
+        g.planned, g.ranked, g.heuristic);
   if (cfg.profile)
     print_profile(r, profiled.get(), cfg.model, cfg.batch > 0 ? cfg.batch : cfg.model.batch_size);
 }
@@ -498,7 +553,16 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
   cmd->add_option("--gemm-catalog", args->gemm_catalog,
                   "Choose every matrix product's kernel from this kernel catalog (parity "
-                  "calibrate) by the selection model, instead of the BLAS library's heuristic");
+                  "calibrate) by the selection model when it first runs, instead of the BLAS "
+                  "library's heuristic (with --gemm-selection plan: for the products the plan "
+                  "does not list)");
+  cmd->add_option("--gemm-selection", args->gemm_selection,
+                  "Where a GPU run's matrix-product kernels come from: heuristic (the BLAS "
+                  "library's own) or plan (the plan's choices, ranked by the device's kernel "
+                  "catalog; products the plan does not list ranked the same way when they first "
+                  "run)")
+      ->check(CLI::IsMember({"plan", "heuristic"}))
+      ->capture_default_str();
   cmd->add_flag("--profile", args->profile,
                 "Time the step by op category with device events and print it beside the plan's "
                 "prediction");

@@ -179,7 +179,8 @@ struct Blas::Impl {
   std::int64_t queries = 0;
   std::shared_ptr<const GemmCatalog> catalog;
   double hbm_bytes_per_s = 0;
-  std::int64_t catalog_choices = 0, catalog_fallbacks = 0;
+  std::unordered_map<std::string, GemmDecision> decisions;  // by decision_key
+  GemmSelectionCounts counts;
   std::set<std::string> fallback_said;  // kinds of product whose fallback was printed
 
   ~Impl() {
@@ -271,7 +272,12 @@ struct Blas::Impl {
                  "bias type", &key);
     make_layouts(key, p->l);
 
-    if (catalog != nullptr && from_catalog(key, epilogue, *p)) return p;
+    if (!decisions.empty() && from_decision(key, epilogue, *p)) return p;
+    if (catalog != nullptr) {
+      if (from_catalog(key, epilogue, *p)) return p;
+    } else if (!decisions.empty()) {
+      ++counts.heuristic;
+    }
     const PlanKey cls = class_of(key, epilogue);
     auto [it, first] = classes.try_emplace(cls, ShapeClass{key});
     if (!first && !(it->second.first == key)) {
@@ -317,6 +323,60 @@ struct Blas::Impl {
     return p;
   }
 
+  // The plan's descriptor and layouts, the ones a configuration is checked against and runs with.
+  static BlasDescriptors descriptors_of(const GemmProblem& problem, const Plan& plan) {
+    BlasDescriptors d;
+    d.problem = problem;
+    d.desc = plan.desc;
+    d.la = plan.l.la;
+    d.lb = plan.l.lb;
+    d.lc = plan.l.lc;
+    d.ld = plan.l.ld;
+    blas_types(problem, d);
+    return d;
+  }
+
+  // Runs `plan` with configuration k if the library accepts it for the product; else false and
+  // the library's reason in why.
+  bool try_kernel(const BlasDescriptors& d, GemmKernel k, Plan& plan, std::string* why) {
+    blas::Algo algo{};
+    if (!configure(handle, d, workspace.bytes(), k, algo, why)) return false;
+    plan.algo = blas::Heuristic{};
+    plan.algo.algo = algo;
+    // Not the heuristic's answer for this shape: a matmul the library still refuses asks the
+    // heuristic (gemm(), own_algorithm()).
+    plan.class_algo = true;
+    return true;
+  }
+
+  // The plan's decision for a product, where it has one: its first configuration the library
+  // accepts. Every one refused is printed with the library's reason; false when none is accepted
+  // (the ranking then chooses) or the plan has no decision for this product.
+  bool from_decision(const PlanKey& key, Epilogue epilogue, Plan& plan) {
+    const GemmProblem problem = problem_of(key, epilogue);
+    const auto it = decisions.find(decision_key(problem));
+    if (it == decisions.end()) return false;
+    const GemmDecision& dec = it->second;
+    const BlasDescriptors d = descriptors_of(problem, plan);
+    for (const GemmKernel& k : dec.ranked) {
+      std::string why;
+      if (try_kernel(d, k, plan, &why)) {
+        ++counts.planned;
+        return true;
+      }
+      std::fprintf(stderr,
+                   "parity: kernel selection: %s (%s): %s refuses the plan's configuration %s "
+                   "(%s); trying the plan's next\n",
+                   dec.op.c_str(), problem.describe().c_str(), blas::kLibrary, k.key().c_str(),
+                   why.c_str());
+    }
+    std::fprintf(stderr,
+                 "parity: kernel selection: %s (%s): none of the plan's %zu configurations runs "
+                 "here; the catalog's ranking or the library's heuristic chooses\n",
+                 dec.op.c_str(), problem.describe().c_str(), dec.ranked.size());
+    return false;
+  }
+
   // The catalog's choice for a product: the ranking's first configuration the library accepts
   // (at most kTries asked). False (printed once per kind of product) when none is accepted.
   bool from_catalog(const PlanKey& key, Epilogue epilogue, Plan& plan) {
@@ -325,32 +385,17 @@ struct Blas::Impl {
     const auto ranked = rank_gemm_kernels(problem, *catalog, hbm_bytes_per_s);
     std::string why = ranked.empty() ? "the catalog has no configuration for this kind" : "";
     if (!ranked.empty()) {
-      // Checked against the plan's own descriptor and layouts, the ones it runs with.
-      BlasDescriptors d;
-      d.problem = problem;
-      d.desc = plan.desc;
-      d.la = plan.l.la;
-      d.lb = plan.l.lb;
-      d.lc = plan.l.lc;
-      d.ld = plan.l.ld;
-      blas_types(problem, d);
+      const BlasDescriptors d = descriptors_of(problem, plan);
       for (int i = 0; i < kTries && i < static_cast<int>(ranked.size()); ++i) {
-        GemmKernel k = ranked[static_cast<std::size_t>(i)].kernel;
-        blas::Algo algo{};
         std::string reason;
-        if (configure(handle, d, workspace.bytes(), k, algo, &reason)) {
-          plan.algo = blas::Heuristic{};
-          plan.algo.algo = algo;
-          // Not the heuristic's answer for this shape: a matmul the library still refuses asks
-          // the heuristic (gemm(), own_algorithm()).
-          plan.class_algo = true;
-          ++catalog_choices;
+        if (try_kernel(d, ranked[static_cast<std::size_t>(i)].kernel, plan, &reason)) {
+          ++counts.ranked;
           return true;
         }
         if (why.empty()) why = reason;
       }
     }
-    ++catalog_fallbacks;
+    ++counts.heuristic;
     GemmProblem kind = problem;
     kind.m = kind.n = kind.k = 0;
     if (fallback_said.insert(kind.describe()).second)
@@ -445,20 +490,26 @@ std::int64_t Blas::epilogue_fallbacks() const {
   return impl_->fallbacks;
 }
 
-void Blas::use_catalog(std::shared_ptr<const GemmCatalog> catalog, double hbm_bytes_per_s) {
+void Blas::use_catalog(std::shared_ptr<const GemmCatalog> catalog, double hbm_bytes_per_s,
+                       std::vector<GemmDecision> decisions) {
   if (catalog != nullptr && !(hbm_bytes_per_s > 0))
     throw Error(fmt::format("kernel catalog {}: the memory rate for its ranking must be above 0",
                             catalog->source_file));
   impl_->catalog = std::move(catalog);
   impl_->hbm_bytes_per_s = hbm_bytes_per_s;
+  impl_->decisions.clear();
+  for (GemmDecision& d : decisions) {
+    std::string k = decision_key(d.problem);
+    impl_->decisions.insert_or_assign(std::move(k), std::move(d));
+  }
 }
 
-std::int64_t Blas::catalog_choices() const {
-  return impl_->catalog_choices;
+GemmSelectionCounts Blas::selection_counts() const {
+  return impl_->counts;
 }
 
-std::int64_t Blas::catalog_fallbacks() const {
-  return impl_->catalog_fallbacks;
+std::size_t Blas::library_version() {
+  return blas::library_version();
 }
 
 std::int64_t Blas::heuristic_queries() const {
@@ -485,11 +536,11 @@ std::int64_t Blas::epilogue_fallbacks() const {
 std::int64_t Blas::heuristic_queries() const {
   return 0;
 }
-void Blas::use_catalog(std::shared_ptr<const GemmCatalog>, double) {}
-std::int64_t Blas::catalog_choices() const {
-  return 0;
+void Blas::use_catalog(std::shared_ptr<const GemmCatalog>, double, std::vector<GemmDecision>) {}
+GemmSelectionCounts Blas::selection_counts() const {
+  return {};
 }
-std::int64_t Blas::catalog_fallbacks() const {
+std::size_t Blas::library_version() {
   return 0;
 }
 void Blas::gemm(Stream_t, GemmMath, const GemmArgs&) {

@@ -24,6 +24,9 @@
 //   the library accepts (blas_kernels.h rebuilds it from its description), asked per exact shape:
 //   the ranking costs microseconds, so no shape classes are needed; a product the catalog has no
 //   accepted configuration for takes the heuristic's, said once per kind of product.
+// - A plan's decisions (use_catalog) come first: a product whose kind and shape a decision names
+//   runs the decision's first configuration the library accepts; each one refused is printed
+//   with the library's reason, never passed over silently.
 // - Split-K reductions are limited to the out-of-place schemes, so a product gives the same bits
 //   on every run (the same seed and plan give the same losses, bit for bit).
 // - bf16 math takes operands that the caller already converted to bf16 (gpu_backend.cpp keeps
@@ -81,7 +84,7 @@ class Blas {
  public:
   // Creates the library handle and allocates the workspace (32 MiB: what cuBLAS recommends for
   // Hopper; enough for every split-K plan of the dense path's shapes).
-  explicit Blas(std::size_t workspace_bytes = std::size_t{32} << 20);
+  explicit Blas(std::size_t workspace_bytes = static_cast<std::size_t>(kGemmWorkspaceBytes));
   ~Blas();
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
@@ -99,10 +102,14 @@ class Blas {
   // (parity/select.h: no timing, no heuristic): the first of the ranking the library accepts for
   // the product, else (printed once a kind of product, counted) the heuristic's. hbm_bytes_per_s
   // is the ranking's memory floor. Plans built before keep their algorithm.
-  void use_catalog(std::shared_ptr<const GemmCatalog> catalog, double hbm_bytes_per_s);
-  // Products whose configuration came from the catalog, and those that fell back.
-  std::int64_t catalog_choices() const;
-  std::int64_t catalog_fallbacks() const;
+  // A product a decision names (a plan's choice, keyed by decision_key) first tries the
+  // decision's configurations in order, printing why the library refused any; then the ranking.
+  void use_catalog(std::shared_ptr<const GemmCatalog> catalog, double hbm_bytes_per_s,
+                   std::vector<GemmDecision> decisions = {});
+  // Where the products' configurations came from (with a catalog or decisions in use).
+  GemmSelectionCounts selection_counts() const;
+  // The library's version as it reports it (cuBLASLt: 130100 for 13.1.0).
+  static std::size_t library_version();
 
   // Plans whose epilogue the library could not fuse (bias and ReLU then run as a kernel after the
   // product; the result is the same up to rounding). 0 on the shapes the tests know.

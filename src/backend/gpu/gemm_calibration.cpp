@@ -31,14 +31,18 @@ bool narrow_type(GemmType t) {
 // The kinds of product a training step makes, per operand type (gpu_backend.cpp's products):
 // forwards x · wᵀ with the bias fused, with and without ReLU, or without either (the cross
 // layers' low-rank product), their output in the operands' 16-bit type under a 16-bit math, and
-// in fp32 for the layers whose output stays fp32 (the logits, the dot interaction's input); the
-// input gradient dy · w and the weight gradient dyᵀ · x (fp32).
+// in fp32 with the bias fused, with and without ReLU, for the layers whose output stays fp32
+// (the logits, the dot interaction's input); the
+// input gradient dy · w (fp32, and under a 16-bit math also in the operands' type: the DCNv2
+// stack's gradients) and the weight gradient dyᵀ · x (fp32).
 std::vector<GemmProblem> kinds(GemmType t) {
   std::vector<GemmProblem> out;
   for (const bool narrow : {true, false}) {
     if (narrow && !narrow_type(t)) continue;
     for (const GemmEpilogue e : {GemmEpilogue::bias, GemmEpilogue::relu_bias, GemmEpilogue::none}) {
-      if (!narrow && narrow_type(t) && e != GemmEpilogue::bias) continue;
+      // fp32 outputs under a 16-bit math: the logits (bias) and the dot interaction's input
+      // (bias and ReLU).
+      if (!narrow && narrow_type(t) && e == GemmEpilogue::none) continue;
       GemmProblem f;
       f.type = t;
       f.tb = true;
@@ -51,6 +55,10 @@ std::vector<GemmProblem> kinds(GemmType t) {
   GemmProblem d;
   d.type = t;
   out.push_back(d);
+  if (narrow_type(t)) {
+    d.narrow_output = true;
+    out.push_back(d);
+  }
   GemmProblem w;
   w.type = t;
   w.ta = true;

@@ -523,12 +523,16 @@ void GpuBackend::embedding_cache_copy(const TableLayout& table, const TableWeigh
 }
 
 void GpuBackend::use_gemm_catalog(std::shared_ptr<const GemmCatalog> catalog,
-                                  double hbm_bytes_per_s) {
-  impl_->blas.use_catalog(std::move(catalog), hbm_bytes_per_s);
+                                  double hbm_bytes_per_s, std::vector<GemmDecision> decisions) {
+  impl_->blas.use_catalog(std::move(catalog), hbm_bytes_per_s, std::move(decisions));
 }
 
-std::pair<std::int64_t, std::int64_t> GpuBackend::gemm_catalog_counts() const {
-  return {impl_->blas.catalog_choices(), impl_->blas.catalog_fallbacks()};
+GemmSelectionCounts GpuBackend::gemm_selection_counts() const {
+  return impl_->blas.selection_counts();
+}
+
+std::int64_t GpuBackend::blas_library_version() const {
+  return static_cast<std::int64_t>(gpu::Blas::library_version());
 }
 
 std::map<std::string, std::size_t> GpuBackend::internal_memory_bytes() const {

@@ -110,9 +110,10 @@ class GpuBackend final : public Backend {
                             OptimizerKind opt, bool to_cache) override;
   void* allocate_host_resident(std::size_t bytes) override;
   std::map<std::string, std::size_t> internal_memory_bytes() const override;
-  void use_gemm_catalog(std::shared_ptr<const GemmCatalog> catalog,
-                        double hbm_bytes_per_s) override;
-  std::pair<std::int64_t, std::int64_t> gemm_catalog_counts() const override;
+  void use_gemm_catalog(std::shared_ptr<const GemmCatalog> catalog, double hbm_bytes_per_s,
+                        std::vector<GemmDecision> decisions = {}) override;
+  GemmSelectionCounts gemm_selection_counts() const override;
+  std::int64_t blas_library_version() const override;
   void deallocate_host_resident(void* p) noexcept override;
 
   void dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) override;
