@@ -101,8 +101,9 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                                        plan.tables.size(), dtypes, where,
                                        optimizer_name(plan.embedding_optimizer))});
   out.push_back(dense_math);
-  // Each ranked choice names a product the step makes at the plan's batch: a plan edited or made
-  // for another model would otherwise run the library's choices without saying so.
+  // Each ranked choice names a product the step makes at the plan's batch: choices edited or made
+  // for another model would match none of the products, which would then be ranked when they
+  // first run, not as the plan says.
   if (batch <= 0 || batch == plan.global_batch) {
     std::map<std::string, std::string> step;  // op -> the product's kind and shape
     for (const StepProduct& s : dense_products(model, plan.per_device_batch, plan.dense_math))
@@ -123,9 +124,16 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
   }
   if (!plan.kernels.empty()) {
     const bool ranked = !plan.gemm_catalog.empty() &&
-                        std::all_of(plan.kernels.begin(), plan.kernels.end(),
+                        std::any_of(plan.kernels.begin(), plan.kernels.end(),
                                     [](const KernelChoice& k) { return !k.ranked.empty(); });
-    if (ranked && target.gpu_backend && target.plan_kernels)
+    const bool other_batch = batch > 0 && batch != plan.global_batch;
+    if (ranked && target.gpu_backend && target.plan_kernels && other_batch)
+      out.push_back(
+          {"kernels", fmt::format("the plan's {} matrix-product choices are for its batch "
+                                  "of {}: each product is ranked by the kernel catalog "
+                                  "{} when it first runs",
+                                  plan.kernels.size(), plan.global_batch, plan.gemm_catalog.file)});
+    else if (ranked && target.gpu_backend && target.plan_kernels)
       out.push_back(
           {"kernels", fmt::format("{} matrix-product choices from the kernel catalog {}: each "
                                   "product runs its first configuration the BLAS library accepts "

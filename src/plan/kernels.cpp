@@ -47,8 +47,9 @@ class Products {
   // y [B, out] = x [B, in] · wᵀ (+ bias) (relu); x fp32 (the data, the dot interaction's output)
   // or an activation; y an activation, or the logits (fp32).
   void forward(const std::string& op, std::int64_t in, std::int64_t out, bool x_f32, bool relu,
-               bool y_activation) {
+               bool y_activation, std::int64_t ldy = 0) {
     GemmProblem p = base(b_, out, in, false, true);
+    p.ldd = ldy;
     if (narrow_) {
       p.ldb = pad8(in);
       if (x_f32) p.k = p.lda = pad8(in);
@@ -156,11 +157,13 @@ std::vector<StepProduct> dense_products(const ModelSpec& m, std::int64_t per_dev
         {fmt::format("top.{}", i), in, m.top_mlp[i], i == 0 && !dcn, !last, false, i == 0, last});
     in = m.top_mlp[i];
   }
-  // The last bottom layer's output is the interaction's input: stored like the activations under
-  // DCNv2 (x0), in fp32 for the dot interaction's kernels.
-  for (std::size_t i = 0; i < bottom.size(); ++i)
+  // The last bottom layer writes the first columns of x0 [B, n], the interaction's input: stored
+  // like the activations under DCNv2, in fp32 for the dot interaction's kernels.
+  for (std::size_t i = 0; i < bottom.size(); ++i) {
+    const bool last = i + 1 == bottom.size();
     ps.forward(bottom[i].name, bottom[i].in, bottom[i].out, bottom[i].x_f32, bottom[i].relu,
-               dcn || i + 1 < bottom.size());
+               dcn || !last, last ? n : 0);
+  }
   for (int c = 0; c < layers; ++c) ps.cross_forward(fmt::format("cross.{}", c), n, r);
   for (const Layer& l : top) ps.forward(l.name, l.in, l.out, l.x_f32, l.relu, !l.last_top);
   // The gradient of top.0's input (the interaction's output) is stored like the activations

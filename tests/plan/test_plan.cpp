@@ -1,5 +1,6 @@
 // The planner: the headline plan, its invariants over random models and devices, and the
 // plan file as a user meets it.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -410,7 +411,7 @@ TEST(PlanKernels, EveryProductOfTheStepRankedByTheDevicesCatalog) {
       EXPECT_EQ(g.key(), key);
     }
   }
-  EXPECT_GE(ranked, 30);
+  EXPECT_EQ(ranked, static_cast<int>(products.size()));  // the catalog holds every kind
   // The same products the cost model times (up to the padding of 16-bit copies along k).
   double flops = 0, modelled = 0;
   for (const auto& s : products)
@@ -419,6 +420,27 @@ TEST(PlanKernels, EveryProductOfTheStepRankedByTheDevicesCatalog) {
        dense_op_costs(m, p.per_device_batch, p.dense_math, d, calibration_for(d, kConfigs)))
     modelled += op.flops;
   EXPECT_NEAR(flops / modelled, 1.0, 1e-3);
+  // The dot interaction's step: its bottom output and top input in fp32 (x0), no cross layers.
+  const ModelSpec dot = model("criteo-kaggle-dot");
+  const Plan q = make_plan(dot, d, 1, options());
+  const auto dot_products = dense_products(dot, q.per_device_batch, q.dense_math);
+  ASSERT_EQ(q.kernels.size(), dot_products.size());
+  ASSERT_EQ(q.dense_math, DenseMath::bf16);
+  const auto find = [&](const std::string& op) {
+    const auto it = std::find_if(dot_products.begin(), dot_products.end(),
+                                 [&](const StepProduct& s) { return s.op == op; });
+    if (it == dot_products.end()) {
+      ADD_FAILURE() << op << " is not a product of the step";
+      return GemmProblem{};
+    }
+    return it->problem;
+  };
+  const std::string last_bottom = fmt::format("bottom.{} forward", dot.bottom_mlp.size() - 1);
+  EXPECT_FALSE(find(last_bottom).narrow_output);
+  EXPECT_EQ(find(last_bottom).lead_d(), dot.interaction_input_dim());
+  EXPECT_EQ(find("top.0 forward").k % 8, 0);  // the fp32 interaction output's 16-bit copy
+  EXPECT_FALSE(find("top.0 data gradient").narrow_output);
+  EXPECT_TRUE(find("bottom.0 forward").narrow_output);
   // Deterministic: the same choices again.
   const Plan again = make_plan(m, d, 1, options());
   for (std::size_t i = 0; i < p.kernels.size(); ++i)

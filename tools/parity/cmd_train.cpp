@@ -271,11 +271,27 @@ std::filesystem::path plan_catalog_file(const std::string& named) {
 
 // The plan's kernel choices for the GPU backend (--gemm-selection plan): each product's
 // configurations, looked up in the plan's catalog; a key the catalog does not hold is a bad plan.
-void use_plan_kernels(TrainConfig& cfg, const Plan& plan, const TrainArgs& args) {
-  if (plan.gemm_catalog.empty() || args.gemm_selection != "plan") return;
+void use_plan_kernels(TrainConfig& cfg, const Plan& plan, const TrainArgs& args,
+                      const std::string& device) {
+  if (args.gemm_selection != "plan") return;
+  if (plan.gemm_catalog.empty() || device != plan.device) {
+    fmt::print(
+        "parity train: --gemm-selection plan: {}; every product takes the BLAS library's "
+        "own choice\n",
+        plan.gemm_catalog.empty()
+            ? fmt::format("the plan has no kernel catalog ({} has none measured)", plan.device)
+            : fmt::format("the plan's choices are for {} and this GPU is {}", plan.device,
+                          device.empty() ? std::string("not in the catalog") : device));
+    return;
+  }
+  const std::string where = args.plan.empty() ? std::string("the plan") : "plan " + args.plan;
   auto catalog = std::make_shared<const GemmCatalog>(
       load_gemm_catalog(plan_catalog_file(plan.gemm_catalog.file)));
-  const std::string where = args.plan.empty() ? std::string("the plan") : "plan " + args.plan;
+  if (catalog->device != plan.device)
+    throw InputError(
+        fmt::format("{}: field 'gemm_catalog.file' names {}, a kernel catalog of {}; "
+                    "the plan is for {}",
+                    where, catalog->source_file, catalog->device, plan.device));
   std::vector<GemmDecision> decisions;
   for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
     const KernelChoice& kc = plan.kernels[i];
@@ -320,7 +336,7 @@ void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan
         token_capacity(sequence_moments(model), static_cast<double>(args.batch)));
   fmt::print("parity train: {}; executing:\n", title);
   for (const PlanDecision& d : decisions) fmt::print("  {:<13} {}\n", d.what, d.executed);
-  if (!gpu.empty()) use_plan_kernels(cfg, plan, args);
+  if (!gpu.empty()) use_plan_kernels(cfg, plan, args, target.device);
 }
 
 // The model and its recipe: a plan given with --plan; on a GPU without one, the plan made for the
@@ -442,6 +458,11 @@ void choose_data(const TrainArgs& args, TrainConfig& cfg) {
 void run_train(const TrainArgs& args, bool model_given) {
   TrainConfig cfg;
   const std::shared_ptr<Plan> plan = choose_recipe(args, model_given, cfg);
+  if (!plan && args.gemm_selection == "plan" && args.backend != "cpu")
+    fmt::print(
+        "parity train: --gemm-selection plan: this run trains without a plan; the products "
+        "take the {} own choices\n",
+        args.gemm_catalog.empty() ? "BLAS library's" : "kernel catalog's");
   cfg.steps = args.steps;
   if (args.batch > 0) {
     cfg.batch = args.batch;
@@ -471,6 +492,7 @@ void run_train(const TrainArgs& args, bool model_given) {
     fmt::print("parity train: matrix-product kernels from the catalog {} ({} {}, measured {})\n",
                args.gemm_catalog, catalog->library, catalog->library_version, catalog->measured);
     cfg.gemm_catalog = std::move(catalog);
+    cfg.gemm_library_version = 0;  // the file's own version is compared with the library's
   }
   // The profile's "plan" column: the plan's prediction for the batch that runs.
   std::shared_ptr<const Plan> profiled = plan;
@@ -487,8 +509,8 @@ void run_train(const TrainArgs& args, bool model_given) {
   const TrainResult r = train(cfg, &console);
   if (const GemmSelectionCounts& g = r.gemm_selection; g.planned + g.ranked + g.heuristic > 0)
     fmt::print(
-        "kernel selection: {} matrix products ran the plan's choice, {} the catalog's ranking "
-        "(not in the plan), {} the library's heuristic\n",
+        "kernel selection: {} distinct matrix products (shape and alignment) ran the plan's "
+        "choice, {} the catalog's ranking (not in the plan), {} the library's heuristic\n",
         g.planned, g.ranked, g.heuristic);
   if (cfg.profile)
     print_profile(r, profiled.get(), cfg.model, cfg.batch > 0 ? cfg.batch : cfg.model.batch_size);
@@ -558,9 +580,9 @@ void add_train_command(CLI::App& app) {
                   "does not list)");
   cmd->add_option("--gemm-selection", args->gemm_selection,
                   "Where a GPU run's matrix-product kernels come from: heuristic (the BLAS "
-                  "library's own) or plan (the plan's choices, ranked by the device's kernel "
-                  "catalog; products the plan does not list ranked the same way when they first "
-                  "run)")
+                  "library's own, unless --gemm-catalog is given) or plan (the plan's choices, "
+                  "ranked by the device's kernel catalog; products the plan does not list ranked "
+                  "the same way when they first run)")
       ->check(CLI::IsMember({"plan", "heuristic"}))
       ->capture_default_str();
   cmd->add_flag("--profile", args->profile,

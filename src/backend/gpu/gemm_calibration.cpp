@@ -32,9 +32,9 @@ bool narrow_type(GemmType t) {
 // forwards x · wᵀ with the bias fused, with and without ReLU, or without either (the cross
 // layers' low-rank product), their output in the operands' 16-bit type under a 16-bit math, and
 // in fp32 with the bias fused, with and without ReLU, for the layers whose output stays fp32
-// (the logits, the dot interaction's input); the
-// input gradient dy · w (fp32, and under a 16-bit math also in the operands' type: the DCNv2
-// stack's gradients) and the weight gradient dyᵀ · x (fp32).
+// (the logits, the dot interaction's input); the input gradient dy · w (fp32, and under a 16-bit
+// math also in the operands' type: the DCNv2 stack's gradients) and the weight gradient dyᵀ · x
+// (fp32).
 std::vector<GemmProblem> kinds(GemmType t) {
   std::vector<GemmProblem> out;
   for (const bool narrow : {true, false}) {
