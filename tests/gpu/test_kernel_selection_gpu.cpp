@@ -66,6 +66,21 @@ struct LinearCase {
   }
 };
 
+// The configurations the library accepts for the linear forward of `c` (fp32, bias fused), in
+// the order it enumerates them.
+std::vector<LibraryKernel> accepted_kernels(const LinearCase& c, std::int64_t batch,
+                                            std::int64_t in, std::int64_t out) {
+  GpuBackend probe(DenseMath::fp32);
+  const DevMat db(probe, c.bias);
+  blas::Handle h = nullptr;
+  EXPECT_EQ(blas::create(&h), blas::kSuccess);
+  BlasOperation op(linear_forward_kind(batch, in, out));
+  op.set_bias(db.data());
+  auto kernels = enumerate_kernels(h, op, std::size_t{32} << 20, {});
+  (void)blas::destroy(h);
+  return kernels;
+}
+
 TEST(KernelSelectionGpu, EnumeratedConfigurationsComputeTheProduct) {
   PARITY_REQUIRE_GPU();
   const std::int64_t batch = 300, in = 96, out = 200;
@@ -115,19 +130,9 @@ TEST(KernelSelectionGpu, TheBackendRunsTheCatalogsChoiceOrFallsBack) {
   const HostMat &x = c.x, &w = c.w, &bias = c.bias, &ref = c.ref, &mag = c.mag;
 
   // A configuration the library accepts for this product: the first it enumerates.
-  GemmKernel accepted;
-  {
-    GpuBackend probe(DenseMath::fp32);
-    const DevMat db(probe, bias);
-    blas::Handle h = nullptr;
-    ASSERT_EQ(blas::create(&h), blas::kSuccess);
-    BlasOperation op(linear_forward_kind(batch, in, out));
-    op.set_bias(db.data());
-    const auto kernels = enumerate_kernels(h, op, std::size_t{32} << 20, {});
-    (void)blas::destroy(h);
-    ASSERT_FALSE(kernels.empty());
-    accepted = kernels.back().kernel;
-  }
+  const auto kernels = accepted_kernels(c, batch, in, out);
+  ASSERT_FALSE(kernels.empty());
+  const GemmKernel accepted = kernels.back().kernel;
   GemmKernel refused = accepted;
   refused.algo = 99999;  // no such algorithm
 
@@ -152,19 +157,9 @@ TEST(KernelSelectionGpu, ThePlansDecisionRunsItsFirstAcceptedConfiguration) {
   const HostMat &x = c.x, &w = c.w, &bias = c.bias, &ref = c.ref, &mag = c.mag;
 
   // Two configurations the library accepts for this product, and one it cannot have.
-  std::vector<GemmKernel> accepted;
-  {
-    GpuBackend probe(DenseMath::fp32);
-    const DevMat db(probe, bias);
-    blas::Handle h = nullptr;
-    ASSERT_EQ(blas::create(&h), blas::kSuccess);
-    BlasOperation op(linear_forward_kind(batch, in, out));
-    op.set_bias(db.data());
-    const auto kernels = enumerate_kernels(h, op, std::size_t{32} << 20, {});
-    (void)blas::destroy(h);
-    ASSERT_GE(kernels.size(), 2u);
-    accepted = {kernels.front().kernel, kernels.back().kernel};
-  }
+  const auto kernels = accepted_kernels(c, batch, in, out);
+  ASSERT_GE(kernels.size(), 2u);
+  const std::vector<GemmKernel> accepted = {kernels.front().kernel, kernels.back().kernel};
   GemmKernel refused = accepted[0];
   refused.algo = 99999;  // no such algorithm
 
