@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <system_error>
+#include <utility>
 
 #include "parity/plan.h"
 
@@ -219,7 +222,21 @@ std::shared_ptr<const GemmCatalog> gemm_catalog_for(const DeviceSpec& dev,
     std::error_code ec;
     if (!std::filesystem::exists(f, ec)) return nullptr;
   }
-  auto c = std::make_shared<GemmCatalog>(load_gemm_catalog(f));
+  // Read once a process: a catalog is megabytes of JSON and every make_plan asks for it. Keyed by
+  // the file and its modification time, so a catalog measured again is read again.
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, std::filesystem::file_time_type>,
+                  std::shared_ptr<const GemmCatalog>>
+      cache;
+  std::error_code ec;
+  const auto key = std::make_pair(f.string(), std::filesystem::last_write_time(f, ec));
+  std::shared_ptr<const GemmCatalog> c;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto& slot = cache[key];
+    if (ec || slot == nullptr) slot = std::make_shared<const GemmCatalog>(load_gemm_catalog(f));
+    c = slot;
+  }
   if (c->device != dev.name)
     throw InputError(
         fmt::format("kernel catalog {}: field 'device' is '{}', the plan's device is "
