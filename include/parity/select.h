@@ -86,6 +86,12 @@ struct GemmKernel {
 // fp32 results written and read back with the output; never under fixed_s plus the operands and
 // the output moved once at the HBM rate, nor under fixed_s plus its FLOPs at the kind's measured
 // peak rate, nor under the catalog's call_s (the cheapest call of the library measured).
+// tile_s and kstep_s are measured on a few waves whose operands and output stay in L2; a
+// problem whose operands and output outgrow L2 streams them from memory, and its waves cost
+// what stream_tile_s and stream_kstep_s measured (many waves, twice L2 of output): the two pairs
+// are blended by memory_regime(p, l2_bytes), 0 at a footprint of L2 and below, 1 at twice L2
+// and above, linear in its logarithm between. A configuration without streaming costs (both 0;
+// catalogs before parity-gemm-catalog-4) uses its L2 costs everywhere.
 struct CatalogKernel {
   GemmKernel kernel;
   int max_split_k = 1;  // 1: the configuration has no split-K form
@@ -93,6 +99,9 @@ struct CatalogKernel {
   int min_align_a = 0, min_align_b = 0, min_align_d = 0;  // bytes, of addresses and rows
   double slots = 0;  // tiles in flight at once on the device (one wave)
   double fixed_s = 0, tile_s = 0, kstep_s = 0;
+  double stream_tile_s = 0, stream_kstep_s = 0;
+
+  bool has_stream_costs() const { return stream_tile_s + stream_kstep_s > 0; }
 };
 
 inline constexpr int kNominalTile = 64;  // the tile of a configuration without one
@@ -137,6 +146,7 @@ struct GemmCatalog {
   std::string library;  // "cuBLASLt", "hipBLASLt"
   std::int64_t library_version = 0;
   int multiprocessors = 0;       // of the GPU measured
+  std::int64_t l2_bytes = 0;     // of the GPU measured; 0: the streaming costs are not used
   std::string measured;          // when and with what command
   double reduction_fixed_s = 0;  // one split-K reduction's own cost
   // The time of the cheapest product the library runs (a 16 x 16 x 16 one, back to back): the
@@ -165,9 +175,21 @@ struct MeasuredKernel {
   CatalogKernel kernel;
   std::vector<GemmProblem> shapes;  // the problem of each run, as samples
   std::vector<CostSample> samples;
+  std::vector<GemmProblem> stream_shapes;  // the streaming runs (shallow, deep), if measured
+  std::vector<CostSample> stream_samples;
   double rms_relative_error = 0;
   bool kept = false;
 };
+
+// How far a problem's operands and output (each moved once) outgrow an L2 of `l2_bytes`: 0 at
+// L2 and below, 1 at twice L2 and above, log2(footprint / L2) between; 0 where l2_bytes is 0.
+double memory_regime(const GemmProblem& p, std::int64_t l2_bytes);
+
+// The streaming costs (tile, kstep) from two runs of many waves, a shallow and a deep one, with
+// the configuration's fixed cost known: t = fixed + waves · (tile + steps · kstep) solved
+// exactly, a negative constant set to 0 and the other refitted to the deep run. Throws Error on
+// runs whose waves, steps or times are not above 0, or whose depths are equal.
+CostFit fit_stream_costs(double fixed_s, const CostSample& shallow, const CostSample& deep);
 
 // The constants of t = fixed + waves · (tile + steps · kstep), none negative, that fit the
 // samples best in relative error (least squares over every subset of the three held at 0).

@@ -15,7 +15,9 @@ namespace {
 using nlohmann::ordered_json;
 using json = nlohmann::json;
 
-constexpr const char* kFormat = "parity-gemm-catalog-3";
+constexpr const char* kFormat = "parity-gemm-catalog-4";
+// The format before the streaming costs and the L2 size, still read (without them).
+constexpr const char* kFormatWithoutStreaming = "parity-gemm-catalog-3";
 
 struct TypeName {
   std::string_view name;
@@ -52,9 +54,15 @@ std::string name_of(const Entry (&table)[N], E v) {
 
 constexpr std::int64_t kMaxSize = 1 << 16;  // no tile, stage count or split is larger
 
-CatalogKernel read_kernel(const JsonReader& r) {
-  r.only({"algo", "tile", "k_step", "stages", "cluster", "swizzle", "custom", "inner",
-          "max_split_k", "split_reduction", "min_align", "slots", "fixed_s", "tile_s", "kstep_s"});
+CatalogKernel read_kernel(const JsonReader& r, bool streaming) {
+  if (streaming)
+    r.only({"algo", "tile", "k_step", "stages", "cluster", "swizzle", "custom", "inner",
+            "max_split_k", "split_reduction", "min_align", "slots", "fixed_s", "tile_s", "kstep_s",
+            "stream_tile_s", "stream_kstep_s"});
+  else
+    r.only({"algo", "tile", "k_step", "stages", "cluster", "swizzle", "custom", "inner",
+            "max_split_k", "split_reduction", "min_align", "slots", "fixed_s", "tile_s",
+            "kstep_s"});
   CatalogKernel k;
   GemmKernel& g = k.kernel;
   g.algo = static_cast<int>(r.at("algo").integer(0, 1 << 30));
@@ -90,6 +98,11 @@ CatalogKernel read_kernel(const JsonReader& r) {
   k.kstep_s = r.at("kstep_s").number();
   if (k.tile_s + k.kstep_s <= 0)
     r.fail("tile_s and kstep_s are both 0: the configuration would take no time per tile");
+  if (streaming) {
+    // Both 0: not measured streaming (the L2 costs are used everywhere).
+    k.stream_tile_s = r.at("stream_tile_s").number();
+    k.stream_kstep_s = r.at("stream_kstep_s").number();
+  }
   return k;
 }
 
@@ -133,15 +146,23 @@ GemmCatalog load_gemm_catalog(const std::filesystem::path& file) {
     throw InputError(fmt::format("{}: not JSON: {}", origin, e.what()));
   }
   const JsonReader r(j, "", origin);
-  r.only({"format", "device", "library", "library_version", "multiprocessors", "measured",
-          "reduction_fixed_s", "call_s", "groups"});
-  if (r.at("format").str() != kFormat) r.at("format").fail(fmt::format("expected '{}'", kFormat));
+  const std::string format = r.at("format").str();
+  const bool streaming = format == kFormat;
+  if (!streaming && format != kFormatWithoutStreaming)
+    r.at("format").fail(fmt::format("expected '{}' (or '{}')", kFormat, kFormatWithoutStreaming));
+  if (streaming)
+    r.only({"format", "device", "library", "library_version", "multiprocessors", "l2_bytes",
+            "measured", "reduction_fixed_s", "call_s", "groups"});
+  else
+    r.only({"format", "device", "library", "library_version", "multiprocessors", "measured",
+            "reduction_fixed_s", "call_s", "groups"});
   GemmCatalog c;
   c.source_file = origin;
   c.device = r.at("device").str();
   c.library = r.at("library").str();
   c.library_version = r.at("library_version").integer(0, std::int64_t{1} << 40);
   c.multiprocessors = static_cast<int>(r.at("multiprocessors").integer(1, 1 << 16));
+  if (streaming) c.l2_bytes = r.at("l2_bytes").integer(0, std::int64_t{1} << 40);
   c.measured = r.at("measured").str();
   c.reduction_fixed_s = r.at("reduction_fixed_s").number();
   c.call_s = r.at("call_s").number();
@@ -162,7 +183,8 @@ GemmCatalog load_gemm_catalog(const std::filesystem::path& file) {
     cg.peak_flops_per_s = g.at("peak_flops_per_s").number();
     if (!(cg.peak_flops_per_s > 0)) g.at("peak_flops_per_s").fail("expected a rate above 0");
     const JsonReader ks = g.at("kernels");
-    for (std::size_t k = 0; k < ks.size(); ++k) cg.kernels.push_back(read_kernel(ks.at(k)));
+    for (std::size_t k = 0; k < ks.size(); ++k)
+      cg.kernels.push_back(read_kernel(ks.at(k), streaming));
     c.groups.push_back(std::move(cg));
   }
   return c;
@@ -175,6 +197,7 @@ void save_gemm_catalog(const GemmCatalog& c, const std::filesystem::path& file) 
   j["library"] = c.library;
   j["library_version"] = c.library_version;
   j["multiprocessors"] = c.multiprocessors;
+  j["l2_bytes"] = c.l2_bytes;
   j["measured"] = c.measured;
   j["reduction_fixed_s"] = c.reduction_fixed_s;
   j["call_s"] = c.call_s;
@@ -206,6 +229,8 @@ void save_gemm_catalog(const GemmCatalog& c, const std::filesystem::path& file) 
       kj["fixed_s"] = k.fixed_s;
       kj["tile_s"] = k.tile_s;
       kj["kstep_s"] = k.kstep_s;
+      kj["stream_tile_s"] = k.stream_tile_s;
+      kj["stream_kstep_s"] = k.stream_kstep_s;
       gj["kernels"].push_back(std::move(kj));
     }
     j["groups"].push_back(std::move(gj));

@@ -1,4 +1,5 @@
 // The catalog's per-configuration constants from timed runs (the formula is in parity/select.h).
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -36,6 +37,37 @@ bool solve(std::array<Vec, 3>& a, Vec& b, int n) {
 }
 
 }  // namespace
+
+CostFit fit_stream_costs(double fixed_s, const CostSample& shallow, const CostSample& deep) {
+  for (const CostSample* s : {&shallow, &deep})
+    if (!(s->seconds > 0) || !(s->waves > 0) || !(s->steps > 0))
+      throw Error(
+          "fitting a configuration's streaming costs: a run with a time, waves or steps "
+          "not above 0");
+  if (!(deep.steps > shallow.steps))
+    throw Error("fitting a configuration's streaming costs needs a deeper second run");
+  // Per wave, less the fixed cost: tile + steps · kstep at each depth.
+  const double a = std::max(shallow.seconds - fixed_s, 0.0) / shallow.waves;
+  const double b = std::max(deep.seconds - fixed_s, 0.0) / deep.waves;
+  CostFit f;
+  f.fixed_s = fixed_s;
+  f.kstep_s = (b - a) / (deep.steps - shallow.steps);
+  f.tile_s = a - shallow.steps * f.kstep_s;
+  if (f.kstep_s < 0) {
+    f.kstep_s = 0;
+    f.tile_s = b;
+  } else if (f.tile_s < 0) {
+    f.tile_s = 0;
+    f.kstep_s = b / deep.steps;
+  }
+  double sq = 0;
+  for (const CostSample* s : {&shallow, &deep}) {
+    const double e = (fixed_s + s->waves * (f.tile_s + s->steps * f.kstep_s)) / s->seconds - 1.0;
+    sq += e * e;
+  }
+  f.rms_relative_error = std::sqrt(sq / 2);
+  return f;
+}
 
 CostFit fit_kernel_costs(const std::vector<CostSample>& samples) {
   if (samples.size() < 3)

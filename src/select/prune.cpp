@@ -11,6 +11,7 @@ std::vector<CatalogKernel> useful_kernels(const GemmCatalog& c, const CatalogGro
   GemmCatalog one;
   one.reduction_fixed_s = c.reduction_fixed_s;
   one.multiprocessors = c.multiprocessors;
+  one.l2_bytes = c.l2_bytes;
   // Without the floor of the cheapest call: on small shapes it would tie every configuration
   // and keep them all.
   one.call_s = 0;

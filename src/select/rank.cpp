@@ -55,6 +55,14 @@ int operand_alignment(int address_alignment, std::int64_t rows, std::int64_t col
   return operand_alignment(address_alignment, lead, element_bytes);
 }
 
+double memory_regime(const GemmProblem& p, std::int64_t l2_bytes) {
+  if (l2_bytes <= 0) return 0.0;
+  const double e = gemm_operand_bytes(p.type);
+  const double footprint = (static_cast<double>(p.m) * p.k + static_cast<double>(p.k) * p.n) * e +
+                           static_cast<double>(p.m) * p.n * p.output_bytes();
+  return std::clamp(std::log2(footprint / static_cast<double>(l2_bytes)), 0.0, 1.0);
+}
+
 std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCatalog& c,
                                               double hbm_bytes_per_s) {
   if (!(hbm_bytes_per_s > 0))
@@ -75,9 +83,13 @@ std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCa
   // The kind's measured peak bounds every configuration (a catalog made in code may have none).
   const double compute_floor =
       g->peak_flops_per_s > 0 ? 2.0 * mn * static_cast<double>(p.k) / g->peak_flops_per_s : 0.0;
+  const double streamed = memory_regime(p, c.l2_bytes);
   for (const CatalogKernel& ck : g->kernels) {
     if (align_a < ck.min_align_a || align_b < ck.min_align_b || align_d < ck.min_align_d) continue;
     const GemmKernel& k = ck.kernel;
+    const double w = ck.has_stream_costs() ? streamed : 0.0;
+    const double tile_s = (1 - w) * ck.tile_s + w * ck.stream_tile_s;
+    const double kstep_s = (1 - w) * ck.kstep_s + w * ck.stream_kstep_s;
     const std::int64_t tk = counted_tile(k).k;
     const double d_tiles = catalog_tiles(k, p.m, p.n);
     // The configuration's fastest split (the first on equal times): one entry a configuration.
@@ -89,7 +101,7 @@ std::vector<KernelEstimate> rank_gemm_kernels(const GemmProblem& p, const GemmCa
         break;
       const double waves = catalog_waves(d_tiles * split, ck.slots, c.multiprocessors);
       const double steps = static_cast<double>(ceil_div(ceil_div(p.k, split), tk));
-      double t = ck.fixed_s + waves * (ck.tile_s + steps * ck.kstep_s);
+      double t = ck.fixed_s + waves * (tile_s + steps * kstep_s);
       if (split > 1) t += c.reduction_fixed_s + (2.0 * split + 1.0) * mn * 4.0 / hbm_bytes_per_s;
       t = std::max({t, ck.fixed_s + once / hbm_bytes_per_s, ck.fixed_s + compute_floor, c.call_s});
       if (best_split == 0 || t < best_t) {

@@ -33,6 +33,7 @@ GemmCatalog small_catalog() {
   c.library = "cuBLASLt";
   c.library_version = 130100;
   c.multiprocessors = 132;
+  c.l2_bytes = 50 << 20;
   c.measured = "a test";
   c.reduction_fixed_s = 3e-6;
   c.call_s = 5e-6;
@@ -47,6 +48,8 @@ GemmCatalog small_catalog() {
   small.max_split_k = 16;
   small.split_reduction = SplitReduction::compute_type;
   small.min_align_a = small.min_align_b = 16;
+  small.stream_tile_s = 0.3e-6;
+  small.stream_kstep_s = 0.08e-6;
   g.kernels.push_back(small);
   c.groups.push_back(g);
   return c;
@@ -99,6 +102,7 @@ TEST(GemmCatalogFile, RoundTripsExactly) {
   ASSERT_EQ(back.groups[0].kernels.size(), 2u);
   EXPECT_EQ(back.library_version, 130100);
   EXPECT_EQ(back.multiprocessors, 132);
+  EXPECT_EQ(back.l2_bytes, 50 << 20);
   EXPECT_EQ(back.reduction_fixed_s, 3e-6);
   EXPECT_EQ(back.call_s, 5e-6);
   EXPECT_EQ(back.groups[0].peak_flops_per_s, 1e15);
@@ -113,6 +117,8 @@ TEST(GemmCatalogFile, RoundTripsExactly) {
     EXPECT_EQ(a.fixed_s, b.fixed_s);
     EXPECT_EQ(a.tile_s, b.tile_s);
     EXPECT_EQ(a.kstep_s, b.kstep_s);
+    EXPECT_EQ(a.stream_tile_s, b.stream_tile_s);
+    EXPECT_EQ(a.stream_kstep_s, b.stream_kstep_s);
   }
   // The same problem ranks the same from the file as from memory.
   const auto x = rank_gemm_kernels(forward(4096, 1000, 700), c, 4e12);
@@ -158,7 +164,7 @@ TEST(GemmCatalogFile, RefusesBadFieldsByName) {
   expect_refused("\"swizzle\"", "\"swizzel\"", "unknown field");
   expect_refused("\"peak_flops_per_s\": 1e+15", "\"peak_flops_per_s\": 0",
                  "'groups[0].peak_flops_per_s': expected a rate above 0");
-  expect_refused("\"format\": \"parity-gemm-catalog-3\"", "\"format\": \"other\"", "'format'");
+  expect_refused("\"format\": \"parity-gemm-catalog-4\"", "\"format\": \"other\"", "'format'");
   expect_refused("\"split_reduction\":\"compute_type\"", "\"split_reduction\":\"none\"",
                  "needs its reduction");
   expect_refused("\"library_version\": 130100,", "", "'library_version': missing");
@@ -203,7 +209,8 @@ TEST(GemmRanking, FollowsTheFormula) {
 }
 
 TEST(GemmRanking, SplitsLongKWhereTheTilesLeaveTheDeviceIdle) {
-  const GemmCatalog c = small_catalog();
+  GemmCatalog c = small_catalog();
+  c.l2_bytes = 0;  // the L2 costs alone (the operands are 64 MiB)
   // 256 x 256 x 65536: 16 tiles of 64x64, far under a wave; k long enough for every split.
   // A memory rate high enough that moving the operands once does not bind.
   const double hbm = 4e15;
@@ -369,6 +376,86 @@ TEST(GemmCostFit, HoldsAConstantAtZeroRatherThanNegative) {
   EXPECT_LT(f.rms_relative_error, 0.2);
   EXPECT_THROW((void)fit_kernel_costs({{1, 4, 1e-6}, {1, 8, 2e-6}}), Error);
   EXPECT_THROW((void)fit_kernel_costs({{1, 4, 1e-6}, {1, 8, 0}, {2, 8, 3e-6}}), Error);
+}
+
+TEST(GemmCatalogFile, ReadsTheFormatWithoutStreamingCosts) {
+  const auto file = temp_file("catalog-3");
+  GemmCatalog c = small_catalog();
+  for (CatalogKernel& k : c.groups[0].kernels) k.stream_tile_s = k.stream_kstep_s = 0;
+  save_gemm_catalog(c, file);
+  std::ifstream in(file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  for (const std::string cut :
+       {",\"stream_tile_s\":0.0", ",\"stream_kstep_s\":0.0", " \"l2_bytes\": 52428800,\n"})
+    for (std::size_t at; (at = text.find(cut)) != std::string::npos;) text.erase(at, cut.size());
+  text.replace(text.find("catalog-4"), 9, "catalog-3");
+  std::ofstream(file) << text;
+  const GemmCatalog back = load_gemm_catalog(file);
+  EXPECT_EQ(back.l2_bytes, 0);
+  EXPECT_FALSE(back.groups[0].kernels[1].has_stream_costs());
+  // The old format with a field of the new one is refused by name.
+  text.replace(text.find("\"call_s\""), 8, "\"l2_bytes\": 1, \"call_s\"");
+  std::ofstream(file) << text;
+  try {
+    (void)load_gemm_catalog(file);
+    ADD_FAILURE() << "a parity-gemm-catalog-3 file with l2_bytes was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("l2_bytes"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(file);
+}
+
+TEST(GemmRanking, MemoryRegimeGrowsFromL2ToTwiceL2) {
+  const std::int64_t l2 = 50 << 20;
+  // bf16 operands, 16-bit output: footprint 2·(m·k + k·n + m·n) bytes.
+  EXPECT_EQ(memory_regime(forward(1024, 1024, 1024), l2), 0.0);  // 6 MiB
+  EXPECT_EQ(memory_regime(forward(8192, 8192, 8192), l2), 1.0);  // 384 MiB
+  EXPECT_EQ(memory_regime(forward(8192, 8192, 8192), 0), 0.0);   // no L2 size: never streamed
+  GemmProblem p = forward(4096, 4096, 2048);                     // 64 MiB of 50
+  EXPECT_NEAR(memory_regime(p, l2), std::log2(64.0 / 50.0), 1e-12);
+}
+
+TEST(GemmRanking, StreamingCostsTakeOverBeyondL2) {
+  GemmCatalog c = small_catalog();
+  const CatalogKernel& k = c.groups[0].kernels[1];  // 64x64, split-K, streaming costs
+  c.groups[0].peak_flops_per_s = 1e18;              // no floor: the formula alone
+  const auto time_of = [&](const GemmProblem& p) {
+    for (const KernelEstimate& e : rank_gemm_kernels(p, c, 4e12))
+      if (e.kernel.algo == 24) return e;
+    ADD_FAILURE() << "no estimate of the 64x64 configuration";
+    return KernelEstimate{};
+  };
+  for (const std::int64_t size : {2048, 16384}) {
+    const GemmProblem p = forward(size, size, 4096);
+    const KernelEstimate e = time_of(p);
+    ASSERT_EQ(e.kernel.split_k, 1);
+    const double w = memory_regime(p, c.l2_bytes);
+    EXPECT_EQ(w, size == 2048 ? 0.0 : 1.0);
+    const double tile = (1 - w) * k.tile_s + w * k.stream_tile_s;
+    const double kstep = (1 - w) * k.kstep_s + w * k.stream_kstep_s;
+    EXPECT_DOUBLE_EQ(e.seconds, k.fixed_s + e.waves * (tile + 64 * kstep));
+  }
+}
+
+TEST(GemmCostFit, StreamingCostsSolveTwoRunsExactly) {
+  const double fixed = 5e-6, tile = 3e-6, kstep = 4e-8;
+  const CostSample shallow{40, 4, fixed + 40 * (tile + 4 * kstep)};
+  const CostSample deep{40, 512, fixed + 40 * (tile + 512 * kstep)};
+  const CostFit f = fit_stream_costs(fixed, shallow, deep);
+  EXPECT_NEAR(f.tile_s, tile, 1e-15);
+  EXPECT_NEAR(f.kstep_s, kstep, 1e-18);
+  EXPECT_LT(f.rms_relative_error, 1e-9);
+  // A deep run faster per wave than the shallow one: no negative step cost.
+  const CostFit g = fit_stream_costs(fixed, {40, 4, 1e-3}, {40, 512, 0.9e-3});
+  EXPECT_EQ(g.kstep_s, 0.0);
+  EXPECT_GT(g.tile_s, 0.0);
+  // A shallow run below what the deep one's step cost implies: no negative tile cost.
+  const CostFit h = fit_stream_costs(fixed, {40, 4, 6e-6}, {40, 512, 1e-3});
+  EXPECT_EQ(h.tile_s, 0.0);
+  EXPECT_NEAR(h.kstep_s, (1e-3 - fixed) / 40 / 512, 1e-18);
+  EXPECT_THROW((void)fit_stream_costs(fixed, deep, shallow), Error);
+  EXPECT_THROW((void)fit_stream_costs(fixed, {40, 4, 0}, deep), Error);
 }
 
 TEST(GemmRanking, TiesGoTheSameWayWhateverTheCatalogOrder) {

@@ -124,12 +124,19 @@ void add_calibrate_command(CLI::App& app) {
                                  {"fixed_s", k.fixed_s},
                                  {"tile_s", k.tile_s},
                                  {"kstep_s", k.kstep_s},
+                                 {"stream_tile_s", k.stream_tile_s},
+                                 {"stream_kstep_s", k.stream_kstep_s},
                                  {"rms", m.rms_relative_error},
                                  {"kept", m.kept},
                                  {"runs", nlohmann::json::array()}};
           for (std::size_t i = 0; i < m.samples.size(); ++i)
             line["runs"].push_back({m.shapes[i].m, m.shapes[i].n, m.shapes[i].k, m.samples[i].waves,
                                     m.samples[i].steps, m.samples[i].seconds});
+          line["stream_runs"] = nlohmann::json::array();
+          for (std::size_t i = 0; i < m.stream_samples.size(); ++i)
+            line["stream_runs"].push_back({m.stream_shapes[i].m, m.stream_shapes[i].n,
+                                           m.stream_shapes[i].k, m.stream_samples[i].waves,
+                                           m.stream_samples[i].steps, m.stream_samples[i].seconds});
           samples << line.dump() << "\n";
         });
     if (samples.is_open()) {

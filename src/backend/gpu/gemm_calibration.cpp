@@ -23,6 +23,11 @@ constexpr int kDeepestSteps = 8192;                   // the most k steps of a c
 constexpr double kLongRunS = 40e-6;                   // a long run's time at least, where it can
 constexpr double kOperandBytesCap = 1.5 * (1 << 30);  // A and B of one run at most
 constexpr int kMostWaves = 3;
+// The streaming runs: output of at least this many L2s, these many waves at least and at most,
+// the deep run's time about kStreamRunS where its depth allows.
+constexpr double kStreamL2s = 2.0;
+constexpr int kStreamMinWaves = 8, kStreamMaxWaves = 1024;
+constexpr double kStreamRunS = 500e-6;
 
 bool narrow_type(GemmType t) {
   return t == GemmType::bf16 || t == GemmType::f16 || t == GemmType::e4m3;
@@ -165,6 +170,7 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
   cat.library = blas::kLibrary;
   cat.library_version = static_cast<std::int64_t>(blas_library_version());
   cat.multiprocessors = device_info().multiprocessor_count;
+  cat.l2_bytes = device_info().l2_cache_bytes;
   Stream stream;
   const Stream_t s = stream.get();
   blas::Handle h = nullptr;
@@ -269,6 +275,39 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
         (void)sample(2, kShortSteps);
         if (refused) continue;
         const CostFit fit = fit_kernel_costs(samples);
+        // The streaming costs: many waves whose output outgrows L2 (and the deep run's operands
+        // with it), at the shallowest depth and a deep one.
+        CostFit stream;
+        std::vector<CostSample> stream_samples;
+        std::vector<GemmProblem> stream_shapes;
+        if (cat.l2_bytes > 0) {
+          const double wave_output = slots * static_cast<double>(tm * tn) * kind.output_bytes();
+          const int waves = static_cast<int>(
+              std::clamp(std::ceil(kStreamL2s * static_cast<double>(cat.l2_bytes) / wave_output),
+                         double{kStreamMinWaves}, double{kStreamMaxWaves}));
+          const std::int64_t m = rows_for(waves) * tm, n = tiles_n * tn;
+          const double per_wave = std::max(kStreamRunS / waves - fit.tile_s, 0.0);
+          std::int64_t deep =
+              fit.kstep_s > 0 ? static_cast<std::int64_t>(per_wave / fit.kstep_s) : long_steps;
+          const auto operand_steps = static_cast<std::int64_t>(
+              kOperandBytesCap / (static_cast<double>(m + n) *
+                                  static_cast<double>(tk * gemm_operand_bytes(kind.type))));
+          deep = std::clamp(std::min(deep, operand_steps), std::int64_t{4} * kShortSteps,
+                            std::max<std::int64_t>(long_steps, std::int64_t{4} * kShortSteps));
+          for (const std::int64_t steps : {std::int64_t{kShortSteps}, deep}) {
+            const GemmProblem p = shaped(kind, m, n, steps * tk);
+            const double t = time_on(h, p, k, b, ws, s, req.target_ms);
+            if (t <= 0) break;
+            stream_samples.push_back(
+                {catalog_waves(catalog_tiles(k, p.m, p.n), slots, cat.multiprocessors),
+                 static_cast<double>(steps), t});
+            stream_shapes.push_back(p);
+            peak = std::max(peak, 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) *
+                                      static_cast<double>(p.k) / t);
+          }
+          if (stream_samples.size() == 2)
+            stream = fit_stream_costs(fit.fixed_s, stream_samples[0], stream_samples[1]);
+        }
         CatalogKernel ck;
         ck.kernel = k;
         ck.kernel.waves = 0;
@@ -283,10 +322,12 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
         ck.fixed_s = fit.fixed_s;
         ck.tile_s = fit.tile_s;
         ck.kstep_s = fit.kstep_s;
+        ck.stream_tile_s = stream.tile_s;
+        ck.stream_kstep_s = stream.kstep_s;
         fit_errors.push_back(fit.rms_relative_error);
         if (req.measured)
-          runs.push_back(
-              {kind, ck, std::move(shapes), std::move(samples), fit.rms_relative_error, false});
+          runs.push_back({kind, ck, std::move(shapes), std::move(samples), std::move(stream_shapes),
+                          std::move(stream_samples), fit.rms_relative_error, false});
         g.kernels.push_back(ck);
       }
       // One split-K reduction's own cost: a one-tile product split in two against the same

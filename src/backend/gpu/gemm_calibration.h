@@ -9,6 +9,11 @@
 //   least-squares fit in relative error (fit_kernel_costs). The wave's tile count is the
 //   library's own (its check reports the waves of a reference problem, whose tile count over
 //   them is the slots).
+// - Those runs keep their operands and output in L2; the products of a training step mostly do
+//   not, and there the same configurations run slower by amounts that differ between them (the
+//   ranking's misses on large products, docs/perf/kernel-selection.md). So two more runs of
+//   many waves, their output at least twice L2, shallow and deep, give each configuration its
+//   streaming costs (fit_stream_costs), which the ranking uses as a problem outgrows L2.
 // - The configurations: the library's walk of its algorithms' capability lists for a 4096³
 //   reference, and its heuristic's answers on a grid of shapes, which name configurations the
 //   lists do not (tiles, clusters, custom options) and which the best time of many products
