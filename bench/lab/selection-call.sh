@@ -8,8 +8,9 @@
 # calibrate), LIMIT_S (default 570), AB_S (seconds kept for the A/B, default 110; 0: none),
 # TRAIN_MODELS (models `parity train` runs last, auto-planned with the fresh catalog installed as
 # the device's, each with the plan's kernel choices and with the library's; default none),
-# TRAIN_S (seconds kept for them, default 120), EVERY=0 skips gemm_bench, AB_MODELS (the models
-# of the A/B, default the MLPerf model; AB_S is shared among them).
+# TRAIN_S (seconds kept for them, default 120), STEPS (their steps, default 40), EVERY=0 skips
+# gemm_bench, AB_MODELS (the models of the A/B, default the MLPerf model; AB_S is shared among
+# them).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PARITY_PREBUILT=build-pb
 tar xJf build-pbz/pb.tar.xz
@@ -58,7 +59,7 @@ if [ -n "${TRAIN_MODELS:-}" ] && [ -f "$catalog" ]; then
   for m in $TRAIN_MODELS; do
     for sel in plan heuristic; do
       say "train $m, kernels: $sel ($(left) s left)"
-      run_bin timeout $(($(left) - 5)) "$BIN/parity" train --model "$m" --steps 40 \
+      run_bin timeout $(($(left) - 5)) "$BIN/parity" train --model "$m" --steps "${STEPS:-40}" \
         --gemm-selection $sel >$W/train-$m-$sel.txt 2>&1
       grep -E "kernels|kernel selection|examples/s|refuses|none of the plan" \
         $W/train-$m-$sel.txt | tail -8

@@ -236,9 +236,8 @@ struct TrainArgs {
   std::int64_t checkpoint_every = 0, keep_checkpoints = 2;
   std::uint64_t seed = 1;
   std::string checkpoint, backend = "auto", on_bad_line = "stop", plan, dense_math, gemm_catalog;
-  // The BLAS library's own kernels until the plan's beat them on whole steps (they do not yet:
-  // docs/perf/kernel-selection.md).
-  std::string gemm_selection = "heuristic";
+  // auto: the plan's choices where its catalog is this GPU's, else the BLAS library's own.
+  std::string gemm_selection = "auto";
   bool resume = false, profile = false, no_plan = false;
   std::vector<std::string> data, eval_data;
 };
@@ -269,11 +268,19 @@ std::filesystem::path plan_catalog_file(const std::string& named) {
                   named, here.string()));
 }
 
-// The plan's kernel choices for the GPU backend (--gemm-selection plan): each product's
-// configurations, looked up in the plan's catalog; a key the catalog does not hold is a bad plan.
+// Whether the products run the plan's kernel choices: asked (plan), or by default (auto) where
+// the plan ranked them with a catalog of this GPU.
+bool runs_plan_kernels(const TrainArgs& args, const Plan& plan, const std::string& device) {
+  if (args.gemm_selection == "auto")
+    return !plan.gemm_catalog.empty() && !device.empty() && device == plan.device;
+  return args.gemm_selection == "plan";
+}
+
+// The plan's kernel choices for the GPU backend: each product's configurations, looked up in the
+// plan's catalog; a key the catalog does not hold is a bad plan.
 void use_plan_kernels(TrainConfig& cfg, const Plan& plan, const TrainArgs& args,
                       const std::string& device) {
-  if (args.gemm_selection != "plan") return;
+  if (!runs_plan_kernels(args, plan, device)) return;
   if (plan.gemm_catalog.empty() || device != plan.device) {
     fmt::print(
         "parity train: --gemm-selection plan: {}; every product takes the BLAS library's "
@@ -323,7 +330,7 @@ void use_plan_kernels(TrainConfig& cfg, const Plan& plan, const TrainArgs& args,
 void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan,
                       const TrainArgs& args, const std::string& gpu, const std::string& title) {
   ExecutionTarget target = execution_target(gpu);
-  target.plan_kernels = args.gemm_selection == "plan";
+  target.plan_kernels = runs_plan_kernels(args, plan, target.device);
   const std::vector<PlanDecision> decisions = check_plan(plan, model, target, args.batch);
   cfg.model = apply_plan(model, plan, args.batch);
   cfg.batch = plan.global_batch;
@@ -579,11 +586,12 @@ void add_train_command(CLI::App& app) {
                   "library's heuristic (with --gemm-selection plan: for the products the plan "
                   "does not list)");
   cmd->add_option("--gemm-selection", args->gemm_selection,
-                  "Where a GPU run's matrix-product kernels come from: heuristic (the BLAS "
-                  "library's own, unless --gemm-catalog is given) or plan (the plan's choices, "
+                  "Where a GPU run's matrix-product kernels come from: plan (the plan's choices, "
                   "ranked by the device's kernel catalog; products the plan does not list ranked "
-                  "the same way when they first run)")
-      ->check(CLI::IsMember({"plan", "heuristic"}))
+                  "the same way when they first run), heuristic (the BLAS library's own, unless "
+                  "--gemm-catalog is given) or auto (plan where the plan's catalog is this GPU's, "
+                  "else heuristic)")
+      ->check(CLI::IsMember({"auto", "plan", "heuristic"}))
       ->capture_default_str();
   cmd->add_flag("--profile", args->profile,
                 "Time the step by op category with device events and print it beside the plan's "

@@ -358,22 +358,27 @@ struct Blas::Impl {
     if (it == decisions.end()) return false;
     const GemmDecision& dec = it->second;
     const BlasDescriptors d = descriptors_of(problem, plan);
+    // One line a product: the configurations refused, each with the library's reason.
+    std::string refused;
     for (const GemmKernel& k : dec.ranked) {
       std::string why;
       if (try_kernel(d, k, plan, &why)) {
         ++counts.planned;
+        if (!refused.empty())
+          std::fprintf(stderr,
+                       "parity: kernel selection: %s (%s): %s refuses the plan's %s; its next, "
+                       "%s, runs\n",
+                       dec.op.c_str(), problem.describe().c_str(), blas::kLibrary, refused.c_str(),
+                       k.key().c_str());
         return true;
       }
-      std::fprintf(stderr,
-                   "parity: kernel selection: %s (%s): %s refuses the plan's configuration %s "
-                   "(%s); trying the plan's next\n",
-                   dec.op.c_str(), problem.describe().c_str(), blas::kLibrary, k.key().c_str(),
-                   why.c_str());
+      refused += fmt::format("{}{} ({})", refused.empty() ? "" : ", ", k.key(), why);
     }
     std::fprintf(stderr,
-                 "parity: kernel selection: %s (%s): none of the plan's %zu configurations runs "
-                 "here; the catalog's ranking or the library's heuristic chooses\n",
-                 dec.op.c_str(), problem.describe().c_str(), dec.ranked.size());
+                 "parity: kernel selection: %s (%s): %s refuses all %zu of the plan's "
+                 "configurations: %s; the catalog's ranking or the library's heuristic chooses\n",
+                 dec.op.c_str(), problem.describe().c_str(), blas::kLibrary, dec.ranked.size(),
+                 refused.c_str());
     return false;
   }
 
