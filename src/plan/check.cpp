@@ -143,11 +143,12 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
     else
       out.push_back(
           {"kernels",
-           fmt::format(
-               "{} matrix-product choices are the plan's predictions; "
-               "the products run the {} own choice{}",
-               plan.kernels.size(), target.gpu_backend ? "BLAS library's" : "CPU backend's",
-               ranked && target.gpu_backend ? " (--gemm-selection plan runs the plan's)" : "")});
+           fmt::format("{} matrix-product choices are the plan's predictions; "
+                       "the products run the {} own choice{}",
+                       plan.kernels.size(), target.gpu_backend ? "BLAS library's" : "CPU backend's",
+                       ranked && target.gpu_backend && target.device == plan.device
+                           ? " (--gemm-selection plan runs the plan's)"
+                           : "")});
   }
   if (target.host_memory_bytes > 0 && plan.prediction.host_memory_bytes > target.host_memory_bytes)
     refuse("prediction.host_memory_bytes",

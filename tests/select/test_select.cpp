@@ -394,7 +394,18 @@ TEST(GemmCatalogFile, ReadsTheFormatWithoutStreamingCosts) {
   const GemmCatalog back = load_gemm_catalog(file);
   EXPECT_EQ(back.l2_bytes, 0);
   EXPECT_FALSE(back.groups[0].kernels[1].has_stream_costs());
-  // The old format with a field of the new one is refused by name.
+  // The old format with a field of the new one is refused by name, in a kernel and at the top.
+  {
+    std::string with_stream = text;
+    with_stream.replace(with_stream.find("\"kstep_s\""), 9, "\"stream_tile_s\":1e-6,\"kstep_s\"");
+    std::ofstream(file) << with_stream;
+    try {
+      (void)load_gemm_catalog(file);
+      ADD_FAILURE() << "a parity-gemm-catalog-3 file with stream_tile_s was read";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("stream_tile_s"), std::string::npos) << e.what();
+    }
+  }
   text.replace(text.find("\"call_s\""), 8, "\"l2_bytes\": 1, \"call_s\"");
   std::ofstream(file) << text;
   try {
@@ -436,6 +447,31 @@ TEST(GemmRanking, StreamingCostsTakeOverBeyondL2) {
     const double kstep = (1 - w) * k.kstep_s + w * k.stream_kstep_s;
     EXPECT_DOUBLE_EQ(e.seconds, k.fixed_s + e.waves * (tile + 64 * kstep));
   }
+}
+
+TEST(GemmRanking, BlendsBetweenL2AndTwiceL2AndKeepsL2CostsWithoutStreamingOnes) {
+  GemmCatalog c = small_catalog();
+  c.groups[0].peak_flops_per_s = 1e18;  // no floor: the formula alone
+  CatalogKernel plain = c.groups[0].kernels[1];
+  plain.kernel.custom = 1;  // another configuration, without streaming costs
+  plain.stream_tile_s = plain.stream_kstep_s = 0;
+  c.groups[0].kernels.push_back(plain);
+  const GemmProblem p = forward(4096, 4096, 2560);  // 72 MiB: between L2 (50) and twice L2
+  const double w = memory_regime(p, c.l2_bytes);
+  ASSERT_GT(w, 0.0);
+  ASSERT_LT(w, 1.0);
+  const CatalogKernel& k = c.groups[0].kernels[1];
+  int seen = 0;
+  for (const KernelEstimate& e : rank_gemm_kernels(p, c, 4e12)) {
+    if (e.kernel.algo != 24) continue;
+    ++seen;
+    ASSERT_EQ(e.kernel.split_k, 1);
+    const double v = e.kernel.custom == 1 ? 0.0 : w;  // the plain one keeps its L2 costs
+    const double tile = (1 - v) * k.tile_s + v * k.stream_tile_s;
+    const double kstep = (1 - v) * k.kstep_s + v * k.stream_kstep_s;
+    EXPECT_DOUBLE_EQ(e.seconds, k.fixed_s + e.waves * (tile + 40 * kstep)) << e.kernel.key();
+  }
+  EXPECT_EQ(seen, 2);
 }
 
 TEST(GemmCostFit, StreamingCostsSolveTwoRunsExactly) {

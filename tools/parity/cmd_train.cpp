@@ -268,20 +268,66 @@ std::filesystem::path plan_catalog_file(const std::string& named) {
                   named, here.string()));
 }
 
-// Whether the products run the plan's kernel choices: asked (plan), or by default (auto) where
-// the plan ranked them with a catalog of this GPU.
-bool runs_plan_kernels(const TrainArgs& args, const Plan& plan, const std::string& device) {
-  if (args.gemm_selection == "auto")
-    return !plan.gemm_catalog.empty() && !device.empty() && device == plan.device;
-  return args.gemm_selection == "plan";
+// The plan's kernel choices as the GPU backend takes them: its catalog, each product's
+// configurations looked up in it (a key the catalog does not hold is a bad plan).
+struct PlanKernels {
+  std::shared_ptr<const GemmCatalog> catalog;
+  std::vector<GemmDecision> decisions;
+};
+
+PlanKernels load_plan_kernels(const Plan& plan, const TrainArgs& args) {
+  const std::string where = args.plan.empty() ? std::string("the plan") : "plan " + args.plan;
+  PlanKernels out;
+  out.catalog = std::make_shared<const GemmCatalog>(
+      load_gemm_catalog(plan_catalog_file(plan.gemm_catalog.file)));
+  const GemmCatalog& catalog = *out.catalog;
+  if (catalog.device != plan.device)
+    throw InputError(
+        fmt::format("{}: field 'gemm_catalog.file' names {}, a kernel catalog of {}; "
+                    "the plan is for {}",
+                    where, catalog.source_file, catalog.device, plan.device));
+  for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
+    const KernelChoice& kc = plan.kernels[i];
+    if (kc.ranked.empty()) continue;
+    GemmDecision d{kc.op, kc.problem, {}};
+    for (std::size_t j = 0; j < kc.ranked.size(); ++j) {
+      GemmKernel k;
+      if (!find_catalog_kernel(catalog, kc.problem, kc.ranked[j], k))
+        throw InputError(fmt::format(
+            "{}: field 'kernels[{}].ranked[{}]': '{}' is not a configuration of the kernel "
+            "catalog {} for {} products (make the plan again with this catalog)",
+            where, i, j, kc.ranked[j], catalog.source_file, kc.problem.describe()));
+      d.ranked.push_back(k);
+    }
+    out.decisions.push_back(std::move(d));
+  }
+  return out;
 }
 
-// The plan's kernel choices for the GPU backend: each product's configurations, looked up in the
-// plan's catalog; a key the catalog does not hold is a bad plan.
-void use_plan_kernels(TrainConfig& cfg, const Plan& plan, const TrainArgs& args,
-                      const std::string& device) {
-  if (!runs_plan_kernels(args, plan, device)) return;
-  if (plan.gemm_catalog.empty() || device != plan.device) {
+// The kernel choices a GPU run takes from its plan, if any: asked (plan: a plan that cannot say
+// why, a bad one stops the run), or by default (auto) where the plan ranked its products with a
+// catalog of this GPU, a DLRM plan (an HSTU plan names the catalog alone, and its products
+// ranked when they first run are not measured against the library's), a plan whose choices do
+// not load here printed and left to the library.
+std::optional<PlanKernels> plan_kernels_for(const Plan& plan, const TrainArgs& args,
+                                            const std::string& device) {
+  if (args.gemm_selection == "heuristic") return std::nullopt;
+  const bool here = !plan.gemm_catalog.empty() && !device.empty() && device == plan.device;
+  if (args.gemm_selection == "auto") {
+    const bool ranked = std::any_of(plan.kernels.begin(), plan.kernels.end(),
+                                    [](const KernelChoice& k) { return !k.ranked.empty(); });
+    if (!here || !ranked) return std::nullopt;
+    try {
+      return load_plan_kernels(plan, args);
+    } catch (const InputError& e) {
+      fmt::print(
+          "parity train: the plan's kernel choices do not run here ({}); every product takes "
+          "the BLAS library's own choice (--gemm-selection plan stops instead)\n",
+          e.what());
+      return std::nullopt;
+    }
+  }
+  if (!here) {
     fmt::print(
         "parity train: --gemm-selection plan: {}; every product takes the BLAS library's "
         "own choice\n",
@@ -289,38 +335,9 @@ void use_plan_kernels(TrainConfig& cfg, const Plan& plan, const TrainArgs& args,
             ? fmt::format("the plan has no kernel catalog ({} has none measured)", plan.device)
             : fmt::format("the plan's choices are for {} and this GPU is {}", plan.device,
                           device.empty() ? std::string("not in the catalog") : device));
-    return;
+    return std::nullopt;
   }
-  const std::string where = args.plan.empty() ? std::string("the plan") : "plan " + args.plan;
-  auto catalog = std::make_shared<const GemmCatalog>(
-      load_gemm_catalog(plan_catalog_file(plan.gemm_catalog.file)));
-  if (catalog->device != plan.device)
-    throw InputError(
-        fmt::format("{}: field 'gemm_catalog.file' names {}, a kernel catalog of {}; "
-                    "the plan is for {}",
-                    where, catalog->source_file, catalog->device, plan.device));
-  std::vector<GemmDecision> decisions;
-  for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
-    const KernelChoice& kc = plan.kernels[i];
-    if (kc.ranked.empty()) continue;
-    GemmDecision d{kc.op, kc.problem, {}};
-    for (std::size_t j = 0; j < kc.ranked.size(); ++j) {
-      GemmKernel k;
-      if (!find_catalog_kernel(*catalog, kc.problem, kc.ranked[j], k))
-        throw InputError(fmt::format(
-            "{}: field 'kernels[{}].ranked[{}]': '{}' is not a configuration of the kernel "
-            "catalog {} for {} products (make the plan again with this catalog)",
-            where, i, j, kc.ranked[j], catalog->source_file, kc.problem.describe()));
-      d.ranked.push_back(k);
-    }
-    decisions.push_back(std::move(d));
-  }
-  const DeviceSpec dev = find_device(plan.device, configs_dir() / "devices");
-  cfg.gemm_hbm_bytes_per_s =
-      dev.hbm_bandwidth.value * calibration_for(dev, configs_dir()).hbm_efficiency;
-  cfg.gemm_library_version = plan.gemm_catalog.library_version;
-  cfg.gemm_decisions = std::move(decisions);
-  cfg.gemm_catalog = std::move(catalog);
+  return load_plan_kernels(plan, args);
 }
 
 // Trains `model` with the recipe of `plan` (its batch, table precisions, optimizer and dense
@@ -330,7 +347,9 @@ void use_plan_kernels(TrainConfig& cfg, const Plan& plan, const TrainArgs& args,
 void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan,
                       const TrainArgs& args, const std::string& gpu, const std::string& title) {
   ExecutionTarget target = execution_target(gpu);
-  target.plan_kernels = runs_plan_kernels(args, plan, target.device);
+  std::optional<PlanKernels> kernels;
+  if (!gpu.empty()) kernels = plan_kernels_for(plan, args, target.device);
+  target.plan_kernels = kernels.has_value();
   const std::vector<PlanDecision> decisions = check_plan(plan, model, target, args.batch);
   cfg.model = apply_plan(model, plan, args.batch);
   cfg.batch = plan.global_batch;
@@ -343,7 +362,14 @@ void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan
         token_capacity(sequence_moments(model), static_cast<double>(args.batch)));
   fmt::print("parity train: {}; executing:\n", title);
   for (const PlanDecision& d : decisions) fmt::print("  {:<13} {}\n", d.what, d.executed);
-  if (!gpu.empty()) use_plan_kernels(cfg, plan, args, target.device);
+  if (kernels) {
+    const DeviceSpec dev = find_device(plan.device, configs_dir() / "devices");
+    cfg.gemm_hbm_bytes_per_s =
+        dev.hbm_bandwidth.value * calibration_for(dev, configs_dir()).hbm_efficiency;
+    cfg.gemm_library_version = plan.gemm_catalog.library_version;
+    cfg.gemm_decisions = std::move(kernels->decisions);
+    cfg.gemm_catalog = std::move(kernels->catalog);
+  }
 }
 
 // The model and its recipe: a plan given with --plan; on a GPU without one, the plan made for the
@@ -583,7 +609,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--gemm-catalog", args->gemm_catalog,
                   "Choose every matrix product's kernel from this kernel catalog (parity "
                   "calibrate) by the selection model when it first runs, instead of the BLAS "
-                  "library's heuristic (with --gemm-selection plan: for the products the plan "
+                  "library's heuristic (where the plan's choices run: for the products the plan "
                   "does not list)");
   cmd->add_option("--gemm-selection", args->gemm_selection,
                   "Where a GPU run's matrix-product kernels come from: plan (the plan's choices, "

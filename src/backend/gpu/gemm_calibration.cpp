@@ -286,15 +286,17 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
               std::clamp(std::ceil(kStreamL2s * static_cast<double>(cat.l2_bytes) / wave_output),
                          double{kStreamMinWaves}, double{kStreamMaxWaves}));
           const std::int64_t m = rows_for(waves) * tm, n = tiles_n * tn;
+          // The deep run's depth: about kStreamRunS by the L2 fit, at most the long runs' depth
+          // and the operands' memory cap, at least four times the shallow run's.
           const double per_wave = std::max(kStreamRunS / waves - fit.tile_s, 0.0);
-          std::int64_t deep =
-              fit.kstep_s > 0 ? static_cast<std::int64_t>(per_wave / fit.kstep_s) : long_steps;
-          const auto operand_steps = static_cast<std::int64_t>(
+          const double operand_steps =
               kOperandBytesCap / (static_cast<double>(m + n) *
-                                  static_cast<double>(tk * gemm_operand_bytes(kind.type))));
-          deep = std::clamp(std::min(deep, operand_steps), std::int64_t{4} * kShortSteps,
-                            std::max<std::int64_t>(long_steps, std::int64_t{4} * kShortSteps));
+                                  static_cast<double>(tk * gemm_operand_bytes(kind.type)));
+          double deep_steps = std::min(static_cast<double>(long_steps), operand_steps);
+          if (fit.kstep_s > 0) deep_steps = std::min(deep_steps, per_wave / fit.kstep_s);
+          const auto deep = static_cast<std::int64_t>(std::max(deep_steps, 4.0 * kShortSteps));
           for (const std::int64_t steps : {std::int64_t{kShortSteps}, deep}) {
+            if (static_cast<double>(steps) > operand_steps) break;
             const GemmProblem p = shaped(kind, m, n, steps * tk);
             const double t = time_on(h, p, k, b, ws, s, req.target_ms);
             if (t <= 0) break;
@@ -305,8 +307,10 @@ GemmCatalog measure_gemm_catalog(const GemmCalibrationRequest& req) {
             peak = std::max(peak, 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) *
                                       static_cast<double>(p.k) / t);
           }
-          if (stream_samples.size() == 2)
-            stream = fit_stream_costs(fit.fixed_s, stream_samples[0], stream_samples[1]);
+          // A configuration without streaming costs would rank on its cheaper L2 costs where
+          // the others pay for streaming: it stays out of a catalog that has them.
+          if (stream_samples.size() != 2) continue;
+          stream = fit_stream_costs(fit.fixed_s, stream_samples[0], stream_samples[1]);
         }
         CatalogKernel ck;
         ck.kernel = k;

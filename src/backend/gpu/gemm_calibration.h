@@ -13,7 +13,9 @@
 //   not, and there the same configurations run slower by amounts that differ between them (the
 //   ranking's misses on large products, docs/perf/kernel-selection.md). So two more runs of
 //   many waves, their output at least twice L2, shallow and deep, give each configuration its
-//   streaming costs (fit_stream_costs), which the ranking uses as a problem outgrows L2.
+//   streaming costs (fit_stream_costs), which the ranking uses as a problem outgrows L2. L2 is
+//   the runtime's figure; on a GPU with a last-level cache beyond it (AMD's Infinity Cache) that
+//   cache is not counted yet, and the streaming runs would stay on chip.
 // - The configurations: the library's walk of its algorithms' capability lists for a 4096³
 //   reference, and its heuristic's answers on a grid of shapes, which name configurations the
 //   lists do not (tiles, clusters, custom options) and which the best time of many products
