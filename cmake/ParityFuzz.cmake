@@ -21,6 +21,7 @@ set(_parity_fuzz_libs_fuzz_model_spec parity_spec)
 set(_parity_fuzz_libs_fuzz_device_spec parity_spec)
 set(_parity_fuzz_libs_fuzz_plan_json parity_plan)
 set(_parity_fuzz_libs_fuzz_shards parity_data)
+set(_parity_fuzz_libs_fuzz_sequence_shards parity_data)
 set(_parity_fuzz_libs_fuzz_criteo parity_data)
 set(_parity_fuzz_libs_fuzz_checkpoint parity_train)
 

@@ -20,6 +20,10 @@
 
 namespace parity {
 
+namespace shard_io {
+class SplitCursor;
+}
+
 // One step's examples, on the host.
 struct Batch {
   std::int64_t size = 0;
@@ -214,21 +218,70 @@ class ShardReader {
   // position is taken modulo its size, the epoch counted); without, a position at or past the
   // end leaves nothing to read.
   void seek(std::int64_t example, bool wrap = true);
-  std::int64_t examples() const { return examples_; }
-  std::int64_t epoch() const { return epoch_; }
+  std::int64_t examples() const;
+  std::int64_t epoch() const;
   const std::string& source() const { return source_; }
 
  private:
   struct File;
   void open_file(File& f, std::int64_t expected_examples, const ModelSpec& model);
   std::filesystem::path dir_;
-  Split split_;
   std::vector<std::int64_t> rows_;
   std::vector<std::unique_ptr<File>> files_;
-  std::int64_t examples_ = 0;
-  std::size_t file_ = 0;
-  std::int64_t pos_ = 0;
-  std::int64_t epoch_ = 0;
+  std::unique_ptr<shard_io::SplitCursor> cursor_;
+  std::string source_;
+};
+
+// HSTU models' shard datasets (src/data/sequence_shards.cpp has the file format): the same
+// directory layout as above (meta.json of format parity-sequence-shards-1, part files per split),
+// each part file holding examples' histories, targets, labels and contextual features, so that
+// training reads them back as SyntheticSequences makes them.
+class SequenceShardWriter {
+ public:
+  // Creates dir (which must not hold a dataset yet). source describes where the data came from.
+  SequenceShardWriter(std::filesystem::path dir, const ModelSpec& model, std::string source,
+                      std::int64_t examples_per_file = 65536);
+  ~SequenceShardWriter();
+  SequenceShardWriter(const SequenceShardWriter&) = delete;
+  SequenceShardWriter& operator=(const SequenceShardWriter&) = delete;
+  // Appends a batch's examples to a split (checked against the model as the reader checks them);
+  // full part files are written as they fill.
+  void write(Split split, const Batch& batch);
+  // Writes the last part files and meta.json (the dataset exists only after this).
+  void finish();
+
+ private:
+  struct Pending;
+  void flush(Split split);
+  std::filesystem::path dir_;
+  ModelSpec model_;
+  std::string source_;
+  std::int64_t per_file_;
+  int id_bytes_ = 4;
+  std::unique_ptr<Pending> pending_[2];
+  std::vector<std::pair<std::string, std::int64_t>> files_[2];
+};
+
+class SequenceShardReader {
+ public:
+  // Opens a split of a dataset and checks it against the model (InputError naming the file and
+  // field otherwise).
+  SequenceShardReader(const std::filesystem::path& dir, const ModelSpec& model, Split split);
+  ~SequenceShardReader();
+  SequenceShardReader(const SequenceShardReader&) = delete;
+  SequenceShardReader& operator=(const SequenceShardReader&) = delete;
+  // As ShardReader's.
+  bool next(std::int64_t batch_size, Batch& out, bool wrap = false);
+  void seek(std::int64_t example, bool wrap = true);
+  std::int64_t examples() const;
+  std::int64_t epoch() const;
+  const std::string& source() const { return source_; }
+
+ private:
+  struct File;
+  ModelSpec model_;
+  std::vector<std::unique_ptr<File>> files_;
+  std::unique_ptr<shard_io::SplitCursor> cursor_;
   std::string source_;
 };
 
@@ -269,12 +322,14 @@ class BatchSource {
   virtual Generated generated() const { return {}; }
 };
 
-// The synthetic planted-teacher data of one split, made on the fly: no end; after seek(e) the
-// next call of next(n) makes examples [e, e + n), so batch k is a pure function of k.
+// The synthetic planted-teacher data of one split (SyntheticData, or SyntheticSequences for an
+// HSTU model), made on the fly: no end; after seek(e) the next call of next(n) makes examples
+// [e, e + n), so batch k is a pure function of k.
 std::unique_ptr<BatchSource> make_synthetic_source(const ModelSpec& model, std::uint64_t seed,
                                                    Split split);
-// A split of a shard dataset (ShardReader). With wrap, epochs follow each other (seek takes the
-// position modulo the split's size); without, one pass. InputError when the split is empty.
+// A split of a shard dataset (ShardReader, or SequenceShardReader for an HSTU model). With wrap,
+// epochs follow each other (seek takes the position modulo the split's size); without, one pass.
+// InputError when the split is empty.
 std::unique_ptr<BatchSource> make_shard_source(const std::filesystem::path& dir,
                                                const ModelSpec& model, Split split, bool wrap);
 // Criteo TSV files read in order, one pass; seek(e) reads them again from the start and skips e

@@ -28,25 +28,19 @@
 //   offsets  i64 [T, n + 1]      absolute positions in the ids block; table t's ids of example e
 //                                are ids[offsets[t][e] .. offsets[t][e + 1])
 //   ids      u32 or u64 [ids in the file]
-#include <fcntl.h>
 #include <fmt/core.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
-#include <system_error>
 #include <utility>
 
 #include "core/atomic_file.h"
-#include "core/input_file.h"
 #include "parity/data.h"
 #include "parity/error.h"
+#include "shard_io.h"
 
 namespace parity {
 namespace {
@@ -75,9 +69,7 @@ static_assert(sizeof(Header) == 64, "the shard header is 64 bytes");
 struct Sections {
   std::uint64_t labels, teacher, dense, offsets, ids, end;
 };
-constexpr std::uint64_t align8(std::uint64_t x) {
-  return (x + 7) / 8 * 8;
-}
+using shard_io::align8;
 Sections sections_of(const Header& h) {
   const auto n = static_cast<std::uint64_t>(h.examples);
   Sections s{};
@@ -96,7 +88,7 @@ Sections sections_of(const Header& h) {
 }
 
 std::string split_name(Split s) {
-  return s == Split::train ? "train" : "eval";
+  return shard_io::split_name(s == Split::train);
 }
 
 }  // namespace
@@ -118,14 +110,7 @@ ShardWriter::ShardWriter(std::filesystem::path dir, const ModelSpec& model, std:
       per_file_(examples_per_file) {
   require_dlrm(model, "the shard writer");
   if (per_file_ <= 0) throw InputError("examples per shard file must be positive");
-  if (std::filesystem::exists(dir_ / "meta.json"))
-    throw InputError(fmt::format("'{}' already holds a dataset (meta.json); choose a new directory",
-                                 dir_.string()));
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec)
-    throw InputError(
-        fmt::format("cannot create the dataset directory '{}': {}", dir_.string(), ec.message()));
+  shard_io::create_dataset_dir(dir_);
   id_bytes_ = 4;
   for (const auto& t : model_.tables)
     if (t.rows > 0xffffffffLL) id_bytes_ = 8;
@@ -265,72 +250,13 @@ void ShardWriter::finish() {
 
 namespace {
 
-// An open file descriptor, closed when it goes.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd& operator=(Fd&&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Opens a part file for reading; a FIFO or a device in its place is refused before it is opened
-// (opening a FIFO blocks until a writer comes; a device never ends).
-Fd open_regular(const std::filesystem::path& path) {
-  require_regular_file(path, "shard file");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    throw InputError(
-        fmt::format("cannot read shard file '{}': {}", path.string(), std::strerror(errno)));
-  return Fd(fd);
-}
+using shard_io::Fd;
+using shard_io::MetaField;
 
 // A part file as it was checked when the reader opened it.
-struct Part {
-  std::filesystem::path path;
-  std::size_t bytes = 0;
-  dev_t device = 0;  // its identity: a file rewritten since is refused
-  ino_t inode = 0;
+struct Part : shard_io::PartFile {
   Header h{};
   Sections sec{};
-
-  // bytes at offset into dst; a short read (the file shrank) is an InputError naming the file.
-  void read_at(const Fd& fd, std::uint64_t offset, void* dst, std::size_t n) const {
-    auto* c = static_cast<char*>(dst);
-    while (n > 0) {
-      const ssize_t r = ::pread(fd.get(), c, n, static_cast<off_t>(offset));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0)
-        throw InputError(fmt::format(
-            "'{}': cannot read {} bytes at offset {}: {} (it was {} bytes when training opened "
-            "it: was it truncated or rewritten while being read?)",
-            path.string(), n, offset, r < 0 ? std::strerror(errno) : "end of file", bytes));
-      c += r;
-      offset += static_cast<std::uint64_t>(r);
-      n -= static_cast<std::size_t>(r);
-    }
-  }
-
-  // Opens the file again for a batch: it must still be the file that was checked, at its size.
-  Fd reopen() const {
-    Fd fd = open_regular(path);
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0 || st.st_dev != device || st.st_ino != inode ||
-        static_cast<std::size_t>(st.st_size) != bytes)
-      throw InputError(fmt::format(
-          "'{}' changed since training opened it ({} bytes, was {}): the dataset was rewritten "
-          "or truncated while being read",
-          path.string(), static_cast<std::int64_t>(st.st_size), bytes));
-    return fd;
-  }
 };
 
 }  // namespace
@@ -342,65 +268,11 @@ bool is_shard_dataset(const std::filesystem::path& p) {
   return std::filesystem::is_directory(p, ec) && std::filesystem::exists(p / "meta.json", ec);
 }
 
-namespace {
-
-// meta.json's fields, each read with its path in the message ("splits.train.files[2].examples").
-class MetaField {
- public:
-  MetaField(const nlohmann::json& j, std::string file, std::string path)
-      : j_(j), file_(std::move(file)), path_(std::move(path)) {}
-  MetaField operator[](const std::string& key) const {
-    if (!j_.is_object()) fail(fmt::format("expected an object with '{}', got {}", key, kind()));
-    if (!j_.contains(key))
-      throw InputError(fmt::format("'{}': field '{}' is missing", file_, sub(key)));
-    return MetaField(j_.at(key), file_, sub(key));
-  }
-  std::size_t size() const {
-    if (!j_.is_array()) fail(fmt::format("expected a list, got {}", kind()));
-    return j_.size();
-  }
-  MetaField operator[](std::size_t i) const {
-    return MetaField(j_.at(i), file_, fmt::format("{}[{}]", path_, i));
-  }
-  std::int64_t integer() const {
-    if (!j_.is_number_integer()) fail(fmt::format("expected an integer, got {}", kind()));
-    return j_.get<std::int64_t>();
-  }
-  std::string text() const {
-    if (!j_.is_string()) fail(fmt::format("expected a string, got {}", kind()));
-    return j_.get<std::string>();
-  }
-  bool has(const std::string& key) const { return j_.is_object() && j_.contains(key); }
-  [[noreturn]] void fail(const std::string& message) const {
-    throw InputError(fmt::format("'{}': field '{}': {}", file_, path_, message));
-  }
-
- private:
-  std::string sub(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
-  std::string kind() const { return j_.dump().substr(0, 40); }
-  const nlohmann::json& j_;
-  std::string file_, path_;
-};
-
-}  // namespace
-
 ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& model, Split split)
-    : dir_(dir), split_(split) {
+    : dir_(dir), cursor_(std::make_unique<shard_io::SplitCursor>()) {
   require_dlrm(model, "the shard reader");
-  const auto meta_path = dir / "meta.json";
-  const std::string meta_name = meta_path.string();
-  std::error_code ec;
-  if (!std::filesystem::exists(meta_path, ec))
-    throw InputError(
-        fmt::format("cannot read '{}': not a parity shard dataset (no meta.json)", meta_name));
-  const nlohmann::json j = nlohmann::json::parse(
-      read_input_file(meta_path, "dataset description", std::size_t{64} << 20), nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    throw InputError(
-        fmt::format("'{}': not valid JSON, or not a JSON object (parity data synth "
-                    "and parity data convert write it; was it edited?)",
-                    meta_name));
-  const MetaField meta(j, meta_name, "");
+  const nlohmann::json j = shard_io::read_meta(dir);
+  const MetaField meta(j, (dir / "meta.json").string(), "");
   if (const std::string format = meta.has("format") ? meta["format"].text() : ""; format != kFormat)
     meta["format"].fail(fmt::format("expected '{}', got '{}'", kFormat, format));
   const std::int64_t dense = meta["dense_features"].integer();
@@ -422,17 +294,14 @@ ShardReader::ShardReader(const std::filesystem::path& dir, const ModelSpec& mode
   source_ = meta.has("source") ? meta["source"].text() : std::string();
   const MetaField files = meta["splits"][split_name(split)]["files"];
   for (std::size_t i = 0; i < files.size(); ++i) {
-    const std::string name = files[i]["file"].text();
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
-      files[i]["file"].fail(
-          fmt::format("'{}' is not a file name in the dataset's directory", name));
+    const std::string name = shard_io::part_file_name(files[i]);
     const std::int64_t examples = files[i]["examples"].integer();
     if (examples <= 0)
       files[i]["examples"].fail(fmt::format("{} is not a positive count", examples));
     auto file = std::make_unique<File>();
     file->path = dir / name;
     open_file(*file, examples, model);
-    examples_ += file->h.examples;
+    cursor_->add_file(file->h.examples);
     files_.push_back(std::move(file));
   }
 }
@@ -441,13 +310,7 @@ ShardReader::~ShardReader() = default;
 
 void ShardReader::open_file(File& f, std::int64_t expected_examples, const ModelSpec& model) {
   const std::string name = fmt::format("'{}'", f.path.string());
-  const Fd fd = open_regular(f.path);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0)
-    throw InputError(fmt::format("cannot stat {}: {}", name, std::strerror(errno)));
-  f.bytes = static_cast<std::size_t>(st.st_size);
-  f.device = st.st_dev;
-  f.inode = st.st_ino;
+  const Fd fd = f.open_and_stat();
   if (f.bytes < sizeof(Header))
     throw InputError(
         fmt::format("{}: {} bytes, shorter than the 64-byte header (truncated?)", name, f.bytes));
@@ -512,48 +375,29 @@ void ShardReader::open_file(File& f, std::int64_t expected_examples, const Model
         fmt::format("{}: the offsets cover {} ids, the header says {}", name, at, h.ids));
 }
 
+std::int64_t ShardReader::examples() const {
+  return cursor_->examples();
+}
+
+std::int64_t ShardReader::epoch() const {
+  return cursor_->epoch();
+}
+
 void ShardReader::seek(std::int64_t example, bool wrap) {
-  if (example < 0) throw InputError(fmt::format("ShardReader::seek: negative example {}", example));
-  file_ = 0;
-  pos_ = 0;
-  epoch_ = 0;
-  if (examples_ == 0) return;
-  if (!wrap && example >= examples_) {  // one pass, already consumed: nothing left
-    file_ = files_.size();
-    return;
-  }
-  epoch_ = example / examples_;
-  example %= examples_;
-  while (example >= files_[file_]->h.examples) example -= files_[file_++]->h.examples;
-  pos_ = example;
+  cursor_->seek(example, wrap);
 }
 
 bool ShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
-  if (batch_size <= 0) throw InputError("batch size must be positive");
   struct Piece {
     const File* f;
     std::int64_t first, count;
   };
   std::vector<Piece> pieces;
-  std::int64_t need = batch_size;
-  while (need > 0) {
-    if (file_ >= files_.size()) {
-      if (!wrap || examples_ == 0) break;
-      file_ = 0;
-      pos_ = 0;
-      ++epoch_;
-    }
-    const File& f = *files_[file_];
-    const std::int64_t take = std::min(need, f.h.examples - pos_);
-    pieces.push_back({&f, pos_, take});
-    need -= take;
-    pos_ += take;
-    if (pos_ == f.h.examples) {
-      ++file_;
-      pos_ = 0;
-    }
+  std::int64_t n = 0;
+  for (const auto& p : cursor_->take(batch_size, wrap)) {
+    pieces.push_back({files_[p.file].get(), p.first, p.count});
+    n += p.count;
   }
-  const std::int64_t n = batch_size - need;
   if (n == 0) return false;
   std::vector<Fd> fds;
   for (const Piece& p : pieces) fds.push_back(p.f->reopen());

@@ -1,6 +1,7 @@
-// The built-in batch sources (data.h): synthetic data, shard datasets and Criteo TSV files behind
-// the one interface that training and evaluation read through. Each is a thin adapter: what a
-// batch holds and how the data is checked stay with SyntheticData, ShardReader and CriteoReader.
+// The built-in batch sources (data.h): synthetic data (DLRM examples or HSTU sequences), shard
+// datasets and Criteo TSV files behind the one interface that training and evaluation read
+// through. Each is a thin adapter: what a batch holds and how the data is checked stay with
+// SyntheticData, SyntheticSequences, the shard readers and CriteoReader.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -35,6 +36,31 @@ class SyntheticSource final : public BatchSource {
   std::int64_t position_ = 0;
 };
 
+// The synthetic sequences of an HSTU model's split, as SyntheticSource makes DLRM examples.
+class SequenceSource final : public BatchSource {
+ public:
+  SequenceSource(const ModelSpec& model, std::uint64_t seed, Split split)
+      : data_(model, seed), split_(split) {}
+  bool next(std::int64_t max_examples, Batch& out) override {
+    data_.make(split_, position_, max_examples, out);
+    position_ += max_examples;
+    return true;
+  }
+  void seek(std::int64_t example) override { position_ = example; }
+  std::string describe() const override {
+    return "synthetic sequences with a planted sequential teacher";
+  }
+  // The kind checkpoints of HSTU runs have recorded since they exist.
+  std::string kind() const override { return "synthetic-sequences"; }
+
+ private:
+  SyntheticSequences data_;
+  Split split_;
+  std::int64_t position_ = 0;
+};
+
+// A split of a shard dataset: ShardReader's (DLRM) or SequenceShardReader's (HSTU).
+template <class Reader>
 class ShardSource final : public BatchSource {
  public:
   ShardSource(const std::filesystem::path& dir, const ModelSpec& model, Split split, bool wrap)
@@ -59,7 +85,7 @@ class ShardSource final : public BatchSource {
 
  private:
   std::filesystem::path dir_;
-  ShardReader reader_;
+  Reader reader_;
   bool wrap_;
 };
 
@@ -100,12 +126,15 @@ class CriteoSource final : public BatchSource {
 
 std::unique_ptr<BatchSource> make_synthetic_source(const ModelSpec& model, std::uint64_t seed,
                                                    Split split) {
+  if (model.kind == ModelKind::hstu) return std::make_unique<SequenceSource>(model, seed, split);
   return std::make_unique<SyntheticSource>(model, seed, split);
 }
 
 std::unique_ptr<BatchSource> make_shard_source(const std::filesystem::path& dir,
                                                const ModelSpec& model, Split split, bool wrap) {
-  return std::make_unique<ShardSource>(dir, model, split, wrap);
+  if (model.kind == ModelKind::hstu)
+    return std::make_unique<ShardSource<SequenceShardReader>>(dir, model, split, wrap);
+  return std::make_unique<ShardSource<ShardReader>>(dir, model, split, wrap);
 }
 
 std::unique_ptr<BatchSource> make_criteo_source(std::vector<std::filesystem::path> files,

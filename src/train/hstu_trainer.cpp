@@ -1,4 +1,5 @@
-// The training loop of HSTU models (train() hands them here): synthetic sequences in, steps,
+// The training loop of HSTU models (train() hands them here): synthetic sequences or a sequence
+// shard dataset (or batch sources of the user's own) in, steps,
 // evaluation (AUC per task) and checkpoints out, through the same events, checkpoint format and
 // resume rules as the DLRM loop.
 //
@@ -33,6 +34,29 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The training and evaluation data: the user's sources, a sequence shard dataset (epochs follow
+// each other), or synthetic sequences.
+struct Sources {
+  std::unique_ptr<BatchSource> train, eval;
+};
+Sources make_sources(const TrainConfig& cfg) {
+  Sources s;
+  if (cfg.train_data) {
+    s.train = cfg.train_data();
+    s.eval = cfg.eval_data();
+    if (!s.train || !s.eval)
+      throw InputError(
+          "TrainConfig::train_data or eval_data made no batch source (a null pointer)");
+  } else if (!cfg.shard_dir.empty()) {
+    s.train = make_shard_source(cfg.shard_dir, cfg.model, Split::train, /*wrap=*/true);
+    s.eval = make_shard_source(cfg.shard_dir, cfg.model, Split::eval, /*wrap=*/false);
+  } else {
+    s.train = make_synthetic_source(cfg.model, cfg.seed, Split::train);
+    s.eval = make_synthetic_source(cfg.model, cfg.seed, Split::eval);
+  }
+  return s;
+}
+
 HstuModel::Options model_options(const TrainConfig& cfg) {
   HstuModel::Options o;
   o.token_capacity = cfg.token_capacity;
@@ -42,16 +66,16 @@ HstuModel::Options model_options(const TrainConfig& cfg) {
 
 class HstuTrainer {
  public:
-  HstuTrainer(const TrainConfig& cfg, TrainObserver* observer)
+  HstuTrainer(const TrainConfig& cfg, Sources data, TrainObserver* observer)
       : cfg_(cfg),
         observer_(observer),
         backend_(make_train_backend(cfg)),
         lock_(cfg.checkpoint_dir.empty() ? nullptr
                                          : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
-        data_(cfg.model, cfg.seed),
+        train_data_(std::move(data.train)),
+        eval_data_(std::move(data.eval)),
         model_(cfg.model, *backend_, cfg.batch, cfg.seed, model_options(cfg)),
-        record_(run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math, "synthetic-sequences")) {
-  }
+        record_(run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math, train_data_->kind())) {}
 
   TrainResult run() {
     resume();
@@ -66,7 +90,7 @@ class HstuTrainer {
     s.message = fmt::format(
         "HSTU model '{}' ({} layers, d {}, histories up to {} events, {} targets, {} tasks), {} "
         "dense and {} embedding parameters, batch {} ({}), on the {} backend ({}), "
-        "synthetic sequences with a planted sequential teacher (seed {}){}",
+        "{}{}",
         cfg_.model.name, cfg_.model.hstu->layers, cfg_.model.hstu->model_dim,
         cfg_.model.hstu->sequence.max_len, cfg_.model.hstu->sequence.targets,
         cfg_.model.hstu->tasks.size(), model_.dense_parameter_count(),
@@ -79,7 +103,10 @@ class HstuTrainer {
                   "{} dense math asked; the cpu reference computes in fp32 with double sums",
                   dense_math_name(cfg_.dense_math))
             : fmt::format("{} dense math", dense_math_name(cfg_.dense_math)),
-        cfg_.seed, start > 0 ? fmt::format(", resumed at step {}", start) : "");
+        train_data_->kind() == "synthetic-sequences"
+            ? fmt::format("{} (seed {})", train_data_->describe(), cfg_.seed)
+            : train_data_->describe(),
+        start > 0 ? fmt::format(", resumed at step {}", start) : "");
     emit(s);
 
     // The batch of the next step is made and laid out as tokens on a worker thread while this
@@ -89,7 +116,8 @@ class HstuTrainer {
     HstuModel::Layout layout, next_layout;
     std::future<void> ahead;
     const auto t0 = Clock::now();
-    data_.batch(Split::train, start, cfg_.batch, b);
+    train_data_->seek(start * cfg_.batch);
+    next_batch(b);
     model_.layout(b, layout);
     auto last_report = t0;
     double paused = 0.0, smoothed = NAN;
@@ -98,8 +126,8 @@ class HstuTrainer {
       // The profile starts after two warm-up steps, as the DLRM loop's does.
       if (cfg_.profile && step == start + 2) model_.set_profiling(true);
       if (step + 1 < cfg_.steps)
-        ahead = std::async(std::launch::async, [this, &next, &next_layout, step] {
-          data_.batch(Split::train, step + 1, cfg_.batch, next);
+        ahead = std::async(std::launch::async, [this, &next, &next_layout] {
+          next_batch(next);
           model_.layout(next, next_layout);
         });
       model_.train_step(b, layout);
@@ -181,6 +209,13 @@ class HstuTrainer {
     if (observer_ != nullptr) observer_->on_event(e);
   }
 
+  // The next training batch: always a full one (shard datasets repeat their examples).
+  void next_batch(Batch& b) {
+    if (!train_data_->next(cfg_.batch, b) || b.size != cfg_.batch)
+      throw InputError(fmt::format("{} gave {} examples where a batch of {} was asked for",
+                                   train_data_->describe(), b.size, cfg_.batch));
+  }
+
   // The newest good checkpoint, as the DLRM loop takes it: a damaged one is set aside and the
   // one before it tried; one of another run stops the run.
   void resume() {
@@ -222,15 +257,21 @@ class HstuTrainer {
     const int tasks = static_cast<int>(cfg_.model.hstu->tasks.size());
     std::vector<float> probs, labels, teacher, p;
     Batch b;
-    for (std::int64_t first = 0; first < cfg_.eval_examples; first += cfg_.batch) {
-      data_.make(Split::eval, first, std::min(cfg_.batch, cfg_.eval_examples - first), b);
+    eval_data_->seek(0);
+    for (std::int64_t seen = 0; seen < cfg_.eval_examples; seen += b.size) {
+      if (!eval_data_->next(std::min(cfg_.batch, cfg_.eval_examples - seen), b) || b.size == 0)
+        break;
       p.resize(b.labels.size());
       model_.predict(b, p.data());
       probs.insert(probs.end(), p.begin(), p.end());
       labels.insert(labels.end(), b.labels.begin(), b.labels.end());
       teacher.insert(teacher.end(), b.teacher_prob.begin(), b.teacher_prob.end());
     }
-    double auc = 0.0, ceiling = 0.0;
+    if (probs.empty())
+      throw InputError(fmt::format("{} holds no examples to evaluate on", eval_data_->describe()));
+    // The teacher's ceiling where every example came with its probability (synthetic data).
+    const bool has_teacher = teacher.size() == probs.size();
+    double auc = 0.0, ceiling = has_teacher ? 0.0 : NAN;
     std::string per_task;
     for (int k = 0; k < tasks; ++k) {
       std::vector<float> pk, lk, tk;
@@ -238,11 +279,11 @@ class HstuTrainer {
            i += static_cast<std::size_t>(tasks)) {
         pk.push_back(probs[i]);
         lk.push_back(labels[i]);
-        tk.push_back(teacher[i]);
+        if (has_teacher) tk.push_back(teacher[i]);
       }
       const double a = roc_auc(pk, lk);
       auc += a / tasks;
-      ceiling += roc_auc(tk, lk) / tasks;
+      if (has_teacher) ceiling += roc_auc(tk, lk) / tasks;
       per_task += fmt::format("{}{} {:.4f}", per_task.empty() ? "" : ", ",
                               cfg_.model.hstu->tasks[static_cast<std::size_t>(k)], a);
     }
@@ -273,7 +314,7 @@ class HstuTrainer {
   TrainObserver* observer_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<CheckpointDirLock> lock_;
-  SyntheticSequences data_;
+  std::unique_ptr<BatchSource> train_data_, eval_data_;
   HstuModel model_;
   RunRecord record_;
   TrainResult result_;
@@ -283,10 +324,19 @@ class HstuTrainer {
 
 TrainResult train_hstu(const TrainConfig& in, TrainObserver* observer) {
   TrainConfig cfg = in;
-  if (cfg.train_data || !cfg.shard_dir.empty() || !cfg.train_files.empty())
+  if (!cfg.train_files.empty() || !cfg.eval_files.empty())
     throw InputError(fmt::format(
-        "model '{}' is an HSTU model, which trains on synthetic sequences so far (no --data)",
-        cfg.model.name));
+        "model '{}' is an HSTU model: it trains on synthetic sequences or a sequence shard "
+        "dataset (parity data synth --model {}), not on Criteo TSV files",
+        cfg.model.name, cfg.model.name));
+  if (static_cast<bool>(cfg.train_data) != static_cast<bool>(cfg.eval_data))
+    throw InputError(
+        "data of your own needs both sources, TrainConfig::train_data and eval_data (the built-in "
+        "data bring their own held-out split)");
+  if (cfg.train_data && !cfg.shard_dir.empty())
+    throw InputError(
+        "give either batch sources of your own (train_data, eval_data) or a shard "
+        "dataset, not both");
   // Under bf16 the products and the attention take bf16 operands (fp32 sums); the activations
   // stay fp32 between ops.
   if (cfg.dense_math == DenseMath::fp16)
@@ -302,7 +352,7 @@ TrainResult train_hstu(const TrainConfig& in, TrainObserver* observer) {
   if (cfg.keep_checkpoints < 1)
     throw InputError(fmt::format(
         "checkpoints kept must be at least 1 (the newest good one), got {}", cfg.keep_checkpoints));
-  HstuTrainer trainer(cfg, observer);
+  HstuTrainer trainer(cfg, make_sources(cfg), observer);
   return trainer.run();
 }
 

@@ -6,7 +6,8 @@
 
 namespace parity::train_detail {
 
-// train() for an HSTU model: synthetic sequences, evaluation per task.
+// train() for an HSTU model: synthetic sequences, a sequence shard dataset or sources of the
+// caller's own, evaluation per task.
 TrainResult train_hstu(const TrainConfig& config, TrainObserver* observer);
 
 }  // namespace parity::train_detail

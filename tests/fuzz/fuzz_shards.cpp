@@ -9,7 +9,6 @@
 // its table's rows).
 #include <stdlib.h>
 
-#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -21,37 +20,10 @@
 
 namespace {
 
-constexpr std::string_view kMarker = "\n@@file ";
-
 const parity::ModelSpec& model() {
   static const parity::ModelSpec m =
       parity::load_model_spec(PARITY_SOURCE_DIR "/tests/fuzz/micro.yaml");
   return m;
-}
-
-// A part file's name as the archive gives it: a plain file name within the directory (a
-// dataset's meta.json may name any path, but the archive writes only into its own directory).
-bool plain_name(std::string_view name) {
-  if (name.empty() || name.size() > 64 || name.front() == '.' || name == "meta.json") return false;
-  for (const char c : name)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
-      return false;
-  return true;
-}
-
-void write_archive(std::string_view in) {
-  std::size_t at = in.find(kMarker);
-  parity::fuzz::write_file("meta.json", in.substr(0, at));
-  while (at != std::string_view::npos) {
-    const std::size_t name_at = at + kMarker.size();
-    const std::size_t name_end = in.find('\n', name_at);
-    if (name_end == std::string_view::npos) break;
-    at = in.find(kMarker, name_end);
-    const std::string_view name = in.substr(name_at, name_end - name_at);
-    const std::string_view bytes =
-        in.substr(name_end + 1, at == std::string_view::npos ? at : at - (name_end + 1));
-    if (plain_name(name)) parity::fuzz::write_file(std::string(name), bytes);
-  }
 }
 
 void check_batch(const parity::Batch& b, std::int64_t max_size) {
@@ -107,7 +79,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   parity::fuzz::clear_temp_dir();
-  write_archive(parity::fuzz::as_text(data, size));
+  parity::fuzz::write_archive(parity::fuzz::as_text(data, size));
   read_split(parity::Split::train);
   read_split(parity::Split::eval);
   return 0;

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +88,34 @@ inline std::filesystem::path write_file(const std::string& name, std::string_vie
 
 inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
   return {reinterpret_cast<const char*>(data), size};
+}
+
+// A dataset given as a small archive (the shard targets' input): meta.json's text, then for each
+// part file a line "@@file NAME" and the file's bytes, up to the next such line. Written into
+// temp_dir(); a name that is not a plain file name is skipped (a dataset's meta.json may name any
+// path, but the archive writes only into its own directory).
+inline void write_archive(std::string_view in) {
+  constexpr std::string_view kMarker = "\n@@file ";
+  const auto plain = [](std::string_view name) {
+    if (name.empty() || name.size() > 64 || name.front() == '.' || name == "meta.json")
+      return false;
+    for (const char c : name)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+        return false;
+    return true;
+  };
+  std::size_t at = in.find(kMarker);
+  write_file("meta.json", in.substr(0, at));
+  while (at != std::string_view::npos) {
+    const std::size_t name_at = at + kMarker.size();
+    const std::size_t name_end = in.find('\n', name_at);
+    if (name_end == std::string_view::npos) break;
+    at = in.find(kMarker, name_end);
+    const std::string_view name = in.substr(name_at, name_end - name_at);
+    const std::string_view bytes =
+        in.substr(name_end + 1, at == std::string_view::npos ? at : at - (name_end + 1));
+    if (plain(name)) write_file(std::string(name), bytes);
+  }
 }
 
 }  // namespace parity::fuzz

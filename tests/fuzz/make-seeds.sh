@@ -13,7 +13,7 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cd "$root"
 rm -rf "$corpus"
-mkdir -p "$corpus"/fuzz_{model_spec,device_spec,plan_json,shards,criteo,checkpoint}
+mkdir -p "$corpus"/fuzz_{model_spec,device_spec,plan_json,shards,sequence_shards,criteo,checkpoint}
 
 # ---- model and device YAML: every kind of field the zoo and the catalog use
 for m in tiny tiny-dot criteo-small mlperf-dlrmv2 prod-trillion; do
@@ -76,6 +76,11 @@ drop_teacher "$scratch/shards/train-00001.bin"  # a batch across both kinds has 
 drop_teacher "$scratch/shards/eval-00000.bin"
 "$parity" data info "$scratch/shards" --model "$micro" >/dev/null
 archive "$scratch/shards" "$corpus/fuzz_shards/micro-no-teacher"
+
+# ---- a sequence shard dataset of the HSTU model (fuzz_sequence_shards.cpp), in the same form
+"$parity" data synth --model tests/fuzz/micro-hstu.yaml --examples 12 --eval-examples 6 \
+  --examples-per-file 7 --out "$scratch/sequences" >/dev/null
+archive "$scratch/sequences" "$corpus/fuzz_sequence_shards/micro-hstu-synth"
 
 # ---- Criteo TSV: full lines, empty fields, negative integers, the extremes of each field, CRLF;
 # one bad line

@@ -1,5 +1,6 @@
-// train() on HSTU models: it trains and evaluates per task, and a run stopped and resumed from its
-// checkpoint ends bit for bit where an uninterrupted run ends.
+// train() on HSTU models: it trains and evaluates per task, on synthetic sequences or a sequence
+// shard dataset, and a run stopped and resumed from its checkpoint ends bit for bit where an
+// uninterrupted run ends.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -80,10 +81,55 @@ TEST(HstuTraining, ProfilesTheStep) {
   EXPECT_TRUE(r.profile_ops_ms_per_step.count("attention: layer.1 attention backward"));
 }
 
-TEST(HstuTraining, RefusesWhatItDoesNotRunYet) {
+TEST(HstuTraining, RefusesCriteoFilesAndAMissingDataset) {
   TrainConfig cfg = config({}, 2);
+  cfg.train_files = {"day_0.tsv"};
+  try {
+    train(cfg);
+    ADD_FAILURE() << "an HSTU model trained on Criteo files";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("not on Criteo TSV files"), std::string::npos) << e.what();
+  }
+  cfg.train_files.clear();
   cfg.shard_dir = "somewhere";
   EXPECT_THROW(train(cfg), InputError);
+}
+
+// A sequence shard dataset written from the synthetic sequences trains bit for bit as the
+// synthetic sequences do (the same batches in the same order, the same held-out examples), and a
+// run resumed from its checkpoint ends where an uninterrupted one ends.
+TEST(HstuTraining, TrainsOnSequenceShardsAsOnTheSyntheticSequences) {
+  const auto root = std::filesystem::temp_directory_path() / "parity-hstu-shards";
+  std::filesystem::remove_all(root);
+  const ModelSpec m = load_model_spec(PARITY_SOURCE_DIR "/configs/models/hstu-tiny.yaml");
+  {
+    const SyntheticSequences synth(m, 1);
+    SequenceShardWriter w(root / "data", m, "test", 100);  // 12 steps of 32 cross 4 files
+    Batch b;
+    synth.make(Split::train, 0, 400, b);
+    w.write(Split::train, b);
+    synth.make(Split::eval, 0, 256, b);
+    w.write(Split::eval, b);
+    w.finish();
+  }
+  const TrainResult synthetic = train(config(root / "synthetic", 12));
+  TrainConfig from_shards = config(root / "whole", 12);
+  from_shards.shard_dir = root / "data";
+  const TrainResult whole = train(from_shards);
+  EXPECT_EQ(whole.final_loss, synthetic.final_loss);
+  EXPECT_EQ(whole.auc, synthetic.auc);
+  EXPECT_EQ(whole.teacher_auc, synthetic.teacher_auc);
+  TrainConfig part = config(root / "parts", 6);
+  part.shard_dir = root / "data";
+  train(part);
+  part.steps = 12;
+  part.resume = true;
+  const TrainResult resumed = train(part);
+  EXPECT_EQ(resumed.start_step, 6);
+  EXPECT_EQ(resumed.final_loss, whole.final_loss);
+  EXPECT_EQ(bytes_of(root / "parts" / "step-12.safetensors"),
+            bytes_of(root / "whole" / "step-12.safetensors"));
+  std::filesystem::remove_all(root);
 }
 
 // The workload model's tokens and attention pairs per example are what the synthetic data hold,

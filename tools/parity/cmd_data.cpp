@@ -1,5 +1,6 @@
 // parity data: prepare a binary shard dataset once, so training reads it at memory speed.
-//   parity data synth    the planted-teacher synthetic data (train and eval splits)
+//   parity data synth    the planted-teacher synthetic data (train and eval splits; for an HSTU
+//                        model its synthetic sequences)
 //   parity data convert  Criteo TSV files
 //   parity data info     what a dataset holds
 #include <fmt/core.h>
@@ -12,6 +13,7 @@
 #include "common.h"
 #include "parity/data.h"
 #include "parity/error.h"
+#include "parity/perf.h"
 #include "parity/spec.h"
 
 namespace parity::cli {
@@ -38,9 +40,24 @@ void require_space(const std::filesystem::path& out, const ModelSpec& model,
   namespace fs = std::filesystem;
   bool wide = false;
   for (const auto& t : model.tables) wide = wide || t.rows > 0xffffffffLL;
-  // Per example: label, teacher, dense features, one offset per table, the ids.
-  const double per_example = 8.0 + 4.0 * model.dense_features + 8.0 * model.num_tables() +
-                             (wide ? 8.0 : 4.0) * static_cast<double>(model.lookups_per_example());
+  double per_example = 0;
+  if (model.kind == ModelKind::hstu) {
+    // Per example: labels and two probabilities per target and task, a history offset, per event
+    // its time and feature ids (the length model's mean), per target an item and a time, the
+    // contexts' offsets and ids.
+    const SequenceSpec& seq = model.hstu->sequence;
+    for (const auto& t : seq.features) wide = wide || t.rows > 0xffffffffLL;
+    const double id = wide ? 8.0 : 4.0;
+    double context_ids = 0;
+    for (const auto& t : model.tables) context_ids += static_cast<double>(t.pooling_size);
+    per_example = 12.0 * seq.targets * static_cast<double>(model.hstu->tasks.size()) + 8.0 +
+                  sequence_moments(model).history * (8.0 + id * seq.features.size()) +
+                  seq.targets * (id + 8.0) + 8.0 * model.num_tables() + id * context_ids;
+  } else {
+    // Per example: label, teacher, dense features, one offset per table, the ids.
+    per_example = 8.0 + 4.0 * model.dense_features + 8.0 * model.num_tables() +
+                  (wide ? 8.0 : 4.0) * static_cast<double>(model.lookups_per_example());
+  }
   const double need = per_example * static_cast<double>(examples);
   fs::path probe = fs::absolute(out);
   std::error_code ec;
@@ -82,22 +99,29 @@ void add_synth(CLI::App& data) {
   cmd->callback([args] {
     const ModelSpec model = load_model_spec(resolve_model(args->model));
     require_space(args->out, model, args->examples + args->eval_examples);
-    const SyntheticData synth(model, args->seed);
-    ShardWriter writer(args->out, model,
-                       fmt::format("synthetic, model {}, seed {}", model.name, args->seed),
-                       args->per_file);
+    const std::string source = fmt::format("synthetic, model {}, seed {}", model.name, args->seed);
     const auto t0 = std::chrono::steady_clock::now();
     const std::int64_t chunk =
         std::max<std::int64_t>(1, std::min<std::int64_t>(65536, args->per_file));
-    Batch b;
-    for (Split split : {Split::train, Split::eval}) {
-      const std::int64_t total = split == Split::train ? args->examples : args->eval_examples;
-      for (std::int64_t first = 0; first < total; first += chunk) {
-        synth.make(split, first, std::min(chunk, total - first), b);
-        writer.write(split, b);
+    // The examples [first, first + count) of each split, as training makes them for --seed.
+    const auto write_all = [&](const auto& synth, auto& writer) {
+      Batch b;
+      for (Split split : {Split::train, Split::eval}) {
+        const std::int64_t total = split == Split::train ? args->examples : args->eval_examples;
+        for (std::int64_t first = 0; first < total; first += chunk) {
+          synth.make(split, first, std::min(chunk, total - first), b);
+          writer.write(split, b);
+        }
       }
+      writer.finish();
+    };
+    if (model.kind == ModelKind::hstu) {
+      SequenceShardWriter writer(args->out, model, source, args->per_file);
+      write_all(SyntheticSequences(model, args->seed), writer);
+    } else {
+      ShardWriter writer(args->out, model, source, args->per_file);
+      write_all(SyntheticData(model, args->seed), writer);
     }
-    writer.finish();
     fmt::print("parity data synth: {} training + {} held-out examples of {} in {} ({:.1f} s)\n",
                args->examples, args->eval_examples, model.name, args->out, seconds_since(t0));
   });
@@ -158,18 +182,27 @@ void add_info(CLI::App& data) {
   cmd->add_option("--model", args->model, "Model YAML file or zoo name")->required();
   cmd->callback([args] {
     const ModelSpec model = load_model_spec(resolve_model(args->model));
-    // Every example read as training reads it (labels, features, ids), so that a dataset this
-    // calls fine is one that training accepts.
-    ShardReader train(args->dir, model, Split::train);
-    ShardReader eval(args->dir, model, Split::eval);
-    Batch b;
-    for (ShardReader* r : {&train, &eval})
-      while (r->next(65536, b)) {
-      }
-    fmt::print(
-        "{}: {} training and {} held-out examples for model {} ({}); every example read "
-        "and checked\n",
-        args->dir, train.examples(), eval.examples(), model.name, train.source());
+    // Every example read as training reads it (labels, features, ids; histories and times), so
+    // that a dataset this calls fine is one that training accepts.
+    const auto check = [&](auto& train, auto& eval) {
+      Batch b;
+      for (auto* r : {&train, &eval})
+        while (r->next(65536, b)) {
+        }
+      fmt::print(
+          "{}: {} training and {} held-out examples for model {} ({}); every example read "
+          "and checked\n",
+          args->dir, train.examples(), eval.examples(), model.name, train.source());
+    };
+    if (model.kind == ModelKind::hstu) {
+      SequenceShardReader train(args->dir, model, Split::train);
+      SequenceShardReader eval(args->dir, model, Split::eval);
+      check(train, eval);
+    } else {
+      ShardReader train(args->dir, model, Split::train);
+      ShardReader eval(args->dir, model, Split::eval);
+      check(train, eval);
+    }
   });
 }
 
