@@ -377,19 +377,8 @@ void SequenceShardWriter::finish() {
   };
   meta["features"] = tables(seq.features);
   meta["tables"] = tables(model_.tables);
-  for (Split s : {Split::train, Split::eval}) {
-    auto files = nlohmann::json::array();
-    std::int64_t total = 0;
-    for (const auto& [name, n] : files_[static_cast<int>(s)]) {
-      files.push_back({{"file", name}, {"examples", n}});
-      total += n;
-    }
-    meta["splits"][split_name(s)] = {{"examples", total}, {"files", files}};
-  }
-  const std::string text = fmt::format("{}\n", meta.dump(2));
-  AtomicFile f(dir_ / "meta.json", "dataset description");
-  f.write(text.data(), text.size());
-  f.commit();
+  shard_io::write_meta(dir_, std::move(meta), files_[static_cast<int>(Split::train)],
+                       files_[static_cast<int>(Split::eval)]);
 }
 
 // ------------------------------------------------------------------ reader --

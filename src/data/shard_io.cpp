@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/atomic_file.h"
 #include "core/input_file.h"
 #include "parity/error.h"
 
@@ -163,6 +164,23 @@ std::vector<SplitCursor::Piece> SplitCursor::take(std::int64_t batch_size, bool 
     }
   }
   return pieces;
+}
+
+void write_meta(const std::filesystem::path& dir, nlohmann::json meta, const PartList& train,
+                const PartList& eval) {
+  for (const bool is_train : {true, false}) {
+    auto files = nlohmann::json::array();
+    std::int64_t total = 0;
+    for (const auto& [name, n] : is_train ? train : eval) {
+      files.push_back({{"file", name}, {"examples", n}});
+      total += n;
+    }
+    meta["splits"][split_name(is_train)] = {{"examples", total}, {"files", files}};
+  }
+  const std::string text = fmt::format("{}\n", meta.dump(2));
+  AtomicFile f(dir / "meta.json", "dataset description");
+  f.write(text.data(), text.size());
+  f.commit();
 }
 
 void create_dataset_dir(const std::filesystem::path& dir) {

@@ -101,6 +101,14 @@ class SplitCursor {
   std::int64_t epoch_ = 0;
 };
 
+// A split's part files as a writer made them: name and examples, in order.
+using PartList = std::vector<std::pair<std::string, std::int64_t>>;
+
+// Writes a dataset's meta.json (atomically, last): `meta` with "splits" added, per split its
+// examples and part files.
+void write_meta(const std::filesystem::path& dir, nlohmann::json meta, const PartList& train,
+                const PartList& eval);
+
 // Makes a new dataset's directory: refused where one is already (its meta.json).
 void create_dataset_dir(const std::filesystem::path& dir);
 

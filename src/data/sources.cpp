@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -16,7 +17,12 @@
 namespace parity {
 namespace {
 
+// The synthetic data of one split, made on the fly: a DLRM model's examples (SyntheticData) or an
+// HSTU model's sequences (SyntheticSequences).
+template <class Data>
 class SyntheticSource final : public BatchSource {
+  static constexpr bool kSequences = std::is_same_v<Data, SyntheticSequences>;
+
  public:
   SyntheticSource(const ModelSpec& model, std::uint64_t seed, Split split)
       : data_(model, seed), split_(split) {}
@@ -26,35 +32,20 @@ class SyntheticSource final : public BatchSource {
     return true;
   }
   void seek(std::int64_t example) override { position_ = example; }
-  std::string describe() const override { return "synthetic data"; }
-  std::string kind() const override { return "synthetic"; }
-  Generated generated() const override { return {&data_, split_}; }
-
- private:
-  SyntheticData data_;
-  Split split_;
-  std::int64_t position_ = 0;
-};
-
-// The synthetic sequences of an HSTU model's split, as SyntheticSource makes DLRM examples.
-class SequenceSource final : public BatchSource {
- public:
-  SequenceSource(const ModelSpec& model, std::uint64_t seed, Split split)
-      : data_(model, seed), split_(split) {}
-  bool next(std::int64_t max_examples, Batch& out) override {
-    data_.make(split_, position_, max_examples, out);
-    position_ += max_examples;
-    return true;
-  }
-  void seek(std::int64_t example) override { position_ = example; }
   std::string describe() const override {
-    return "synthetic sequences with a planted sequential teacher";
+    return kSequences ? "synthetic sequences with a planted sequential teacher" : "synthetic data";
   }
-  // The kind checkpoints of HSTU runs have recorded since they exist.
-  std::string kind() const override { return "synthetic-sequences"; }
+  // "synthetic-sequences": the kind HSTU runs' checkpoints have recorded since they exist.
+  std::string kind() const override { return kSequences ? "synthetic-sequences" : "synthetic"; }
+  Generated generated() const override {
+    if constexpr (kSequences)
+      return {};
+    else
+      return {&data_, split_};
+  }
 
  private:
-  SyntheticSequences data_;
+  Data data_;
   Split split_;
   std::int64_t position_ = 0;
 };
@@ -126,8 +117,9 @@ class CriteoSource final : public BatchSource {
 
 std::unique_ptr<BatchSource> make_synthetic_source(const ModelSpec& model, std::uint64_t seed,
                                                    Split split) {
-  if (model.kind == ModelKind::hstu) return std::make_unique<SequenceSource>(model, seed, split);
-  return std::make_unique<SyntheticSource>(model, seed, split);
+  if (model.kind == ModelKind::hstu)
+    return std::make_unique<SyntheticSource<SyntheticSequences>>(model, seed, split);
+  return std::make_unique<SyntheticSource<SyntheticData>>(model, seed, split);
 }
 
 std::unique_ptr<BatchSource> make_shard_source(const std::filesystem::path& dir,
