@@ -50,25 +50,6 @@ void check_batch(const parity::Batch& b, std::int64_t max_size) {
   }
 }
 
-void read_split(parity::Split split) {
-  parity::fuzz::run_reader([&] {
-    parity::ShardReader reader(parity::fuzz::temp_dir(), model(), split);
-    parity::Batch b;
-    constexpr std::int64_t kBatch = 5;  // not a divisor of the seeds' part sizes
-    std::int64_t seen = 0;
-    while (reader.next(kBatch, b)) {
-      check_batch(b, kBatch);
-      seen += b.size;
-    }
-    parity::fuzz::check(seen == reader.examples(), "one pass reads every example once");
-    if (reader.examples() == 0) return;
-    reader.seek(reader.examples() + 3);  // wraps into the second epoch
-    for (int i = 0; i < 3 && reader.next(kBatch + 2, b, true); ++i) check_batch(b, kBatch + 2);
-    reader.seek(reader.examples(), false);
-    parity::fuzz::check(!reader.next(kBatch, b), "nothing is left after the end");
-  });
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -80,7 +61,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   parity::fuzz::clear_temp_dir();
   parity::fuzz::write_archive(parity::fuzz::as_text(data, size));
-  read_split(parity::Split::train);
-  read_split(parity::Split::eval);
+  for (const parity::Split split : {parity::Split::train, parity::Split::eval})
+    parity::fuzz::read_dataset_split<parity::ShardReader>(model(), split, check_batch);
   return 0;
 }

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <typeinfo>
 
+#include "parity/data.h"
 #include "parity/error.h"
 
 namespace parity::fuzz {
@@ -116,6 +117,29 @@ inline void write_archive(std::string_view in) {
         in.substr(name_end + 1, at == std::string_view::npos ? at : at - (name_end + 1));
     if (plain(name)) write_file(std::string(name), bytes);
   }
+}
+
+// Reads a split of the dataset in temp_dir() through with a shard reader (ShardReader or
+// SequenceShardReader), in batches that cross file ends, then again after seeks with and without
+// wrapping; each batch goes to check_batch(batch, most examples).
+template <class Reader, class Model, class CheckBatch>
+void read_dataset_split(const Model& model, Split split, CheckBatch check_batch) {
+  run_reader([&] {
+    Reader reader(temp_dir(), model, split);
+    Batch b;
+    constexpr std::int64_t kBatch = 5;  // not a divisor of the seeds' part sizes
+    std::int64_t seen = 0;
+    while (reader.next(kBatch, b)) {
+      check_batch(b, kBatch);
+      seen += b.size;
+    }
+    check(seen == reader.examples(), "one pass reads every example once");
+    if (reader.examples() == 0) return;
+    reader.seek(reader.examples() + 3);  // wraps into the second epoch
+    for (int i = 0; i < 3 && reader.next(kBatch + 2, b, true); ++i) check_batch(b, kBatch + 2);
+    reader.seek(reader.examples(), false);
+    check(!reader.next(kBatch, b), "nothing is left after the end");
+  });
 }
 
 }  // namespace parity::fuzz
