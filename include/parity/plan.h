@@ -31,6 +31,7 @@ struct ShardPlan {
   int device = 0;  // rank holding the shard (replicated: every rank, -1)
   std::int64_t row_begin = 0, row_end = 0;
   int col_begin = 0, col_end = 0;
+  bool operator==(const ShardPlan&) const = default;
 };
 
 struct TablePlan {

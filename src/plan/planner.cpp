@@ -8,7 +8,9 @@
 //   - sharding (several GPUs): replicated where that is cheaper than exchanging outputs,
 //     split by columns or rows where one table would dominate a device, otherwise whole
 //     tables, balanced by predicted cost (longest first onto the least loaded device)
-//     (sharding.cpp);
+//     (sharding.cpp); those rules decide by each catalog device's costs in turn, and every
+//     distinct layout is evaluated on this device, so that the candidates are the same on
+//     every device and no device's plan is beaten by another device's plan run on it;
 //   - placement: HBM; the coldest tables move to host memory with an HBM cache only when
 //     the device is full (placement.cpp).
 // Every change to the model's numerics is listed with its reason, computed by planning
@@ -58,7 +60,18 @@ class Planner {
         W_(gpus),
         opt_(opt),
         cal_(calibration_for(dev, opt.configs_dir)),
-        catalog_(gemm_catalog_for(dev, opt.configs_dir, opt.gemm_catalog)) {}
+        catalog_(gemm_catalog_for(dev, opt.configs_dir, opt.gemm_catalog)) {
+    // The costs the sharding rules decide by: this device's, then every other device's of the
+    // catalog (several GPUs only; a configs directory without a device catalog gives its own).
+    views_.push_back({dev_, cal_});
+    std::error_code ec;
+    if (W_ > 1 && std::filesystem::is_directory(opt.configs_dir / "devices", ec))
+      for (DeviceSpec& d : load_device_catalog(opt.configs_dir / "devices"))
+        if (d.name != dev_.name) {
+          Calibration c = calibration_for(d, opt.configs_dir);
+          views_.push_back({std::move(d), std::move(c)});
+        }
+  }
 
   const Calibration& calibration() const { return cal_; }
 
@@ -129,22 +142,35 @@ class Planner {
     for (std::int64_t g : batch_candidates()) {
       if (g < ref && best) break;
       c.global_batch = g;
-      for (std::size_t v = 0; v < variants; ++v) {
-        Built b = build(c, detail::kShardingVariants[v]);
-        if (!b.feasible) {
-          last_failure_ = b;
-          continue;
+      std::vector<std::vector<TablePlan>> tried;  // the layouts evaluated at this batch
+      for (std::size_t v = 0; v < variants; ++v)
+        for (const View& view : views_) {
+          std::optional<Built> b = build(c, detail::kShardingVariants[v], view, &tried);
+          if (!b) continue;  // a layout evaluated already
+          if (!b->feasible) {
+            last_failure_ = *b;
+            continue;
+          }
+          if (!best || b->plan.prediction.examples_per_s >
+                           best->plan.prediction.examples_per_s * (1 + 1e-12))
+            best = std::move(*b);
         }
-        if (!best ||
-            b.plan.prediction.examples_per_s > best->plan.prediction.examples_per_s * (1 + 1e-12))
-          best = std::move(b);
-      }
       if (g < ref && best) break;
     }
     return best;
   }
 
-  Built build(const Choice& c, const detail::ShardingVariant& variant) {
+  // The costs the sharding rules decide a layout by.
+  struct View {
+    DeviceSpec dev;
+    Calibration cal;
+  };
+
+  // The plan of choice c with the variant's layout decided by `view`'s costs, fitted to this
+  // device's memory and evaluated here; nullopt when `tried` (the layouts evaluated already)
+  // holds the same layout.
+  std::optional<Built> build(const Choice& c, const detail::ShardingVariant& variant,
+                             const View& view, std::vector<std::vector<TablePlan>>* tried) {
     Built out;
     out.variant = variant;
     Plan& p = out.plan;
@@ -173,7 +199,17 @@ class Planner {
                       m_.tables[static_cast<std::size_t>(t)].dim}};
       }
     } else {
-      detail::shard_tables(p, variant, m_, dev_, cal_);
+      detail::shard_tables(p, variant, m_, view.dev, view.cal);
+    }
+    if (tried != nullptr) {
+      const auto same = [&](const std::vector<TablePlan>& t) {
+        for (std::size_t i = 0; i < t.size(); ++i)
+          if (t[i].sharding != p.tables[i].sharding || !(t[i].shards == p.tables[i].shards))
+            return false;
+        return true;
+      };
+      if (std::any_of(tried->begin(), tried->end(), same)) return std::nullopt;
+      tried->push_back(p.tables);
     }
     const detail::Fit fit = detail::fit_memory(p, m_, dev_, cal_);
     out.feasible = fit.feasible;
@@ -206,6 +242,7 @@ class Planner {
   PlannerOptions opt_;
   Calibration cal_;
   std::shared_ptr<const GemmCatalog> catalog_;  // the device's kernel catalog, if measured
+  std::vector<View> views_;                     // this device's costs first
 };
 
 // Why a change was made, from the best plan without it.

@@ -662,3 +662,37 @@ TEST(DenseOps, ThePlansDenseTimesAreTheirSums) {
 
 }  // namespace
 }  // namespace parity
+
+namespace parity {
+namespace {
+
+// The co-design search is at least as good as a port: on every zoo model, GPU count and device,
+// the device's own plan predicts at least the examples/s of any other device's plan run there
+// unchanged (port_plan) that fits, by the same cost model.
+TEST(Planner, NoDevicesOwnPlanIsBeatenByAnotherDevicesPlanRunOnIt) {
+  const char* devices[] = {"h100", "h200", "b200", "mi300x", "mi350x", "mi355x"};
+  for (const auto& entry : fs::directory_iterator(kConfigs / "models")) {
+    const ModelSpec m = load_model_spec(entry.path());
+    if (m.kind != ModelKind::dlrm) continue;
+    for (const int gpus : {1, 8, 128}) {
+      std::map<std::string, Plan> own;
+      for (const char* key : devices) try {
+          own.emplace(key, make_plan(m, device(key), gpus, options()));
+        } catch (const InfeasibleError&) {
+        }
+      for (const auto& [target, mine] : own)
+        for (const auto& [source, theirs] : own) {
+          if (source == target) continue;
+          const Plan port = port_plan(theirs, m, device(target), options());
+          if (!fits(port.prediction, device(target))) continue;
+          EXPECT_GE(mine.prediction.examples_per_s, port.prediction.examples_per_s * (1 - 1e-9))
+              << m.name << " on " << gpus << " x " << target << ": its own plan "
+              << mine.prediction.examples_per_s << " examples/s, " << source << "'s plan run there "
+              << port.prediction.examples_per_s;
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace parity
