@@ -113,7 +113,9 @@ struct Plan {
 };
 
 struct PlannerOptions {
-  std::filesystem::path configs_dir = "configs";  // for configs/calibration/
+  // configs/calibration/ (the device's calibration and kernel catalog) and configs/devices/
+  // (the other devices whose costs the sharding search also decides by)
+  std::filesystem::path configs_dir = "configs";
   // Smallest global batch the planner may fall back to, as a fraction of the model's
   // batch_size, when the reference batch does not fit.
   int max_batch_halvings = 6;

@@ -578,6 +578,15 @@ bool SequenceShardReader::next(std::int64_t batch_size, Batch& out, bool wrap) {
     std::int64_t* dst = out.history_offsets.data() + example_at;
     p.f->read_at(fds[i], p.f->sec.history + 8 * static_cast<std::uint64_t>(p.first), dst,
                  at(p.count + 1) * 8);
+    // Checked at open; read again here, so checked again (a file rewritten in place at the same
+    // size would otherwise index past the batch's arrays).
+    for (std::int64_t k = 0; k < p.count; ++k)
+      if (dst[k] < 0 || dst[k + 1] - dst[k] < 1 || dst[k + 1] - dst[k] > seq.max_len ||
+          dst[k + 1] > p.f->h.events)
+        throw InputError(fmt::format(
+            "'{}': the history offsets of example {} changed since the file was opened (it was "
+            "rewritten while being read?)",
+            p.f->path.string(), p.first + k));
     p.event_first = dst[0];
     p.events = dst[p.count] - dst[0];
     for (std::int64_t k = 0; k <= p.count; ++k) dst[k] += event_at - p.event_first;

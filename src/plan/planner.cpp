@@ -16,6 +16,7 @@
 // Every change to the model's numerics is listed with its reason, computed by planning
 // again without it. Deterministic: no hash-order iteration, ties broken by index.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -63,14 +64,31 @@ class Planner {
         catalog_(gemm_catalog_for(dev, opt.configs_dir, opt.gemm_catalog)) {
     // The costs the sharding rules decide by: this device's, then every other device's of the
     // catalog (several GPUs only; a configs directory without a device catalog gives its own).
+    // A catalog (or a device's calibration) that does not load only narrows the candidates: the
+    // user asked about this device, not about those files.
     views_.push_back({dev_, cal_});
     std::error_code ec;
-    if (W_ > 1 && std::filesystem::is_directory(opt.configs_dir / "devices", ec))
-      for (DeviceSpec& d : load_device_catalog(opt.configs_dir / "devices"))
-        if (d.name != dev_.name) {
+    if (W_ > 1 && std::filesystem::is_directory(opt.configs_dir / "devices", ec)) {
+      std::vector<DeviceSpec> catalog;
+      try {
+        catalog = load_device_catalog(opt.configs_dir / "devices");
+      } catch (const InputError&) {
+      }
+      for (DeviceSpec& d : catalog) {
+        const auto same_name = [](std::string_view a, std::string_view b) {
+          return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+            return std::tolower(static_cast<unsigned char>(x)) ==
+                   std::tolower(static_cast<unsigned char>(y));
+          });
+        };
+        if (same_name(d.name, dev_.name)) continue;
+        try {
           Calibration c = calibration_for(d, opt.configs_dir);
           views_.push_back({std::move(d), std::move(c)});
+        } catch (const InputError&) {
         }
+      }
+    }
   }
 
   const Calibration& calibration() const { return cal_; }
@@ -148,7 +166,8 @@ class Planner {
           std::optional<Built> b = build(c, detail::kShardingVariants[v], view, &tried);
           if (!b) continue;  // a layout evaluated already
           if (!b->feasible) {
-            last_failure_ = *b;
+            // What does not fit is told of this device's own layout.
+            if (&view == &views_.front()) last_failure_ = *b;
             continue;
           }
           if (!best || b->plan.prediction.examples_per_s >

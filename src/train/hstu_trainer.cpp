@@ -86,6 +86,7 @@ class HstuTrainer {
           "counts the resumed steps too: give more than {})",
           result_.last_checkpoint.string(), start, cfg_.steps, start));
     result_.start_step = start;
+    check_eval_data();
     TrainEvent s = event(TrainEvent::Kind::start, start);
     s.message = fmt::format(
         "HSTU model '{}' ({} layers, d {}, histories up to {} events, {} targets, {} tasks), {} "
@@ -209,6 +210,20 @@ class HstuTrainer {
     if (observer_ != nullptr) observer_->on_event(e);
   }
 
+  // The held-out examples read once before the first step, as the DLRM loop does: a bad one
+  // stops the run now, not at the first evaluation after hours of training.
+  void check_eval_data() {
+    eval_data_->seek(0);
+    Batch b;
+    std::int64_t seen = 0;
+    while (seen < cfg_.eval_examples &&
+           eval_data_->next(std::min(cfg_.batch, cfg_.eval_examples - seen), b) && b.size > 0)
+      seen += b.size;
+    if (seen == 0)
+      throw InputError(fmt::format("the evaluation data ({}) gave no example to evaluate on",
+                                   eval_data_->describe()));
+  }
+
   // The next training batch: always a full one (shard datasets repeat their examples).
   void next_batch(Batch& b) {
     if (!train_data_->next(cfg_.batch, b) || b.size != cfg_.batch)
@@ -271,7 +286,7 @@ class HstuTrainer {
       throw InputError(fmt::format("{} holds no examples to evaluate on", eval_data_->describe()));
     // The teacher's ceiling where every example came with its probability (synthetic data).
     const bool has_teacher = teacher.size() == probs.size();
-    double auc = 0.0, ceiling = has_teacher ? 0.0 : NAN;
+    double auc = 0.0, ceiling = 0.0;  // 0: no teacher to compare with
     std::string per_task;
     for (int k = 0; k < tasks; ++k) {
       std::vector<float> pk, lk, tk;

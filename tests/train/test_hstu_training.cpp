@@ -129,6 +129,23 @@ TEST(HstuTraining, TrainsOnSequenceShardsAsOnTheSyntheticSequences) {
   EXPECT_EQ(resumed.final_loss, whole.final_loss);
   EXPECT_EQ(bytes_of(root / "parts" / "step-12.safetensors"),
             bytes_of(root / "whole" / "step-12.safetensors"));
+  // A bad held-out example stops the run before its first step, not at its first evaluation.
+  {
+    std::fstream eval(root / "data" / "eval-00000.bin",
+                      std::ios::binary | std::ios::in | std::ios::out);
+    const float two = 2.0f;
+    eval.seekp(64);  // the first label, after the 64-byte header
+    eval.write(reinterpret_cast<const char*>(&two), 4);
+  }
+  TrainConfig bad = config(root / "bad", 12);
+  bad.shard_dir = root / "data";
+  try {
+    train(bad);
+    ADD_FAILURE() << "trained on a dataset with a label of 2";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("eval-00000.bin"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(root / "bad" / "step-12.safetensors"));
   std::filesystem::remove_all(root);
 }
 
