@@ -24,6 +24,7 @@
 #include "parity/error.h"
 #include "parity/metrics.h"
 #include "run_record.h"
+#include "sources.h"
 
 namespace parity::train_detail {
 namespace {
@@ -32,29 +33,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// The training and evaluation data: the user's sources, a sequence shard dataset (epochs follow
-// each other), or synthetic sequences.
-struct Sources {
-  std::unique_ptr<BatchSource> train, eval;
-};
-Sources make_sources(const TrainConfig& cfg) {
-  Sources s;
-  if (cfg.train_data) {
-    s.train = cfg.train_data();
-    s.eval = cfg.eval_data();
-    if (!s.train || !s.eval)
-      throw InputError(
-          "TrainConfig::train_data or eval_data made no batch source (a null pointer)");
-  } else if (!cfg.shard_dir.empty()) {
-    s.train = make_shard_source(cfg.shard_dir, cfg.model, Split::train, /*wrap=*/true);
-    s.eval = make_shard_source(cfg.shard_dir, cfg.model, Split::eval, /*wrap=*/false);
-  } else {
-    s.train = make_synthetic_source(cfg.model, cfg.seed, Split::train);
-    s.eval = make_synthetic_source(cfg.model, cfg.seed, Split::eval);
-  }
-  return s;
 }
 
 HstuModel::Options model_options(const TrainConfig& cfg) {
@@ -86,7 +64,7 @@ class HstuTrainer {
           "counts the resumed steps too: give more than {})",
           result_.last_checkpoint.string(), start, cfg_.steps, start));
     result_.start_step = start;
-    check_eval_data();
+    check_eval_data(*eval_data_, cfg_.batch, cfg_.eval_examples);
     TrainEvent s = event(TrainEvent::Kind::start, start);
     s.message = fmt::format(
         "HSTU model '{}' ({} layers, d {}, histories up to {} events, {} targets, {} tasks), {} "
@@ -208,20 +186,6 @@ class HstuTrainer {
   }
   void emit(const TrainEvent& e) const {
     if (observer_ != nullptr) observer_->on_event(e);
-  }
-
-  // The held-out examples read once before the first step, as the DLRM loop does: a bad one
-  // stops the run now, not at the first evaluation after hours of training.
-  void check_eval_data() {
-    eval_data_->seek(0);
-    Batch b;
-    std::int64_t seen = 0;
-    while (seen < cfg_.eval_examples &&
-           eval_data_->next(std::min(cfg_.batch, cfg_.eval_examples - seen), b) && b.size > 0)
-      seen += b.size;
-    if (seen == 0)
-      throw InputError(fmt::format("the evaluation data ({}) gave no example to evaluate on",
-                                   eval_data_->describe()));
   }
 
   // The next training batch: always a full one (shard datasets repeat their examples).

@@ -28,6 +28,7 @@
 #include "parity/train.h"
 #include "prefetch.h"
 #include "run_record.h"
+#include "sources.h"
 
 namespace parity {
 namespace {
@@ -97,35 +98,6 @@ TrainConfig settle(const TrainConfig& in) {
   return cfg;
 }
 
-struct Sources {
-  std::unique_ptr<BatchSource> train, eval;
-};
-
-// The training and evaluation data the configuration names: the user's sources, a shard dataset,
-// Criteo TSV files or synthetic data.
-Sources make_sources(const TrainConfig& cfg) {
-  const ModelSpec& spec = cfg.model;
-  Sources s;
-  if (cfg.train_data) {
-    s.train = cfg.train_data();
-    s.eval = cfg.eval_data();
-    if (!s.train || !s.eval)
-      throw InputError(
-          "TrainConfig::train_data or eval_data made no batch source (a null pointer)");
-  } else if (!cfg.shard_dir.empty()) {  // with a step count epochs follow each other; else one pass
-    s.train = make_shard_source(cfg.shard_dir, spec, Split::train, /*wrap=*/cfg.steps > 0);
-    s.eval = make_shard_source(cfg.shard_dir, spec, Split::eval, /*wrap=*/false);
-  } else if (!cfg.train_files.empty()) {
-    const CriteoOptions options{cfg.on_bad_line, 10};
-    s.train = make_criteo_source(cfg.train_files, spec, options);
-    s.eval = make_criteo_source(cfg.eval_files, spec, options);
-  } else {
-    s.train = make_synthetic_source(spec, cfg.seed, Split::train);
-    s.eval = make_synthetic_source(spec, cfg.seed, Split::eval);
-  }
-  return s;
-}
-
 // Wall-clock accounting of the step loop. Time spent outside training steps (Model::prepare,
 // evaluation, checkpoints) is taken out of every rate; the steady rate starts after the warm-up.
 struct StepClock {
@@ -144,7 +116,7 @@ struct StepClock {
 
 class Trainer {
  public:
-  Trainer(const TrainConfig& cfg, Sources data, TrainObserver* observer)
+  Trainer(const TrainConfig& cfg, train_detail::Sources data, TrainObserver* observer)
       : cfg_(cfg),
         observer_(observer),
         lock_(cfg.checkpoint_dir.empty() ? nullptr
@@ -166,7 +138,7 @@ class Trainer {
           "counts the resumed steps too: give more than {})",
           result_.last_checkpoint.string(), start_, total_, start_));
     train_data_->seek(start_ * cfg_.batch);
-    check_eval_data();
+    train_detail::check_eval_data(*eval_data_, cfg_.batch, cfg_.eval_examples);
     announce();
     train_steps();
     if (model_.step() == start_)
@@ -243,18 +215,6 @@ class Trainer {
 
   // The examples evaluation will read, read once before the first step: a missing, empty or
   // corrupt held-out file fails now, not after the training work is spent.
-  void check_eval_data() {
-    eval_data_->seek(0);
-    Batch b;
-    std::int64_t seen = 0;
-    while (seen < cfg_.eval_examples &&
-           eval_data_->next(std::min(cfg_.batch, cfg_.eval_examples - seen), b))
-      seen += b.size;
-    if (seen == 0)
-      throw InputError(fmt::format("the evaluation data ({}) gave no example to evaluate on",
-                                   eval_data_->describe()));
-  }
-
   // Stops the run once the finite-value guard has recorded a bad step (read where the host waits
   // anyway: progress reports, evaluations, checkpoints, the end).
   void check_finite() {
@@ -532,7 +492,7 @@ std::unique_ptr<Backend> make_train_backend(const TrainConfig& cfg) {
 TrainResult train(const TrainConfig& config, TrainObserver* observer) {
   if (config.model.kind == ModelKind::hstu) return train_detail::train_hstu(config, observer);
   const TrainConfig cfg = settle(config);
-  Trainer trainer(cfg, make_sources(cfg), observer);
+  Trainer trainer(cfg, train_detail::make_sources(cfg), observer);
   return trainer.run();
 }
 
