@@ -54,6 +54,10 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
       -Xcompiler=-Wall,-Wextra,-Werror>
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-error=deprecated-declarations>)
   set_target_properties(parity_backend_gpu PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
+  # Kernels on warpgroup products (wgmma) exist only in sm_90a code: the host launches them only then.
+  if(PARITY_CUDA_GENCODE MATCHES "sm_90a")
+    target_compile_definitions(parity_backend_gpu PRIVATE PARITY_CUDA_SM90A=1)
+  endif()
   # The synthetic data's math must round as on the host: no fused multiply-adds (parity/detmath.h).
   set_source_files_properties(${PROJECT_SOURCE_DIR}/src/backend/gpu/synthetic.cu PROPERTIES COMPILE_OPTIONS -fmad=false)
 

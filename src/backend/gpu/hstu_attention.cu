@@ -108,8 +108,16 @@ __device__ __forceinline__ int swizzle(int row, int col) {
   return row * D + (((chunk & ~mask) | ((chunk ^ row) & mask)) << 3) + (col & 7);
 }
 
-// Rows [row0, row0 + ROWS) of head h's D columns into a shared tile, zeros past valid rows.
-template <int D, int ROWS, int THREADS>
+// Element (row, col) of a [ROWS, D] shared tile in the layout of the warpgroup products
+// (mma.cuh): 64-column slabs of ROWS rows, 16-byte chunks XOR-swizzled by row.
+template <int D, int ROWS>
+__device__ __forceinline__ int slab_swizzle(int row, int col) {
+  return (col >> 6) * ROWS * 64 + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
+}
+
+// Rows [row0, row0 + ROWS) of head h's D columns into a shared tile, zeros past valid rows; in
+// the slab layout when kSlabs.
+template <int D, int ROWS, int THREADS, bool kSlabs = false>
 __device__ __forceinline__ void copy_tile(std::uint16_t* dst, In src, int h, std::int64_t row0,
                                           std::int64_t valid) {
   constexpr int chunks = D / 8;
@@ -117,7 +125,8 @@ __device__ __forceinline__ void copy_tile(std::uint16_t* dst, In src, int h, std
     const int r = i / chunks, c = i % chunks;
     const bool ok = r < valid;
     const std::uint16_t* from = src.p + (ok ? (row0 + r) * src.ld + h * D + c * 8 : 0);
-    mma::copy_async_16(dst + swizzle<D>(r, c * 8), from, ok);
+    mma::copy_async_16(dst + (kSlabs ? slab_swizzle<D, ROWS>(r, c * 8) : swizzle<D>(r, c * 8)),
+                       from, ok);
   }
 }
 
@@ -339,7 +348,7 @@ constexpr std::size_t query_side_smem(int operands, int pb, int tb) {  // operan
 
 // The pipeline of a query-side kernel: Q (and dO) of the block's rows once, then K, V and the
 // keys' times WALK keys at a time, double-buffered.
-template <class S>
+template <class S, bool kSlabs = false>
 struct KeyWalk {
   std::uint16_t* sk;  // [2][WALK][D]
   std::uint16_t* sv;  // [2][WALK][D]
@@ -347,10 +356,10 @@ struct KeyWalk {
   KeyTiles tiles;
   __device__ void load(const Args& g, const Work& w, In k, In v, int i, int stage) const {
     const std::int64_t j0 = static_cast<std::int64_t>(tiles.at(i)) * S::WALK;
-    copy_tile<S::D, S::WALK, S::kThreads>(sk + stage * S::WALK * S::D, k, w.h, w.begin + j0,
-                                          w.n - j0);
-    copy_tile<S::D, S::WALK, S::kThreads>(sv + stage * S::WALK * S::D, v, w.h, w.begin + j0,
-                                          w.n - j0);
+    copy_tile<S::D, S::WALK, S::kThreads, kSlabs>(sk + stage * S::WALK * S::D, k, w.h, w.begin + j0,
+                                                  w.n - j0);
+    copy_tile<S::D, S::WALK, S::kThreads, kSlabs>(sv + stage * S::WALK * S::D, v, w.h, w.begin + j0,
+                                                  w.n - j0);
     copy_times<S::WALK, S::kThreads>(tk + stage * S::WALK, g.times, w.begin + j0, w.n - j0);
     mma::copy_async_commit();
   }
@@ -362,6 +371,9 @@ struct KeyWalk {
     } else {
       mma::copy_async_wait<0>();
     }
+#if defined(PARITY_WGMMA)
+    if constexpr (kSlabs) mma::wg::fence_shared();  // the copies, before wgmma reads them
+#endif
     __syncthreads();
   }
 };
@@ -459,6 +471,176 @@ __global__ __launch_bounds__(S::kThreads, 1) void query_kernel(Args g, In q, In 
     __syncthreads();
   }
   store_rows<S>(out, out_bf16 != 0, acc, w, i0, kDq ? g.scale : 1.0f);
+}
+
+// The query-side kernels on warpgroup products (sm_90a), D = 64 or 128: the same walk, masks and
+// element steps as query_kernel, with two warpgroups of 64 query rows each. Q Kᵀ (and dO Vᵀ) read
+// both operands from shared memory; P V (dS K) takes P (dS) from the registers that held the
+// scores, rounded to bf16, and V (K) read down its columns. Each warpgroup overlaps its tensor
+// cores with its element steps: while P V of one key tile runs, the next tile's scores are
+// ready and get their bias, mask and SiLU. Key tiles of 64 come through a three-stage ring:
+// tile it + 2 loads while tile it + 1's scores and tile it's P V run.
+template <int D>
+constexpr std::size_t query_wg_smem(int operands, int pb, int tb) {
+  return (operands * kRows * D + 3 * 2 * 64 * D) * 2 + (kRows + 3 * 64) * 8 +
+         static_cast<std::size_t>(pb + tb) * 4 + 1024;  // + 1024: the swizzle period's alignment
+}
+
+template <int D, bool kDq>
+__global__ __launch_bounds__(256, 1) void query_kernel_wg(Args g, In q, In k, In v, In dout,
+                                                          Out out, int out_bf16) {
+#if defined(PARITY_WGMMA)
+  using S = Shape<D, 1, 64>;
+  static_assert(S::kThreads == 256 && (D == 64 || D == 128));
+  constexpr int WALK = S::WALK, kOperands = kDq ? 2 : 1, kStages = 3;
+  constexpr unsigned kRowGroup = 8 * 128;       // bytes between groups of 8 rows of a slab
+  constexpr unsigned kKeySlab = WALK * 64 * 2;  // bytes between a key tile's 64-column slabs
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* sq = reinterpret_cast<std::uint16_t*>(smem_raw + (-mma::shared_address(smem_raw) & 1023));
+  std::uint16_t* sg = sq + kRows * D;              // dO (dq only)
+  std::uint16_t* sk = sq + kOperands * kRows * D;  // [kStages][WALK][D]
+  std::uint16_t* sv = sk + kStages * WALK * D;     // [kStages][WALK][D]
+  auto* tq = reinterpret_cast<std::int64_t*>(sv + kStages * WALK * D);
+  std::int64_t* tk = tq + kRows;  // [kStages][WALK]
+  auto* pos = reinterpret_cast<float*>(tk + kStages * WALK);
+  float* tim = pos + g.pb;
+
+  Work w;
+  if (!work_of(g, true, w)) return;
+  const std::int64_t i0 = static_cast<std::int64_t>(w.tile) * kRows;
+  const int warp = static_cast<int>(threadIdx.x) / 32, row0 = warp * 16;
+  const int group_row = (warp / 4) * 64;  // the warpgroup's first row
+  const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
+  const KeyTiles tiles = key_tiles<WALK>(w, i0);
+  const int count = tiles.count();
+  auto load = [&](int i) {  // key tile i into its stage, one commit group (empty past the end)
+    if (i < count) {
+      const int st = i % kStages;
+      const std::int64_t j0 = static_cast<std::int64_t>(tiles.at(i)) * WALK;
+      copy_tile<D, WALK, S::kThreads, true>(sk + st * WALK * D, k, w.h, w.begin + j0, w.n - j0);
+      copy_tile<D, WALK, S::kThreads, true>(sv + st * WALK * D, v, w.h, w.begin + j0, w.n - j0);
+      copy_times<WALK, S::kThreads>(tk + st * WALK, g.times, w.begin + j0, w.n - j0);
+    }
+    mma::copy_async_commit();
+  };
+  // Waits until at most `pending` of this thread's copy groups are in flight, then for every
+  // thread (which also frees the stage of the tile every warp has finished).
+  auto arrived = [&]<int pending>() {
+    mma::copy_async_wait<pending>();
+    mma::wg::fence_shared();
+    __syncthreads();
+  };
+  load_bias<S::kThreads>(g, w.h, pos, tim);
+  copy_times<kRows, S::kThreads>(tq, g.times, w.begin + i0, w.n - i0);
+  copy_tile<D, kRows, S::kThreads, true>(sq, q, w.h, w.begin + i0, w.n - i0);
+  if constexpr (kDq) copy_tile<D, kRows, S::kThreads, true>(sg, dout, w.h, w.begin + i0, w.n - i0);
+  load(0);  // one group with Q (and dO)
+  load(1);
+
+  // Issues tile i's scores (and dO Vᵀ) into s (dp). Step kk of the products reads head columns
+  // [16 kk, 16 kk + 16): slab kk / 4, 32 bytes a step within it.
+  float s[1][WALK / 8][4], dp[1][WALK / 8][4];
+  auto issue_scores = [&](int i) {
+    const int st = i % kStages;
+    mma::wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int col = (kk >> 2) * 64 * kRows + (kk & 3) * 16;
+      const int key_col = st * WALK * D + (kk >> 2) * 64 * WALK + (kk & 3) * 16;
+      mma::wg::mma_ss<WALK>(s[0], mma::wg::descriptor(sq + group_row * 64 + col, 16, kRowGroup),
+                            mma::wg::descriptor(sk + key_col, 16, kRowGroup), kk > 0);
+      if constexpr (kDq)
+        mma::wg::mma_ss<WALK>(dp[0], mma::wg::descriptor(sg + group_row * 64 + col, 16, kRowGroup),
+                              mma::wg::descriptor(sv + key_col, 16, kRowGroup), kk > 0);
+    }
+    mma::wg::commit();
+  };
+  // Tile i's bias, mask and SiLU (or its derivative) on the scores, in place.
+  auto elements = [&](int i) {
+    const int st = i % kStages;
+    const std::int64_t j0 = static_cast<std::int64_t>(tiles.at(i)) * WALK;
+    const std::int64_t* tks = tk + st * WALK;
+    auto apply = [&](int m, int nt, int e, float x, bool vis) {
+      if constexpr (kDq) {
+        const float sig = sigmoid_fast(x);
+        dp[m][nt][e] = vis ? dp[m][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
+      } else {
+        s[m][nt][e] = vis ? silu_over_n(x, g.inv_n) : 0.0f;
+      }
+    };
+    const bool full = j0 + WALK - 1 <= i0 && j0 + WALK <= w.history;
+    float cb = 0.0f;
+    int ctb = 0;
+    if (full &&
+        constant_bias(g, i0 - (j0 + WALK - 1), tq[0] - tks[WALK - 1],
+                      tq[min(w.n - i0, std::int64_t{kRows}) - 1] - tks[0], pos, tim, cb, ctb)) {
+      for_each_element<1, WALK>(row0, [&](int m, int nt, int e, int, int) {
+        apply(m, nt, e, s[m][nt][e] * g.scale + cb, true);
+      });
+    } else {
+      for_each_element<1, WALK>(row0, [&](int m, int nt, int e, int row, int col) {
+        const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
+        apply(m, nt, e, biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim),
+              visible(il, jl, n, history));
+      });
+    }
+  };
+
+  float acc[1][D / 8][4];
+  zero(acc);
+  unsigned pa[WALK / 16][4];         // P (dS) of the tile whose P V (dS K) runs, as A operands
+  arrived.template operator()<1>();  // Q (dO) and tile 0
+  issue_scores(0);
+  mma::wg::wait<0>();
+  mma::wg::pin(s[0]);
+  if constexpr (kDq) mma::wg::pin(dp[0]);
+  elements(0);
+  auto to_operands = [&]() {
+#pragma unroll
+    for (int kb = 0; kb < WALK / 16; ++kb) to_a(pa[kb], kDq ? dp[0] : s[0], kb);
+  };
+  // acc += P V (dS K) of tile it: B is V (K) rows [16 kb, 16 kb + 16), all D columns.
+  auto issue_product = [&](int it) {
+    mma::wg::fence();
+    const std::uint16_t* b = (kDq ? sk : sv) + (it % kStages) * WALK * D;
+#pragma unroll
+    for (int kb = 0; kb < WALK / 16; ++kb)
+      mma::wg::mma_rs<D>(acc[0], pa[kb],
+                         mma::wg::descriptor(b + kb * 16 * 64, kKeySlab, kRowGroup));
+    mma::wg::commit();
+  };
+  auto product_done = [&]() {
+    mma::wg::wait<0>();
+    mma::wg::pin(acc[0]);
+#pragma unroll
+    for (int kb = 0; kb < WALK / 16; ++kb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kb][e]));
+  };
+  // Every step but the last has a next tile: its scores are issued before this tile's product
+  // and get their element step while the product runs (one straight path for the compiler's
+  // wgmma pipeline analysis).
+  for (int it = 0; it + 1 < count; ++it) {
+    arrived.template operator()<0>();  // tile it + 1; every warp is past tile it - 1's P V
+    load(it + 2);                      // into tile it - 1's stage
+    to_operands();                     // before the scores of tile it + 1 overwrite s
+    issue_scores(it + 1);
+    issue_product(it);
+    mma::wg::wait<1>();  // the scores of tile it + 1; the product still running
+    mma::wg::pin(s[0]);
+    if constexpr (kDq) mma::wg::pin(dp[0]);
+    elements(it + 1);
+    product_done();
+  }
+  to_operands();
+  issue_product(count - 1);
+  product_done();
+  mma::copy_async_wait<0>();
+  store_rows<S>(out, out_bf16 != 0, acc, w, i0, kDq ? g.scale : 1.0f);
+#else
+  (void)g, (void)q, (void)k, (void)v, (void)dout, (void)out, (void)out_bf16;
+  __trap();
+#endif
 }
 
 // ----------------------------------------------------------------- dk, dv --
@@ -732,6 +914,239 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
   }
 }
 
+// The key-side backward on warpgroup products (sm_90a), D = 64 or 128: dkv_kernel's walk, element
+// step and bias-gradient sums, with two warpgroups of 64 keys each. Sᵀ = K Qᵀ and dPᵀ = V dOᵀ read
+// both operands from shared memory; dV += Pᵀ dO and dK += dSᵀ Q take Pᵀ and dSᵀ from the
+// registers that held the scores, and dO and Q read down their columns, so neither passes
+// through shared memory. Query tiles of 64 come through a three-stage ring: the next tile loads
+// while this step's scores are computed and the previous step's products dV, dK still run.
+template <int D>
+constexpr std::size_t key_wg_smem(int pb, int tb) {
+  constexpr int Q = 64;
+  return (2 * kRows * D + 3 * 2 * Q * D) * 2 + static_cast<std::size_t>(kRows) * (Q + 1) * 4 +
+         (kRows + 3 * Q) * 8 + static_cast<std::size_t>(pb + tb) * 12 + 1024;
+}
+
+template <int D>
+__global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v, In dout, Out dk,
+                                                        Out dv, int out_bf16,
+                                                        unsigned long long* fixed_pos,
+                                                        unsigned long long* fixed_time) {
+#if defined(PARITY_WGMMA)
+  static_assert(D == 64 || D == 128);
+  constexpr int Q = 64, kStages = 3, kThreads = 256;
+  // Whether a step's products run on while the next step's scores are computed: their operands'
+  // registers stay live meanwhile, more than D = 128's accumulators leave.
+  constexpr bool kOverlap = D < 128;
+  constexpr unsigned kRowGroup = 8 * 128;      // bytes between groups of 8 rows of a slab
+  constexpr unsigned kQuerySlab = Q * 64 * 2;  // bytes between a query tile's 64-column slabs
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* sk = reinterpret_cast<std::uint16_t*>(smem_raw + (-mma::shared_address(smem_raw) & 1023));
+  auto* sv = sk + kRows * D;
+  auto* sq = sv + kRows * D;        // [kStages][Q][D]
+  auto* sg = sq + kStages * Q * D;  // [kStages][Q][D]
+  // dSᵀ in fp32 for the position gradients of tiles near the diagonal, rows padded by one so
+  // that a warp reading a diagonal hits 32 banks.
+  auto* sdf = reinterpret_cast<float*>(sg + kStages * Q * D);  // [kRows][Q + 1]
+  auto* tk = reinterpret_cast<std::int64_t*>(sdf + kRows * (Q + 1));
+  auto* tq = tk + kRows;                                                 // [kStages][Q]
+  auto* hist = reinterpret_cast<unsigned long long*>(tq + kStages * Q);  // [pb + tb]
+  auto* pos = reinterpret_cast<float*>(hist + g.pb + g.tb);
+  float* tim = pos + g.pb;
+
+  Work w;
+  if (!work_of(g, false, w)) return;
+  const std::int64_t j0 = static_cast<std::int64_t>(w.tile) * kRows;
+  const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
+  const int group_row = (warp / 4) * 64;  // the warpgroup's first key
+  const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
+  load_bias<kThreads>(g, w.h, pos, tim);
+  for (int x = static_cast<int>(threadIdx.x); x < g.pb + g.tb; x += kThreads) hist[x] = 0;
+  copy_times<kRows, kThreads>(tk, g.times, w.begin + j0, w.n - j0);
+  copy_tile<D, kRows, kThreads, true>(sk, k, w.h, w.begin + j0, w.n - j0);
+  copy_tile<D, kRows, kThreads, true>(sv, v, w.h, w.begin + j0, w.n - j0);
+
+  int first = 0, end = 0;
+  query_tiles(w, j0, Q, first, end);
+  auto load = [&](int tile) {  // one commit group (empty past the end)
+    if (tile < end) {
+      const int st = (tile - first) % kStages;
+      const std::int64_t i0 = static_cast<std::int64_t>(tile) * Q;
+      copy_tile<D, Q, kThreads, true>(sq + st * Q * D, q, w.h, w.begin + i0, w.n - i0);
+      copy_tile<D, Q, kThreads, true>(sg + st * Q * D, dout, w.h, w.begin + i0, w.n - i0);
+      copy_times<Q, kThreads>(tq + st * Q, g.times, w.begin + i0, w.n - i0);
+    }
+    mma::copy_async_commit();
+  };
+  load(first);  // with K and V
+
+  float ak[1][D / 8][4], av[1][D / 8][4];
+  zero(ak);
+  zero(av);
+  unsigned pp[Q / 16][4], pds[Q / 16][4];  // Pᵀ and dSᵀ of the step whose products run
+  auto products_done = [&]() {
+    mma::wg::wait<0>();
+    mma::wg::pin(ak[0]);
+    mma::wg::pin(av[0]);
+#pragma unroll
+    for (int kb = 0; kb < Q / 16; ++kb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pp[kb][e]), "+r"(pds[kb][e]));
+  };
+  Run time_run[2];
+  // Tiles of one bias value add to warp-wide totals: the last position bucket, and the time
+  // bucket of the latest such tile (the same in every lane: it is the tile's).
+  long long sat_fixed = 0, tile_fixed = 0;
+  int tile_bucket = -1;
+  for (int tile = first; tile < end; ++tile) {
+    const int st = (tile - first) % kStages;
+    mma::copy_async_wait<0>();
+    mma::wg::fence_shared();
+    __syncthreads();  // tile arrived; every warp has waited for the products of tile - 2
+    load(tile + 1);   // into tile - 2's stage, while this step and tile - 1's products run
+    const std::int64_t i0 = static_cast<std::int64_t>(tile) * Q;
+    const std::uint16_t* qs = sq + st * Q * D;
+    const std::uint16_t* gs = sg + st * Q * D;
+    const std::int64_t* tqs = tq + st * Q;
+    // Transposed scores: rows are this warp's 16 keys, columns the step's queries. Step kk reads
+    // head columns [16 kk, 16 kk + 16): slab kk / 4, 32 bytes a step within it.
+    float sT[1][Q / 8][4], dpT[1][Q / 8][4];
+    mma::wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int col = (kk >> 2) * 64 * kRows + group_row * 64 + (kk & 3) * 16;
+      const int qcol = (kk >> 2) * 64 * Q + (kk & 3) * 16;
+      mma::wg::mma_ss<Q>(sT[0], mma::wg::descriptor(sk + col, 16, kRowGroup),
+                         mma::wg::descriptor(qs + qcol, 16, kRowGroup), kk > 0);
+      mma::wg::mma_ss<Q>(dpT[0], mma::wg::descriptor(sv + col, 16, kRowGroup),
+                         mma::wg::descriptor(gs + qcol, 16, kRowGroup), kk > 0);
+    }
+    mma::wg::commit();
+    if constexpr (kOverlap) products_done();  // the previous step's products too
+    mma::wg::pin(sT[0]);
+    mma::wg::pin(dpT[0]);
+    const bool full = j0 + kRows <= w.history && i0 + Q <= w.n && j0 + kRows - 1 <= i0;
+    float cb = 0.0f;
+    int ctb = 0;
+    const bool general = !(full && constant_bias(g, i0 - (j0 + kRows - 1), tqs[0] - tk[kRows - 1],
+                                                 tqs[Q - 1] - tk[0], pos, tim, cb, ctb));
+    if (!general) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int e = half * 2 + c;
+            const float x = sT[0][nt][e] * g.scale + cb;
+            const float sig = sigmoid_fast(x);
+            const float ds = dpT[0][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
+            sT[0][nt][e] = x * sig * g.inv_n;
+            dpT[0][nt][e] = ds;
+            sum += ds;
+          }
+        if (ctb != tile_bucket) {
+          if (tile_bucket >= 0) warp_flush(hist + g.pb, tile_bucket, tile_fixed);
+          tile_bucket = ctb;
+          tile_fixed = 0;
+        }
+        sat_fixed += to_fixed(sum);
+        tile_fixed += to_fixed(sum);
+      }
+    } else {
+      // Pairs in order of the query within each key row: same-bucket pairs come in runs.
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = warp * 16 + (l >> 2) + half * 8;
+        const int jl = static_cast<int>(j0) + row;
+#pragma unroll
+        for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int e = half * 2 + c, col = nt * 8 + (l & 3) * 2 + c;
+            const int il = static_cast<int>(i0) + col;
+            const int pbk = position_bucket(il - jl, g.pb);
+            const int tbk = time_bucket(tqs[col] - tk[row], g.tb);
+            const float x = sT[0][nt][e] * g.scale + pos[pbk] + tim[tbk];
+            const float sig = sigmoid_fast(x);
+            const bool vis = visible(il, jl, n, history);
+            const float ds = vis ? dpT[0][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
+            sT[0][nt][e] = vis ? x * sig * g.inv_n : 0.0f;
+            dpT[0][nt][e] = ds;
+            sdf[row * (Q + 1) + col] = ds;
+            if (vis) time_run[half].add(hist + g.pb, tbk, ds);
+          }
+      }
+    }
+    // dV += Pᵀ dO, dK += dSᵀ Q: B is dO (Q) rows [16 kb, 16 kb + 16) of the step, all D columns.
+#pragma unroll
+    for (int kb = 0; kb < Q / 16; ++kb) {
+      to_a(pp[kb], sT[0], kb);
+      to_a(pds[kb], dpT[0], kb);
+    }
+    mma::wg::fence();
+#pragma unroll
+    for (int kb = 0; kb < Q / 16; ++kb) {
+      mma::wg::mma_rs<D>(av[0], pp[kb],
+                         mma::wg::descriptor(gs + kb * 16 * 64, kQuerySlab, kRowGroup));
+      mma::wg::mma_rs<D>(ak[0], pds[kb],
+                         mma::wg::descriptor(qs + kb * 16 * 64, kQuerySlab, kRowGroup));
+    }
+    mma::wg::commit();
+    if constexpr (!kOverlap) products_done();
+    if (general) {
+      __syncthreads();  // sdf complete
+      // Thread x sums diagonal x of the tile (query - key = x - (kRows - 1) within it) in a fixed
+      // order: one bucket, so one add; the diagonals past the last bucket join sat_fixed.
+      static_assert(kRows + Q - 1 <= kThreads, "a thread per diagonal");
+      const int x = static_cast<int>(threadIdx.x), o = x - (kRows - 1);
+      if (x < kRows + Q - 1) {
+        float sum = 0.0f;
+        for (int jr = max(0, -o); jr < min(kRows, Q - o); ++jr) sum += sdf[jr * (Q + 1) + jr + o];
+        const std::int64_t dist = i0 - j0 + o;
+        if (sum != 0.0f && dist >= 0) {
+          if (dist >= g.pb - 1)
+            sat_fixed += to_fixed(sum);
+          else
+            atomicAdd(hist + dist, static_cast<unsigned long long>(to_fixed(sum)));
+        }
+      }
+    }
+  }
+  if constexpr (kOverlap) products_done();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) time_run[half].flush(hist + g.pb);
+  warp_flush(hist, g.pb - 1, sat_fixed);
+  if (tile_bucket >= 0) warp_flush(hist + g.pb, tile_bucket, tile_fixed);
+    // This warp's 16 keys of dK (scaled) and dV.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t r = j0 + warp * 16 + (l >> 2) + half * 8;
+    if (r >= w.n) continue;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      const int col = w.h * D + nt * 8 + (l & 3) * 2;
+      store_pair(dk, w.begin + r, col, ak[0][nt][2 * half] * g.scale,
+                 ak[0][nt][2 * half + 1] * g.scale, out_bf16 != 0);
+      store_pair(dv, w.begin + r, col, av[0][nt][2 * half], av[0][nt][2 * half + 1], out_bf16 != 0);
+    }
+  }
+  __syncthreads();
+  for (int x = static_cast<int>(threadIdx.x); x < g.pb + g.tb; x += kThreads) {
+    if (hist[x] == 0) continue;
+    if (x < g.pb)
+      atomicAdd(fixed_pos + w.h * g.pb + x, hist[x]);
+    else
+      atomicAdd(fixed_time + w.h * g.tb + (x - g.pb), hist[x]);
+  }
+#else
+  (void)g, (void)q, (void)k, (void)v, (void)dout, (void)dk, (void)dv, (void)out_bf16;
+  (void)fixed_pos, (void)fixed_time;
+  __trap();
+#endif
+}
+
 __global__ void fixed_to_float_kernel(const unsigned long long* p, std::int64_t n, float* out) {
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
@@ -749,8 +1164,8 @@ std::size_t largest_smem(int d, int pb, int tb) {
 #if defined(PARITY_GPU_CUDA) && defined(__CUDACC__)
   auto of = [&]<int D>() {
     return std::max({query_side_smem<ForwardShape<D>>(1, pb, tb),
-                     query_side_smem<QueryShape<D>>(2, pb, tb),
-                     key_side_smem<KeyShape<D>>(pb, tb)});
+                     query_side_smem<QueryShape<D>>(2, pb, tb), query_wg_smem<D>(2, pb, tb),
+                     key_wg_smem<D>(pb, tb), key_side_smem<KeyShape<D>>(pb, tb)});
   };
   return d == 16   ? of.operator()<16>()
          : d == 32 ? of.operator()<32>()
@@ -832,10 +1247,30 @@ std::string tensor_core_attention_refusal(const HstuAttention& att) {
 #if defined(PARITY_GPU_CUDA) && defined(__CUDACC__)
 
 namespace {
+// Whether the query-side kernels run on warpgroup products: sm_90a code in this binary, a device
+// of compute capability 9.0, and a head dim they take.
+bool warpgroup_kernels(int d) {
+#if defined(PARITY_CUDA_SM90A)
+  return (d == 64 || d == 128) && device_info().compute_major == 9 &&
+         device_info().compute_minor == 0;
+#else
+  (void)d;
+  return false;
+#endif
+}
+
 template <int D>
 void forward_d(Stream_t s, const Args& g, In q, In k, In v, Out o, bool bf16) {
   using S = ForwardShape<D>;
   if (grid_of(g) == 0) return;
+  if constexpr (D == 64 || D == 128) {
+    if (warpgroup_kernels(D)) {
+      launch("hstu_attention_forward_wg", query_kernel_wg<D, false>,
+             {grid_of(g), 256, query_wg_smem<D>(1, g.pb, g.tb)}, s, g, q, k, v, In{}, o,
+             bf16 ? 1 : 0);
+      return;
+    }
+  }
   launch("hstu_attention_forward_tc", query_kernel<S, false>,
          {grid_of(g), S::kThreads, query_side_smem<S>(1, g.pb, g.tb)}, s, g, q, k, v, In{}, o,
          bf16 ? 1 : 0);
@@ -847,9 +1282,25 @@ void backward_d(Stream_t s, const Args& g, In q, In k, In v, In dout, Out dq, Ou
   if (grid == 0) return;
   using SQ = QueryShape<D>;
   using SK = KeyShape<D>;
-  launch("hstu_attention_dq_tc", query_kernel<SQ, true>,
-         {grid, SQ::kThreads, query_side_smem<SQ>(2, g.pb, g.tb)}, s, g, q, k, v, dout, dq,
-         bf16 ? 1 : 0);
+  bool wg = false;
+  if constexpr (D == 64 || D == 128) {
+    wg = warpgroup_kernels(D);
+    if (wg)
+      launch("hstu_attention_dq_wg", query_kernel_wg<D, true>,
+             {grid, SQ::kThreads, query_wg_smem<D>(2, g.pb, g.tb)}, s, g, q, k, v, dout, dq,
+             bf16 ? 1 : 0);
+  }
+  if (!wg)
+    launch("hstu_attention_dq_tc", query_kernel<SQ, true>,
+           {grid, SQ::kThreads, query_side_smem<SQ>(2, g.pb, g.tb)}, s, g, q, k, v, dout, dq,
+           bf16 ? 1 : 0);
+  if constexpr (D == 64 || D == 128) {
+    if (wg) {
+      launch("hstu_attention_dkv_wg", dkv_kernel_wg<D>, {grid, 256, key_wg_smem<D>(g.pb, g.tb)}, s,
+             g, q, k, v, dout, dk, dv, bf16 ? 1 : 0, fp, ft);
+      return;
+    }
+  }
   launch("hstu_attention_dkv_tc", dkv_kernel<SK>,
          {grid, SK::kThreads, key_side_smem<SK>(g.pb, g.tb)}, s, g, q, k, v, dout, dk, dv,
          bf16 ? 1 : 0, fp, ft);
