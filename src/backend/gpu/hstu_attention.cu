@@ -540,18 +540,23 @@ __global__ __launch_bounds__(256, 1) void query_kernel_wg(Args g, In q, In k, In
   // Issues tile i's scores (and dO Vᵀ) into s (dp). Step kk of the products reads head columns
   // [16 kk, 16 kk + 16): slab kk / 4, 32 bytes a step within it.
   float s[1][WALK / 8][4], dp[1][WALK / 8][4];
+  // Descriptors made once; a step moves them by constant byte offsets.
+  const std::uint64_t q_desc = mma::wg::descriptor(sq + group_row * 64, 16, kRowGroup);
+  const std::uint64_t g_desc = mma::wg::descriptor(sg + group_row * 64, 16, kRowGroup);
+  const std::uint64_t k_desc = mma::wg::descriptor(sk, 16, kRowGroup);
+  const std::uint64_t v_desc = mma::wg::descriptor(sv, 16, kRowGroup);
   auto issue_scores = [&](int i) {
-    const int st = i % kStages;
+    const unsigned stage = (i % kStages) * WALK * D * 2;
     mma::wg::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const int col = (kk >> 2) * 64 * kRows + (kk & 3) * 16;
-      const int key_col = st * WALK * D + (kk >> 2) * 64 * WALK + (kk & 3) * 16;
-      mma::wg::mma_ss<WALK>(s[0], mma::wg::descriptor(sq + group_row * 64 + col, 16, kRowGroup),
-                            mma::wg::descriptor(sk + key_col, 16, kRowGroup), kk > 0);
+      const unsigned col = ((kk >> 2) * 64 * kRows + (kk & 3) * 16) * 2;
+      const unsigned key_col = stage + ((kk >> 2) * 64 * WALK + (kk & 3) * 16) * 2;
+      mma::wg::mma_ss<WALK>(s[0], mma::wg::advance(q_desc, col), mma::wg::advance(k_desc, key_col),
+                            kk > 0);
       if constexpr (kDq)
-        mma::wg::mma_ss<WALK>(dp[0], mma::wg::descriptor(sg + group_row * 64 + col, 16, kRowGroup),
-                              mma::wg::descriptor(sv + key_col, 16, kRowGroup), kk > 0);
+        mma::wg::mma_ss<WALK>(dp[0], mma::wg::advance(g_desc, col),
+                              mma::wg::advance(v_desc, key_col), kk > 0);
     }
     mma::wg::commit();
   };
@@ -568,14 +573,23 @@ __global__ __launch_bounds__(256, 1) void query_kernel_wg(Args g, In q, In k, In
         s[m][nt][e] = vis ? silu_over_n(x, g.inv_n) : 0.0f;
       }
     };
-    const bool full = j0 + WALK - 1 <= i0 && j0 + WALK <= w.history;
+    // Far from the diagonal every pair is seen and in the last position bucket: the bias is
+    // one value, or varies only with the time bucket.
+    const bool far =
+        j0 + WALK <= w.history && i0 - (j0 + WALK - 1) >= static_cast<std::int64_t>(g.pb) - 1;
     float cb = 0.0f;
     int ctb = 0;
-    if (full &&
+    if (far &&
         constant_bias(g, i0 - (j0 + WALK - 1), tq[0] - tks[WALK - 1],
                       tq[min(w.n - i0, std::int64_t{kRows}) - 1] - tks[0], pos, tim, cb, ctb)) {
       for_each_element<1, WALK>(row0, [&](int m, int nt, int e, int, int) {
         apply(m, nt, e, s[m][nt][e] * g.scale + cb, true);
+      });
+    } else if (far) {
+      const float pfar = pos[g.pb - 1];
+      for_each_element<1, WALK>(row0, [&](int m, int nt, int e, int row, int col) {
+        apply(m, nt, e, s[m][nt][e] * g.scale + pfar + tim[time_bucket(tq[row] - tks[col], g.tb)],
+              true);
       });
     } else {
       for_each_element<1, WALK>(row0, [&](int m, int nt, int e, int row, int col) {
@@ -600,13 +614,13 @@ __global__ __launch_bounds__(256, 1) void query_kernel_wg(Args g, In q, In k, In
     for (int kb = 0; kb < WALK / 16; ++kb) to_a(pa[kb], kDq ? dp[0] : s[0], kb);
   };
   // acc += P V (dS K) of tile it: B is V (K) rows [16 kb, 16 kb + 16), all D columns.
+  const std::uint64_t b_desc = mma::wg::descriptor(kDq ? sk : sv, kKeySlab, kRowGroup);
   auto issue_product = [&](int it) {
     mma::wg::fence();
-    const std::uint16_t* b = (kDq ? sk : sv) + (it % kStages) * WALK * D;
+    const unsigned stage = (it % kStages) * WALK * D * 2;
 #pragma unroll
     for (int kb = 0; kb < WALK / 16; ++kb)
-      mma::wg::mma_rs<D>(acc[0], pa[kb],
-                         mma::wg::descriptor(b + kb * 16 * 64, kKeySlab, kRowGroup));
+      mma::wg::mma_rs<D>(acc[0], pa[kb], mma::wg::advance(b_desc, stage + kb * 16 * 64 * 2));
     mma::wg::commit();
   };
   auto product_done = [&]() {
@@ -980,6 +994,14 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
   };
   load(first);  // with K and V
 
+  // Descriptors made once; a step moves them by constant byte offsets. Q and dO are read along
+  // their rows in the scores and down their columns (qt, gt) in the products.
+  const std::uint64_t k_desc = mma::wg::descriptor(sk + group_row * 64, 16, kRowGroup);
+  const std::uint64_t v_desc = mma::wg::descriptor(sv + group_row * 64, 16, kRowGroup);
+  const std::uint64_t q_desc = mma::wg::descriptor(sq, 16, kRowGroup);
+  const std::uint64_t g_desc = mma::wg::descriptor(sg, 16, kRowGroup);
+  const std::uint64_t qt_desc = mma::wg::descriptor(sq, kQuerySlab, kRowGroup);
+  const std::uint64_t gt_desc = mma::wg::descriptor(sg, kQuerySlab, kRowGroup);
   float ak[1][D / 8][4], av[1][D / 8][4];
   zero(ak);
   zero(av);
@@ -1011,26 +1033,52 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
     // Transposed scores: rows are this warp's 16 keys, columns the step's queries. Step kk reads
     // head columns [16 kk, 16 kk + 16): slab kk / 4, 32 bytes a step within it.
     float sT[1][Q / 8][4], dpT[1][Q / 8][4];
+    const unsigned stage = st * Q * D * 2;
     mma::wg::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const int col = (kk >> 2) * 64 * kRows + group_row * 64 + (kk & 3) * 16;
-      const int qcol = (kk >> 2) * 64 * Q + (kk & 3) * 16;
-      mma::wg::mma_ss<Q>(sT[0], mma::wg::descriptor(sk + col, 16, kRowGroup),
-                         mma::wg::descriptor(qs + qcol, 16, kRowGroup), kk > 0);
-      mma::wg::mma_ss<Q>(dpT[0], mma::wg::descriptor(sv + col, 16, kRowGroup),
-                         mma::wg::descriptor(gs + qcol, 16, kRowGroup), kk > 0);
+      const unsigned col = ((kk >> 2) * 64 * kRows + (kk & 3) * 16) * 2;
+      const unsigned qcol = stage + ((kk >> 2) * 64 * Q + (kk & 3) * 16) * 2;
+      mma::wg::mma_ss<Q>(sT[0], mma::wg::advance(k_desc, col), mma::wg::advance(q_desc, qcol),
+                         kk > 0);
+      mma::wg::mma_ss<Q>(dpT[0], mma::wg::advance(v_desc, col), mma::wg::advance(g_desc, qcol),
+                         kk > 0);
     }
     mma::wg::commit();
     if constexpr (kOverlap) products_done();  // the previous step's products too
     mma::wg::pin(sT[0]);
     mma::wg::pin(dpT[0]);
-    const bool full = j0 + kRows <= w.history && i0 + Q <= w.n && j0 + kRows - 1 <= i0;
+    // Far from the diagonal every pair is seen and in the last position bucket: the bias is
+    // one value, or varies only with the time bucket; the position gradients are one sum.
+    const bool far = j0 + kRows <= w.history && i0 + Q <= w.n &&
+                     i0 - (j0 + kRows - 1) >= static_cast<std::int64_t>(g.pb) - 1;
+    const bool general = !far;
     float cb = 0.0f;
     int ctb = 0;
-    const bool general = !(full && constant_bias(g, i0 - (j0 + kRows - 1), tqs[0] - tk[kRows - 1],
-                                                 tqs[Q - 1] - tk[0], pos, tim, cb, ctb));
-    if (!general) {
+    if (far && !constant_bias(g, i0 - (j0 + kRows - 1), tqs[0] - tk[kRows - 1], tqs[Q - 1] - tk[0],
+                              pos, tim, cb, ctb)) {
+      const float pfar = pos[g.pb - 1];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = warp * 16 + (l >> 2) + half * 8;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int e = half * 2 + c, col = nt * 8 + (l & 3) * 2 + c;
+            const int tbk = time_bucket(tqs[col] - tk[row], g.tb);
+            const float x = sT[0][nt][e] * g.scale + pfar + tim[tbk];
+            const float sig = sigmoid_fast(x);
+            const float ds = dpT[0][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
+            sT[0][nt][e] = x * sig * g.inv_n;
+            dpT[0][nt][e] = ds;
+            sum += ds;
+            time_run[half].add(hist + g.pb, tbk, ds);
+          }
+        sat_fixed += to_fixed(sum);
+      }
+    } else if (far) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         float sum = 0.0f;
@@ -1088,10 +1136,8 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
     mma::wg::fence();
 #pragma unroll
     for (int kb = 0; kb < Q / 16; ++kb) {
-      mma::wg::mma_rs<D>(av[0], pp[kb],
-                         mma::wg::descriptor(gs + kb * 16 * 64, kQuerySlab, kRowGroup));
-      mma::wg::mma_rs<D>(ak[0], pds[kb],
-                         mma::wg::descriptor(qs + kb * 16 * 64, kQuerySlab, kRowGroup));
+      mma::wg::mma_rs<D>(av[0], pp[kb], mma::wg::advance(gt_desc, stage + kb * 16 * 64 * 2));
+      mma::wg::mma_rs<D>(ak[0], pds[kb], mma::wg::advance(qt_desc, stage + kb * 16 * 64 * 2));
     }
     mma::wg::commit();
     if constexpr (!kOverlap) products_done();

@@ -105,6 +105,12 @@ __device__ __forceinline__ std::uint64_t descriptor(const void* tile, unsigned l
          static_cast<std::uint64_t>((stride & 0x3FFFF) >> 4) << 32 | std::uint64_t{1} << 62;
 }
 
+// The descriptor of the same tile `bytes` further on (a multiple of 16; the address field does
+// not carry over, shared memory being under 256 KiB).
+__device__ __forceinline__ std::uint64_t advance(std::uint64_t desc, unsigned bytes) {
+  return desc + (bytes >> 4);
+}
+
 #if defined(PARITY_WGMMA)
 // Orders this thread's register reads and writes before the next wgmma.
 __device__ __forceinline__ void fence() {
