@@ -486,9 +486,14 @@ constexpr std::size_t query_wg_smem(int operands, int pb, int tb) {
          static_cast<std::size_t>(pb + tb) * 4 + 1024;  // + 1024: the swizzle period's alignment
 }
 
+// The D = 64 forward fits two blocks on an SM (registers and shared memory), so one block's
+// loads and epilogue overlap another's products: short sequences have few key tiles to hide
+// them behind.
 template <int D, bool kDq>
-__global__ __launch_bounds__(256, 1) void query_kernel_wg(Args g, In q, In k, In v, In dout,
-                                                          Out out, int out_bf16) {
+__global__ __launch_bounds__(256, D == 64 && !kDq ? 2 : 1) void query_kernel_wg(Args g, In q, In k,
+                                                                                In v, In dout,
+                                                                                Out out,
+                                                                                int out_bf16) {
 #if defined(PARITY_WGMMA)
   using S = Shape<D, 1, 64>;
   static_assert(S::kThreads == 256 && (D == 64 || D == 128));
