@@ -1310,12 +1310,19 @@ bool warpgroup_kernels(int d) {
 #endif
 }
 
+// The longest sequence from which the warpgroup forward at D = 128 (one block an SM, 256
+// threads) overtakes the mma.sync one (128 threads): below it a batch's blocks are too short to
+// fill its pipeline (docs/perf/hstu.md, 2026-12-04). At D = 64 it runs two blocks an SM and is
+// ahead at every length.
+constexpr std::int64_t kWarpgroupForwardMinLength128 = 1024;
+
 template <int D>
 void forward_d(Stream_t s, const Args& g, In q, In k, In v, Out o, bool bf16) {
   using S = ForwardShape<D>;
   if (grid_of(g) == 0) return;
   if constexpr (D == 64 || D == 128) {
-    if (warpgroup_kernels(D)) {
+    if (warpgroup_kernels(D) &&
+        (D == 64 || static_cast<std::int64_t>(g.tiles) * kRows >= kWarpgroupForwardMinLength128)) {
       launch("hstu_attention_forward_wg", query_kernel_wg<D, false>,
              {grid_of(g), 256, query_wg_smem<D>(1, g.pb, g.tb)}, s, g, q, k, v, In{}, o,
              bf16 ? 1 : 0);
