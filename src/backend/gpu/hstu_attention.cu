@@ -348,7 +348,7 @@ constexpr std::size_t query_side_smem(int operands, int pb, int tb) {  // operan
 
 // The pipeline of a query-side kernel: Q (and dO) of the block's rows once, then K, V and the
 // keys' times WALK keys at a time, double-buffered.
-template <class S, bool kSlabs = false>
+template <class S>
 struct KeyWalk {
   std::uint16_t* sk;  // [2][WALK][D]
   std::uint16_t* sv;  // [2][WALK][D]
@@ -356,10 +356,10 @@ struct KeyWalk {
   KeyTiles tiles;
   __device__ void load(const Args& g, const Work& w, In k, In v, int i, int stage) const {
     const std::int64_t j0 = static_cast<std::int64_t>(tiles.at(i)) * S::WALK;
-    copy_tile<S::D, S::WALK, S::kThreads, kSlabs>(sk + stage * S::WALK * S::D, k, w.h, w.begin + j0,
-                                                  w.n - j0);
-    copy_tile<S::D, S::WALK, S::kThreads, kSlabs>(sv + stage * S::WALK * S::D, v, w.h, w.begin + j0,
-                                                  w.n - j0);
+    copy_tile<S::D, S::WALK, S::kThreads>(sk + stage * S::WALK * S::D, k, w.h, w.begin + j0,
+                                          w.n - j0);
+    copy_tile<S::D, S::WALK, S::kThreads>(sv + stage * S::WALK * S::D, v, w.h, w.begin + j0,
+                                          w.n - j0);
     copy_times<S::WALK, S::kThreads>(tk + stage * S::WALK, g.times, w.begin + j0, w.n - j0);
     mma::copy_async_commit();
   }
@@ -371,9 +371,6 @@ struct KeyWalk {
     } else {
       mma::copy_async_wait<0>();
     }
-#if defined(PARITY_WGMMA)
-    if constexpr (kSlabs) mma::wg::fence_shared();  // the copies, before wgmma reads them
-#endif
     __syncthreads();
   }
 };
@@ -547,7 +544,8 @@ __global__ __launch_bounds__(256, D == 64 && !kDq ? 2 : 1) void query_kernel_wg(
   float s[1][WALK / 8][4], dp[1][WALK / 8][4];
   // Descriptors made once; a step moves them by constant byte offsets.
   const std::uint64_t q_desc = mma::wg::descriptor(sq + group_row * 64, 16, kRowGroup);
-  const std::uint64_t g_desc = mma::wg::descriptor(sg + group_row * 64, 16, kRowGroup);
+  const std::uint64_t g_desc =
+      kDq ? mma::wg::descriptor(sg + group_row * 64, 16, kRowGroup) : 0;  // dO: dq only
   const std::uint64_t k_desc = mma::wg::descriptor(sk, 16, kRowGroup);
   const std::uint64_t v_desc = mma::wg::descriptor(sv, 16, kRowGroup);
   auto issue_scores = [&](int i) {
@@ -1050,7 +1048,10 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
                          kk > 0);
     }
     mma::wg::commit();
-    if constexpr (kOverlap) products_done();  // the previous step's products too
+    if constexpr (kOverlap)
+      products_done();  // the scores, and the previous step's products
+    else
+      mma::wg::wait<0>();
     mma::wg::pin(sT[0]);
     mma::wg::pin(dpT[0]);
     // Far from the diagonal every pair is seen and in the last position bucket: the bias is
@@ -1310,10 +1311,10 @@ bool warpgroup_kernels(int d) {
 #endif
 }
 
-// The longest sequence from which the warpgroup forward at D = 128 (one block an SM, 256
-// threads) overtakes the mma.sync one (128 threads): below it a batch's blocks are too short to
-// fill its pipeline (docs/perf/hstu.md, 2026-12-04). At D = 64 it runs two blocks an SM and is
-// ahead at every length.
+// The longest sequence (rounded up to the 128-row tile) from which the warpgroup forward at
+// D = 128 (one block an SM, 256 threads) overtakes the mma.sync one (128 threads): below it a
+// batch's blocks are too short to fill its pipeline (docs/perf/hstu.md, 2026-12-04). At D = 64 it
+// runs two blocks an SM and is ahead at every length.
 constexpr std::int64_t kWarpgroupForwardMinLength128 = 1024;
 
 template <int D>
