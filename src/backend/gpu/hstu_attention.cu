@@ -745,6 +745,136 @@ __device__ __forceinline__ void tile_times_tile(float (&c)[MT][N / 8][4], const 
   }
 }
 
+// The key side's element step and relative-bias gradient sums, one body for dkv_kernel and
+// dkv_kernel_wg: a warp holds the transposed scores of its 16 keys (rows) over a step's Q queries
+// (columns), in the C layout.
+template <int Q>
+struct KeySums {
+  Run time_run[2];
+  // Tiles of one bias value add to warp-wide totals: the last position bucket, and the time
+  // bucket of the latest such tile (the same in every lane: it is the tile's).
+  long long sat_fixed = 0, tile_fixed = 0;
+  int tile_bucket = -1;
+
+  // Turns sT (the scores) into Pᵀ and dpT (dO Vᵀ) into dSᵀ, in place, for the queries [i0,
+  // i0 + Q) and keys [j0, j0 + kRows) of the block, and adds the pairs' bias gradients. Returns
+  // whether the step is near the diagonal: its dSᵀ is then in sdf, for diagonals() after a block
+  // barrier.
+  __device__ bool elements(const Args& g, const Work& w, std::int64_t i0, std::int64_t j0,
+                           float (&sT)[Q / 8][4], float (&dpT)[Q / 8][4], const std::int64_t* tqs,
+                           const std::int64_t* tk, const float* pos, const float* tim, float* sdf,
+                           unsigned long long* hist) {
+    const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
+    // Far from the diagonal every pair is seen and in the last position bucket: the bias is one
+    // value, or varies only with the time bucket; the position gradients are one sum.
+    const bool far = j0 + kRows <= w.history && i0 + Q <= w.n &&
+                     i0 - (j0 + kRows - 1) >= static_cast<std::int64_t>(g.pb) - 1;
+    float cb = 0.0f;
+    int ctb = 0;
+    if (far && constant_bias(g, i0 - (j0 + kRows - 1), tqs[0] - tk[kRows - 1], tqs[Q - 1] - tk[0],
+                             pos, tim, cb, ctb)) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+            sum += pair(g, sT[nt][half * 2 + c], dpT[nt][half * 2 + c], cb, true);
+        if (ctb != tile_bucket) {
+          if (tile_bucket >= 0) warp_flush(hist + g.pb, tile_bucket, tile_fixed);
+          tile_bucket = ctb;
+          tile_fixed = 0;
+        }
+        sat_fixed += to_fixed(sum);
+        tile_fixed += to_fixed(sum);
+      }
+      return false;
+    }
+    const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
+    const float pfar = pos[g.pb - 1];
+    // Pairs in order of the query within each key row: same-bucket pairs come in runs.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp * 16 + (l >> 2) + half * 8;
+      const int jl = static_cast<int>(j0) + row;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int e = half * 2 + c, col = nt * 8 + (l & 3) * 2 + c;
+          const int il = static_cast<int>(i0) + col;
+          const int tbk = time_bucket(tqs[col] - tk[row], g.tb);
+          if (far) {
+            const float ds = pair(g, sT[nt][e], dpT[nt][e], pfar + tim[tbk], true);
+            sum += ds;
+            time_run[half].add(hist + g.pb, tbk, ds);
+          } else {
+            const bool vis = visible(il, jl, n, history);
+            const float ds =
+                pair(g, sT[nt][e], dpT[nt][e], pos[position_bucket(il - jl, g.pb)] + tim[tbk], vis);
+            sdf[row * (Q + 1) + col] = ds;
+            if (vis) time_run[half].add(hist + g.pb, tbk, ds);
+          }
+        }
+      if (far) sat_fixed += to_fixed(sum);
+    }
+    return !far;
+  }
+
+  // One pair: its score s becomes P = SiLU(x) / n and dp (dO·v) becomes dS = dp SiLU'(x) / n, x
+  // the biased score; zeros where unseen. Returns dS.
+  __device__ static float pair(const Args& g, float& s, float& dp, float bias, bool vis) {
+    const float x = s * g.scale + bias;
+    const float sig = sigmoid_fast(x);
+    const float ds = vis ? dp * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
+    s = vis ? x * sig * g.inv_n : 0.0f;
+    dp = ds;
+    return ds;
+  }
+
+  // The position gradients of a step near the diagonal: thread x sums diagonal x of the tile
+  // (query - key = x - (kRows - 1) within it) in a fixed order, one bucket, so one add; the
+  // diagonals past the last bucket join sat_fixed.
+  template <int THREADS>
+  __device__ void diagonals(const Args& g, std::int64_t i0, std::int64_t j0, const float* sdf,
+                            unsigned long long* hist) {
+    static_assert(kRows + Q - 1 <= THREADS, "a thread per diagonal");
+    const int x = static_cast<int>(threadIdx.x), o = x - (kRows - 1);
+    if (x >= kRows + Q - 1) return;
+    float sum = 0.0f;
+    for (int jr = max(0, -o); jr < min(kRows, Q - o); ++jr) sum += sdf[jr * (Q + 1) + jr + o];
+    const std::int64_t dist = i0 - j0 + o;
+    if (sum == 0.0f || dist < 0) return;
+    if (dist >= g.pb - 1)
+      sat_fixed += to_fixed(sum);
+    else
+      atomicAdd(hist + dist, static_cast<unsigned long long>(to_fixed(sum)));
+  }
+
+  // Every partial sum into the block's histogram.
+  __device__ void flush(const Args& g, unsigned long long* hist) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) time_run[half].flush(hist + g.pb);
+    warp_flush(hist, g.pb - 1, sat_fixed);
+    if (tile_bucket >= 0) warp_flush(hist + g.pb, tile_bucket, tile_fixed);
+  }
+};
+
+// The block's histogram (after a barrier) into head h's global fixed-point totals.
+template <int THREADS>
+__device__ void add_histogram(const Args& g, int h, const unsigned long long* hist,
+                              unsigned long long* fixed_pos, unsigned long long* fixed_time) {
+  for (int x = static_cast<int>(threadIdx.x); x < g.pb + g.tb; x += THREADS) {
+    if (hist[x] == 0) continue;
+    if (x < g.pb)
+      atomicAdd(fixed_pos + h * g.pb + x, hist[x]);
+    else
+      atomicAdd(fixed_time + h * g.tb + (x - g.pb), hist[x]);
+  }
+}
+
 template <class S>
 __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k, In v, In dout,
                                                              Out dk, Out dv, int out_bf16,
@@ -771,7 +901,6 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
   if (!work_of(g, false, w)) return;
   const std::int64_t j0 = static_cast<std::int64_t>(w.tile) * kRows;
   const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
-  const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
   // This warp's block of dK and dV: keys [kr0, kr0 + kKeyRows), dims [d0, d0 + kDims).
   const int kr0 = (warp / S::DW) * S::kKeyRows, d0 = (warp % S::DW) * S::kDims;
   load_bias<S::kThreads>(g, w.h, pos, tim);
@@ -795,11 +924,7 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
   float ak[MB][NB / 8][4], av[MB][NB / 8][4];
   zero(ak);
   zero(av);
-  Run time_run[2];
-  // Tiles of one bias value add to warp-wide totals: the last position bucket, and the time
-  // bucket of the latest such tile (the same in every lane: it is the tile's).
-  long long sat_fixed = 0, tile_fixed = 0;
-  int tile_bucket = -1;
+  KeySums<Q> sums;
   for (int tile = first; tile < end; ++tile) {
     const int stage = (tile - first) & 1;
     if (tile + 1 < end) {
@@ -813,7 +938,7 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
     const std::uint16_t* qs = sq + stage * Q * D;
     const std::uint16_t* gs = sg + stage * Q * D;
     const std::int64_t* tqs = tq + stage * Q;
-    bool general = true;  // a tile of more than one bias value: position gradients by diagonal
+    bool near = true;  // a step near the diagonal: position gradients by diagonal
     {
       // Transposed scores: rows are this warp's 16 keys, columns the step's queries.
       float st[1][Q / 8][4], dpt[1][Q / 8][4];
@@ -821,91 +946,18 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
       zero(dpt);
       rows_times_rows<D, 1, Q>(st, sk, warp * 16, qs);
       rows_times_rows<D, 1, Q>(dpt, sv, warp * 16, gs);
-      const bool full = j0 + kRows <= w.history && i0 + Q <= w.n && j0 + kRows - 1 <= i0;
-      float cb = 0.0f;
-      int ctb = 0;
-      general = !(full && constant_bias(g, i0 - (j0 + kRows - 1), tqs[0] - tk[kRows - 1],
-                                        tqs[Q - 1] - tk[0], pos, tim, cb, ctb));
-      if (!general) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float sum = 0.0f;
-#pragma unroll
-          for (int nt = 0; nt < Q / 8; ++nt)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const int e = half * 2 + c;
-              const float x = st[0][nt][e] * g.scale + cb;
-              const float sig = sigmoid_fast(x);
-              const float ds = dpt[0][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
-              st[0][nt][e] = x * sig * g.inv_n;
-              dpt[0][nt][e] = ds;
-              sum += ds;
-            }
-          if (ctb != tile_bucket) {
-            if (tile_bucket >= 0) warp_flush(hist + g.pb, tile_bucket, tile_fixed);
-            tile_bucket = ctb;
-            tile_fixed = 0;
-          }
-          sat_fixed += to_fixed(sum);
-          tile_fixed += to_fixed(sum);
-        }
-      } else {
-        // Pairs in order of the query within each key row: same-bucket pairs come in runs.
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = warp * 16 + (l >> 2) + half * 8;
-          const int jl = static_cast<int>(j0) + row;
-#pragma unroll
-          for (int nt = 0; nt < Q / 8; ++nt)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const int e = half * 2 + c, col = nt * 8 + (l & 3) * 2 + c;
-              const int il = static_cast<int>(i0) + col;
-              const int pbk = position_bucket(il - jl, g.pb);
-              const int tbk = time_bucket(tqs[col] - tk[row], g.tb);
-              const float x = st[0][nt][e] * g.scale + pos[pbk] + tim[tbk];
-              const float sig = sigmoid_fast(x);
-              const bool vis = visible(il, jl, n, history);
-              const float ds =
-                  vis ? dpt[0][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
-              st[0][nt][e] = vis ? x * sig * g.inv_n : 0.0f;
-              dpt[0][nt][e] = ds;
-              sdf[row * (Q + 1) + col] = ds;
-              if (vis) time_run[half].add(hist + g.pb, tbk, ds);
-            }
-        }
-      }
+      near = sums.elements(g, w, i0, j0, st[0], dpt[0], tqs, tk, pos, tim, sdf, hist);
       store_tile<Q>(sp, warp * 16, st[0]);
       store_tile<Q>(sds, warp * 16, dpt[0]);
     }
     __syncthreads();
     tile_times_tile<Q, D, MB, NB>(av, sp, kr0, gs, d0);
     tile_times_tile<Q, D, MB, NB>(ak, sds, kr0, qs, d0);
-    if (general) {
-      // Thread x sums diagonal x of the tile (query - key = x - (kRows - 1) within it) in a fixed
-      // order: one bucket, so one add; the diagonals past the last bucket join sat_fixed.
-      static_assert(kRows + Q - 1 <= S::kThreads, "a thread per diagonal");
-      const int x = static_cast<int>(threadIdx.x), o = x - (kRows - 1);
-      if (x < kRows + Q - 1) {
-        float sum = 0.0f;
-        for (int jr = max(0, -o); jr < min(kRows, Q - o); ++jr) sum += sdf[jr * (Q + 1) + jr + o];
-        const std::int64_t dist = i0 - j0 + o;
-        if (sum != 0.0f && dist >= 0) {
-          if (dist >= g.pb - 1)
-            sat_fixed += to_fixed(sum);
-          else
-            atomicAdd(hist + dist, static_cast<unsigned long long>(to_fixed(sum)));
-        }
-      }
-    }
+    if (near) sums.template diagonals<S::kThreads>(g, i0, j0, sdf, hist);
     __syncthreads();
   }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) time_run[half].flush(hist + g.pb);
-  warp_flush(hist, g.pb - 1, sat_fixed);
-  if (tile_bucket >= 0) warp_flush(hist + g.pb, tile_bucket, tile_fixed);
-    // This warp's block of dK (scaled) and dV.
+  sums.flush(g, hist);
+  // This warp's block of dK (scaled) and dV.
 #pragma unroll
   for (int m = 0; m < MB; ++m)
 #pragma unroll
@@ -922,13 +974,7 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
       }
     }
   __syncthreads();
-  for (int x = static_cast<int>(threadIdx.x); x < g.pb + g.tb; x += S::kThreads) {
-    if (hist[x] == 0) continue;
-    if (x < g.pb)
-      atomicAdd(fixed_pos + w.h * g.pb + x, hist[x]);
-    else
-      atomicAdd(fixed_time + w.h * g.tb + (x - g.pb), hist[x]);
-  }
+  add_histogram<S::kThreads>(g, w.h, hist, fixed_pos, fixed_time);
 }
 
 // The key-side backward on warpgroup products (sm_90a), D = 64 or 128: dkv_kernel's walk, element
@@ -976,7 +1022,6 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
   const std::int64_t j0 = static_cast<std::int64_t>(w.tile) * kRows;
   const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
   const int group_row = (warp / 4) * 64;  // the warpgroup's first key
-  const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
   load_bias<kThreads>(g, w.h, pos, tim);
   for (int x = static_cast<int>(threadIdx.x); x < g.pb + g.tb; x += kThreads) hist[x] = 0;
   copy_times<kRows, kThreads>(tk, g.times, w.begin + j0, w.n - j0);
@@ -1018,11 +1063,7 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
 #pragma unroll
       for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pp[kb][e]), "+r"(pds[kb][e]));
   };
-  Run time_run[2];
-  // Tiles of one bias value add to warp-wide totals: the last position bucket, and the time
-  // bucket of the latest such tile (the same in every lane: it is the tile's).
-  long long sat_fixed = 0, tile_fixed = 0;
-  int tile_bucket = -1;
+  KeySums<Q> sums;
   for (int tile = first; tile < end; ++tile) {
     const int st = (tile - first) % kStages;
     mma::copy_async_wait<0>();
@@ -1030,8 +1071,6 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
     __syncthreads();  // tile arrived; every warp has waited for the products of tile - 2
     load(tile + 1);   // into tile - 2's stage, while this step and tile - 1's products run
     const std::int64_t i0 = static_cast<std::int64_t>(tile) * Q;
-    const std::uint16_t* qs = sq + st * Q * D;
-    const std::uint16_t* gs = sg + st * Q * D;
     const std::int64_t* tqs = tq + st * Q;
     // Transposed scores: rows are this warp's 16 keys, columns the step's queries. Step kk reads
     // head columns [16 kk, 16 kk + 16): slab kk / 4, 32 bytes a step within it.
@@ -1054,85 +1093,7 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
       mma::wg::wait<0>();
     mma::wg::pin(sT[0]);
     mma::wg::pin(dpT[0]);
-    // Far from the diagonal every pair is seen and in the last position bucket: the bias is
-    // one value, or varies only with the time bucket; the position gradients are one sum.
-    const bool far = j0 + kRows <= w.history && i0 + Q <= w.n &&
-                     i0 - (j0 + kRows - 1) >= static_cast<std::int64_t>(g.pb) - 1;
-    const bool general = !far;
-    float cb = 0.0f;
-    int ctb = 0;
-    if (far && !constant_bias(g, i0 - (j0 + kRows - 1), tqs[0] - tk[kRows - 1], tqs[Q - 1] - tk[0],
-                              pos, tim, cb, ctb)) {
-      const float pfar = pos[g.pb - 1];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = warp * 16 + (l >> 2) + half * 8;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < Q / 8; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int e = half * 2 + c, col = nt * 8 + (l & 3) * 2 + c;
-            const int tbk = time_bucket(tqs[col] - tk[row], g.tb);
-            const float x = sT[0][nt][e] * g.scale + pfar + tim[tbk];
-            const float sig = sigmoid_fast(x);
-            const float ds = dpT[0][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
-            sT[0][nt][e] = x * sig * g.inv_n;
-            dpT[0][nt][e] = ds;
-            sum += ds;
-            time_run[half].add(hist + g.pb, tbk, ds);
-          }
-        sat_fixed += to_fixed(sum);
-      }
-    } else if (far) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < Q / 8; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int e = half * 2 + c;
-            const float x = sT[0][nt][e] * g.scale + cb;
-            const float sig = sigmoid_fast(x);
-            const float ds = dpT[0][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig));
-            sT[0][nt][e] = x * sig * g.inv_n;
-            dpT[0][nt][e] = ds;
-            sum += ds;
-          }
-        if (ctb != tile_bucket) {
-          if (tile_bucket >= 0) warp_flush(hist + g.pb, tile_bucket, tile_fixed);
-          tile_bucket = ctb;
-          tile_fixed = 0;
-        }
-        sat_fixed += to_fixed(sum);
-        tile_fixed += to_fixed(sum);
-      }
-    } else {
-      // Pairs in order of the query within each key row: same-bucket pairs come in runs.
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = warp * 16 + (l >> 2) + half * 8;
-        const int jl = static_cast<int>(j0) + row;
-#pragma unroll
-        for (int nt = 0; nt < Q / 8; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int e = half * 2 + c, col = nt * 8 + (l & 3) * 2 + c;
-            const int il = static_cast<int>(i0) + col;
-            const int pbk = position_bucket(il - jl, g.pb);
-            const int tbk = time_bucket(tqs[col] - tk[row], g.tb);
-            const float x = sT[0][nt][e] * g.scale + pos[pbk] + tim[tbk];
-            const float sig = sigmoid_fast(x);
-            const bool vis = visible(il, jl, n, history);
-            const float ds = vis ? dpT[0][nt][e] * g.inv_n * sig * (1.0f + x * (1.0f - sig)) : 0.0f;
-            sT[0][nt][e] = vis ? x * sig * g.inv_n : 0.0f;
-            dpT[0][nt][e] = ds;
-            sdf[row * (Q + 1) + col] = ds;
-            if (vis) time_run[half].add(hist + g.pb, tbk, ds);
-          }
-      }
-    }
+    const bool near = sums.elements(g, w, i0, j0, sT[0], dpT[0], tqs, tk, pos, tim, sdf, hist);
     // dV += Pᵀ dO, dK += dSᵀ Q: B is dO (Q) rows [16 kb, 16 kb + 16) of the step, all D columns.
 #pragma unroll
     for (int kb = 0; kb < Q / 16; ++kb) {
@@ -1147,31 +1108,14 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
     }
     mma::wg::commit();
     if constexpr (!kOverlap) products_done();
-    if (general) {
+    if (near) {
       __syncthreads();  // sdf complete
-      // Thread x sums diagonal x of the tile (query - key = x - (kRows - 1) within it) in a fixed
-      // order: one bucket, so one add; the diagonals past the last bucket join sat_fixed.
-      static_assert(kRows + Q - 1 <= kThreads, "a thread per diagonal");
-      const int x = static_cast<int>(threadIdx.x), o = x - (kRows - 1);
-      if (x < kRows + Q - 1) {
-        float sum = 0.0f;
-        for (int jr = max(0, -o); jr < min(kRows, Q - o); ++jr) sum += sdf[jr * (Q + 1) + jr + o];
-        const std::int64_t dist = i0 - j0 + o;
-        if (sum != 0.0f && dist >= 0) {
-          if (dist >= g.pb - 1)
-            sat_fixed += to_fixed(sum);
-          else
-            atomicAdd(hist + dist, static_cast<unsigned long long>(to_fixed(sum)));
-        }
-      }
+      sums.template diagonals<kThreads>(g, i0, j0, sdf, hist);
     }
   }
   if constexpr (kOverlap) products_done();
-#pragma unroll
-  for (int half = 0; half < 2; ++half) time_run[half].flush(hist + g.pb);
-  warp_flush(hist, g.pb - 1, sat_fixed);
-  if (tile_bucket >= 0) warp_flush(hist + g.pb, tile_bucket, tile_fixed);
-    // This warp's 16 keys of dK (scaled) and dV.
+  sums.flush(g, hist);
+  // This warp's 16 keys of dK (scaled) and dV.
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const std::int64_t r = j0 + warp * 16 + (l >> 2) + half * 8;
@@ -1185,13 +1129,7 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
     }
   }
   __syncthreads();
-  for (int x = static_cast<int>(threadIdx.x); x < g.pb + g.tb; x += kThreads) {
-    if (hist[x] == 0) continue;
-    if (x < g.pb)
-      atomicAdd(fixed_pos + w.h * g.pb + x, hist[x]);
-    else
-      atomicAdd(fixed_time + w.h * g.tb + (x - g.pb), hist[x]);
-  }
+  add_histogram<kThreads>(g, w.h, hist, fixed_pos, fixed_time);
 #else
   (void)g, (void)q, (void)k, (void)v, (void)dout, (void)dk, (void)dv, (void)out_bf16;
   (void)fixed_pos, (void)fixed_time;
