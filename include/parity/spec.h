@@ -94,6 +94,14 @@ inline constexpr NamedValue<DenseMath> kDenseMathNames[] = {{"fp32", DenseMath::
                                                             {"fp16", DenseMath::fp16}};
 std::string_view dense_math_name(DenseMath m);  // "fp32", "tf32", "bf16", "fp16"
 
+// How the learning rates follow a global batch the planner changes from the reference one: in
+// proportion to the batch (linear; Goyal et al. 2017, "Accurate, Large Minibatch SGD"), or to its
+// square root (sqrt; the rule usually given for adaptive optimizers such as Adagrad and Adam).
+enum class LrScaling : std::uint8_t { linear, sqrt };
+inline constexpr NamedValue<LrScaling> kLrScalingNames[] = {{"linear", LrScaling::linear},
+                                                            {"sqrt", LrScaling::sqrt}};
+std::string_view lr_scaling_name(LrScaling r);  // "linear", "sqrt"
+
 // The model families: DLRM (pooled tables, MLPs, an interaction) and HSTU, a sequential
 // recommender over each user's history of events (Zhai et al. 2024, "Actions Speak Louder than
 // Words").
@@ -170,9 +178,17 @@ struct ModelSpec {
                                                         // (parsed: the tables' own dtypes
                                                         // unless recipe.table_dtypes says)
   std::vector<DenseMath> allowed_dense_math{DenseMath::fp32};  // dense math precisions allowed
-  std::int64_t max_global_batch = 0;  // largest global batch a planner may use (lr scaled
-                                      // linearly); parsed specs default to batch_size
-  std::int64_t batch_size = 0;        // the reference global batch size the lr is tuned for (> 0)
+  std::int64_t max_global_batch = 0;  // largest global batch a planner may use (the learning
+                                      // rates then follow lr_scaling); parsed specs default to
+                                      // batch_size
+  LrScaling lr_scaling = LrScaling::linear;
+  // Steps over which the learning rates rise from the reference batch's to the scaled ones after
+  // a larger batch (gradual warm-up, Goyal et al. 2017); 0: the scaled rates from the first step.
+  std::int64_t lr_warmup_steps = 0;
+  std::int64_t batch_size = 0;  // the reference global batch size the lr is tuned for (> 0)
+  // The factor a plan's batch change scaled the optimizers' learning rates by (1: unchanged); the
+  // warm-up starts from the rates divided by it.
+  double lr_batch_scale = 1.0;
 
   // Derived quantities.
   int num_tables() const { return static_cast<int>(tables.size()); }
@@ -187,7 +203,17 @@ struct ModelSpec {
       const;  // dot: D + F(F-1)/2 with F = tables+1; dcnv2: interaction_input_dim()
   std::int64_t dense_parameters() const;  // bottom + interaction (cross layers) + top, weights and
                                           // biases (HSTU: its layers and heads)
+  // The multiplier of the optimizers' learning rates at training step `step` (0-based): during
+  // the warm-up after a larger batch, 1/s + (1 - 1/s) step / lr_warmup_steps for s =
+  // lr_batch_scale; 1 after it and without a batch change.
+  double lr_factor(std::int64_t step) const;
 };
+
+// The model trained at `batch` examples a step instead of its batch_size: its learning rates
+// scaled by the recipe's rule (recipe.lr_scaling: batch / batch_size, or its square root) and,
+// for a larger batch, warmed up from the reference rates over recipe.lr_warmup_steps steps
+// (lr_batch_scale records the factor).
+ModelSpec with_batch(const ModelSpec& model, std::int64_t batch);
 
 // Throws InputError when the model is not a DLRM model: `who` (the planner, the engine, a data
 // source) handles DLRM models only so far, and says so by name.

@@ -634,21 +634,25 @@ struct HstuModel::Impl {
       std::swap(dx, other);
     }
     // *dx is the gradient of x_0: the tables' updates, fused with their optimizer.
+    // This step's learning rates: the recipe's warm-up after a larger batch.
+    const double lr_factor = spec.lr_factor(step);
+    const OptimizerParams emb = engine::optimizer_params(spec.embedding_optimizer, lr_factor);
     ++step;
     const StochasticRounding rounding{seed, static_cast<std::uint64_t>(step)};
     profiler.section("embedding_backward");
     be.embedding_backward_update(feature_tables, tables(), emb_state.as<float>(), event_input(),
-                                 mat(*dx, T, d), emb_opt, rounding);
+                                 mat(*dx, T, d), emb, rounding);
     if (contexts > 0) {
       be.gather_rows(mat(*dx, T, d), ctx_rows.as<const std::int64_t>(),
                      mat(dctx, batch * contexts, d));
       const StochasticRounding ctx_rounding{rounding.seed ^ 0xc0, rounding.step};
       be.embedding_backward_update(context_tables, tables(), emb_state.as<float>(), context_input(),
-                                   mat(dctx, batch, static_cast<std::int64_t>(contexts) * d),
-                                   emb_opt, ctx_rounding);
+                                   mat(dctx, batch, static_cast<std::int64_t>(contexts) * d), emb,
+                                   ctx_rounding);
     }
     profiler.section("dense_optimizer");
-    be.dense_optimizer_step(p, g, dense_state.as<float>(), dense_count, dense_opt, step);
+    be.dense_optimizer_step(p, g, dense_state.as<float>(), dense_count,
+                            engine::optimizer_params(spec.dense_optimizer, lr_factor), step);
   }
 };
 

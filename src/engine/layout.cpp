@@ -17,10 +17,10 @@ enum InitStream : std::uint64_t { kBottom = 1, kCross = 2, kTop = 3, kEmbedding 
 
 }  // namespace
 
-OptimizerParams optimizer_params(const OptimizerSpec& s) {
+OptimizerParams optimizer_params(const OptimizerSpec& s, double lr_factor) {
   OptimizerParams p;
   p.kind = s.kind;
-  p.lr = static_cast<float>(s.lr);
+  p.lr = static_cast<float>(s.lr * lr_factor);
   p.eps = static_cast<float>(s.eps);
   p.beta1 = static_cast<float>(s.beta1);
   p.beta2 = static_cast<float>(s.beta2);

@@ -72,8 +72,9 @@ struct ModelLayout {
                                  float* dense_state) const;
 };
 
-// The optimizer's hyper-parameters as the ops take them.
-OptimizerParams optimizer_params(const OptimizerSpec& s);
+// The optimizer's hyper-parameters as the ops take them, its learning rate times lr_factor (a
+// warm-up step's; 1: the spec's own).
+OptimizerParams optimizer_params(const OptimizerSpec& s, double lr_factor = 1.0);
 // `elements` rounded up so that the next table starts 16-byte aligned (the kernels' vector loads).
 inline std::int64_t aligned_elements(std::int64_t elements, std::size_t element_bytes) {
   const auto per = static_cast<std::int64_t>(16 / element_bytes);

@@ -328,8 +328,11 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   // Embedding backward fused with the table optimizer.
   profiler.section("embedding_backward");
   const StochasticRounding rounding{seed, static_cast<std::uint64_t>(step + 1)};
-  backend.embedding_backward_update(L.tables, params.tables(), params.emb_state.as<float>(),
-                                    in.sparse, dx0.cols_slice(D, E), L.emb_opt, rounding);
+  // This step's learning rates: the recipe's warm-up after a larger batch (ModelSpec::lr_factor).
+  const double lr_factor = spec.lr_factor(step);
+  backend.embedding_backward_update(
+      L.tables, params.tables(), params.emb_state.as<float>(), in.sparse, dx0.cols_slice(D, E),
+      engine::optimizer_params(spec.embedding_optimizer, lr_factor), rounding);
   // Bottom MLP backward from dx0[:, :D] (then fp32 gradients in the scratch pair).
   CAMat dy = dx0.cols_slice(0, D);
   for (std::size_t k = L.bottom.size(); k-- > 0;) {
@@ -352,8 +355,8 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   // from the loss (the GPU's max(x, 0) turns NaN into 0).
   profiler.section("dense_optimizer");
   backend.dense_optimizer_step(params.dense.as<float>(), params.grads.as<float>(),
-                               params.dense_state.as<float>(), L.dense_count, L.dense_opt,
-                               step + 1);
+                               params.dense_state.as<float>(), L.dense_count,
+                               engine::optimizer_params(spec.dense_optimizer, lr_factor), step + 1);
   backend.flag_nonfinite(acts.loss.as<float>(), 1, step + 1, guard.as<std::int64_t>());
   backend.flag_nonfinite(params.dense.as<float>(), L.dense_count, step + 1,
                          guard.as<std::int64_t>());

@@ -581,8 +581,6 @@ Plan make_hstu_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus,
   }
   if (plan.global_batch != m.batch_size) {
     const std::int64_t top = std::max(m.max_global_batch, m.batch_size);
-    const std::string scale =
-        fmt::format("{:.4g}", static_cast<double>(plan.global_batch) / m.batch_size);
     const std::string bound =
         plan.global_batch >= top
             ? fmt::format("recipe.max_global_batch allows up to {} and it fits{}", top, on)
@@ -591,9 +589,9 @@ Plan make_hstu_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus,
     plan.changes.push_back(
         {"global batch", fmt::format("{}", m.batch_size), fmt::format("{}", plan.global_batch),
          fmt::format("{}: {:.0f} tokens per step on average (token capacity {}: {:.0f} per "
-                     "example, {:.0f} at most); learning rates scaled by {}",
+                     "example, {:.0f} at most); {}",
                      bound, static_cast<double>(plan.global_batch) * sm.tokens, plan.token_capacity,
-                     sm.tokens, sm.tokens_max, scale)});
+                     sm.tokens, sm.tokens_max, lr_change(m, plan.global_batch))});
   }
   // The products' token counts change every step: the backend ranks each with the catalog when
   // it first runs (no per-product choices in the plan).

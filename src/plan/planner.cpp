@@ -372,17 +372,14 @@ Plan make_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus, const Planne
         {"dense math", "fp32", std::string(dense_math_name(plan.dense_math)), reason});
   }
   if (plan.global_batch != m.batch_size) {
-    const std::string scale =
-        fmt::format("{:f}", static_cast<double>(plan.global_batch) / m.batch_size);
+    const std::string lr = detail::lr_change(m, plan.global_batch);
     const std::string reason =
         plan.global_batch < m.batch_size
-            ? fmt::format("the reference batch does not fit{}; learning rates scaled by {}", on,
-                          scale)
+            ? fmt::format("the reference batch does not fit{}; {}", on, lr)
             : fmt::format(
                   "recipe.max_global_batch allows up to {} and the larger batch amortises per-step "
-                  "costs; "
-                  "learning rates scaled by {}",
-                  m.max_global_batch, scale.substr(0, 5));
+                  "costs; {}",
+                  m.max_global_batch, lr);
     plan.changes.push_back({"global batch", fmt::format("{}", m.batch_size),
                             fmt::format("{}", plan.global_batch), reason});
   }

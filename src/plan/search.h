@@ -25,13 +25,25 @@ inline std::string plan_model_file(const ModelSpec& m) {
   return ec ? m.source_file : abs.lexically_normal().string();
 }
 
-// The model trained at `batch` examples a step (the model's own batch_size scaled): the learning
-// rates scaled linearly with it.
+// The model trained at `batch` examples a step: `model` (as written, its own batch_size) with the
+// recipe's learning-rate rule applied (with_batch), into m.
 inline void scale_to_batch(ModelSpec& m, const ModelSpec& model, std::int64_t batch) {
-  m.batch_size = batch;
-  const double scale = static_cast<double>(batch) / static_cast<double>(model.batch_size);
-  m.embedding_optimizer.lr *= scale;
-  m.dense_optimizer.lr *= scale;
+  const ModelSpec at = with_batch(model, batch);
+  m.batch_size = at.batch_size;
+  m.embedding_optimizer.lr = at.embedding_optimizer.lr;
+  m.dense_optimizer.lr = at.dense_optimizer.lr;
+  m.lr_batch_scale = at.lr_batch_scale;
+}
+
+// How a plan's batch change moves the learning rates, for the change's reason: "learning rates
+// scaled by 2 (linear rule), warmed up from the reference batch's over 500 steps".
+inline std::string lr_change(const ModelSpec& model, std::int64_t batch) {
+  const double scale = with_batch(model, batch).lr_batch_scale / model.lr_batch_scale;
+  std::string s = fmt::format("learning rates scaled by {:.4g} ({} rule)", scale,
+                              model.lr_scaling == LrScaling::sqrt ? "square-root" : "linear");
+  if (scale > 1.0 && model.lr_warmup_steps > 0)
+    s += fmt::format(", warmed up from the reference batch's over {} steps", model.lr_warmup_steps);
+  return s;
 }
 
 // Examples/s as the recipe changes' reasons print them ("3.21M", "36k", "812").

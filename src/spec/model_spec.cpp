@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <optional>
@@ -34,6 +35,27 @@ std::string_view optimizer_name(OptimizerKind k) {
 }
 std::string_view dense_math_name(DenseMath m) {
   return name_in(kDenseMathNames, m);
+}
+std::string_view lr_scaling_name(LrScaling r) {
+  return name_in(kLrScalingNames, r);
+}
+
+ModelSpec with_batch(const ModelSpec& model, std::int64_t batch) {
+  ModelSpec m = model;
+  const double ratio = static_cast<double>(batch) / static_cast<double>(model.batch_size);
+  const double scale = model.lr_scaling == LrScaling::sqrt ? std::sqrt(ratio) : ratio;
+  m.batch_size = batch;
+  m.embedding_optimizer.lr *= scale;
+  m.dense_optimizer.lr *= scale;
+  m.lr_batch_scale = model.lr_batch_scale * scale;
+  return m;
+}
+
+double ModelSpec::lr_factor(std::int64_t step) const {
+  if (lr_batch_scale <= 1.0 || lr_warmup_steps <= 0 || step >= lr_warmup_steps) return 1.0;
+  const double from = 1.0 / lr_batch_scale;
+  return from + (1.0 - from) * static_cast<double>(std::max<std::int64_t>(step, 0)) /
+                    static_cast<double>(lr_warmup_steps);
 }
 
 // ------------------------------------------------------ derived values ----
@@ -625,15 +647,19 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
   spec.allow_rowwise_adagrad = false;
   spec.max_global_batch = spec.batch_size;
   if (auto f = m.get("recipe")) {
-    const MapView r =
-        f->as_map({"allow_rowwise_adagrad", "table_dtypes", "dense_math", "max_global_batch"},
-                  "a map such as {allow_rowwise_adagrad: true, table_dtypes: [fp32, "
-                  "bf16], dense_math: [fp32, bf16]}");
+    const MapView r = f->as_map({"allow_rowwise_adagrad", "table_dtypes", "dense_math",
+                                 "max_global_batch", "lr_scaling", "lr_warmup_steps"},
+                                "a map such as {allow_rowwise_adagrad: true, table_dtypes: [fp32, "
+                                "bf16], dense_math: [fp32, bf16]}");
     if (auto g = r.get("allow_rowwise_adagrad")) spec.allow_rowwise_adagrad = g->as_bool();
     if (auto g = r.get("max_global_batch"))
       spec.max_global_batch =
           g->as_int(spec.batch_size, std::int64_t{1} << 40,
                     fmt::format("an integer >= batch_size ({})", spec.batch_size));
+    if (auto g = r.get("lr_scaling")) spec.lr_scaling = g->as_choice(kLrScalingNames);
+    if (auto g = r.get("lr_warmup_steps"))
+      spec.lr_warmup_steps =
+          g->as_int(0, std::int64_t{1} << 40, "a number of steps, an integer >= 0");
     if (auto g = r.get("table_dtypes")) {
       spec.allowed_table_dtypes = read_unique_list<DType>(
           *g, "[fp32, fp16, bf16]", [](const Field& x) { return read_table_dtype(x); });

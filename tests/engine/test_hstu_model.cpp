@@ -137,6 +137,37 @@ TEST(HstuModel, SameSeedSameLosses) {
   EXPECT_TRUE(std::isfinite(runs[0].back()));
 }
 
+// The recipe's warm-up after a larger batch: step 0 trains as the model with its learning rates
+// times lr_factor(0), bit for bit.
+TEST(HstuModel, WarmUpStepTrainsAtItsShareOfTheRates) {
+  ModelSpec warm = tiny();
+  warm.lr_batch_scale = 2.0;
+  warm.lr_warmup_steps = 10;
+  ModelSpec plain = warm;
+  plain.lr_batch_scale = 1.0;
+  plain.embedding_optimizer.lr *= warm.lr_factor(0);
+  plain.dense_optimizer.lr *= warm.lr_factor(0);
+  ModelSpec full = warm;
+  full.lr_warmup_steps = 0;
+  const SyntheticSequences data(warm, 4);
+  Batch b;
+  data.batch(Split::train, 0, 64, b);
+  std::vector<std::vector<unsigned char>> after[3];
+  int i = 0;
+  for (const ModelSpec* spec : {&warm, &plain, &full}) {
+    CpuBackend be;
+    HstuModel model(*spec, be, 64, 9);
+    model.train_step(b);
+    for (const TensorRef& t : model.tensors()) {
+      const auto* p = static_cast<const unsigned char*>(t.data);
+      after[i].emplace_back(p, p + t.bytes());
+    }
+    ++i;
+  }
+  EXPECT_EQ(after[0], after[1]);
+  EXPECT_NE(after[0], after[2]);
+}
+
 // Recompute forms the activations it does not keep again with the forward's own ops, and a
 // token capacity below a batch's tokens grows: neither changes a bit of the losses or the
 // parameters, and recompute keeps fewer activation bytes.

@@ -226,6 +226,49 @@ TEST_P(EngineModel, StagedPipelineMatchesStepByStep) {
   EXPECT_EQ(a.last_loss(), b.last_loss());
 }
 
+// The recipe's warm-up after a larger batch (ModelSpec::lr_factor): a warm-up step trains as the
+// same model would with its learning rates times the step's factor, bit for bit, and after the
+// warm-up at the full rates.
+TEST_P(EngineModel, WarmUpStepsTrainAtTheirShareOfTheRates) {
+  ModelSpec warm = testing::micro_model(InteractionKind::dcnv2, OptimizerKind::rowwise_adagrad,
+                                        OptimizerKind::adam, 0.01);
+  warm.lr_batch_scale = 4.0;
+  warm.lr_warmup_steps = 2;
+  auto be = backend();
+  SyntheticData data(warm, 4);
+  std::vector<Batch> batches(3);
+  for (std::size_t k = 0; k < batches.size(); ++k)
+    data.batch(Split::train, static_cast<std::int64_t>(k), 8, batches[k]);
+  // One step each from the same start: the warm model at steps 0, 1, 2 against the plain model
+  // with its rates scaled by that step's factor (0.25, 0.625, 1).
+  for (std::int64_t step = 0; step < 3; ++step) {
+    ModelSpec plain = warm;
+    plain.lr_batch_scale = 1.0;
+    plain.embedding_optimizer.lr *= warm.lr_factor(step);
+    plain.dense_optimizer.lr *= warm.lr_factor(step);
+    Model a(warm, *be, 8, 3), b(plain, *be, 8, 3);
+    a.set_step(step);
+    b.set_step(step);
+    a.train_step(batches[static_cast<std::size_t>(step)]);
+    b.train_step(batches[static_cast<std::size_t>(step)]);
+    auto ta = a.tensors(), tb = b.tensors();
+    for (std::size_t i = 0; i < ta.size(); ++i)
+      ASSERT_EQ(testing::host_bytes(*be, ta[i]), testing::host_bytes(*be, tb[i]))
+          << ta[i].name << " at step " << step;
+  }
+  // And the factor matters: step 0 at the full rates trains other values.
+  ModelSpec full = warm;
+  full.lr_warmup_steps = 0;
+  Model a(warm, *be, 8, 3), c(full, *be, 8, 3);
+  a.train_step(batches[0]);
+  c.train_step(batches[0]);
+  bool differ = false;
+  auto ta = a.tensors(), tc = c.tensors();
+  for (std::size_t i = 0; i < ta.size(); ++i)
+    differ |= testing::host_bytes(*be, ta[i]) != testing::host_bytes(*be, tc[i]);
+  EXPECT_TRUE(differ);
+}
+
 TEST_P(EngineModel, StagingMisuseIsAnError) {
   const ModelSpec spec = testing::micro_model(InteractionKind::dot);
   auto be = backend();

@@ -224,6 +224,37 @@ TEST(PlanFile, RoundTripsAndReEvaluatesTheSame) {
   EXPECT_THROW(apply_plan(other, q), InputError);
 }
 
+TEST(PlanFile, TheRecipesRuleScalesTheLearningRates) {
+  ModelSpec m = model("mlperf-dlrmv2");
+  const Plan q = make_plan(m, device("h200"), 8, options());
+  const std::int64_t twice = 2 * m.batch_size;
+  const ModelSpec linear = apply_plan(m, q, twice);
+  EXPECT_DOUBLE_EQ(linear.embedding_optimizer.lr, m.embedding_optimizer.lr * 2);
+  EXPECT_DOUBLE_EQ(linear.lr_batch_scale, 2.0);
+  m.lr_scaling = LrScaling::sqrt;
+  m.lr_warmup_steps = 100;
+  const ModelSpec root = apply_plan(m, q, twice);
+  EXPECT_DOUBLE_EQ(root.embedding_optimizer.lr, m.embedding_optimizer.lr * std::sqrt(2.0));
+  EXPECT_DOUBLE_EQ(root.dense_optimizer.lr, m.dense_optimizer.lr * std::sqrt(2.0));
+  EXPECT_DOUBLE_EQ(root.lr_factor(0), 1.0 / std::sqrt(2.0));  // warm-up from the reference rates
+  EXPECT_DOUBLE_EQ(root.lr_factor(100), 1.0);
+}
+
+TEST(Planner, ABatchChangeSaysHowTheLearningRatesFollow) {
+  ModelSpec m = model("tiny");
+  m.max_global_batch = 8 * m.batch_size;
+  m.lr_scaling = LrScaling::sqrt;
+  m.lr_warmup_steps = 50;
+  const Plan p = make_plan(m, device("h200"), 1, options());
+  ASSERT_GT(p.global_batch, m.batch_size) << "the planner takes the larger batch the recipe allows";
+  std::string reason;
+  for (const auto& c : p.changes)
+    if (c.what == "global batch") reason = c.reason;
+  EXPECT_NE(reason.find("(square-root rule)"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("warmed up from the reference batch's over 50 steps"), std::string::npos)
+      << reason;
+}
+
 // The plan check: a plan this run can execute gives what runs, decision by decision; a decision it
 // cannot execute is refused by its field, with the reason and what to do.
 TEST(PlanCheck, ExecutesOrRefusesEveryDecisionByName) {

@@ -561,6 +561,41 @@ TEST(ModelParse, MaxGlobalBatch) {
   EXPECT_CONTAINS(msg, "field 'recipe.max_global_batch': expected an integer >= batch_size (64)");
 }
 
+TEST(ModelParse, LearningRateRules) {
+  const ModelSpec plain = parse_model_spec(kBase, "x.yaml");
+  EXPECT_EQ(plain.lr_scaling, LrScaling::linear);
+  EXPECT_EQ(plain.lr_warmup_steps, 0);
+  const ModelSpec sq = parse_model_spec(
+      std::string(kBase) +
+          "recipe: {max_global_batch: 256, lr_scaling: sqrt, lr_warmup_steps: 40}\n",
+      "x.yaml");
+  EXPECT_EQ(sq.lr_scaling, LrScaling::sqrt);
+  EXPECT_EQ(sq.lr_warmup_steps, 40);
+  std::string msg = model_error(std::string(kBase) + "recipe: {lr_scaling: cubic}\n");
+  EXPECT_CONTAINS(msg, "bad.yaml:13:");
+  EXPECT_CONTAINS(msg, "recipe.lr_scaling");
+  EXPECT_CONTAINS(msg, "linear");
+  msg = model_error(std::string(kBase) + "recipe: {lr_warmup_steps: -1}\n");
+  EXPECT_CONTAINS(msg,
+                  "field 'recipe.lr_warmup_steps': expected a number of steps, an integer >= 0");
+}
+
+TEST(ModelSpec, WarmUpRampsFromTheReferenceRates) {
+  ModelSpec m = parse_model_spec(kBase, "x.yaml");
+  m.lr_warmup_steps = 10;
+  EXPECT_EQ(m.lr_factor(0), 1.0);  // no batch change: no warm-up
+  m.lr_batch_scale = 4.0;
+  EXPECT_DOUBLE_EQ(m.lr_factor(0), 0.25);
+  EXPECT_DOUBLE_EQ(m.lr_factor(5), 0.25 + 0.75 * 0.5);
+  EXPECT_DOUBLE_EQ(m.lr_factor(10), 1.0);
+  EXPECT_DOUBLE_EQ(m.lr_factor(1000), 1.0);
+  m.lr_warmup_steps = 0;
+  EXPECT_EQ(m.lr_factor(0), 1.0);
+  m.lr_warmup_steps = 10;
+  m.lr_batch_scale = 0.5;  // a smaller batch: the lower rates at once
+  EXPECT_EQ(m.lr_factor(0), 1.0);
+}
+
 // ------------------------------------------------------------------ hstu ----
 
 constexpr const char* kHstu =

@@ -502,9 +502,10 @@ void run_train(const TrainArgs& args, bool model_given) {
     if (plan && args.batch != plan->global_batch)  // apply_plan scaled the learning rates
       fmt::print(
           "parity train: --batch {} instead of the plan's {}: learning rates {:.4g} (embedding) "
-          "and {:.4g} (dense), scaled linearly from the model's batch as the plan does\n",
+          "and {:.4g} (dense), scaled from the model's batch by its recipe's {} rule as the plan "
+          "does\n",
           args.batch, plan->global_batch, cfg.model.embedding_optimizer.lr,
-          cfg.model.dense_optimizer.lr);
+          cfg.model.dense_optimizer.lr, lr_scaling_name(cfg.model.lr_scaling));
   }
   cfg.seed = args.seed;
   cfg.backend = args.backend;
