@@ -7,7 +7,9 @@
 // Default: tiny, 3200 steps, 4x, seeds 1,2,3, 65,536 held-out examples.
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -41,9 +43,11 @@ int main(int argc, char** argv) {
     for (std::string s; std::getline(list, s, ',');)
       seeds.push_back(static_cast<std::uint64_t>(positive(s.c_str(), "a seed")));
     const std::int64_t eval = argc > 5 ? positive(argv[5], "eval_examples") : 65536;
-    if (steps % factor != 0)
-      throw parity::InputError(
-          fmt::format("batch_rules: steps ({}) must be a multiple of factor ({})", steps, factor));
+    if (steps % factor != 0 || steps / factor < 8)
+      throw parity::InputError(fmt::format(
+          "batch_rules: steps ({}) must be a multiple of factor ({}) and at least 8 times it (the "
+          "warm-ups are an eighth and a quarter of the larger batch's steps)",
+          steps, factor));
     const parity::ModelSpec model =
         parity::load_model_spec(fs::path(PARITY_SOURCE_DIR) / "configs/models" / (name + ".yaml"));
     struct Rule {
@@ -82,7 +86,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-  } catch (const parity::Error& e) {
+  } catch (const std::exception& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;
   }

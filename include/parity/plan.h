@@ -204,8 +204,9 @@ Plan plan_from_json(const std::string& text, const std::string& origin);
 Plan load_plan(const std::filesystem::path& file);
 
 // The model as the plan trains it: table dtypes, embedding optimizer, and the batch (the plan's
-// global batch, or `batch` when positive) with the learning rates scaled linearly from the
-// model's batch to it. Throws InputError if the plan is not for this model.
+// global batch, or `batch` when positive) with the learning rates following it by the recipe's
+// rule (with_batch: recipe.lr_scaling, recipe.lr_warmup_steps). Throws InputError if the plan is
+// not for this model.
 ModelSpec apply_plan(const ModelSpec& model, const Plan& plan, std::int64_t batch = 0);
 
 // ---- the plan check (can_implement): before anything runs ----

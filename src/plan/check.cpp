@@ -39,11 +39,12 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                                               "that device's)",
                                               here, plan.gpus, plan.device)});
   const std::int64_t b = batch > 0 ? batch : plan.global_batch;
-  out.push_back({"global batch", b == plan.global_batch
-                                     ? fmt::format("{}", b)
-                                     : fmt::format("{} (--batch; the plan's is {}, learning rates "
-                                                   "scaled linearly)",
-                                                   b, plan.global_batch)});
+  out.push_back(
+      {"global batch", b == plan.global_batch
+                           ? fmt::format("{}", b)
+                           : fmt::format("{} (--batch; the plan's is {}, learning rates "
+                                         "scaled by the recipe's {} rule)",
+                                         b, plan.global_batch, lr_scaling_name(model.lr_scaling))});
   const PlanDecision dense_math{
       "dense math", target.gpu_backend
                         ? std::string(dense_math_name(plan.dense_math))

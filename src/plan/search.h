@@ -36,11 +36,11 @@ inline void scale_to_batch(ModelSpec& m, const ModelSpec& model, std::int64_t ba
 }
 
 // How a plan's batch change moves the learning rates, for the change's reason: "learning rates
-// scaled by 2 (linear rule), warmed up from the reference batch's over 500 steps".
+// scaled by 2 (recipe's linear rule), warmed up from the reference batch's over 500 steps".
 inline std::string lr_change(const ModelSpec& model, std::int64_t batch) {
   const double scale = with_batch(model, batch).lr_batch_scale / model.lr_batch_scale;
-  std::string s = fmt::format("learning rates scaled by {:.4g} ({} rule)", scale,
-                              model.lr_scaling == LrScaling::sqrt ? "square-root" : "linear");
+  std::string s = fmt::format("learning rates scaled by {:.4g} (recipe's {} rule)", scale,
+                              lr_scaling_name(model.lr_scaling));
   if (scale > 1.0 && model.lr_warmup_steps > 0)
     s += fmt::format(", warmed up from the reference batch's over {} steps", model.lr_warmup_steps);
   return s;

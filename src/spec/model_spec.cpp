@@ -41,6 +41,11 @@ std::string_view lr_scaling_name(LrScaling r) {
 }
 
 ModelSpec with_batch(const ModelSpec& model, std::int64_t batch) {
+  if (batch < 1 || model.batch_size < 1)
+    throw InputError(
+        fmt::format("model '{}': a batch of {} examples for a model whose batch_size "
+                    "is {}; both must be positive",
+                    model.name, batch, model.batch_size));
   ModelSpec m = model;
   const double ratio = static_cast<double>(batch) / static_cast<double>(model.batch_size);
   const double scale = model.lr_scaling == LrScaling::sqrt ? std::sqrt(ratio) : ratio;

@@ -44,12 +44,17 @@ RunRecord run_record(const ModelSpec& model, std::int64_t batch, std::uint64_t s
   std::string dtypes;
   for (const TableSpec& t : model.tables)
     dtypes += fmt::format("{}{}:{}", dtypes.empty() ? "" : ",", t.name, dtype_name(t.dtype));
-  r.recipe = {{"embedding_optimizer", r.embedding_optimizer},
-              {"dense_optimizer", r.dense_optimizer},
-              {"dense_math", r.dense_math},
-              {"recipe.embedding_optimizer", optimizer_text(model.embedding_optimizer)},
-              {"recipe.dense_optimizer", optimizer_text(model.dense_optimizer)},
-              {"recipe.table_dtypes", dtypes}};
+  r.recipe = {
+      {"embedding_optimizer", r.embedding_optimizer},
+      {"dense_optimizer", r.dense_optimizer},
+      {"dense_math", r.dense_math},
+      {"recipe.embedding_optimizer", optimizer_text(model.embedding_optimizer)},
+      {"recipe.dense_optimizer", optimizer_text(model.dense_optimizer)},
+      {"recipe.table_dtypes", dtypes},
+      {"recipe.lr_warmup", model.lr_factor(0) < 1.0
+                               ? fmt::format("{} steps from {} of the rates", model.lr_warmup_steps,
+                                             exact(model.lr_factor(0)))
+                               : std::string("none")}};
   return r;
 }
 

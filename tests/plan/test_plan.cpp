@@ -250,7 +250,7 @@ TEST(Planner, ABatchChangeSaysHowTheLearningRatesFollow) {
   std::string reason;
   for (const auto& c : p.changes)
     if (c.what == "global batch") reason = c.reason;
-  EXPECT_NE(reason.find("(square-root rule)"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("(recipe's sqrt rule)"), std::string::npos) << reason;
   EXPECT_NE(reason.find("warmed up from the reference batch's over 50 steps"), std::string::npos)
       << reason;
 }

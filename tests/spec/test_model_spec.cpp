@@ -580,6 +580,20 @@ TEST(ModelParse, LearningRateRules) {
                   "field 'recipe.lr_warmup_steps': expected a number of steps, an integer >= 0");
 }
 
+TEST(ModelSpec, WithBatchScalesByTheRuleAndRefusesNonPositiveBatches) {
+  ModelSpec m = parse_model_spec(kBase, "x.yaml");  // batch_size 64
+  const ModelSpec four = with_batch(m, 256);
+  EXPECT_EQ(four.batch_size, 256);
+  EXPECT_DOUBLE_EQ(four.embedding_optimizer.lr, m.embedding_optimizer.lr * 4);
+  EXPECT_DOUBLE_EQ(four.lr_batch_scale, 4.0);
+  m.lr_scaling = LrScaling::sqrt;
+  EXPECT_DOUBLE_EQ(with_batch(m, 256).dense_optimizer.lr, m.dense_optimizer.lr * 2);
+  EXPECT_DOUBLE_EQ(with_batch(m, 16).lr_batch_scale, 0.5);
+  EXPECT_THROW(with_batch(m, 0), InputError);
+  m.batch_size = 0;
+  EXPECT_THROW(with_batch(m, 64), InputError);
+}
+
 TEST(ModelSpec, WarmUpRampsFromTheReferenceRates) {
   ModelSpec m = parse_model_spec(kBase, "x.yaml");
   m.lr_warmup_steps = 10;

@@ -136,6 +136,40 @@ TEST(Train, ResumeGivesIdenticalWeights) {
   fs::remove_all(halves);
 }
 
+// A run stopped in the middle of its learning-rate warm-up (a larger batch than the model's)
+// continues the warm-up exactly when resumed; resuming it under another warm-up is refused by
+// name.
+TEST(Train, ResumeInTheWarmUpIsExactAndAnotherWarmUpIsRefused) {
+  const fs::path straight = temp_dir("warm-straight"), halves = temp_dir("warm-halves");
+  ModelSpec m = tiny();
+  m.batch_size = 32;
+  m.lr_scaling = LrScaling::sqrt;
+  m.lr_warmup_steps = 30;
+  TrainConfig cfg;
+  cfg.batch = 128;
+  cfg.model = with_batch(m, cfg.batch);
+  cfg.eval_examples = 512;
+  cfg.seed = 12;
+  cfg.steps = 40;
+  ASSERT_LT(cfg.model.lr_factor(20), 1.0);  // step 20, where the halves resume, is in the warm-up
+  expect_resume_is_exact(cfg, straight, halves);
+  m.lr_warmup_steps = 10;
+  cfg.model = with_batch(m, cfg.batch);
+  cfg.checkpoint_dir = halves;
+  cfg.steps = 50;
+  cfg.resume = true;
+  try {
+    train(cfg);
+    ADD_FAILURE() << "a changed warm-up resumed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("recipe.lr_warmup '30 steps from 0.5 of the rates'"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(straight);
+  fs::remove_all(halves);
+}
+
 // fp16 and bf16 tables are checkpointed in their own type (safetensors F16 and BF16) and a run
 // resumed from one continues the same stochastic rounding: the result is bit-identical.
 TEST(Train, ResumeWithNarrowTablesIsExact) {

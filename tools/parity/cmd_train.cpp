@@ -503,9 +503,17 @@ void run_train(const TrainArgs& args, bool model_given) {
       fmt::print(
           "parity train: --batch {} instead of the plan's {}: learning rates {:.4g} (embedding) "
           "and {:.4g} (dense), scaled from the model's batch by its recipe's {} rule as the plan "
-          "does\n",
+          "does{}\n",
           args.batch, plan->global_batch, cfg.model.embedding_optimizer.lr,
-          cfg.model.dense_optimizer.lr, lr_scaling_name(cfg.model.lr_scaling));
+          cfg.model.dense_optimizer.lr, lr_scaling_name(cfg.model.lr_scaling),
+          cfg.model.lr_factor(0) < 1.0
+              ? fmt::format(", warmed up over {} steps", cfg.model.lr_warmup_steps)
+              : std::string());
+    else if (!plan && args.batch != cfg.model.batch_size)
+      fmt::print(
+          "parity train: --batch {} without a plan: the model's learning rates as written (its "
+          "batch_size is {}; a plan scales them by the recipe's rule)\n",
+          args.batch, cfg.model.batch_size);
   }
   cfg.seed = args.seed;
   cfg.backend = args.backend;
