@@ -477,6 +477,27 @@ __global__ __launch_bounds__(S::kThreads, 1) void query_kernel(Args g, In q, In 
 // cores with its element steps: while P V of one key tile runs, the next tile's scores are
 // ready and get their bias, mask and SiLU. Key tiles of 64 come through a three-stage ring:
 // tile it + 2 loads while tile it + 1's scores and tile it's P V run.
+#if defined(PARITY_WGMMA)
+// Bytes from a slab tile of ROWS rows to head columns [16 kk, 16 kk + 16): slab kk / 4, 32 bytes
+// a step within it.
+template <int ROWS>
+__device__ __forceinline__ constexpr unsigned slab_step(int kk) {
+  return static_cast<unsigned>(((kk >> 2) * 64 * ROWS + (kk & 3) * 16) * 2);
+}
+
+// c (64 x N) = A Bᵀ over the D head columns (issued, not waited for): A the warpgroup's 64 rows
+// of a slab tile of A_ROWS rows (a_desc at its first row), B the N rows of a slab tile at b_desc,
+// `b_bytes` further on (its stage).
+template <int D, int A_ROWS, int N>
+__device__ __forceinline__ void rows_times_rows_wg(float (&c)[N / 8][4], std::uint64_t a_desc,
+                                                   std::uint64_t b_desc, unsigned b_bytes) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    mma::wg::mma_ss<N>(c, mma::wg::advance(a_desc, slab_step<A_ROWS>(kk)),
+                       mma::wg::advance(b_desc, b_bytes + slab_step<N>(kk)), kk > 0);
+}
+#endif
+
 template <int D>
 constexpr std::size_t query_wg_smem(int operands, int pb, int tb) {
   return (operands * kRows * D + 3 * 2 * 64 * D) * 2 + (kRows + 3 * 64) * 8 +
@@ -551,16 +572,8 @@ __global__ __launch_bounds__(256, D == 64 && !kDq ? 2 : 1) void query_kernel_wg(
   auto issue_scores = [&](int i) {
     const unsigned stage = (i % kStages) * WALK * D * 2;
     mma::wg::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const unsigned col = ((kk >> 2) * 64 * kRows + (kk & 3) * 16) * 2;
-      const unsigned key_col = stage + ((kk >> 2) * 64 * WALK + (kk & 3) * 16) * 2;
-      mma::wg::mma_ss<WALK>(s[0], mma::wg::advance(q_desc, col), mma::wg::advance(k_desc, key_col),
-                            kk > 0);
-      if constexpr (kDq)
-        mma::wg::mma_ss<WALK>(dp[0], mma::wg::advance(g_desc, col),
-                              mma::wg::advance(v_desc, key_col), kk > 0);
-    }
+    rows_times_rows_wg<D, kRows, WALK>(s[0], q_desc, k_desc, stage);
+    if constexpr (kDq) rows_times_rows_wg<D, kRows, WALK>(dp[0], g_desc, v_desc, stage);
     mma::wg::commit();
   };
   // Tile i's bias, mask and SiLU (or its derivative) on the scores, in place.
@@ -764,7 +777,6 @@ struct KeySums {
                            float (&sT)[Q / 8][4], float (&dpT)[Q / 8][4], const std::int64_t* tqs,
                            const std::int64_t* tk, const float* pos, const float* tim, float* sdf,
                            unsigned long long* hist) {
-    const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
     // Far from the diagonal every pair is seen and in the last position bucket: the bias is one
     // value, or varies only with the time bucket; the position gradients are one sum.
     const bool far = j0 + kRows <= w.history && i0 + Q <= w.n &&
@@ -791,9 +803,24 @@ struct KeySums {
       }
       return false;
     }
+    if (far)
+      pairs<true>(g, w, i0, j0, sT, dpT, tqs, tk, pos, tim, sdf, hist);
+    else
+      pairs<false>(g, w, i0, j0, sT, dpT, tqs, tk, pos, tim, sdf, hist);
+    return !far;
+  }
+
+  // elements() on a step whose bias varies by pair: far from the diagonal (kFar: every pair seen,
+  // one position bucket, summed into sat_fixed) or near it (masks, position buckets, dSᵀ into
+  // sdf). Pairs in order of the query within each key row: same-bucket pairs come in runs.
+  template <bool kFar>
+  __device__ void pairs(const Args& g, const Work& w, std::int64_t i0, std::int64_t j0,
+                        float (&sT)[Q / 8][4], float (&dpT)[Q / 8][4], const std::int64_t* tqs,
+                        const std::int64_t* tk, const float* pos, const float* tim, float* sdf,
+                        unsigned long long* hist) {
+    const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
     const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
     const float pfar = pos[g.pb - 1];
-    // Pairs in order of the query within each key row: same-bucket pairs come in runs.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = warp * 16 + (l >> 2) + half * 8;
@@ -804,13 +831,13 @@ struct KeySums {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int e = half * 2 + c, col = nt * 8 + (l & 3) * 2 + c;
-          const int il = static_cast<int>(i0) + col;
           const int tbk = time_bucket(tqs[col] - tk[row], g.tb);
-          if (far) {
+          if constexpr (kFar) {
             const float ds = pair(g, sT[nt][e], dpT[nt][e], pfar + tim[tbk], true);
             sum += ds;
             time_run[half].add(hist + g.pb, tbk, ds);
           } else {
+            const int il = static_cast<int>(i0) + col;
             const bool vis = visible(il, jl, n, history);
             const float ds =
                 pair(g, sT[nt][e], dpT[nt][e], pos[position_bucket(il - jl, g.pb)] + tim[tbk], vis);
@@ -818,9 +845,8 @@ struct KeySums {
             if (vis) time_run[half].add(hist + g.pb, tbk, ds);
           }
         }
-      if (far) sat_fixed += to_fixed(sum);
+      if constexpr (kFar) sat_fixed += to_fixed(sum);
     }
-    return !far;
   }
 
   // One pair: its score s becomes P = SiLU(x) / n and dp (dO·v) becomes dS = dp SiLU'(x) / n, x
@@ -1072,20 +1098,12 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
     load(tile + 1);   // into tile - 2's stage, while this step and tile - 1's products run
     const std::int64_t i0 = static_cast<std::int64_t>(tile) * Q;
     const std::int64_t* tqs = tq + st * Q;
-    // Transposed scores: rows are this warp's 16 keys, columns the step's queries. Step kk reads
-    // head columns [16 kk, 16 kk + 16): slab kk / 4, 32 bytes a step within it.
+    // Transposed scores: rows are this warp's 16 keys, columns the step's queries.
     float sT[1][Q / 8][4], dpT[1][Q / 8][4];
     const unsigned stage = st * Q * D * 2;
     mma::wg::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const unsigned col = ((kk >> 2) * 64 * kRows + (kk & 3) * 16) * 2;
-      const unsigned qcol = stage + ((kk >> 2) * 64 * Q + (kk & 3) * 16) * 2;
-      mma::wg::mma_ss<Q>(sT[0], mma::wg::advance(k_desc, col), mma::wg::advance(q_desc, qcol),
-                         kk > 0);
-      mma::wg::mma_ss<Q>(dpT[0], mma::wg::advance(v_desc, col), mma::wg::advance(g_desc, qcol),
-                         kk > 0);
-    }
+    rows_times_rows_wg<D, kRows, Q>(sT[0], k_desc, q_desc, stage);
+    rows_times_rows_wg<D, kRows, Q>(dpT[0], v_desc, g_desc, stage);
     mma::wg::commit();
     if constexpr (kOverlap)
       products_done();  // the scores, and the previous step's products
