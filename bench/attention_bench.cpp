@@ -114,13 +114,14 @@ Row run_case(parity::GpuBackend& be, const Options& o, std::int64_t n, bool jagg
 
   // The row blocks that hold tokens, as the engine lists them for its steps.
   std::vector<std::int64_t> blocks;
-  parity::sequence_blocks(offsets, blocks);
+  const std::int64_t packed = parity::sequence_blocks(offsets, blocks);
   auto* blk = static_cast<std::int64_t*>(be.allocate(std::max<std::size_t>(blocks.size(), 1) * 8));
   if (!blocks.empty()) be.copy_to_device(blk, blocks.data(), blocks.size() * 8);
 
   parity::SequenceBatch seq{r.batch, r.tokens, n, o.targets, off, ts};
   seq.blocks = blk;
   seq.block_count = static_cast<std::int64_t>(blocks.size());
+  seq.packed_blocks = packed;
   parity::HstuAttention att;
   att.heads = o.heads;
   att.attention_dim = att.value_dim = o.dim;

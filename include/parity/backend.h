@@ -148,16 +148,23 @@ struct SequenceBatch {
                                              // within a sequence
   // Optional: backend memory [block_count], sequence_blocks() of the offsets, so that kernels
   // launch one workgroup per block of rows that holds a token, and none for the blocks a
-  // max_len-sized grid has beyond the shorter sequences. Null: the kernels derive the blocks.
+  // max_len-sized grid has beyond the shorter sequences; the last packed_blocks of them are runs
+  // of short sequences that share a block. Null: the kernels derive the blocks.
   const std::int64_t* blocks = nullptr;
   std::int64_t block_count = 0;
+  std::int64_t packed_blocks = 0;
 };
 
 // The blocks of kSequenceBlockRows tokens of a batch of sequences that hold a token, each as
 // (sequence << 20 | block index within it), ordered by block index descending and by sequence
-// within one block index: the last, heaviest rows of the longest sequences first.
+// within one block index: the last, heaviest rows of the longest sequences first. Then runs of
+// two or more consecutive sequences whose tokens fit in one block together, each as
+// (first sequence << 20 | kPackedBlock | sequences in the run, empty ones included), their
+// sequences not listed alone: a short history then costs a workgroup's share, not a
+// workgroup. Returns how many such runs end the list.
 inline constexpr int kSequenceBlockRows = 128;
-void sequence_blocks(std::span<const std::int64_t> offsets, std::vector<std::int64_t>& out);
+inline constexpr std::int64_t kPackedBlock = std::int64_t{1} << 19;
+std::int64_t sequence_blocks(std::span<const std::int64_t> offsets, std::vector<std::int64_t>& out);
 
 // An HSTU layer's pointwise attention over a SequenceBatch, h heads. Token i of a sequence (0-based
 // within it, n tokens, L = n - targets of them history) attends to token j when

@@ -176,6 +176,7 @@ class HstuModel {
     std::int64_t batch = 0, tokens = 0;
     std::vector<std::int64_t> seq, times, token_ids, token_offsets, ctx_rows, target_rows;
     std::vector<std::int64_t> blocks;  // sequence_blocks(seq)
+    std::int64_t packed_blocks = 0;    // of them, the runs of short sequences that end it
   };
   // Throws InputError naming the example and field, as train_step does. Const and thread-safe.
   void layout(const Batch& batch, Layout& out) const;

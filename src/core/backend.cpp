@@ -12,17 +12,55 @@
 
 namespace parity {
 
-void sequence_blocks(std::span<const std::int64_t> offsets, std::vector<std::int64_t>& out) {
+std::int64_t sequence_blocks(std::span<const std::int64_t> offsets,
+                             std::vector<std::int64_t>& out) {
   out.clear();
   const std::size_t batch = offsets.empty() ? 0 : offsets.size() - 1;
+  auto length = [&](std::size_t b) { return offsets[b + 1] - offsets[b]; };
+  // Runs of consecutive sequences of at most a block's tokens together, greedily; a run with
+  // fewer than two non-empty sequences stays unpacked.
+  std::vector<char> packed(batch, 0);
+  std::vector<std::int64_t> runs;
+  std::size_t first = 0, count = 0, filled = 0;
+  std::int64_t tokens = 0;
+  auto close = [&] {
+    if (filled >= 2) {
+      runs.push_back(static_cast<std::int64_t>(first) << 20 | kPackedBlock |
+                     static_cast<std::int64_t>(count));
+      std::fill(packed.begin() + static_cast<std::ptrdiff_t>(first),
+                packed.begin() + static_cast<std::ptrdiff_t>(first + count), 1);
+    }
+    count = filled = 0;
+    tokens = 0;
+  };
+  for (std::size_t b = 0; b < batch; ++b) {
+    const std::int64_t n = length(b);
+    if (n > kSequenceBlockRows) {
+      close();
+      continue;
+    }
+    if (tokens + n > kSequenceBlockRows || count + 1 >= static_cast<std::size_t>(kPackedBlock))
+      close();
+    if (count == 0) first = b;
+    ++count;
+    filled += n > 0 ? 1 : 0;
+    tokens += n;
+  }
+  close();
   std::int64_t most = 0;  // blocks of the longest sequence
   for (std::size_t b = 0; b < batch; ++b)
-    most =
-        std::max(most, (offsets[b + 1] - offsets[b] + kSequenceBlockRows - 1) / kSequenceBlockRows);
+    most = std::max(most, (length(b) + kSequenceBlockRows - 1) / kSequenceBlockRows);
+  if (most >= kPackedBlock)
+    throw Error(
+        fmt::format("sequence_blocks: a sequence of {} blocks of {} tokens; the block "
+                    "list holds at most {}",
+                    most, kSequenceBlockRows, kPackedBlock - 1));
   for (std::int64_t t = most - 1; t >= 0; --t)
     for (std::size_t b = 0; b < batch; ++b)
-      if (offsets[b + 1] - offsets[b] > t * kSequenceBlockRows)
+      if (!packed[b] && length(b) > t * kSequenceBlockRows)
         out.push_back(static_cast<std::int64_t>(b) << 20 | t);
+  out.insert(out.end(), runs.begin(), runs.end());
+  return static_cast<std::int64_t>(runs.size());
 }
 
 void* Backend::allocate_pinned(std::size_t bytes) {

@@ -113,7 +113,7 @@ struct HstuModel::Impl {
 
   // ---- the current batch (host) ----
   std::int64_t batch = 0, tokens = 0;
-  std::int64_t event_nnz = 0, block_count = 0;
+  std::int64_t event_nnz = 0, block_count = 0, packed_blocks = 0;
   std::int64_t ctx_lookups = 0;  // contextual ids per example (the tables' pooling sizes)
   Layout own;                    // the layout stage() builds
 
@@ -374,7 +374,7 @@ struct HstuModel::Impl {
       L.seq.push_back(L.seq.back() + contexts + len[e] + targets);
     const std::int64_t tokens = L.seq.back();
     L.tokens = tokens;
-    sequence_blocks(L.seq, L.blocks);
+    L.packed_blocks = sequence_blocks(L.seq, L.blocks);
 
     // Per token its time, its feature bags (one id each for history events, the item only for
     // targets, none for contexts), and the rows of contexts and targets.
@@ -461,6 +461,7 @@ struct HstuModel::Impl {
     copy(target_rows, L.target_rows.data(), L.target_rows.size() * 8);
     copy(blocks, L.blocks.data(), L.blocks.size() * 8);
     block_count = static_cast<std::int64_t>(L.blocks.size());
+    packed_blocks = L.packed_blocks;
     copy(labels, b.labels.data(), b.labels.size() * 4);
   }
 
@@ -487,6 +488,7 @@ struct HstuModel::Impl {
     s.timestamps = times.as<const std::int64_t>();
     s.blocks = blocks.as<const std::int64_t>();
     s.block_count = block_count;
+    s.packed_blocks = packed_blocks;
     return s;
   }
   HstuAttention attention(const Layer& L, const float* base) const {

@@ -609,13 +609,43 @@ namespace {
 TEST(SequenceBlocks, ListsEveryBlockThatHoldsATokenHeaviestFirst) {
   const std::vector<std::int64_t> offsets{0, 0, 130, 135, 400, 528};  // 0, 130, 5, 265, 128
   std::vector<std::int64_t> blocks{99};
-  sequence_blocks(offsets, blocks);
+  EXPECT_EQ(sequence_blocks(offsets, blocks), 0);  // no two short neighbours to pack
   auto item = [](std::int64_t seq, std::int64_t block) { return seq << 20 | block; };
   const std::vector<std::int64_t> want{item(3, 2), item(1, 1), item(3, 1), item(1, 0),
                                        item(2, 0), item(3, 0), item(4, 0)};
   EXPECT_EQ(blocks, want);
-  sequence_blocks(std::vector<std::int64_t>{0, 0}, blocks);
+  EXPECT_EQ(sequence_blocks(std::vector<std::int64_t>{0, 0}, blocks), 0);
   EXPECT_TRUE(blocks.empty());
+}
+
+// Consecutive sequences whose tokens fit in one block together become one run (empty ones inside
+// it counted), listed after every other block; a run needs two non-empty sequences, and a
+// sequence longer than a block, or one that would overflow the run, ends it.
+TEST(SequenceBlocks, PacksRunsOfShortSequencesIntoOneBlock) {
+  const std::vector<std::int64_t> lengths{3, 0, 60, 70, 200, 10, 20, 128, 1, 1};
+  std::vector<std::int64_t> offsets{0};
+  for (const std::int64_t n : lengths) offsets.push_back(offsets.back() + n);
+  std::vector<std::int64_t> blocks;
+  EXPECT_EQ(sequence_blocks(offsets, blocks), 3);
+  auto item = [](std::int64_t seq, std::int64_t block) { return seq << 20 | block; };
+  auto run = [](std::int64_t seq, std::int64_t count) { return seq << 20 | kPackedBlock | count; };
+  const std::vector<std::int64_t> want{item(4, 1), item(3, 0), item(4, 0), item(7, 0),
+                                       run(0, 3),  run(5, 2),  run(8, 2)};
+  EXPECT_EQ(blocks, want);
+  // Every token in exactly one listed block.
+  std::vector<int> covered(static_cast<std::size_t>(offsets.back()), 0);
+  for (const std::int64_t b : blocks) {
+    const std::int64_t seq = b >> 20;
+    if (b & kPackedBlock) {
+      for (std::int64_t t = offsets[seq]; t < offsets[seq + (b & (kPackedBlock - 1))]; ++t)
+        ++covered[static_cast<std::size_t>(t)];
+    } else {
+      const std::int64_t lo = offsets[seq] + (b & (kPackedBlock - 1)) * kSequenceBlockRows;
+      for (std::int64_t t = lo; t < std::min(offsets[seq + 1], lo + kSequenceBlockRows); ++t)
+        ++covered[static_cast<std::size_t>(t)];
+    }
+  }
+  EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), offsets.back());
 }
 
 }  // namespace

@@ -7,6 +7,10 @@
 //   diagonal, or among the targets off it) are never loaded. Launches put the heaviest tiles
 //   first (the last query tiles of the longest sequences, the first key tiles), so short and long
 //   sequences share the device in one grid.
+// - Consecutive short sequences that fit in one block together share it (a run, kPackedBlock):
+//   the block takes them as one sequence, and each row sees only its own sequence's pairs (its
+//   RowSpan). Most histories of a heavy-tailed batch are far shorter than a block, and a block's
+//   fixed costs (loads, bias tables, barriers, the pipeline's fill) are then paid once per run.
 // - In the forward and dq the scores live only in registers: the fp32 accumulators of Q Kᵀ get
 //   the bias, the mask and SiLU, are rounded to bf16 and are fed straight back as the A operand of
 //   the next product (mma.cuh says why the layouts agree). The key-side backward writes Pᵀ and dSᵀ
@@ -21,6 +25,10 @@
 //   memory, as the scalar kernels keep them: integer sums do not depend on the order of the adds.
 //   Runs of same-bucket pairs are summed in fp32 first (a key's queries come in order), one-value
 //   tiles per warp, and the position buckets of tiles near the diagonal one diagonal per thread.
+// - Registers are the kernels' limit (the D = 64 forward has 128 a thread, two blocks an SM):
+//   values that a walk would hoist and hold (descriptor and fragment offsets) are recomputed per
+//   step behind an empty asm where that avoids spills. The D = 64 forward still spills 20
+//   bytes; recomputing its copies' offsets too removes that and measured slower.
 // - SiLU's sigmoid comes from the one-instruction tanh, σ(x) = (1 + tanh(x/2)) / 2: the scores
 //   are rounded to bf16 right after, far coarser than its error.
 #include "backend/gpu/hstu_attention.h"
@@ -74,6 +82,7 @@ struct Args {
   const std::int64_t* times;
   const std::int64_t* blocks;  // SequenceBatch::blocks (null: every tile of every sequence)
   std::int64_t block_count;
+  std::int64_t packed_from;  // blocks[packed_from..] are runs of short sequences (kPackedBlock)
   std::int64_t batch;
   int heads, targets, pb, tb, tiles;
   float scale, inv_n;
@@ -91,10 +100,19 @@ struct Out {
   std::int64_t ld;
 };
 
-// The pairs of one block: which sequence, head and tile it takes.
+// The pairs of one block: which sequence, head and tile it takes; or a run of `count` short
+// sequences from `seq` on, taken as one sequence of n tokens whose rows see only their own
+// sequence's (RowSpan).
 struct Work {
-  std::int64_t begin, n, history;
-  int h, tile;
+  std::int64_t begin, n, history, seq;
+  int h, tile, count;
+};
+
+// What row r of a block sees: keys j (of the block's sequence, or run) with start <= j <= r, j
+// < hend or j == r, and queries i < end. One sequence's rows share {0, history, n}; in a run each
+// row has its own sequence's bounds, local to the run.
+struct RowSpan {
+  int start, hend, end;
 };
 
 #if defined(PARITY_GPU_CUDA) && defined(__CUDACC__)
@@ -233,6 +251,14 @@ __device__ __forceinline__ int position_bucket(int dist, int pb) {
 __device__ __forceinline__ bool visible(int il, int jl, int n, int history) {
   return il < n && jl <= il && (jl < history || jl == il);
 }
+// visible() for a pair of a block's sequence or run of n tokens, from the query's span (query
+// side: its row's key range [start, hend)) or the key's (key side: queries before end).
+__device__ __forceinline__ bool seen_by_query(int il, int jl, int n, int start, int hend) {
+  return visible(il, jl, n, hend) && jl >= start;
+}
+__device__ __forceinline__ bool seen_by_key(int il, int jl, int hend, int end) {
+  return visible(il, jl, end, hend);
+}
 __device__ __forceinline__ float sigmoid_fast(float x) {
   return 0.5f + 0.5f * mma::tanh_approx(0.5f * x);
 }
@@ -273,12 +299,25 @@ __device__ __forceinline__ void store_rows(Out o, bool bf16, const float (&c)[S:
 __device__ __forceinline__ bool work_of(const Args& g, bool heaviest_last_tile, Work& w) {
   const std::int64_t x = blockIdx.x;
   std::int64_t b = 0;
-  if (g.blocks != nullptr) {  // the list holds the last tiles first: walked backward for tile 0
+  w.count = 0;
+  if (g.blocks != nullptr) {
+    // The list holds the last tiles first, walked backward for tile 0 (the heaviest key tiles);
+    // the runs of short sequences, the lightest blocks either way, come last in both walks.
     const std::int64_t i = x / g.heads;
-    const std::int64_t item = g.blocks[heaviest_last_tile ? i : g.block_count - 1 - i];
+    const std::int64_t item =
+        g.blocks[heaviest_last_tile || i >= g.packed_from ? i : g.packed_from - 1 - i];
     w.h = static_cast<int>(x % g.heads);
     b = item >> 20;
-    w.tile = static_cast<int>(item & ((1 << 20) - 1));
+    if (item & kPackedBlock) {
+      w.seq = b;
+      w.count = static_cast<int>(item & (kPackedBlock - 1));
+      w.tile = 0;
+      w.begin = g.offsets[b];
+      w.n = g.offsets[b + w.count] - w.begin;
+      w.history = w.n;  // every key may be seen: the rows' spans mask the rest
+      return w.n > 0;
+    }
+    w.tile = static_cast<int>(item & (kPackedBlock - 1));
   } else {
     const std::int64_t bh = g.batch * g.heads;
     b = x % g.batch;
@@ -290,6 +329,39 @@ __device__ __forceinline__ bool work_of(const Args& g, bool heaviest_last_tile, 
   w.n = g.offsets[b + 1] - w.begin;
   w.history = w.n - g.targets;
   return static_cast<std::int64_t>(w.tile) * kRows < w.n;
+}
+
+// The block's rows' spans into span[kRows] ({start, hend, end, -}); a barrier must follow before
+// they are read. Kept in shared memory, read where a step needs them: registers held across the
+// walk would be the kernels' last free ones.
+template <int THREADS>
+__device__ __forceinline__ void fill_spans(const Args& g, const Work& w, int4* span) {
+  if (w.count == 0) {
+    const int4 all{0, static_cast<int>(w.history), static_cast<int>(w.n), 0};
+    for (int r = static_cast<int>(threadIdx.x); r < kRows; r += THREADS) span[r] = all;
+    return;
+  }
+  for (int r = static_cast<int>(w.n) + static_cast<int>(threadIdx.x); r < kRows; r += THREADS)
+    span[r] = int4{0, 0, 0, 0};  // past the run: sees nothing
+  for (int s = static_cast<int>(threadIdx.x); s < w.count; s += THREADS) {
+    const int a = static_cast<int>(g.offsets[w.seq + s] - w.begin);
+    const int e = static_cast<int>(g.offsets[w.seq + s + 1] - w.begin);
+    const int4 own{a, max(a, e - g.targets), e, 0};
+    for (int r = a; r < e; ++r) span[r] = own;
+  }
+}
+__device__ __forceinline__ RowSpan row_span(const int4* span, int row) {
+  const int4 x = span[row];
+  return {x.x, x.y, x.z};
+}
+// A query row's [start, hend) only.
+__device__ __forceinline__ int2 query_span(const int4* span, int row) {
+  return *reinterpret_cast<const int2*>(span + row);
+}
+// The spans' place in shared memory: after the bias tables, on 16 bytes.
+__device__ __forceinline__ int4* spans_after(const float* tim, const Args& g) {
+  return reinterpret_cast<int4*>((reinterpret_cast<std::uintptr_t>(tim + g.tb) + 15) &
+                                 ~std::uintptr_t{15});
 }
 
 template <int THREADS>
@@ -343,7 +415,7 @@ __device__ __forceinline__ bool constant_bias(const Args& g, std::int64_t min_di
 template <class S>
 constexpr std::size_t query_side_smem(int operands, int pb, int tb) {  // operands: q (and dO)
   return (operands * kRows * S::D + 4 * S::WALK * S::D) * 2 + (kRows + 2 * S::WALK) * 8 +
-         static_cast<std::size_t>(pb + tb) * 4;
+         static_cast<std::size_t>(pb + tb) * 4 + kRows * 16 + 16;
 }
 
 // The pipeline of a query-side kernel: Q (and dO) of the block's rows once, then K, V and the
@@ -410,7 +482,6 @@ __global__ __launch_bounds__(S::kThreads, 1) void query_kernel(Args g, In q, In 
   if (!work_of(g, true, w)) return;
   const std::int64_t i0 = static_cast<std::int64_t>(w.tile) * kRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, row0 = warp * S::kWarpRows;
-  const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
   load_bias<S::kThreads>(g, w.h, pos, tim);
   copy_times<kRows, S::kThreads>(tq, g.times, w.begin + i0, w.n - i0);
   copy_tile<D, kRows, S::kThreads>(sq, q, w.h, w.begin + i0, w.n - i0);
@@ -418,6 +489,7 @@ __global__ __launch_bounds__(S::kThreads, 1) void query_kernel(Args g, In q, In 
   mma::copy_async_commit();
   kw.tiles = key_tiles<WALK>(w, i0);
   kw.load(g, w, k, v, 0, 0);
+  fill_spans<S::kThreads>(g, w, spans_after(tim, g));  // read after the first step's barrier
 
   float acc[MT][D / 8][4];
   zero(acc);
@@ -455,10 +527,20 @@ __global__ __launch_bounds__(S::kThreads, 1) void query_kernel(Args g, In q, In 
         apply(m, nt, e, s[m][nt][e] * g.scale + cb, true);
       });
     } else {
+      // The spans of this thread's rows (for_each_element's), read here, not kept across steps.
+      int2 rs[MT][2];
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          rs[m][half] =
+              query_span(spans_after(tim, g), row0 + m * 16 + (lane_id() >> 2) + half * 8);
+      const int n = static_cast<int>(w.n);
       for_each_element<MT, WALK>(row0, [&](int m, int nt, int e, int row, int col) {
         const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
+        const int2 r = rs[m][e >> 1];
         apply(m, nt, e, biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim),
-              visible(il, jl, n, history));
+              seen_by_query(il, jl, n, r.x, r.y));
       });
     }
     if constexpr (kDq)
@@ -501,7 +583,8 @@ __device__ __forceinline__ void rows_times_rows_wg(float (&c)[N / 8][4], std::ui
 template <int D>
 constexpr std::size_t query_wg_smem(int operands, int pb, int tb) {
   return (operands * kRows * D + 3 * 2 * 64 * D) * 2 + (kRows + 3 * 64) * 8 +
-         static_cast<std::size_t>(pb + tb) * 4 + 1024;  // + 1024: the swizzle period's alignment
+         static_cast<std::size_t>(pb + tb) * 4 + kRows * 16 + 16 +
+         1024;  // + 1024: the swizzle period's alignment
 }
 
 // The D = 64 forward fits two blocks on an SM (registers and shared memory), so one block's
@@ -533,7 +616,6 @@ __global__ __launch_bounds__(256, D == 64 && !kDq ? 2 : 1) void query_kernel_wg(
   const std::int64_t i0 = static_cast<std::int64_t>(w.tile) * kRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, row0 = warp * 16;
   const int group_row = (warp / 4) * 64;  // the warpgroup's first row
-  const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
   const KeyTiles tiles = key_tiles<WALK>(w, i0);
   const int count = tiles.count();
   auto load = [&](int i) {  // key tile i into its stage, one commit group (empty past the end)
@@ -559,6 +641,7 @@ __global__ __launch_bounds__(256, D == 64 && !kDq ? 2 : 1) void query_kernel_wg(
   if constexpr (kDq) copy_tile<D, kRows, S::kThreads, true>(sg, dout, w.h, w.begin + i0, w.n - i0);
   load(0);  // one group with Q (and dO)
   load(1);
+  fill_spans<S::kThreads>(g, w, spans_after(tim, g));  // read after the first barrier
 
   // Issues tile i's scores (and dO Vᵀ) into s (dp). Step kk of the products reads head columns
   // [16 kk, 16 kk + 16): slab kk / 4, 32 bytes a step within it.
@@ -571,9 +654,13 @@ __global__ __launch_bounds__(256, D == 64 && !kDq ? 2 : 1) void query_kernel_wg(
   const std::uint64_t v_desc = mma::wg::descriptor(sv, 16, kRowGroup);
   auto issue_scores = [&](int i) {
     const unsigned stage = (i % kStages) * WALK * D * 2;
+    // The row tile's descriptors pass through an empty asm so that their per-step offsets are
+    // added here, not hoisted out of the walk into registers it has none left for.
+    std::uint64_t qd = q_desc, gd = g_desc;
+    asm volatile("" : "+l"(qd), "+l"(gd));
     mma::wg::fence();
-    rows_times_rows_wg<D, kRows, WALK>(s[0], q_desc, k_desc, stage);
-    if constexpr (kDq) rows_times_rows_wg<D, kRows, WALK>(dp[0], g_desc, v_desc, stage);
+    rows_times_rows_wg<D, kRows, WALK>(s[0], qd, k_desc, stage);
+    if constexpr (kDq) rows_times_rows_wg<D, kRows, WALK>(dp[0], gd, v_desc, stage);
     mma::wg::commit();
   };
   // Tile i's bias, mask and SiLU (or its derivative) on the scores, in place.
@@ -608,10 +695,14 @@ __global__ __launch_bounds__(256, D == 64 && !kDq ? 2 : 1) void query_kernel_wg(
               true);
       });
     } else {
+      // The spans of this thread's two rows, read here, not kept across steps.
+      const int2 rs[2] = {query_span(spans_after(tim, g), row0 + (lane_id() >> 2)),
+                          query_span(spans_after(tim, g), row0 + (lane_id() >> 2) + 8)};
+      const int n = static_cast<int>(w.n);
       for_each_element<1, WALK>(row0, [&](int m, int nt, int e, int row, int col) {
         const int il = static_cast<int>(i0) + row, jl = static_cast<int>(j0) + col;
         apply(m, nt, e, biased(g, s[m][nt][e], il, jl, tq[row], tks[col], pos, tim),
-              visible(il, jl, n, history));
+              seen_by_query(il, jl, n, rs[e >> 1].x, rs[e >> 1].y));
       });
     }
   };
@@ -688,11 +779,23 @@ template <class S>
 constexpr std::size_t key_side_smem(int pb, int tb) {
   return (2 * kRows * S::D + 4 * S::WALK * S::D + 2 * kRows * S::WALK) * 2 +
          static_cast<std::size_t>(kRows) * (S::WALK + 1) * 4 + (kRows + 2 * S::WALK) * 8 +
-         static_cast<std::size_t>(pb + tb) * 12;
+         static_cast<std::size_t>(pb + tb) * 12 + kRows * 16 + 16;
 }
 
 __device__ __forceinline__ long long to_fixed(float v) {
   return __float2ll_rn(v * kFixedScale);
+}
+// Adds v to a fixed-point total in shared memory as two 32-bit atomics, the carry out of the low
+// word into the high one: a 64-bit atomic add in shared memory compiles to a compare-and-swap
+// loop, on which lanes adding to one bucket spin. The total is exact in any order (mod 2^64),
+// and its words are the 64-bit value's (little-endian).
+__device__ __forceinline__ void add_fixed(unsigned long long* total, long long v) {
+  const auto u = static_cast<unsigned long long>(v);
+  const auto lo = static_cast<unsigned>(u), hi = static_cast<unsigned>(u >> 32);
+  auto* word = reinterpret_cast<unsigned*>(total);
+  const unsigned old = atomicAdd(word, lo);
+  const unsigned high = hi + (old + lo < old ? 1u : 0u);
+  if (high != 0) atomicAdd(word + 1, high);
 }
 // One bucket's running sum of a thread's pairs: added to the block's fixed-point total when the
 // bucket changes. A key's queries come in increasing order, so its position and time buckets
@@ -709,8 +812,7 @@ struct Run {
     sum += v;
   }
   __device__ void flush(unsigned long long* hist) const {
-    if (bucket >= 0 && sum != 0.0f)
-      atomicAdd(hist + bucket, static_cast<unsigned long long>(to_fixed(sum)));
+    if (bucket >= 0 && sum != 0.0f) add_fixed(hist + bucket, to_fixed(sum));
   }
 };
 
@@ -719,7 +821,7 @@ struct Run {
 __device__ __forceinline__ void warp_flush(unsigned long long* hist, int bucket, long long v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += shfl_xor(kFullMask, v, o);
-  if (lane_id() == 0 && v != 0) atomicAdd(hist + bucket, static_cast<unsigned long long>(v));
+  if (lane_id() == 0 && v != 0) add_fixed(hist + bucket, v);
 }
 
 // A thread's fp32 accumulators (16 rows at r0 of a [.., W] bf16 tile, C layout) into the tile.
@@ -819,12 +921,12 @@ struct KeySums {
                         const std::int64_t* tk, const float* pos, const float* tim, float* sdf,
                         unsigned long long* hist) {
     const int l = lane_id(), warp = static_cast<int>(threadIdx.x) / 32;
-    const int n = static_cast<int>(w.n), history = static_cast<int>(w.history);
     const float pfar = pos[g.pb - 1];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = warp * 16 + (l >> 2) + half * 8;
       const int jl = static_cast<int>(j0) + row;
+      const RowSpan key = kFar ? RowSpan{} : row_span(spans_after(tim, g), row);
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < Q / 8; ++nt)
@@ -838,7 +940,7 @@ struct KeySums {
             time_run[half].add(hist + g.pb, tbk, ds);
           } else {
             const int il = static_cast<int>(i0) + col;
-            const bool vis = visible(il, jl, n, history);
+            const bool vis = seen_by_key(il, jl, key.hend, key.end);
             const float ds =
                 pair(g, sT[nt][e], dpT[nt][e], pos[position_bucket(il - jl, g.pb)] + tim[tbk], vis);
             sdf[row * (Q + 1) + col] = ds;
@@ -876,7 +978,7 @@ struct KeySums {
     if (dist >= g.pb - 1)
       sat_fixed += to_fixed(sum);
     else
-      atomicAdd(hist + dist, static_cast<unsigned long long>(to_fixed(sum)));
+      add_fixed(hist + dist, to_fixed(sum));
   }
 
   // Every partial sum into the block's histogram.
@@ -935,6 +1037,7 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
   copy_tile<D, kRows, S::kThreads>(sk, k, w.h, w.begin + j0, w.n - j0);
   copy_tile<D, kRows, S::kThreads>(sv, v, w.h, w.begin + j0, w.n - j0);
   mma::copy_async_commit();
+  fill_spans<S::kThreads>(g, w, spans_after(tim, g));  // read after the first barrier
 
   int first = 0, end = 0;
   query_tiles(w, j0, Q, first, end);
@@ -970,8 +1073,12 @@ __global__ __launch_bounds__(S::kThreads, 1) void dkv_kernel(Args g, In q, In k,
       float st[1][Q / 8][4], dpt[1][Q / 8][4];
       zero(st);
       zero(dpt);
-      rows_times_rows<D, 1, Q>(st, sk, warp * 16, qs);
-      rows_times_rows<D, 1, Q>(dpt, sv, warp * 16, gs);
+      // The warp's first key through an empty asm: the fragments' addresses are computed here,
+      // not hoisted out of the walk into registers it has none left for.
+      int r0 = warp * 16;
+      asm volatile("" : "+r"(r0));
+      rows_times_rows<D, 1, Q>(st, sk, r0, qs);
+      rows_times_rows<D, 1, Q>(dpt, sv, r0, gs);
       near = sums.elements(g, w, i0, j0, st[0], dpt[0], tqs, tk, pos, tim, sdf, hist);
       store_tile<Q>(sp, warp * 16, st[0]);
       store_tile<Q>(sds, warp * 16, dpt[0]);
@@ -1013,7 +1120,7 @@ template <int D>
 constexpr std::size_t key_wg_smem(int pb, int tb) {
   constexpr int Q = 64;
   return (2 * kRows * D + 3 * 2 * Q * D) * 2 + static_cast<std::size_t>(kRows) * (Q + 1) * 4 +
-         (kRows + 3 * Q) * 8 + static_cast<std::size_t>(pb + tb) * 12 + 1024;
+         (kRows + 3 * Q) * 8 + static_cast<std::size_t>(pb + tb) * 12 + kRows * 16 + 16 + 1024;
 }
 
 template <int D>
@@ -1053,6 +1160,7 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
   copy_times<kRows, kThreads>(tk, g.times, w.begin + j0, w.n - j0);
   copy_tile<D, kRows, kThreads, true>(sk, k, w.h, w.begin + j0, w.n - j0);
   copy_tile<D, kRows, kThreads, true>(sv, v, w.h, w.begin + j0, w.n - j0);
+  fill_spans<kThreads>(g, w, spans_after(tim, g));  // read after the first barrier
 
   int first = 0, end = 0;
   query_tiles(w, j0, Q, first, end);
@@ -1096,6 +1204,7 @@ __global__ __launch_bounds__(256, 1) void dkv_kernel_wg(Args g, In q, In k, In v
     mma::wg::fence_shared();
     __syncthreads();  // tile arrived; every warp has waited for the products of tile - 2
     load(tile + 1);   // into tile - 2's stage, while this step and tile - 1's products run
+
     const std::int64_t i0 = static_cast<std::int64_t>(tile) * Q;
     const std::int64_t* tqs = tq + st * Q;
     // Transposed scores: rows are this warp's 16 keys, columns the step's queries.
@@ -1193,6 +1302,10 @@ std::size_t largest_smem(int d, int pb, int tb) {
   g.times = seq.timestamps;
   g.blocks = seq.blocks;
   g.block_count = seq.blocks != nullptr ? seq.block_count : 0;
+  g.packed_from = g.block_count - (seq.blocks != nullptr ? seq.packed_blocks : 0);
+  if (g.packed_from < 0 || g.packed_from > g.block_count)
+    throw Error("hstu attention: the sequence batch lists " + std::to_string(seq.packed_blocks) +
+                " packed runs among " + std::to_string(g.block_count) + " blocks");
   g.batch = seq.batch;
   g.heads = att.heads;
   g.targets = seq.targets;
