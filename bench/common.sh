@@ -5,6 +5,7 @@
 # Sourcing it moves to the repository root, makes $OUT (default out/NAME) and exports
 # NCCL_NVLS_ENABLE=0 (NVLink multicast stays off on shared GPU machines). It defines:
 #   say MSG...          a timestamped progress line
+#   steady LOG          the steady examples/s of a `parity train` log, as a number
 #   device_facts        the GPU (nvidia-smi) and the host (cores, memory, OS) into $OUT/device.txt
 #   device_after        the GPU's clocks, temperature and power after the work, appended to it
 #   find_binaries T...  sets BIN to a folder holding the targets T: the prebuilt folder named by
@@ -39,6 +40,12 @@ mkdir -p "$SCRATCH"
 export NCCL_NVLS_ENABLE=0
 
 say() { echo "== $(date +%H:%M:%S) $*"; }
+
+# The steady examples/s of a `parity train` log ("(52.9k after the first 2 steps)"), as a number.
+steady() {
+  grep -m1 -E '^done' "$1" | grep -oE '\([0-9.]+[kM]? after' | grep -oE '[0-9.]+[kM]?' |
+    awk '{v = $1 + 0; if ($1 ~ /k$/) v *= 1e3; if ($1 ~ /M$/) v *= 1e6; printf "%.0f", v}'
+}
 
 device_facts() {
   say "device"

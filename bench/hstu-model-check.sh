@@ -27,11 +27,6 @@ mkdir -p "$OUT"
 P="$BIN/parity"
 models=${MODELS:-hstu-feed-1k hstu-commerce-2k}
 
-# The steady examples/s of a `parity train` log ("(52.9k after the first 2 steps)"), as a number.
-steady() {
-  grep -m1 -E '^done' "$1" | grep -oE '\([0-9.]+[kM]? after' | grep -oE '[0-9.]+[kM]?' |
-    awk '{v = $1 + 0; if ($1 ~ /k$/) v *= 1e3; if ($1 ~ /M$/) v *= 1e6; printf "%.0f", v}'
-}
 # A PyTorch run's examples/s and batch from its RESULT line ("-" when it has none).
 torch_field() {  # LOG FIELD
   grep -m1 '^RESULT ' "$1" | sed 's/^RESULT //' |

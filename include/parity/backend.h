@@ -479,6 +479,12 @@ class Backend {
   // Bytes of backend memory the backend holds for itself now (scratch, workspaces, library
   // handles' workspaces, cached operand copies), by purpose; empty where it holds none (cpu).
   virtual std::map<std::string, std::size_t> internal_memory_bytes() const { return {}; }
+  // Holds all but `bytes` of the device's memory until the backend is destroyed, so that the run
+  // has a device of `bytes` (what is in use already, the runtime's own included, counts against
+  // it): one GPU standing in for a smaller one. Not counted in internal_memory_bytes. Throws Error
+  // where the backend has no device memory (cpu), where the device has no more than `bytes`, or
+  // where more than `bytes` are in use already.
+  virtual void limit_memory(std::size_t bytes);
   // GPU backends: from now on every new matrix product takes the kernel catalog's ranking's first
   // configuration the library accepts (parity/select.h), the library heuristic's where none is;
   // the cpu backend has one way to multiply and ignores it. hbm_bytes_per_s: the ranking's floor.

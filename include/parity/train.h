@@ -62,6 +62,9 @@ struct TrainConfig {
   // own choices instead of the plan's and the catalog's, and says so.
   std::vector<GemmDecision> gemm_decisions;
   std::int64_t gemm_library_version = 0;
+  // GPU backends: the device's memory limited to this many bytes for the run (Backend::
+  // limit_memory, at start-up); 0: the whole device.
+  double memory_limit_bytes = 0;
 };
 
 // The backend a run names, with the run's kernel catalog given to it.

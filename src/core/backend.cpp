@@ -50,7 +50,7 @@ std::int64_t sequence_blocks(std::span<const std::int64_t> offsets,
   std::int64_t most = 0;  // blocks of the longest sequence
   for (std::size_t b = 0; b < batch; ++b)
     most = std::max(most, (length(b) + kSequenceBlockRows - 1) / kSequenceBlockRows);
-  if (most >= kPackedBlock)
+  if (most > kPackedBlock)
     throw Error(
         fmt::format("sequence_blocks: a sequence of {} blocks of {} tokens; the block "
                     "list holds at most {}",
@@ -61,6 +61,11 @@ std::int64_t sequence_blocks(std::span<const std::int64_t> offsets,
         out.push_back(static_cast<std::int64_t>(b) << 20 | t);
   out.insert(out.end(), runs.begin(), runs.end());
   return static_cast<std::int64_t>(runs.size());
+}
+
+void Backend::limit_memory(std::size_t bytes) {
+  throw Error(fmt::format("limit_memory({:.2f} GB): the {} backend has no device memory to limit",
+                          static_cast<double>(bytes) / 1e9, name()));
 }
 
 void* Backend::allocate_pinned(std::size_t bytes) {

@@ -466,6 +466,13 @@ class Trainer {
 
 std::unique_ptr<Backend> make_train_backend(const TrainConfig& cfg) {
   std::unique_ptr<Backend> b = make_backend(cfg.backend, cfg.dense_math);
+  if (cfg.memory_limit_bytes > 0) {
+    try {
+      b->limit_memory(static_cast<std::size_t>(cfg.memory_limit_bytes));
+    } catch (const Error& e) {  // a limit this device cannot take is the run's input
+      throw InputError(e.what());
+    }
+  }
   if (cfg.gemm_catalog == nullptr) return b;
   const std::int64_t here = b->blas_library_version();
   if (here == 0) return b;  // no BLAS library: the cpu backend

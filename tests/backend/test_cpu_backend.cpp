@@ -123,6 +123,19 @@ TEST(CpuBackendMemory, AllocationsBeyondTheHostAreInputErrors) {
   Buffer again(be, half / 2);  // what was freed is available again
 }
 
+// limit_memory (one GPU standing in for a smaller one) has nothing to limit on the host.
+TEST(CpuBackendMemory, LimitMemoryIsRefusedByName) {
+  CpuBackend be;
+  try {
+    be.limit_memory(std::size_t{1} << 30);
+    FAIL() << "the cpu backend limited its memory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the cpu backend has no device memory to limit"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CpuBackendMemory, FillUniformIsTheCounterFormula) {
   CpuBackend be;
   const std::int64_t n = 40000;  // large enough to run threaded

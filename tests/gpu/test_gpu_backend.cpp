@@ -306,6 +306,37 @@ TEST(DenseGpu, NarrowTableUpdatesMatchTheCpuBitForBit) {
 
 // ============================================================== errors ==
 
+// limit_memory: the rest of the device is held, so that an allocation past the limit fails and
+// one within it succeeds; limits at or past the device's size, or under what is in use, are
+// refused with the figures; the hold ends with the backend.
+TEST(DenseGpu, LimitMemoryHoldsTheRest) {
+  PARITY_REQUIRE_GPU();
+  const std::size_t gb = 1000000000;
+  const auto [free0, total] = memory_info();
+  {
+    GpuBackend be;
+    EXPECT_THROW(be.limit_memory(total), Error);
+    const std::size_t in_use = total - memory_info().first;
+    try {
+      be.limit_memory(in_use / 2);
+      FAIL() << "a limit under the memory in use was granted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("in use already"), std::string::npos) << e.what();
+    }
+    be.limit_memory(in_use + 2 * gb);
+    EXPECT_LT(memory_info().first, 2 * gb + gb / 10);
+    EXPECT_THROW(be.allocate(3 * gb), Error);
+    void* p = be.allocate(gb);
+    EXPECT_NE(p, nullptr);
+    be.deallocate(p);
+    be.limit_memory(in_use + 4 * gb);  // a second limit replaces the first
+    p = be.allocate(3 * gb);
+    EXPECT_NE(p, nullptr);
+    be.deallocate(p);
+  }
+  EXPECT_GT(memory_info().first + gb, free0);  // held no longer
+}
+
 TEST(DenseGpu, ShapeErrorsNameTheOp) {
   PARITY_REQUIRE_GPU();
   GpuBackend gpu;

@@ -310,6 +310,22 @@ void check_attention(GpuBackend& gpu, const AttentionCase& ac, double tol, bool 
           << tag << name << listed;
     return;
   }
+  // Tokens of sequences outside the runs: the same bits as without the list.
+  std::vector<char> in_run(static_cast<std::size_t>(tokens), 0);
+  for (const std::int64_t b : blocks)
+    if (b & kPackedBlock)
+      std::fill(in_run.begin() + offsets[b >> 20],
+                in_run.begin() + offsets[(b >> 20) + (b & (kPackedBlock - 1))], 1);
+  for (const auto& [name, got, want] :
+       {std::tuple{"out", bout.download(), first_out}, std::tuple{"dq", bdq.download(), first_dq},
+        std::tuple{"dk", bdk.download(), first_dk}, std::tuple{"dv", bdv.download(), first_dv}}) {
+    std::int64_t differ = 0;
+    for (std::int64_t t = 0; t < tokens; ++t)
+      if (!in_run[static_cast<std::size_t>(t)] &&
+          std::memcmp(got.v.data() + t * got.ld, want.v.data() + t * want.ld, got.cols * 4) != 0)
+        ++differ;
+    EXPECT_EQ(differ, 0) << tag << name << listed << ": rows outside the runs differ";
+  }
   expect_near_ref(tag + "out" + listed, bout.download(), out, tol);
   expect_near_ref(tag + "dq" + listed, bdq.download(), dq, tol);
   expect_near_ref(tag + "dk" + listed, bdk.download(), dk, tol);
@@ -363,6 +379,10 @@ TEST(SequenceGpu, TensorCoreAttentionMatchesCpu) {
   // (with empty ones and targets inside runs), beside longer ones; every head dim.
   const std::vector<std::int64_t> short_tailed{5,  17, 0, 40, 33,  1, 9,   60, 64, 2,  100,
                                                28, 3,  3, 3,  120, 8, 700, 0,  50, 11, 77};
+  std::vector<std::int64_t> tailed_offsets{0}, tailed_blocks;
+  for (const std::int64_t n : short_tailed)
+    tailed_offsets.push_back(tailed_offsets.back() + (n == 0 ? 0 : std::max<std::int64_t>(n, 3)));
+  ASSERT_GE(sequence_blocks(tailed_offsets, tailed_blocks), 4) << "the batch packs no runs";
   for (const int d : {16, 32, 64, 128})
     check_attention(gpu, {short_tailed, 3, 2, d, d, 32, 24}, kBf16Tol, true,
                     101 + static_cast<std::uint64_t>(d));

@@ -235,6 +235,7 @@ struct TrainArgs {
   std::int64_t steps = 0, batch = 0, eval_examples = 32768, eval_every = 250;
   std::int64_t checkpoint_every = 0, keep_checkpoints = 2;
   std::uint64_t seed = 1;
+  double memory_limit_gb = 0;
   std::string checkpoint, backend = "auto", on_bad_line = "stop", plan, dense_math, gemm_catalog;
   // auto: the plan's choices where its catalog is this GPU's, else the BLAS library's own.
   std::string gemm_selection = "auto";
@@ -526,6 +527,25 @@ void run_train(const TrainArgs& args, bool model_given) {
   cfg.eval_examples = args.eval_examples;
   cfg.eval_every = args.eval_every;
   cfg.profile = args.profile;
+  if (args.memory_limit_gb > 0) {
+    if (args.backend == "cpu" || (args.backend == "auto" && detect_gpu().empty()))
+      throw InputError(fmt::format(
+          "--memory-limit {} GB: the cpu backend has no device memory to limit (it limits a "
+          "GPU's)",
+          args.memory_limit_gb));
+    cfg.memory_limit_bytes = args.memory_limit_gb * 1e9;
+    if (plan && plan->prediction.peak_memory_bytes > cfg.memory_limit_bytes)
+      throw InputError(fmt::format(
+          "--memory-limit {} GB: the plan '{}' predicts a peak of {:.2f} GB; plan for a device "
+          "of that memory (a copy of its device file with memory.hbm_bytes {:.4g}), or raise "
+          "the limit",
+          args.memory_limit_gb, args.plan, plan->prediction.peak_memory_bytes / 1e9,
+          cfg.memory_limit_bytes));
+    fmt::print(
+        "parity train: the GPU's memory limited to {} GB for this run (the rest reserved at "
+        "start-up)\n",
+        args.memory_limit_gb);
+  }
   if (!args.gemm_catalog.empty()) {
     auto catalog = std::make_shared<const GemmCatalog>(load_gemm_catalog(args.gemm_catalog));
     const DeviceSpec dev = find_device(catalog->device, configs_dir() / "devices");
@@ -640,6 +660,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--eval-examples", args->eval_examples, "Held-out examples to evaluate on")
       ->check(positive_integer())
       ->capture_default_str();
+  cmd->add_option("--memory-limit", args->memory_limit_gb,
+                  "GB of the GPU's memory this run may use, the rest reserved at start-up: one "
+                  "GPU standing in for a smaller one (with a plan made for that memory)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--eval-every", args->eval_every,
                   "Steps between evaluations (0: at the end only)")
       ->check(nonnegative_integer())

@@ -118,6 +118,7 @@ struct GpuBackend::Impl {
   gpu::DeviceBuffer<std::byte> loss_scratch;
   Counters counters;
   std::unordered_map<const void*, std::size_t> sizes;  // bytes of each allocate()d block
+  gpu::DeviceBuffer<std::byte> limit;                  // limit_memory()'s reservation
   // Embedding module state, built on the first call with a given set of layouts. A model may
   // pass more than one set (an HSTU model: its sequence features and its contextual tables), so
   // a few are kept, each with its workspace: switching between them rebuilds nothing.
@@ -302,6 +303,21 @@ GpuBackend::Counters GpuBackend::counters() const {
 }
 
 // ------------------------------------------------------------------ memory --
+
+void GpuBackend::limit_memory(std::size_t bytes) {
+  const auto [free_bytes, total_bytes] = gpu::memory_info();
+  const double gb = 1e9;
+  if (bytes >= total_bytes)
+    throw Error(fmt::format("limit_memory({:.2f} GB): the GPU has {:.2f} GB, nothing to limit",
+                            static_cast<double>(bytes) / gb,
+                            static_cast<double>(total_bytes) / gb));
+  const std::size_t in_use = total_bytes - free_bytes - impl_->limit.size();
+  if (in_use > bytes)
+    throw Error(fmt::format("limit_memory({:.2f} GB): {:.2f} GB of the GPU are in use already",
+                            static_cast<double>(bytes) / gb, static_cast<double>(in_use) / gb));
+  impl_->limit = {};  // a second call replaces the first
+  impl_->limit = gpu::DeviceBuffer<std::byte>(total_bytes - bytes, "GpuBackend::limit_memory");
+}
 
 void* GpuBackend::allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;

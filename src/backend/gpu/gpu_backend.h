@@ -110,6 +110,7 @@ class GpuBackend final : public Backend {
                             OptimizerKind opt, bool to_cache) override;
   void* allocate_host_resident(std::size_t bytes) override;
   std::map<std::string, std::size_t> internal_memory_bytes() const override;
+  void limit_memory(std::size_t bytes) override;
   void use_gemm_catalog(std::shared_ptr<const GemmCatalog> catalog, double hbm_bytes_per_s,
                         std::vector<GemmDecision> decisions = {}) override;
   GemmSelectionCounts gemm_selection_counts() const override;

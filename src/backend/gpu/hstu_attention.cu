@@ -314,7 +314,10 @@ __device__ __forceinline__ bool work_of(const Args& g, bool heaviest_last_tile, 
       w.tile = 0;
       w.begin = g.offsets[b];
       w.n = g.offsets[b + w.count] - w.begin;
-      w.history = w.n;  // every key may be seen: the rows' spans mask the rest
+      // No key counts as history: the fast paths for tiles wholly in a sequence's history never
+      // take a run's tiles, and the walks cover every key and query up to n; the rows' spans
+      // give each pair its mask.
+      w.history = 0;
       return w.n > 0;
     }
     w.tile = static_cast<int>(item & (kPackedBlock - 1));
