@@ -181,6 +181,10 @@ struct ModelSpec {
   std::int64_t max_global_batch = 0;  // largest global batch a planner may use (the learning
                                       // rates then follow lr_scaling); parsed specs default to
                                       // batch_size
+  // Smallest global batch a planner may choose because it is faster (fewer activations leave
+  // HBM for tables); below it only when nothing larger fits. 0 (and parsed specs by default):
+  // batch_size.
+  std::int64_t min_global_batch = 0;
   LrScaling lr_scaling = LrScaling::linear;
   // Steps over which the learning rates rise from the reference batch's to the scaled ones after
   // a larger batch (gradual warm-up, Goyal et al. 2017); 0: the scaled rates from the first step.

@@ -3,8 +3,8 @@
 //   - dense math: the fastest precision the model allows that the device has;
 //   - table optimizer and precision: the model's own, or the cheaper variants its recipe
 //     allows (rowwise Adagrad, fp16/bf16 tables): allowed changes only ever cut bytes;
-//   - global batch: from recipe.max_global_batch down to the reference batch_size, and
-//     below it only when the reference batch does not fit;
+//   - global batch: the fastest from recipe.max_global_batch down to recipe.min_global_batch
+//     (default: the reference batch_size), and below that only when none of those fits;
 //   - sharding (several GPUs): replicated where that is cheaper than exchanging outputs,
 //     split by columns or rows where one table would dominate a device, otherwise whole
 //     tables, balanced by predicted cost (longest first onto the least loaded device)
@@ -19,6 +19,7 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <optional>
 
@@ -145,20 +146,24 @@ class Planner {
       g /= 2;
       out.push_back(round_to_gpus(g));
     }
+    if (m_.min_global_batch > 0 && m_.min_global_batch < ref)
+      out.push_back(round_to_gpus(m_.min_global_batch));  // the recipe's floor, searched too
+    std::sort(out.begin(), out.end(), std::greater<>());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
 
   // Best feasible plan over the batch candidates for fixed numerics: the fastest among the
-  // batches from the reference up to recipe.max_global_batch; below the reference only when
-  // none of those fits (then the largest that fits). nullopt when nothing fits
-  // (last_failure_ then holds the smallest batch's failure).
+  // batches from recipe.min_global_batch (default: the reference) up to recipe.max_global_batch;
+  // below that range only when none of those fits (then the largest that fits). nullopt when
+  // nothing fits (last_failure_ then holds the smallest batch's failure).
   std::optional<Built> best_over_batches(Choice c) {
     std::optional<Built> best;
-    const std::int64_t ref = round_to_gpus(m_.batch_size);
+    const std::int64_t floor_batch = round_to_gpus(
+        m_.min_global_batch > 0 ? std::min(m_.min_global_batch, m_.batch_size) : m_.batch_size);
     const std::size_t variants = W_ > 1 ? std::size(detail::kShardingVariants) : 1;
     for (std::int64_t g : batch_candidates()) {
-      if (g < ref && best) break;
+      if (g < floor_batch && best) break;
       c.global_batch = g;
       std::vector<std::vector<TablePlan>> tried;  // the layouts evaluated at this batch
       for (std::size_t v = 0; v < variants; ++v)
@@ -174,7 +179,7 @@ class Planner {
                            best->plan.prediction.examples_per_s * (1 + 1e-12))
             best = std::move(*b);
         }
-      if (g < ref && best) break;
+      if (g < floor_batch && best) break;
     }
     return best;
   }
@@ -373,9 +378,16 @@ Plan make_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus, const Planne
   }
   if (plan.global_batch != m.batch_size) {
     const std::string lr = detail::lr_change(m, plan.global_batch);
+    const bool allowed_smaller = plan.global_batch < m.batch_size && m.min_global_batch > 0 &&
+                                 plan.global_batch >= m.min_global_batch;
     const std::string reason =
-        plan.global_batch < m.batch_size
-            ? fmt::format("the reference batch does not fit{}; {}", on, lr)
+        allowed_smaller
+            ? fmt::format(
+                  "recipe.min_global_batch allows down to {} and the smaller batch is faster{} "
+                  "(its activations leave HBM to tables); {}",
+                  m.min_global_batch, on, lr)
+        : plan.global_batch < m.batch_size
+            ? fmt::format("no batch the recipe allows fits{}; {}", on, lr)
             : fmt::format(
                   "recipe.max_global_batch allows up to {} and the larger batch amortises per-step "
                   "costs; {}",

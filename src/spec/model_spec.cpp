@@ -651,16 +651,21 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
   spec.allowed_dense_math = {DenseMath::fp32};
   spec.allow_rowwise_adagrad = false;
   spec.max_global_batch = spec.batch_size;
+  spec.min_global_batch = spec.batch_size;
   if (auto f = m.get("recipe")) {
-    const MapView r = f->as_map({"allow_rowwise_adagrad", "table_dtypes", "dense_math",
-                                 "max_global_batch", "lr_scaling", "lr_warmup_steps"},
-                                "a map such as {allow_rowwise_adagrad: true, table_dtypes: [fp32, "
-                                "bf16], dense_math: [fp32, bf16]}");
+    const MapView r =
+        f->as_map({"allow_rowwise_adagrad", "table_dtypes", "dense_math", "max_global_batch",
+                   "min_global_batch", "lr_scaling", "lr_warmup_steps"},
+                  "a map such as {allow_rowwise_adagrad: true, table_dtypes: [fp32, "
+                  "bf16], dense_math: [fp32, bf16]}");
     if (auto g = r.get("allow_rowwise_adagrad")) spec.allow_rowwise_adagrad = g->as_bool();
     if (auto g = r.get("max_global_batch"))
       spec.max_global_batch =
           g->as_int(spec.batch_size, std::int64_t{1} << 40,
                     fmt::format("an integer >= batch_size ({})", spec.batch_size));
+    if (auto g = r.get("min_global_batch"))
+      spec.min_global_batch = g->as_int(
+          1, spec.batch_size, fmt::format("an integer from 1 to batch_size ({})", spec.batch_size));
     if (auto g = r.get("lr_scaling")) spec.lr_scaling = g->as_choice(kLrScalingNames);
     if (auto g = r.get("lr_warmup_steps"))
       spec.lr_warmup_steps =

@@ -255,6 +255,30 @@ TEST(Planner, ABatchChangeSaysHowTheLearningRatesFollow) {
       << reason;
 }
 
+// A recipe that allows smaller batches gets the fastest of them: on one H200, prod-ads-large's
+// reference batch leaves most of its tables in host memory, and half of it keeps more in HBM. The
+// same recipe planned for less memory is then no faster than on the whole device (without the
+// floor, the smaller device alone fell below the reference and overtook the larger).
+TEST(Planner, ASmallerBatchTheRecipeAllowsIsTakenWhereFaster) {
+  ModelSpec m = model("prod-ads-large");
+  const DeviceSpec whole = device("h200");
+  const Plan reference = make_plan(m, whole, 1, options());
+  EXPECT_EQ(reference.global_batch, m.batch_size);
+  m.min_global_batch = m.batch_size / 4;
+  const Plan p = make_plan(m, whole, 1, options());
+  ASSERT_LT(p.global_batch, m.batch_size);
+  EXPECT_GE(p.global_batch, m.min_global_batch);
+  EXPECT_GT(p.prediction.examples_per_s, reference.prediction.examples_per_s);
+  std::string reason;
+  for (const auto& c : p.changes)
+    if (c.what == "global batch") reason = c.reason;
+  EXPECT_NE(reason.find("recipe.min_global_batch allows down to"), std::string::npos) << reason;
+  DeviceSpec limited = whole;
+  limited.hbm_bytes.value = whole.hbm_bytes.value / 1.6;
+  const Plan small = make_plan(m, limited, 1, options());
+  EXPECT_LE(small.prediction.examples_per_s, p.prediction.examples_per_s * (1 + 1e-9));
+}
+
 // The plan check: a plan this run can execute gives what runs, decision by decision; a decision it
 // cannot execute is refused by its field, with the reason and what to do.
 TEST(PlanCheck, ExecutesOrRefusesEveryDecisionByName) {

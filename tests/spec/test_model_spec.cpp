@@ -561,6 +561,19 @@ TEST(ModelParse, MaxGlobalBatch) {
   EXPECT_CONTAINS(msg, "field 'recipe.max_global_batch': expected an integer >= batch_size (64)");
 }
 
+TEST(ModelParse, MinGlobalBatch) {
+  EXPECT_EQ(parse_model_spec(kBase, "x.yaml").min_global_batch, 64);  // default: batch_size
+  const std::string with = std::string(kBase) + "recipe: {min_global_batch: 16}\n";
+  EXPECT_EQ(parse_model_spec(with, "x.yaml").min_global_batch, 16);
+  for (const char* bad : {"128", "0"}) {
+    const std::string msg =
+        model_error(std::string(kBase) + "recipe: {min_global_batch: " + bad + "}\n");
+    EXPECT_CONTAINS(msg, "bad.yaml:13:");
+    EXPECT_CONTAINS(
+        msg, "field 'recipe.min_global_batch': expected an integer from 1 to batch_size (64)");
+  }
+}
+
 TEST(ModelParse, LearningRateRules) {
   const ModelSpec plain = parse_model_spec(kBase, "x.yaml");
   EXPECT_EQ(plain.lr_scaling, LrScaling::linear);
