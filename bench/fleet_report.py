@@ -95,10 +95,11 @@ def main():
     rows, skipped = [], []
     for m in a.models or zoo(a.configs):
         gpus = 1 if m.startswith("hstu") else DLRM_GPUS
+        model = os.path.join(a.configs, "models", m + ".yaml")
         plans = {}
         for dev in ("b200", "mi350x"):
             f = os.path.join(a.out, f"{m}.{dev}.json")
-            rc, text = run(a.parity, ["plan", "--model", m, "--device", dev, "--gpus", str(gpus),
+            rc, text = run(a.parity, ["plan", "--model", model, "--device", dev, "--gpus", str(gpus),
                                       "--out", f])
             if rc != 0:
                 skipped.append((m, dev, text.strip().splitlines()[-1][:160]))
@@ -106,7 +107,7 @@ def main():
             plans[dev] = json.load(open(f))
         if len(plans) < 2:
             continue
-        rc, text = run(a.parity, ["plan", "--model", m, "--device", "mi350x", "--port-from", "b200",
+        rc, text = run(a.parity, ["plan", "--model", model, "--device", "mi350x", "--port-from", "b200",
                                   "--gpus", str(gpus)])
         port, codesign = per_gpu(text, 0), per_gpu(text, 1)
         if rc != 0 or port is None:
