@@ -17,7 +17,8 @@
 #      examples/s, and the predicted and measured gain of the larger memory.
 # The table is printed last and written to $OUT/capacity.md (default out/capacity-check); every
 # log goes into $OUT/logs.
-# Environment: MODELS (default: mlperf-dlrmv2 mlperf-dlrmv2-adagrad hstu-feed-1k), STEPS (default
+# Environment: MODELS (default: mlperf-dlrmv2 prod-video-recs hstu-feed-1k: each fits a GPU machine
+# with 125 GiB of host memory when limited; mlperf-dlrmv2-adagrad needs 165 GB), STEPS (default
 # 300: host-placed tables' caches are re-chosen at steps 4, 16, 64 and 256, seconds each, which a
 # short run does not amortise), RATIO (default 1.6), TRAIN_TIMEOUT (seconds a training run,
 # default 500), PROFILE (default 1; empty: no `--profile`, and no rates without the refreshes,
@@ -28,7 +29,7 @@ set -uo pipefail
 STEPS=${STEPS:-300}
 PROFILE=${PROFILE-1}
 RATIO=${RATIO:-1.6}
-models=${MODELS:-mlperf-dlrmv2 mlperf-dlrmv2-adagrad hstu-feed-1k}
+models=${MODELS:-mlperf-dlrmv2 prod-video-recs hstu-feed-1k}
 device_facts
 find_binaries parity
 P="$BIN/parity"
