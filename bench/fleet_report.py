@@ -24,6 +24,7 @@ DLRM_GPUS = 8  # the study's smallest cluster; HSTU models plan on one GPU so fa
 
 def zoo(configs):
     names = sorted(f[:-5] for f in os.listdir(os.path.join(configs, "models")) if f.endswith(".yaml"))
+    # The CPU-test models are not production-like.
     return [n for n in names if not n.startswith("tiny") and n not in ("criteo-small", "hstu-tiny")]
 
 
@@ -56,7 +57,7 @@ def deciding_terms(b200, mi350x, n=3):
 
 def svg(rows, path):
     """Grouped bars: MI350X/B200 per GPU, port and co-designed, with a line at parity."""
-    w, bar, gap, top, left, height = 900, 12, 14, 40, 210, 0
+    w, bar, gap, top, left = 900, 12, 14, 40, 210
     height = top + len(rows) * (2 * bar + gap) + 50
     scale = (w - left - 40) / max(2.0, max(max(r["port"], r["codesign"]) for r in rows) * 1.1)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" '
@@ -94,8 +95,9 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     rows, skipped = [], []
     for m in a.models or zoo(a.configs):
-        gpus = 1 if m.startswith("hstu") else DLRM_GPUS
         model = os.path.join(a.configs, "models", m + ".yaml")
+        hstu = re.search(r"^kind:\s*hstu\b", open(model).read(), re.M) is not None
+        gpus = 1 if hstu else DLRM_GPUS
         plans = {}
         for dev in ("b200", "mi350x"):
             f = os.path.join(a.out, f"{m}.{dev}.json")
