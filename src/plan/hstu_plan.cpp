@@ -82,16 +82,18 @@ std::string layer_op(int l, const char* what) {
 std::map<std::string, double> hstu_memory(const ModelSpec& m, const SequenceMoments& sm,
                                           DenseMath math, bool recompute, double b, double T,
                                           const std::vector<DType>& table_dtypes,
+                                          const std::vector<double>& table_rows,
                                           OptimizerKind emb_opt, const Calibration& cal) {
   const Dims x(m);
   const double d = x.d, hv = x.hv, ha = x.ha, proj = x.proj, L = x.layers;
   const double C = x.contexts, BT = b * x.targets, tasks = x.tasks, F = x.features;
   std::map<std::string, double> mem;
-  // Tables, in the engine's weight buffers, and their optimizer state.
+  // Tables (the rows this device holds), in the engine's weight buffers, and their optimizer
+  // state.
   const auto tables = hstu_tables(m);
   double weights = 0, state = 0;
   for (std::size_t t = 0; t < tables.size(); ++t) {
-    const double rows = static_cast<double>(tables[t]->rows), dim = tables[t]->dim;
+    const double rows = table_rows[t], dim = tables[t]->dim;
     weights += rows * dim * static_cast<double>(dtype_size(table_dtypes[t]));
     state += rows * optimizer_state_bytes_per_row(emb_opt, tables[t]->dim);
   }
@@ -148,19 +150,71 @@ double total(const std::map<std::string, double>& m) {
   return s;
 }
 
-void check_hstu_shape(const Plan& plan, const ModelSpec& m, const std::string& where) {
+// Lookups one device makes per table and step: a feature's, one per history event (and per target
+// for the first feature); a context's, its pooling size per example.
+std::vector<double> own_lookups(const ModelSpec& m, const SequenceMoments& sm, double b) {
   const auto tables = hstu_tables(m);
-  if (plan.gpus != 1)
-    throw InputError(fmt::format(
-        "{}: {} GPUs; HSTU models are planned and trained on one GPU so far", where, plan.gpus));
+  const auto features = m.hstu->sequence.features.size();
+  std::vector<double> own(tables.size());
+  for (std::size_t t = 0; t < tables.size(); ++t)
+    own[t] = t < features ? b * (sm.history + (t == 0 ? m.hstu->sequence.targets : 0))
+                          : b * tables[t]->pooling_size;
+  return own;
+}
+
+// The memory of one device of a plan holding `rows` of each table: the engine's buffers
+// (hstu_memory) and, on several GPUs, the exchange's: its ids, the rows it receives and their
+// gradients, and the ids, rows and gradients of the lookups it serves.
+std::map<std::string, double> hstu_device_memory(const Plan& plan, const ModelSpec& m,
+                                                 const SequenceMoments& sm,
+                                                 const std::vector<double>& rows,
+                                                 const Calibration& cal) {
+  const double b = static_cast<double>(plan.per_device_batch);
+  const double capacity =
+      plan.token_capacity > 0 ? static_cast<double>(plan.token_capacity) : b * sm.tokens_max;
+  std::vector<DType> dtypes;
+  for (const TablePlan& tp : plan.tables) dtypes.push_back(tp.dtype);
+  std::map<std::string, double> mem =
+      hstu_memory(m, sm, plan.dense_math, plan.recompute, b, capacity, dtypes, rows,
+                  plan.embedding_optimizer, cal);
+  if (plan.gpus > 1) {
+    const auto tables = hstu_tables(m);
+    const std::vector<double> own = own_lookups(m, sm, b);
+    double io = 0;
+    for (std::size_t t = 0; t < tables.size(); ++t) {
+      if (plan.tables[t].sharding == Sharding::replicated) continue;  // looked up where it is
+      const double per_id = 8 + 2 * tables[t]->dim * 4.0;
+      const double served = plan.gpus * own[t] * rows[t] / static_cast<double>(tables[t]->rows);
+      io += (own[t] + served) * per_id;
+    }
+    mem["embedding_io"] = io;
+  }
+  return mem;
+}
+
+// Rows of each table on each device, from the plan's shards: on one GPU every table is one shard;
+// on several, every table is split by rows over the devices (a shard per device that holds rows,
+// every column), or whole on one device.
+std::vector<std::vector<double>> check_hstu_shape(const Plan& plan, const ModelSpec& m,
+                                                  const std::string& where) {
+  const auto tables = hstu_tables(m);
+  const int W = plan.gpus;
+  if (W < 1) throw InputError(fmt::format("{}: gpus must be >= 1, got {}", where, W));
   if (plan.per_device_batch < 1) throw InputError(where + ": per_device_batch must be >= 1");
+  if (plan.global_batch != plan.per_device_batch * W)
+    throw InputError(fmt::format("{}: global_batch {} is not per_device_batch {} x {} GPUs", where,
+                                 plan.global_batch, plan.per_device_batch, W));
   if (plan.tables.size() != tables.size())
     throw InputError(
         fmt::format("{}: has {} tables, model '{}' has {} (its sequence features, "
                     "then its contextual tables)",
                     where, plan.tables.size(), m.name, tables.size()));
+  std::vector<std::vector<double>> rows_on(tables.size(),
+                                           std::vector<double>(static_cast<std::size_t>(W), 0));
   for (std::size_t t = 0; t < tables.size(); ++t) {
     const TablePlan& tp = plan.tables[t];
+    const std::int64_t R = tables[t]->rows;
+    const int D = tables[t]->dim;
     const std::string tw = fmt::format("{}: table {} ('{}')", where, t, tp.name);
     if (tp.name != tables[t]->name)
       throw InputError(
@@ -171,16 +225,101 @@ void check_hstu_shape(const Plan& plan, const ModelSpec& m, const std::string& w
       throw InputError(tw +
                        ": HSTU tables live in HBM (the engine does not run host-placed "
                        "ones yet)");
-    if (tp.sharding != Sharding::table || tp.shards.size() != 1 || tp.shards[0].device != 0 ||
-        tp.shards[0].row_begin != 0 || tp.shards[0].row_end != tables[t]->rows ||
-        tp.shards[0].col_begin != 0 || tp.shards[0].col_end != tables[t]->dim)
+    const bool whole = tp.sharding == Sharding::table && tp.shards.size() == 1 &&
+                       tp.shards[0].row_begin == 0 && tp.shards[0].row_end == R &&
+                       tp.shards[0].col_begin == 0 && tp.shards[0].col_end == D &&
+                       tp.shards[0].device >= 0 && tp.shards[0].device < W;
+    if (W == 1 && !(whole && tp.shards[0].device == 0))
       throw InputError(
           fmt::format("{}: on one GPU a table is one shard holding rows [0, {}) and "
                       "columns [0, {}) on device 0",
-                      tw, tables[t]->rows, tables[t]->dim));
+                      tw, R, D));
+    if (whole) {
+      rows_on[t][static_cast<std::size_t>(tp.shards[0].device)] = static_cast<double>(R);
+      continue;
+    }
+    if (tp.sharding == Sharding::replicated) {
+      std::vector<bool> seen(static_cast<std::size_t>(W), false);
+      for (const ShardPlan& sh : tp.shards) {
+        if (sh.row_begin != 0 || sh.row_end != R || sh.col_begin != 0 || sh.col_end != D ||
+            sh.device < 0 || sh.device >= W || seen[static_cast<std::size_t>(sh.device)])
+          throw InputError(fmt::format(
+              "{}: replicated, so each of its shards is the whole table on a device of its own",
+              tw));
+        seen[static_cast<std::size_t>(sh.device)] = true;
+      }
+      if (tp.shards.size() != static_cast<std::size_t>(W))
+        throw InputError(
+            fmt::format("{}: replicated on {} of the plan's {} GPUs", tw, tp.shards.size(), W));
+      for (double& r : rows_on[t]) r = static_cast<double>(R);
+      continue;
+    }
+    if (tp.sharding != Sharding::row || tp.shards.empty())
+      throw InputError(fmt::format(
+          "{}: on {} GPUs a table is split by rows (sharding row, shards of every column), "
+          "whole on one device (sharding table, one shard) or on every device (replicated)",
+          tw, W));
+    std::vector<ShardPlan> shards = tp.shards;
+    std::sort(shards.begin(), shards.end(),
+              [](const ShardPlan& a, const ShardPlan& b) { return a.row_begin < b.row_begin; });
+    std::int64_t next = 0;
+    for (const ShardPlan& s : shards) {
+      if (s.col_begin != 0 || s.col_end != D || s.row_begin != next || s.row_end <= s.row_begin ||
+          s.device < 0 || s.device >= W)
+        throw InputError(fmt::format(
+            "{}: row shards must hold every column ([0, {})), lie on devices 0..{} and cover "
+            "rows [0, {}) once in contiguous ranges; the shard from row {} does not",
+            tw, D, W - 1, R, s.row_begin));
+      rows_on[t][static_cast<std::size_t>(s.device)] += static_cast<double>(s.row_end - next);
+      next = s.row_end;
+    }
+    if (next != R)
+      throw InputError(fmt::format("{}: row shards cover rows [0, {}) of [0, {})", tw, next, R));
   }
   if (plan.dense_math == DenseMath::fp16)
     throw InputError(where + ": dense math fp16; HSTU models train in fp32, tf32 or bf16");
+  return rows_on;
+}
+
+// The tables' layout on several GPUs: a table is replicated where all-reducing its gradient and
+// updating every row costs less than exchanging its lookups' rows (as the DLRM sharding decides,
+// sharding.cpp), else split by rows over the devices in equal contiguous ranges (whole on one
+// device when it has fewer rows than devices). One GPU: every table one shard.
+void shard_hstu_tables(Plan& p, const ModelSpec& m, const SequenceMoments& sm,
+                       const DeviceSpec& dev, const Calibration& cal) {
+  const auto tables = hstu_tables(m);
+  const int W = p.gpus;
+  const std::vector<double> own = own_lookups(m, sm, static_cast<double>(p.per_device_batch));
+  auto marginal = [&](Collective kind, double bytes) {
+    return collective_time(kind, bytes, W, dev, cal) - collective_time(kind, 1.0, W, dev, cal);
+  };
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    TablePlan& tp = p.tables[t];
+    const std::int64_t R = tables[t]->rows;
+    const int D = tables[t]->dim;
+    tp.shards.clear();
+    if (W > 1) {
+      const double rows = static_cast<double>(R);
+      const double state = optimizer_state_bytes_per_row(tp.optimizer, D);
+      const double sw = static_cast<double>(dtype_size(tp.dtype));
+      const double replicate = marginal(Collective::all_reduce, rows * D * 4) +
+                               memory_pass_time(rows * (D * (2 * sw + 4) + 2 * state), dev, cal) -
+                               cal.kernel_launch_s;
+      const double exchange = 2 * marginal(Collective::all_to_all, own[t] * D * 4.0);
+      if (replicate < exchange) {
+        tp.sharding = Sharding::replicated;
+        for (int d = 0; d < W; ++d) tp.shards.push_back({d, 0, R, 0, D});
+        continue;
+      }
+    }
+    if (W == 1 || R < W) {
+      tp.sharding = Sharding::table;
+      tp.shards = {{static_cast<int>(t % static_cast<std::size_t>(W)), 0, R, 0, D}};
+      continue;
+    }
+    tp.sharding = Sharding::row;
+    for (int d = 0; d < W; ++d) tp.shards.push_back({d, R * d / W, R * (d + 1) / W, 0, D});
+  }
 }
 
 }  // namespace
@@ -303,49 +442,89 @@ namespace parity::detail {
 Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec& dev,
                               const Calibration& cal) {
   const std::string where = fmt::format("plan for model '{}'", plan.model);
-  check_hstu_shape(plan, m, where);
+  const std::vector<std::vector<double>> rows_on = check_hstu_shape(plan, m, where);
   if (plan.dense_math == DenseMath::tf32 && !dev.has_tf32())
     throw InputError(
         fmt::format("{}: dense math tf32 on {}, which has no TF32", where, dev.display_name));
   const Dims x(m);
   const SequenceMoments sm = sequence_moments(m);
+  const int W = plan.gpus;
+  const auto Wn = static_cast<std::size_t>(W);
   const double b = static_cast<double>(plan.per_device_batch);
   const double T = b * sm.tokens;
-  const double capacity =
-      plan.token_capacity > 0 ? static_cast<double>(plan.token_capacity) : b * sm.tokens_max;
   Prediction p;
   p.memory_budget_bytes = dev.hbm_bytes.value;
   const std::vector<OpCost> ops = hstu_op_costs(m, b, plan.dense_math, plan.recompute, dev, cal);
   for (const OpCost& op : ops) p.time_s[op.category] += op.seconds;
 
   // ---- embeddings: the features' unpooled lookups (a bag per token), the contexts' pooled ----
+  // On one GPU a device looks up its own batch. On several, every device sends its ids to the
+  // devices holding their rows; each serves the lookups that fall in its rows (their share of
+  // every device's, the ids taken as spread over the rows alike) and returns each looked-up row
+  // on its own (one id a bag), which the requester adds into its tokens; the backward sends the
+  // rows' gradients the same way back.
   const auto tables = hstu_tables(m);
-  double feature_rows = 0, context_rows = 0;
-  for (std::size_t t = 0; t < tables.size(); ++t)
-    (t < static_cast<std::size_t>(x.features) ? feature_rows : context_rows) +=
-        static_cast<double>(tables[t]->rows);
-  double emb_fwd = 0, emb_bwd = 0, emb_bytes = 0;
-  for (std::size_t t = 0; t < tables.size(); ++t) {
-    const TableSpec& ts = *tables[t];
-    const bool feature = t < static_cast<std::size_t>(x.features);
-    EmbeddingShardWork w;
-    w.rows = ts.rows;
-    w.dim = ts.dim;
-    w.bags = feature ? T : b;
-    w.lookups = feature ? b * (sm.history + (t == 0 ? x.targets : 0)) : b * ts.pooling_size;
-    w.weight_dtype = plan.tables[t].dtype;
-    w.optimizer = plan.embedding_optimizer;
-    w.distribution = ts.distribution;
-    w.zipf_alpha = ts.zipf_alpha;
-    w.key_bits = embedding_key_bits(feature ? feature_rows : context_rows);
-    const EmbeddingCost c = embedding_cost(w, dev, cal);
-    emb_fwd += c.forward_s;
-    emb_bwd += c.backward_s;
-    emb_bytes += c.forward_bytes + c.backward_bytes;
+  const std::vector<double> own = own_lookups(m, sm, b);
+  std::vector<double> fwd(Wn, 0), bwd(Wn, 0), emb_bytes(Wn, 0);
+  for (std::size_t d = 0; d < Wn; ++d) {
+    double feature_rows = 0, context_rows = 0;
+    for (std::size_t t = 0; t < tables.size(); ++t)
+      (t < static_cast<std::size_t>(x.features) ? feature_rows : context_rows) += rows_on[t][d];
+    for (std::size_t t = 0; t < tables.size(); ++t) {
+      const TableSpec& ts = *tables[t];
+      const double r = rows_on[t][d];
+      if (r <= 0) continue;
+      const bool feature = t < static_cast<std::size_t>(x.features);
+      const bool local = W == 1 || plan.tables[t].sharding == Sharding::replicated;
+      const double served = local ? own[t] : W * own[t] * r / static_cast<double>(ts.rows);
+      EmbeddingShardWork w;
+      w.rows = static_cast<std::int64_t>(r);
+      w.dim = ts.dim;
+      w.bags = local ? (feature ? T : b) : served;
+      w.lookups = served;
+      w.weight_dtype = plan.tables[t].dtype;
+      w.optimizer = plan.embedding_optimizer;
+      w.distribution = ts.distribution;
+      w.zipf_alpha = ts.zipf_alpha;
+      w.key_bits = embedding_key_bits(feature ? feature_rows : context_rows);
+      const EmbeddingCost c = embedding_cost(w, dev, cal);
+      fwd[d] += c.forward_s;
+      bwd[d] += c.backward_s;
+      emb_bytes[d] += c.forward_bytes + c.backward_bytes;
+    }
   }
+  double emb_fwd = *std::max_element(fwd.begin(), fwd.end());
+  double emb_bwd = *std::max_element(bwd.begin(), bwd.end());
   if (x.contexts > 0) {  // the contexts' rows added into their tokens, and gathered back
     emb_fwd += memory_pass_time(b * x.contexts * x.d * 12, dev, cal);
     emb_bwd += memory_pass_time(b * x.contexts * x.d * 8, dev, cal);
+  }
+  double own_ids = 0, own_rows = 0;  // bytes a device sends: its ids, its lookups' rows
+  double replicated_grads = 0, replicated_update = 0;
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    if (W > 1 && plan.tables[t].sharding == Sharding::replicated) {
+      // Every replica's gradient all-reduced, then every row updated.
+      const double rows = static_cast<double>(tables[t]->rows), D = tables[t]->dim;
+      replicated_grads += rows * D * 4;
+      replicated_update +=
+          rows * (D * (2 * static_cast<double>(dtype_size(plan.tables[t].dtype)) + 4) +
+                  2 * optimizer_state_bytes_per_row(plan.embedding_optimizer, tables[t]->dim));
+      continue;
+    }
+    own_ids += own[t] * 8;
+    own_rows += own[t] * tables[t]->dim * 4.0;
+  }
+  if (replicated_grads > 0)
+    emb_bwd += collective_time(Collective::all_reduce, replicated_grads, W, dev, cal) +
+               memory_pass_time(replicated_update, dev, cal);
+  if (W > 1 && own_rows > 0) {
+    // The received rows added into their tokens (read the row and the token, write the token),
+    // and in the backward the tokens' gradients gathered into rows to send.
+    emb_fwd += memory_pass_time(own_rows * 3, dev, cal);
+    emb_bwd += memory_pass_time(own_rows * 2, dev, cal);
+    p.time_s["embedding_exchange"] =
+        collective_time(Collective::all_to_all, own_ids, W, dev, cal) +
+        2 * collective_time(Collective::all_to_all, own_rows, W, dev, cal);
   }
   p.time_s["embedding_forward"] = emb_fwd;
   p.time_s["embedding_backward"] = emb_bwd;
@@ -354,6 +533,17 @@ Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const Device
   const int k = optimizer_state_per_element(m.dense_optimizer.kind);
   const double opt_bytes = P * (4 * 3 + 8.0 * k);
   p.time_s["dense_optimizer"] = memory_pass_time(opt_bytes, dev, cal);
+  if (W > 1) {
+    // Data-parallel dense layers: their gradients all-reduced in buckets during the backward,
+    // which hides up to allreduce_overlap of the backward's time (as for DLRM, evaluate.cpp).
+    double backward = 0;
+    for (const OpCost& op : ops)
+      if (op.op.find("backward") != std::string::npos || op.category == "recompute")
+        backward += op.seconds;
+    const double allreduce = collective_time(Collective::all_reduce, P * 4, W, dev, cal);
+    p.time_s["dense_allreduce_exposed"] =
+        std::max(0.0, allreduce - cal.allreduce_overlap * backward);
+  }
   // ---- the batch's layout copied in from the host's pageable memory: ids, offsets, times ----
   const double input_bytes = T * (8 * x.features + 16) + b * (x.ctx_lookups * 8 + 16 * x.contexts) +
                              b * x.targets * (8 + 4 * x.tasks);
@@ -363,18 +553,26 @@ Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const Device
   for (const auto& [name, t] : p.time_s) p.step_s += t;
   const double copy_bw = dev.hbm_bandwidth.value * cal.hbm_efficiency;
   const double peak = dev.dense_flops(plan.dense_math) * cal.gemm_efficiency(plan.dense_math);
-  p.floor_s = (emb_bytes + opt_bytes) / copy_bw;
+  p.floor_s = (*std::max_element(emb_bytes.begin(), emb_bytes.end()) + opt_bytes) / copy_bw;
   for (const OpCost& op : ops) p.floor_s += std::max(op.bytes / copy_bw, op.flops / peak);
-  p.examples_per_s = b / p.step_s;
-  p.examples_per_s_per_gpu = p.examples_per_s;
+  p.examples_per_s = b * W / p.step_s;
+  p.examples_per_s_per_gpu = b / p.step_s;
 
-  std::vector<DType> dtypes;
-  for (const TablePlan& tp : plan.tables) dtypes.push_back(tp.dtype);
-  p.memory_bytes = hstu_memory(m, sm, plan.dense_math, plan.recompute, b, capacity, dtypes,
-                               plan.embedding_optimizer, cal);
-  p.peak_memory_bytes = total(p.memory_bytes);
-  p.device_memory_bytes = {p.peak_memory_bytes};
-  p.peak_device = 0;
+  // ---- memory: every device, the fullest reported ----
+  double worst = -1;
+  for (std::size_t d = 0; d < Wn; ++d) {
+    std::vector<double> rows(tables.size());
+    for (std::size_t t = 0; t < tables.size(); ++t) rows[t] = rows_on[t][d];
+    std::map<std::string, double> mem = hstu_device_memory(plan, m, sm, rows, cal);
+    const double sum = total(mem);
+    p.device_memory_bytes.push_back(sum);
+    if (sum > worst) {
+      worst = sum;
+      p.peak_device = static_cast<int>(d);
+      p.memory_bytes = std::move(mem);
+    }
+  }
+  p.peak_memory_bytes = worst;
   check_finite_prediction(p, where, dev, cal);
   return p;
 }
@@ -383,8 +581,12 @@ namespace {
 
 class HstuPlanner {
  public:
-  HstuPlanner(const ModelSpec& m, const DeviceSpec& dev, const PlannerOptions& opt)
-      : m_(m), dev_(dev), cal_(calibration_for(dev, opt.configs_dir)), sm_(sequence_moments(m)) {}
+  HstuPlanner(const ModelSpec& m, const DeviceSpec& dev, int gpus, const PlannerOptions& opt)
+      : m_(m),
+        dev_(dev),
+        W_(gpus),
+        cal_(calibration_for(dev, opt.configs_dir)),
+        sm_(sequence_moments(m)) {}
 
   // The dense maths the model allows and the device has, bf16 first (HSTU does not train in
   // fp16): the search takes the fastest by predicted examples/s, since the attention's kernels,
@@ -426,9 +628,9 @@ class HstuPlanner {
     p.model = m_.name;
     p.model_file = plan_model_file(m_);
     p.device = dev_.name;
-    p.gpus = 1;
+    p.gpus = W_;
     p.per_device_batch = b;
-    p.global_batch = b;
+    p.global_batch = b * W_;
     p.dense_math = math;
     p.recompute = recompute;
     p.token_capacity = static_cast<std::int64_t>(token_capacity(sm_, static_cast<double>(b)));
@@ -440,23 +642,31 @@ class HstuPlanner {
       tp.name = tables[t]->name;
       tp.dtype = dtypes[t];
       tp.optimizer = p.embedding_optimizer;
-      tp.shards = {{0, 0, tables[t]->rows, 0, tables[t]->dim}};
       p.tables.push_back(std::move(tp));
     }
+    shard_hstu_tables(p, m_, sm_, dev_, cal_);
     return p;
   }
 
+  // The fullest device's memory at b examples per device (a row-split table's rounded-up share
+  // on every device, a whole table counted as if on each).
   double memory(const std::vector<DType>& dtypes, DenseMath math, bool recompute,
                 std::int64_t b) const {
-    const double bb = static_cast<double>(b);
-    return total(hstu_memory(m_, sm_, math, recompute, bb, token_capacity(sm_, bb), dtypes,
-                             m_.embedding_optimizer.kind, cal_));
+    const Plan p = skeleton(dtypes, math, recompute, b);
+    std::vector<double> rows;
+    const auto tables = hstu_tables(m_);
+    for (std::size_t t = 0; t < tables.size(); ++t) {
+      const auto R = static_cast<double>(tables[t]->rows);
+      rows.push_back(p.tables[t].sharding == Sharding::row ? std::ceil(R / W_) : R);
+    }
+    return total(hstu_device_memory(p, m_, sm_, rows, cal_));
   }
 
-  // The largest batch in [1, top] whose memory fits (0: none).
+  // The largest batch per device in [1, top / gpus] whose memory fits (0: none).
   std::int64_t largest_fitting(const std::vector<DType>& dtypes, DenseMath math,
                                bool recompute) const {
-    const std::int64_t top = std::max(m_.max_global_batch, m_.batch_size);
+    const std::int64_t top =
+        std::max<std::int64_t>(1, std::max(m_.max_global_batch, m_.batch_size) / W_);
     const double budget = dev_.hbm_bytes.value;
     if (memory(dtypes, math, recompute, 1) > budget) return 0;
     std::int64_t lo = 1, hi = top;  // lo fits; memory grows with the batch
@@ -493,6 +703,7 @@ class HstuPlanner {
  private:
   const ModelSpec& m_;
   const DeviceSpec& dev_;
+  int W_;
   Calibration cal_;
   SequenceMoments sm_;
 };
@@ -509,12 +720,8 @@ std::string without(const std::optional<Plan>& w, const Plan& chosen) {
 
 Plan make_hstu_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus,
                     const PlannerOptions& opt) {
-  if (gpus != 1)
-    throw InfeasibleError(fmt::format(
-        "model '{}' is an HSTU model: HSTU models are planned and trained on one GPU so far "
-        "(--gpus 1); sharded HSTU tables over several GPUs are not built yet",
-        m.name));
-  HstuPlanner planner(m, dev, opt);
+  if (gpus < 1) throw InputError(fmt::format("--gpus must be at least 1, got {}", gpus));
+  HstuPlanner planner(m, dev, gpus, opt);
   const std::vector<DType> dtypes = planner.lowered_dtypes();
   std::optional<Plan> chosen;
   for (const DenseMath c : planner.maths()) {
@@ -531,15 +738,25 @@ Plan make_hstu_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus,
       bytes += static_cast<double>(tables[t]->rows) *
                (tables[t]->dim * static_cast<double>(dtype_size(dtypes[t])) +
                 optimizer_state_bytes_per_row(m.embedding_optimizer.kind, tables[t]->dim));
+    // Each GPU holds a 1/gpus share of the tables; the rest of one example's memory does not
+    // shrink with more GPUs.
+    const double one = planner.memory(dtypes, math, true, 1);
+    const double fixed = one - bytes / gpus;
+    const int need = fixed < 0.9 * dev.hbm_bytes.value
+                         ? static_cast<int>(std::ceil(bytes / (0.9 * dev.hbm_bytes.value - fixed)))
+                         : 0;
     throw InfeasibleError(fmt::format(
-        "model '{}' does not fit on one {}: one example needs {} (its tables with their "
-        "optimizer state {}, in {}) against {} of HBM. To fit: smaller tables, or more GPUs "
-        "(HSTU tables are not sharded yet)",
-        m.name, dev.display_name, gb(planner.memory(dtypes, math, true, 1)), gb(bytes),
-        dtype_name(dtypes.empty() ? DType::f32 : dtypes[0]), gb(dev.hbm_bytes.value)));
+        "model '{}' does not fit on {} x {}: one example a GPU needs {} (its tables with their "
+        "optimizer state {} in all, in {}, split by rows over the GPUs) against {} of HBM. To "
+        "fit: {}",
+        m.name, gpus, dev.display_name, gb(one), gb(bytes),
+        dtype_name(dtypes.empty() ? DType::f32 : dtypes[0]), gb(dev.hbm_bytes.value),
+        need > gpus ? fmt::format("about {} x {} hold the tables (--gpus {}), or smaller tables",
+                                  need, dev.name, need)
+                    : std::string("smaller tables or a shorter history")));
   }
   Plan plan = std::move(*chosen);
-  const std::string on = " on 1 x " + dev.display_name;
+  const std::string on = fmt::format(" on {} x {}", gpus, dev.display_name);
   if (dtypes != planner.own_dtypes()) {
     int lowered = 0;
     std::string names;
@@ -582,13 +799,13 @@ Plan make_hstu_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus,
   if (plan.global_batch != m.batch_size) {
     const std::int64_t top = std::max(m.max_global_batch, m.batch_size);
     const std::string bound =
-        plan.global_batch >= top
+        plan.global_batch + gpus > top
             ? fmt::format("recipe.max_global_batch allows up to {} and it fits{}", top, on)
             : fmt::format("the largest batch whose memory fits{} ({} of {} predicted)", on,
                           gb(plan.prediction.peak_memory_bytes), gb(dev.hbm_bytes.value));
     plan.changes.push_back(
         {"global batch", fmt::format("{}", m.batch_size), fmt::format("{}", plan.global_batch),
-         fmt::format("{}: {:.0f} tokens per step on average (token capacity {}: {:.0f} per "
+         fmt::format("{}: {:.0f} tokens per step on average (token capacity {} a GPU: {:.0f} per "
                      "example, {:.0f} at most); {}",
                      bound, static_cast<double>(plan.global_batch) * sm.tokens, plan.token_capacity,
                      sm.tokens, sm.tokens_max, lr_change(m, plan.global_batch))});

@@ -721,7 +721,8 @@ TEST(DenseOps, ThePlansDenseTimesAreTheirSums) {
 namespace parity {
 namespace {
 
-// The co-design search is at least as good as a port: on every zoo model, GPU count and device,
+// The co-design search is at least as good as a port: on every zoo model (DLRM and HSTU), GPU
+// count and device,
 // the device's own plan predicts at least the examples/s of any other device's plan run there
 // unchanged (port_plan) that fits, by the same cost model.
 TEST(Planner, NoDevicesOwnPlanIsBeatenByAnotherDevicesPlanRunOnIt) {
@@ -729,8 +730,9 @@ TEST(Planner, NoDevicesOwnPlanIsBeatenByAnotherDevicesPlanRunOnIt) {
   int compared = 0;
   for (const auto& entry : fs::directory_iterator(kConfigs / "models")) {
     const ModelSpec m = load_model_spec(entry.path());
-    if (m.kind != ModelKind::dlrm) continue;
+    const bool hstu = m.kind == ModelKind::hstu;
     for (const int gpus : {1, 8, 128}) {
+      if (hstu && gpus == 128) continue;  // HSTU at 1 and 8: its search is per-device batch
       std::map<std::string, Plan> own;
       for (const char* key : devices) try {
           own.emplace(key, make_plan(m, device(key), gpus, options()));
