@@ -2,7 +2,9 @@
 """The fleet report: what the planner predicts for the zoo on MI350X against B200, ported and
 co-designed (the planner only: no GPU needed).
 
-For each zoo model, `parity plan` on B200 (its own recipe), on MI350X (co-designed) and
+For each model of the seed-like zoo (configs/models/seed-*.yaml; --zoo all for every
+production-like model), at the GPU count its YAML names (gpus:; --gpus to override), `parity plan`
+on B200 (its own recipe), on MI350X (co-designed) and
 `--port-from b200` (the B200 recipe run unchanged on MI350X): the MI350X/B200 ratio per GPU of
 the port and of the co-designed recipe, the gain of co-design over the port, and the step terms
 that decide the ratio (the categories whose predicted time differs most between the two
@@ -19,11 +21,10 @@ import re
 import subprocess
 import sys
 
-DLRM_GPUS = 8  # the study's smallest cluster; HSTU models plan on one GPU so far
-
-
-def zoo(configs):
+def zoo(configs, which):
     names = sorted(f[:-5] for f in os.listdir(os.path.join(configs, "models")) if f.endswith(".yaml"))
+    if which == "seed":
+        return [n for n in names if n.startswith("seed-")]
     # The CPU-test models are not production-like.
     return [n for n in names if not n.startswith("tiny") and n not in ("criteo-small", "hstu-tiny")]
 
@@ -91,37 +92,42 @@ def main():
     ap.add_argument("--configs", default="configs")
     ap.add_argument("--out", default="out/fleet")
     ap.add_argument("--models", nargs="*")
+    ap.add_argument("--zoo", choices=("seed", "all"), default="seed")
+    ap.add_argument("--gpus", type=int, help="GPU count for every model (default: each model's gpus:)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rows, skipped = [], []
-    for m in a.models or zoo(a.configs):
+    gpus_arg = ["--gpus", str(a.gpus)] if a.gpus else []
+    for m in a.models or zoo(a.configs, a.zoo):
         model = os.path.join(a.configs, "models", m + ".yaml")
-        hstu = re.search(r"^kind:\s*hstu\b", open(model).read(), re.M) is not None
-        gpus = 1 if hstu else DLRM_GPUS
         plans = {}
         for dev in ("b200", "mi350x"):
             f = os.path.join(a.out, f"{m}.{dev}.json")
-            rc, text = run(a.parity, ["plan", "--model", model, "--device", dev, "--gpus", str(gpus),
-                                      "--out", f])
+            rc, text = run(a.parity, ["plan", "--model", model, "--device", dev, "--out", f] + gpus_arg)
             if rc != 0:
                 skipped.append((m, dev, text.strip().splitlines()[-1][:160]))
                 break
             plans[dev] = json.load(open(f))
         if len(plans) < 2:
             continue
-        rc, text = run(a.parity, ["plan", "--model", model, "--device", "mi350x", "--port-from", "b200",
-                                  "--gpus", str(gpus)])
+        rc, text = run(a.parity, ["plan", "--model", model, "--device", "mi350x", "--port-from", "b200"]
+                       + gpus_arg)
         port, codesign = per_gpu(text, 0), per_gpu(text, 1)
         if rc != 0 or port is None:
             skipped.append((m, "port", text.strip().splitlines()[-1][:160]))
             continue
+        gpus = plans["b200"]["gpus"]
         b200 = plans["b200"]["prediction"]["examples_per_s_per_gpu"]
-        rows.append({"model": m, "gpus": gpus, "port": port / b200, "codesign": codesign / b200,
+        hstu = re.search(r"^kind:\s*hstu\b", open(model).read(), re.M) is not None
+        rows.append({"model": m, "gpus": gpus, "hstu": hstu, "port": port / b200, "codesign": codesign / b200,
                      "gain": codesign / port, "terms": deciding_terms(plans["b200"], plans["mi350x"]),
                      "b200": b200, "mi350x": codesign})
     if not rows:
         sys.exit("fleet_report: no model planned")
-    geo = {k: math.exp(sum(math.log(r[k]) for r in rows) / len(rows)) for k in ("port", "codesign", "gain")}
+    def geomean(rs):
+        return {k: math.exp(sum(math.log(r[k]) for r in rs) / len(rs)) for k in ("port", "codesign", "gain")}
+    geo = geomean(rows)
+    dlrm = [r for r in rows if not r["hstu"]]
     with open(os.path.join(a.out, "fleet.md"), "w") as f:
         f.write("| model | GPUs | B200 examples/s per GPU | MI350X co-designed | MI350X/B200, port | "
                 "MI350X/B200, co-designed | co-design over port | terms that decide it (B200 -> MI350X, own plans) |\n")
@@ -131,6 +137,10 @@ def main():
                     f"{r['port']:.2f} | {r['codesign']:.2f} | {r['gain']:.2f}x | {r['terms']} |\n")
         f.write(f"| **geomean** ({len(rows)} models) | | | | **{geo['port']:.2f}** | "
                 f"**{geo['codesign']:.2f}** | **{geo['gain']:.2f}x** | |\n")
+        if dlrm and len(dlrm) < len(rows):
+            g = geomean(dlrm)
+            f.write(f"| geomean, DLRM models ({len(dlrm)}) | | | | {g['port']:.2f} | {g['codesign']:.2f} | "
+                    f"{g['gain']:.2f}x | |\n")
         if skipped:
             f.write("\nNot planned:\n")
             for m, dev, why in skipped:

@@ -190,6 +190,9 @@ struct ModelSpec {
   // a larger batch (gradual warm-up, Goyal et al. 2017); 0: the scaled rates from the first step.
   std::int64_t lr_warmup_steps = 0;
   std::int64_t batch_size = 0;  // the reference global batch size the lr is tuned for (> 0)
+  // GPUs the model's reference recipe trains on ("gpus:" in YAML; 0: not said). `parity plan`
+  // plans for it when --gpus is not given, and the fleet report compares devices at it.
+  int gpus = 0;
   // The factor a plan's batch change scaled the optimizers' learning rates by (1: unchanged); the
   // warm-up starts from the rates divided by it.
   double lr_batch_scale = 1.0;
@@ -245,16 +248,24 @@ enum class Fp8Format : std::uint8_t { ocp, fnuz };  // OCP e4m3/e5m2 (NVIDIA, CD
 inline constexpr NamedValue<Fp8Format> kFp8FormatNames[] = {{"ocp", Fp8Format::ocp},
                                                             {"fnuz", Fp8Format::fnuz}};
 
+// How a device without TF32 units runs TF32 math, where its BLAS library offers a way: bf16x3
+// splits each fp32 operand into a high and a low bf16 part and sums three bf16 products (hi·hi,
+// hi·lo, lo·hi), about TF32's precision at a third of the bf16 rate.
+enum class Tf32Emulation : std::uint8_t { none, bf16x3 };
+inline constexpr NamedValue<Tf32Emulation> kTf32EmulationNames[] = {
+    {"none", Tf32Emulation::none}, {"bf16x3", Tf32Emulation::bf16x3}};
+
 struct DeviceSpec {
   std::string name;          // catalog key, e.g. "h200"
   std::string display_name;  // e.g. "NVIDIA H200 SXM"
   std::string source_file;
   Vendor vendor = Vendor::nvidia;
-  std::string arch;                   // "sm_90", "sm_100", "gfx942", "gfx950"
-  Sourced hbm_bytes;                  // bytes of device memory
-  Sourced hbm_bandwidth;              // bytes/s, peak
-  Sourced fp32_flops;                 // dense peak FLOP/s, no sparsity
-  std::optional<Sourced> tf32_flops;  // absent where the device has no TF32
+  std::string arch;                                    // "sm_90", "sm_100", "gfx942", "gfx950"
+  Sourced hbm_bytes;                                   // bytes of device memory
+  Sourced hbm_bandwidth;                               // bytes/s, peak
+  Sourced fp32_flops;                                  // dense peak FLOP/s, no sparsity
+  std::optional<Sourced> tf32_flops;                   // absent where the device has no TF32 units
+  Tf32Emulation tf32_emulation = Tf32Emulation::none;  // without them: the library's emulation
   Sourced bf16_flops;
   Sourced fp16_flops;
   std::optional<Sourced> fp8_flops;
@@ -270,8 +281,11 @@ struct DeviceSpec {
   Sourced host_link_bandwidth;   // bytes/s per direction between device and host memory
   Sourced host_memory_bytes;     // host memory available per GPU for host-placed tables
 
-  bool has_tf32() const { return tf32_flops.has_value(); }
-  // Peak for a dense math precision; throws parity::Error for tf32 on a device without it.
+  // Whether TF32 math runs: on TF32 units, or emulated by the device's library.
+  bool has_tf32() const { return tf32_flops.has_value() || tf32_emulation != Tf32Emulation::none; }
+  bool tf32_native() const { return tf32_flops.has_value(); }
+  // Peak for a dense math precision (tf32 emulated as bf16x3: a third of the bf16 peak); throws
+  // parity::Error for tf32 on a device that neither has nor emulates it.
   double dense_flops(DenseMath m) const;
 };
 

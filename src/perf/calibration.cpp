@@ -32,7 +32,7 @@ struct Field {
 
 // The built-in values are estimates until a device is measured; the measured H200 file
 // (configs/calibration/h200.yaml) is where the NVIDIA estimates are anchored.
-constexpr std::array<Field, 18> kFields{{
+constexpr std::array<Field, 19> kFields{{
     {"gemm_efficiency_fp32", &Calibration::gemm_efficiency_fp32, 0.01, 1.0, 0.70, 0.60,
      "below the 0.75 measured on one H200 at 8192^3 (configs/calibration/h200.yaml); "
      "hipBLASLt reaches a lower fraction of the (higher) datasheet peaks than cuBLASLt on Hopper"},
@@ -54,6 +54,10 @@ constexpr std::array<Field, 18> kFields{{
      "one H200); wave64 kernels start lower until measured"},
     {"host_link_efficiency", &Calibration::host_link_efficiency, 0.01, 1.0, 0.80, 0.80,
      "PCIe and C2C copies reach about 0.8 of the link rate"},
+    {"host_gather_efficiency", &Calibration::host_gather_efficiency, 0.01, 1.0, 0.25, 0.25,
+     "the forward's reads of single host rows, one per missed lookup, are bound by the link's "
+     "outstanding requests, not its rate: 15.8 GB/s of PCIe Gen5 x16's 64 on one H200 "
+     "(docs/perf/host-tables.md, 2026-12-02); AMD estimated alike"},
     {"host_pageable_efficiency", &Calibration::host_pageable_efficiency, 0.001, 1.0, 0.08, 0.08,
      "an HSTU batch's layout copied from pageable memory on one H200's machine: about 5 GB/s of "
      "PCIe Gen5 x16's 64 (hstu-feed-1k's input, 2026-12-02; the same day's commerce-2k, video-4k "

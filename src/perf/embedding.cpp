@@ -167,17 +167,20 @@ EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& devi
                  kBackwardKernels * cal.kernel_launch_s;
   if (w.placement == Placement::host) {
     // The kernels reach rows missing from the HBM cache in host memory, over the host link:
-    // the forward reads the row of every missed lookup, the backward reads and writes each
-    // missed row once with its state. The cold ids are treated as uniform over the cold rows
-    // (an upper bound for Zipf).
+    // the forward reads the row of every missed lookup, scattered single rows at the link's
+    // gather rate; the backward reads and writes each missed row once with its state, in both
+    // directions at once. The cold ids are treated as uniform over the cold rows (an upper
+    // bound for Zipf).
     const double hit = hot_fraction(w.rows, w.distribution, w.zipf_alpha, w.cache_rows);
     const auto cold_rows =
         static_cast<std::int64_t>(std::max(1.0, static_cast<double>(w.rows) - w.cache_rows));
     const double missed_lookups = w.lookups * (1 - hit);
     const double missed =
         expected_unique_rows(cold_rows, IdDistribution::uniform, 0, missed_lookups);
-    c.host_bytes = missed_lookups * d * sw + 2 * missed * (d * sw + state);
-    c.host_s = c.host_bytes / (device.host_link_bandwidth.value * cal.host_link_efficiency);
+    const double gathered = missed_lookups * d * sw, updated = 2 * missed * (d * sw + state);
+    c.host_bytes = gathered + updated;
+    c.host_s = gathered / (device.host_link_bandwidth.value * cal.host_gather_efficiency) +
+               updated / (device.host_link_bandwidth.value * cal.host_link_efficiency);
   }
   return c;
 }

@@ -371,7 +371,11 @@ Plan make_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus, const Planne
         fmt::format("fastest dense math the model allows{} ({} TFLOP/s peak vs {} in fp32)", on,
                     static_cast<int>(dev.dense_flops(plan.dense_math) / 1e12),
                     static_cast<int>(dev.fp32_flops.value / 1e12));
-    if (!dev.has_tf32()) reason += "; " + dev.display_name + " has no TF32";
+    if (!dev.has_tf32())
+      reason += "; " + dev.display_name + " has no TF32";
+    else if (!dev.tf32_native() && plan.dense_math == DenseMath::tf32)
+      reason += "; " + dev.display_name +
+                " has no TF32 units: its library emulates TF32 with three bf16 products";
     if (plan.dense_math != DenseMath::tf32) reason += "; master weights and optimizer stay fp32";
     plan.changes.push_back(
         {"dense math", "fp32", std::string(dense_math_name(plan.dense_math)), reason});
@@ -418,6 +422,10 @@ Plan port_plan(const Plan& source, const ModelSpec& m, const DeviceSpec& dev,
     p.dense_math = DenseMath::fp32;
     p.changes.push_back({"dense math", "tf32", "fp32",
                          dev.display_name + " has no TF32: the ported recipe falls back to fp32"});
+  } else if (p.dense_math == DenseMath::tf32 && !dev.tf32_native()) {
+    p.changes.push_back(
+        {"dense math", "tf32", "tf32 (emulated)",
+         dev.display_name + " has no TF32 units: its library runs TF32 as three bf16 products"});
   }
   const Calibration cal = calibration_for(dev, opt.configs_dir);
   p.calibration = cal.source;

@@ -29,11 +29,11 @@ double DeviceSpec::dense_flops(DenseMath m) const {
     case DenseMath::fp32:
       return fp32_flops.value;
     case DenseMath::tf32:
-      if (!tf32_flops)
-        throw Error(
-            fmt::format("device '{}' ({}) has no TF32 math; use fp32 or bf16 dense math on it",
-                        name, display_name));
-      return tf32_flops->value;
+      if (tf32_flops) return tf32_flops->value;
+      if (tf32_emulation == Tf32Emulation::bf16x3) return bf16_flops.value / 3;
+      throw Error(
+          fmt::format("device '{}' ({}) has no TF32 math; use fp32 or bf16 dense math on it", name,
+                      display_name));
     case DenseMath::bf16:
       return bf16_flops.value;
     case DenseMath::fp16:
@@ -177,7 +177,7 @@ DeviceSpec parse_device(const YAML::Node& root, const std::string& origin) {
   const MapView comp =
       m.require("compute", "expected compute_units, warp_size and the dense FLOP/s peaks")
           .as_map({"compute_units", "warp_size", "fp32_flops", "tf32_flops", "bf16_flops",
-                   "fp16_flops", "fp8_flops", "fp8_format"},
+                   "fp16_flops", "fp8_flops", "fp8_format", "tf32_emulation"},
                   "a map of compute numbers");
   d.compute_units = read_sourced(comp, "compute_units", "SMs or CUs", Kind::count).value;
   const ReadNumber warp =
@@ -203,6 +203,12 @@ DeviceSpec parse_device(const YAML::Node& root, const std::string& origin) {
           "({:g}); give dense peaks without sparsity, in FLOP/s",
           tf32.value.value, fp32.value.value, bf16.value.value));
     d.tf32_flops = tf32.value;
+  }
+  if (const auto emu = comp.get("tf32_emulation")) {
+    d.tf32_emulation = emu->as_choice(kTf32EmulationNames);
+    if (d.tf32_flops && d.tf32_emulation != Tf32Emulation::none)
+      emu->fail(
+          "tf32_emulation is for a device without TF32 units, and tf32_flops is given; give one");
   }
   const auto format_field = comp.get("fp8_format");
   if (comp.has("fp8_flops")) {

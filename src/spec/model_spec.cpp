@@ -171,6 +171,7 @@ constexpr std::size_t kMaxTables = 100000;
 constexpr std::int64_t kMaxCrossLayers = 64;
 constexpr std::int64_t kMaxDenseFeatures = 1 << 20;
 constexpr std::int64_t kMaxBatch = std::int64_t{1} << 40;
+constexpr std::int64_t kMaxGpus = std::int64_t{1} << 16;
 constexpr std::int64_t kMaxSeqLen = 1 << 20;
 constexpr std::int64_t kMaxTargets = 1 << 16;
 constexpr std::int64_t kMaxHstuLayers = 256;
@@ -178,7 +179,7 @@ constexpr std::int64_t kMaxHstuLayers = 256;
 const std::vector<std::string_view> kTopKeys = {
     "name",     "kind",       "description", "dense_features", "batch_size", "table_defaults",
     "tables",   "bottom_mlp", "top_mlp",     "interaction",    "optimizer",  "recipe",
-    "sequence", "context",    "hstu",        "tasks"};
+    "sequence", "context",    "hstu",        "tasks",          "gpus"};
 // The fields of one family only.
 const std::vector<std::string_view> kDlrmKeys = {"dense_features", "table_defaults", "tables",
                                                  "bottom_mlp",     "top_mlp",        "interaction"};
@@ -611,6 +612,8 @@ ModelSpec parse_model(const YAML::Node& root, const std::string& origin) {
                 "expected the reference global batch size the learning rates are tuned for, e.g. "
                 "batch_size: 65536")
           .as_int(1, kMaxBatch, "a positive integer up to 2^40");
+  if (auto f = m.get("gpus"))
+    spec.gpus = static_cast<int>(f->as_int(1, kMaxGpus, "a GPU count from 1 to 65536"));
 
   std::vector<TableOrigin> origins;
   std::map<std::string, std::size_t> first_index;  // name -> index in origins

@@ -85,17 +85,47 @@ TEST(Planner, InfeasibleModelsSayWhatDoesNotFitAndWhatWouldHelp) {
 TEST(Planner, NeverChoosesTf32WhereTheDeviceHasNone) {
   ModelSpec m = model("tiny");
   m.allowed_dense_math = {DenseMath::fp32, DenseMath::tf32};
-  for (const char* key : {"mi350x", "mi355x"}) {
-    const Plan p = make_plan(m, device(key), 1, options());
-    EXPECT_EQ(p.dense_math, DenseMath::fp32) << key;
-  }
+  DeviceSpec bare = device("mi350x");  // no TF32 units and no library emulation
+  bare.tf32_emulation = Tf32Emulation::none;
+  EXPECT_FALSE(bare.has_tf32());
+  EXPECT_EQ(make_plan(m, bare, 1, options()).dense_math, DenseMath::fp32);
   EXPECT_EQ(make_plan(m, device("h200"), 1, options()).dense_math, DenseMath::tf32);
   // A tf32 recipe ported to a device without TF32 falls back to fp32, and says so.
   const Plan src = make_plan(m, device("b200"), 1, options());
-  const Plan port = port_plan(src, m, device("mi350x"), options());
+  const Plan port = port_plan(src, m, bare, options());
   EXPECT_EQ(port.dense_math, DenseMath::fp32);
   ASSERT_FALSE(port.changes.empty());
   EXPECT_NE(port.changes[0].reason.find("no TF32"), std::string::npos);
+}
+
+// MI350X and MI355X have no TF32 units; hipBLASLt runs TF32 math there as three bf16 products, a
+// third of the bf16 rate, which is still several times the fp32 rate: a recipe that allows TF32 but
+// not bf16 takes it, and a ported TF32 recipe keeps it, its products costed at that rate.
+TEST(Planner, Tf32EmulatedAsThreeBf16Products) {
+  ModelSpec m = model("tiny");
+  m.allowed_dense_math = {DenseMath::fp32, DenseMath::tf32};
+  for (const char* key : {"mi350x", "mi355x"}) {
+    const DeviceSpec d = device(key);
+    EXPECT_TRUE(d.has_tf32() && !d.tf32_native()) << key;
+    EXPECT_DOUBLE_EQ(d.dense_flops(DenseMath::tf32), d.bf16_flops.value / 3) << key;
+    const Plan p = make_plan(m, d, 1, options());
+    EXPECT_EQ(p.dense_math, DenseMath::tf32) << key;
+    const auto change = std::find_if(p.changes.begin(), p.changes.end(),
+                                     [](const RecipeChange& c) { return c.what == "dense math"; });
+    ASSERT_NE(change, p.changes.end()) << key;
+    EXPECT_NE(change->reason.find("three bf16 products"), std::string::npos) << change->reason;
+  }
+  const DeviceSpec mi350x = device("mi350x");
+  const Plan port = port_plan(make_plan(m, device("b200"), 1, options()), m, mi350x, options());
+  EXPECT_EQ(port.dense_math, DenseMath::tf32);
+  ASSERT_FALSE(port.changes.empty());
+  EXPECT_EQ(port.changes[0].to, "tf32 (emulated)");
+  // Each product is costed at the emulated rate: a big enough product takes bf16's time x 3.
+  const Calibration cal = calibration_for(mi350x, kConfigs);
+  const double tf32 = gemm_best({8192, 8192, 8192, DenseMath::tf32}, mi350x, cal).seconds;
+  const double bf16 = gemm_best({8192, 8192, 8192, DenseMath::bf16}, mi350x, cal).seconds;
+  EXPECT_NEAR(tf32 / bf16,
+              3 * cal.gemm_efficiency(DenseMath::bf16) / cal.gemm_efficiency(DenseMath::tf32), 0.1);
 }
 
 TEST(Planner, IsDeterministic) {

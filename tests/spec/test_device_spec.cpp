@@ -49,8 +49,9 @@ TEST(DeviceCatalog, VendorFacts) {
     EXPECT_EQ(d.arch.substr(0, 3), amd ? "gfx" : "sm_");
     // FP8: OCP on Hopper, Blackwell and CDNA4; FNUZ on CDNA3.
     EXPECT_EQ(*d.fp8_format, d.arch == "gfx942" ? Fp8Format::fnuz : Fp8Format::ocp);
-    // TF32: everywhere except CDNA4.
-    EXPECT_EQ(d.has_tf32(), d.arch != "gfx950");
+    // TF32 units everywhere except CDNA4, where hipBLASLt emulates TF32 with bf16 products.
+    EXPECT_EQ(d.tf32_native(), d.arch != "gfx950");
+    EXPECT_EQ(d.tf32_emulation, d.arch == "gfx950" ? Tf32Emulation::bf16x3 : Tf32Emulation::none);
     EXPECT_EQ(d.llc_bytes.value > 0, amd) << "only the AMD parts have an Infinity Cache";
   }
 }
@@ -71,7 +72,8 @@ TEST(DeviceCatalog, SpotCheckReferenceNumbers) {
 }
 
 TEST(DeviceSpec, DenseFlopsTf32ThrowsWhereThereIsNone) {
-  const DeviceSpec d = find_device("mi350x", device_dir());
+  DeviceSpec d = find_device("mi350x", device_dir());
+  d.tf32_emulation = Tf32Emulation::none;  // no TF32 units and no emulation
   EXPECT_FALSE(d.has_tf32());
   try {
     d.dense_flops(DenseMath::tf32);
@@ -82,7 +84,9 @@ TEST(DeviceSpec, DenseFlopsTf32ThrowsWhereThereIsNone) {
   }
   EXPECT_GT(d.dense_flops(DenseMath::fp32), 0.0);
   EXPECT_GT(d.dense_flops(DenseMath::bf16), d.dense_flops(DenseMath::fp32));
-  EXPECT_THROW(find_device("mi355x", device_dir()).dense_flops(DenseMath::tf32), Error);
+  // The catalog's CDNA4 parts emulate it: a third of their bf16 peak.
+  const DeviceSpec mi355x = find_device("mi355x", device_dir());
+  EXPECT_DOUBLE_EQ(mi355x.dense_flops(DenseMath::tf32), mi355x.bf16_flops.value / 3);
 }
 
 TEST(FindDevice, ByKeyCaseInsensitiveOrByPath) {
@@ -249,6 +253,21 @@ TEST(DeviceParse, PeakOrdering) {
   EXPECT_FALSE(parse_device_spec(
                    replaced(kDevice, "  tf32_flops: {value: 495.0e12, source: \"s\"}\n", ""), "x")
                    .has_tf32());
+}
+
+TEST(DeviceParse, Tf32EmulationOnlyWithoutTf32Units) {
+  const std::string without = replaced(kDevice, "  tf32_flops: {value: 495.0e12, source: \"s\"}\n",
+                                       "  tf32_emulation: bf16x3\n");
+  const DeviceSpec d = parse_device_spec(without, "x");
+  EXPECT_TRUE(d.has_tf32());
+  EXPECT_FALSE(d.tf32_native());
+  EXPECT_DOUBLE_EQ(d.dense_flops(DenseMath::tf32), d.bf16_flops.value / 3);
+  std::string msg = device_error(replaced(without, "bf16x3", "xf32"));
+  EXPECT_CONTAINS(msg, "field 'compute.tf32_emulation': expected one of none or bf16x3");
+  msg = device_error(
+      replaced(kDevice, "  fp8_format: ocp\n", "  fp8_format: ocp\n  tf32_emulation: bf16x3\n"));
+  EXPECT_CONTAINS(msg,
+                  "tf32_emulation is for a device without TF32 units, and tf32_flops is given");
 }
 
 TEST(DeviceParse, Fp8FormatIffFp8Flops) {

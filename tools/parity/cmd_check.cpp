@@ -60,8 +60,11 @@ void add_check_command(CLI::App& app) {
               "tf32 {}\n",
               path, d.display_name, d.hbm_bytes.value / 1e9, d.hbm_bandwidth.value / 1e12,
               d.bf16_flops.value / 1e12,
-              d.has_tf32() ? fmt::format("{:.0f} TFLOP/s", d.tf32_flops->value / 1e12)
-                           : std::string("none"));
+              d.tf32_native() ? fmt::format("{:.0f} TFLOP/s", d.tf32_flops->value / 1e12)
+              : d.has_tf32()  ? fmt::format("{:.0f} TFLOP/s emulated ({})",
+                                            d.dense_flops(DenseMath::tf32) / 1e12,
+                                            name_in(kTf32EmulationNames, d.tf32_emulation))
+                              : std::string("none"));
         } else {
           const ModelSpec m = load_model_spec(path);
           if (m.hstu) {

@@ -204,7 +204,7 @@ void write_plan(const std::string& out, const Plan& plan, const std::vector<std:
 void add_plan_command(CLI::App& app) {
   struct Args {
     std::string model = "mlperf-dlrmv2", device, port_from, out;
-    int gpus = 1;
+    int gpus = 0;  // 0: the model's own (gpus: in its YAML), else 1
     bool verbose = false;
   };
   auto args = std::make_shared<Args>();
@@ -220,27 +220,27 @@ void add_plan_command(CLI::App& app) {
       "  parity plan --model tiny --device h200 --out plan.json && parity train --plan plan.json");
   cmd->add_option("--model", args->model, "Model YAML file or zoo name")->capture_default_str();
   cmd->add_option("--device", args->device, "Device catalog key (configs/devices) or YAML file");
-  cmd->add_option("--gpus", args->gpus, "Number of GPUs")
-      ->check(CLI::Range(1, 1 << 16))
-      ->capture_default_str();
+  cmd->add_option("--gpus", args->gpus, "Number of GPUs [default: the model's gpus: field, else 1]")
+      ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--port-from", args->port_from,
                   "Compare with the recipe planned for this device, run unchanged on --device");
   cmd->add_option("--out", args->out, "Write the plan as JSON (input of parity train --plan)");
   cmd->add_flag("--verbose,-v", args->verbose, "Per-table placement and the GEMM kernel choices");
   cmd->callback([args] {
     const ModelSpec model = load_model_spec(resolve_model(args->model));
+    const int gpus = args->gpus > 0 ? args->gpus : std::max(model.gpus, 1);
     const auto devices_dir = configs_dir() / "devices";
     PlannerOptions opt;
     opt.configs_dir = configs_dir();
     if (args->device.empty()) {
       if (!args->port_from.empty()) throw InputError("--port-from needs --device");
       if (!args->out.empty()) throw InputError("--out needs --device");
-      fmt::print("{} on {} GPUs of each catalog device\n\n", model.name, args->gpus);
+      fmt::print("{} on {} GPUs of each catalog device\n\n", model.name, gpus);
       fmt::print("  {:<24}{:>10}{:>7}{:>17}{:>9}{:>8}{:>11}{:>13}\n", "device", "batch/GPU", "math",
                  "table opt", "tables", "host", "mem GB", "ex/s per GPU");
       for (const auto& dev : load_device_catalog(devices_dir)) {
         try {
-          const Plan p = make_plan(model, dev, args->gpus, opt);
+          const Plan p = make_plan(model, dev, gpus, opt);
           const Summary s = summarize(p);
           fmt::print(
               "  {:<24}{:>10}{:>7}{:>17}{:>9}{:>8}{:>11.1f}{:>13}\n",
@@ -249,16 +249,16 @@ void add_plan_command(CLI::App& app) {
               p.prediction.peak_memory_bytes / 1e9, rate(p.prediction.examples_per_s_per_gpu));
         } catch (const InfeasibleError&) {
           fmt::print("  {:<24}  does not fit on {} GPUs (parity plan --device {} says why)\n",
-                     dev.display_name.substr(0, 23), args->gpus, dev.name);
+                     dev.display_name.substr(0, 23), gpus, dev.name);
         }
       }
       return;
     }
     const DeviceSpec dev = find_device(args->device, devices_dir);
-    const Plan plan = make_plan(model, dev, args->gpus, opt);
+    const Plan plan = make_plan(model, dev, gpus, opt);
     if (!args->port_from.empty()) {
       const DeviceSpec src = find_device(args->port_from, devices_dir);
-      const Plan source = make_plan(model, src, args->gpus, opt);
+      const Plan source = make_plan(model, src, gpus, opt);
       print_port(source, port_plan(source, model, dev, opt), plan, src, dev);
     } else {
       print_plan(plan, dev, args->verbose);

@@ -75,6 +75,7 @@ using Operation = hipblasOperation_t;
 using EpilogueKind = hipblasLtEpilogue_t;
 inline constexpr Status kSuccess = HIPBLAS_STATUS_SUCCESS;
 inline constexpr ComputeType kCompute32F = HIPBLAS_COMPUTE_32F;
+// gfx950 has no XF32 units: there hipBLASLt runs this as three bf16 products (tf32_emulation).
 inline constexpr ComputeType kCompute32FFastTf32 = HIPBLAS_COMPUTE_32F_FAST_TF32;
 inline constexpr DataType kF32 = HIP_R_32F;
 inline constexpr DataType kBf16 = HIP_R_16BF;
