@@ -44,6 +44,29 @@ def per_gpu(text, which):
     return float(v) * {"": 1, "k": 1e3, "M": 1e6}[unit]
 
 
+def best_count(parity, model, dev, gpus, out):
+    """Each power-of-two GPU count up to `gpus` at the recipe's batch range (fewer, fuller GPUs):
+    (the count with the most examples/s per GPU, that rate, the fewest count that fits). A count
+    whose plan drops below the recipe's batches does not count."""
+    text = open(model).read()
+    ref = int(re.search(r"^batch_size:\s*([0-9]+)", text, re.M).group(1))
+    m = re.search(r"^\s*min_global_batch:\s*([0-9]+)", text, re.M)
+    floor = min(int(m.group(1)), ref) if m else ref
+    best, fewest, w = None, None, 1
+    while w <= gpus:
+        f = os.path.join(out, f"{os.path.basename(model)[:-5]}.{dev}.{w}.json")
+        rc, _ = run(parity, ["plan", "--model", model, "--device", dev, "--gpus", str(w), "--out", f])
+        if rc == 0:
+            p = json.load(open(f))
+            if p["global_batch"] >= max(w, floor // w * w):
+                rate = p["prediction"]["examples_per_s_per_gpu"]
+                fewest = fewest or w
+                if best is None or rate > best[1]:
+                    best = (w, rate)
+        w *= 2
+    return (best[0], best[1], fewest) if best else None
+
+
 def deciding_terms(b200, mi350x, n=3):
     """The categories whose predicted time differs most between the two plans, in ms."""
     cats = set(b200["prediction"]["time_s"]) | set(mi350x["prediction"]["time_s"])
@@ -118,10 +141,13 @@ def main():
             continue
         gpus = plans["b200"]["gpus"]
         b200 = plans["b200"]["prediction"]["examples_per_s_per_gpu"]
+        counts = {d: best_count(a.parity, model, d, gpus, a.out) for d in ("b200", "mi350x")}
         hstu = re.search(r"^kind:\s*hstu\b", open(model).read(), re.M) is not None
         rows.append({"model": m, "gpus": gpus, "hstu": hstu, "port": port / b200, "codesign": codesign / b200,
                      "gain": codesign / port, "terms": deciding_terms(plans["b200"], plans["mi350x"]),
-                     "b200": b200, "mi350x": codesign})
+                     "b200": b200, "mi350x": codesign, "counts": counts,
+                     "by_count": counts["mi350x"][1] / counts["b200"][1]
+                     if counts["b200"] and counts["mi350x"] else None})
     if not rows:
         sys.exit("fleet_report: no model planned")
     def geomean(rs):
@@ -130,17 +156,27 @@ def main():
     dlrm = [r for r in rows if not r["hstu"]]
     with open(os.path.join(a.out, "fleet.md"), "w") as f:
         f.write("| model | GPUs | B200 examples/s per GPU | MI350X co-designed | MI350X/B200, port | "
-                "MI350X/B200, co-designed | co-design over port | terms that decide it (B200 -> MI350X, own plans) |\n")
-        f.write("|---|---|---|---|---|---|---|---|\n")
+                "MI350X/B200, co-designed | co-design over port | fewest GPUs that fit, B200 / MI350X | "
+                "best examples/s per GPU over GPU counts, MI350X/B200 | "
+                "terms that decide it (B200 -> MI350X, own plans) |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
+            c = r["counts"]
+            fewest = " / ".join(str(c[d][2]) if c[d] else "-" for d in ("b200", "mi350x"))
+            by_count = (f"{r['by_count']:.2f} ({c['b200'][0]} / {c['mi350x'][0]} GPUs)"
+                        if r["by_count"] else "-")
             f.write(f"| {r['model']} | {r['gpus']} | {r['b200']:.4g} | {r['mi350x']:.4g} | "
-                    f"{r['port']:.2f} | {r['codesign']:.2f} | {r['gain']:.2f}x | {r['terms']} |\n")
+                    f"{r['port']:.2f} | {r['codesign']:.2f} | {r['gain']:.2f}x | {fewest} | {by_count} | "
+                    f"{r['terms']} |\n")
+        def count_geo(rs):
+            v = [r["by_count"] for r in rs if r["by_count"]]
+            return f"{math.exp(sum(math.log(x) for x in v) / len(v)):.2f}" if v else "-"
         f.write(f"| **geomean** ({len(rows)} models) | | | | **{geo['port']:.2f}** | "
-                f"**{geo['codesign']:.2f}** | **{geo['gain']:.2f}x** | |\n")
+                f"**{geo['codesign']:.2f}** | **{geo['gain']:.2f}x** | | **{count_geo(rows)}** | |\n")
         if dlrm and len(dlrm) < len(rows):
             g = geomean(dlrm)
             f.write(f"| geomean, DLRM models ({len(dlrm)}) | | | | {g['port']:.2f} | {g['codesign']:.2f} | "
-                    f"{g['gain']:.2f}x | |\n")
+                    f"{g['gain']:.2f}x | | {count_geo(dlrm)} | |\n")
         if skipped:
             f.write("\nNot planned:\n")
             for m, dev, why in skipped:

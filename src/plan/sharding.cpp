@@ -90,23 +90,32 @@ void Sharder::shard(Plan& p, const ShardingVariant& variant) const {
       for (int d = 0; d < W_; ++d) tp.shards.push_back({d, 0, ts.rows, 0, ts.dim});
       continue;
     }
-    // Split a table that alone would load a device more than the variant's share, or that
-    // is larger than its size limit.
-    const double split = std::max(
-        c / (variant.split_share * target),
-        variant.split_bytes > 0 && bytes > variant.split_bytes ? static_cast<double>(W_) : 0.0);
+    // Split a table that alone would load a device more than the variant's share, or into
+    // pieces no larger than the variant's size limit.
+    const double split =
+        std::max(c / (variant.split_share * target),
+                 variant.split_bytes > 0 ? std::ceil(bytes / variant.split_bytes) : 0.0);
     if (split <= 1.0) {
       tp.sharding = Sharding::table;
       pieces.push_back({t, {0, 0, ts.rows, 0, ts.dim}, c, bytes});
       continue;
     }
-    // Column-wise into k pieces when the dim splits into multiples of 4 columns.
-    int k = 0;
-    for (int cand = static_cast<int>(std::ceil(split)); cand <= W_; ++cand)
+    // Column-wise into k pieces when the dim splits into multiples of 4 columns: the fewest
+    // pieces that reach the split, else as many as the dim allows. Each piece's pooled outputs
+    // go through the all-to-all with the others; a row-wise table instead reduce-scatters a
+    // partial output of the whole batch from every device, which at many GPUs costs far more.
+    int k = 0, most = 0;
+    for (int cand = 2; cand <= W_; ++cand)
       if (ts.dim % cand == 0 && (ts.dim / cand) % 4 == 0) {
-        k = cand;
-        break;
+        most = cand;
+        if (cand >= split) {
+          k = cand;
+          break;
+        }
       }
+    const bool fits_in_columns =
+        variant.split_bytes <= 0 || bytes / std::max(most, 1) <= variant.split_bytes;
+    if (k == 0 && most > 1 && fits_in_columns) k = most;
     if (k > 1) {
       tp.sharding = Sharding::column;
       const int w = ts.dim / k;

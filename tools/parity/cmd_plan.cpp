@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "common.h"
 #include "core/atomic_file.h"
@@ -199,12 +200,76 @@ void write_plan(const std::string& out, const Plan& plan, const std::vector<std:
   }
 }
 
+std::string gpus_text(int n) {
+  return fmt::format("{} GPU{}", n, n == 1 ? "" : "s");
+}
+
+// One plan per GPU count at the model's global batch range (fewer, fuller GPUs, or more): what
+// each count predicts, which fit, and where the rate per GPU is highest.
+void print_gpu_counts(const ModelSpec& model, const DeviceSpec& dev, std::vector<int> counts,
+                      const PlannerOptions& opt) {
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  fmt::print("{} on {} by GPU count\n\n", model.name, dev.display_name);
+  fmt::print("  {:>6}{:>14}{:>11}{:>8}{:>11}{:>13}{:>14}{:>10}\n", "GPUs", "global batch",
+             "batch/GPU", "host", "ms/step", "examples/s", "ex/s per GPU", "per GPU");
+  struct Row {
+    int gpus;
+    Plan plan;
+  };
+  // A count whose plan had to drop below the recipe's batches does not run the same job.
+  const std::int64_t floor = model.min_global_batch > 0
+                                 ? std::min(model.min_global_batch, model.batch_size)
+                                 : model.batch_size;
+  std::vector<Row> fit;
+  for (const int w : counts) {
+    try {
+      Plan p = make_plan(model, dev, w, opt);
+      if (p.global_batch < std::max<std::int64_t>(w, (floor / w) * w)) {
+        fmt::print(
+            "  {:>6}  fits only below the recipe's batches (global batch {}, the recipe's "
+            "smallest {})\n",
+            w, p.global_batch, floor);
+        continue;
+      }
+      fit.push_back({w, std::move(p)});
+    } catch (const InfeasibleError&) {
+      fmt::print("  {:>6}  does not fit (parity plan --gpus {} says why)\n", w, w);
+      continue;
+    }
+    const Plan& p = fit.back().plan;
+    const double first = fit.front().plan.prediction.examples_per_s_per_gpu;
+    fmt::print("  {:>6}{:>14}{:>11}{:>8}{:>11.2f}{:>13}{:>14}{:>9.2f}x\n", w, p.global_batch,
+               p.per_device_batch, summarize(p).host, p.prediction.step_s * 1e3,
+               rate(p.prediction.examples_per_s), rate(p.prediction.examples_per_s_per_gpu),
+               p.prediction.examples_per_s_per_gpu / first);
+  }
+  if (fit.empty())
+    throw InfeasibleError(fmt::format("model '{}' fits none of the GPU counts asked for on {}",
+                                      model.name, dev.display_name));
+  const auto per_gpu = std::max_element(fit.begin(), fit.end(), [](const Row& a, const Row& b) {
+    return a.plan.prediction.examples_per_s_per_gpu < b.plan.prediction.examples_per_s_per_gpu;
+  });
+  const auto fastest = std::max_element(fit.begin(), fit.end(), [](const Row& a, const Row& b) {
+    return a.plan.prediction.examples_per_s < b.plan.prediction.examples_per_s;
+  });
+  fmt::print("\n  fewest GPUs that fit at the recipe's batches: {}\n", fit.front().gpus);
+  fmt::print("  most examples/s per GPU: {} ({} per GPU)\n", gpus_text(per_gpu->gpus),
+             rate(per_gpu->plan.prediction.examples_per_s_per_gpu));
+  fmt::print("  most examples/s: {} ({})\n", gpus_text(fastest->gpus),
+             rate(fastest->plan.prediction.examples_per_s));
+  fmt::print(
+      "  (per GPU: the rate per GPU against the fewest that fit; parity plan --gpus N\n"
+      "   gives the whole plan for one count)\n");
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
   struct Args {
     std::string model = "mlperf-dlrmv2", device, port_from, out;
     int gpus = 0;  // 0: the model's own (gpus: in its YAML), else 1
+    std::vector<int> gpu_counts;
     bool verbose = false;
   };
   auto args = std::make_shared<Args>();
@@ -217,10 +282,15 @@ void add_plan_command(CLI::App& app) {
       "  parity plan --model mlperf-dlrmv2 --device h200 --gpus 1\n"
       "  parity plan --model mlperf-dlrmv2 --device mi350x --port-from b200 --gpus 8\n"
       "  parity plan --model prod-many-features --gpus 32          # every catalog device\n"
+      "  parity plan --model seed-c-trillion --device mi350x --gpu-counts 8,16,32\n"
       "  parity plan --model tiny --device h200 --out plan.json && parity train --plan plan.json");
   cmd->add_option("--model", args->model, "Model YAML file or zoo name")->capture_default_str();
   cmd->add_option("--device", args->device, "Device catalog key (configs/devices) or YAML file");
   cmd->add_option("--gpus", args->gpus, "Number of GPUs [default: the model's gpus: field, else 1]")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--gpu-counts", args->gpu_counts,
+                  "Plan for each of these GPU counts (e.g. 8,16,32) and compare them")
+      ->delimiter(',')
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--port-from", args->port_from,
                   "Compare with the recipe planned for this device, run unchanged on --device");
@@ -235,6 +305,7 @@ void add_plan_command(CLI::App& app) {
     if (args->device.empty()) {
       if (!args->port_from.empty()) throw InputError("--port-from needs --device");
       if (!args->out.empty()) throw InputError("--out needs --device");
+      if (!args->gpu_counts.empty()) throw InputError("--gpu-counts needs --device");
       fmt::print("{} on {} GPUs of each catalog device\n\n", model.name, gpus);
       fmt::print("  {:<24}{:>10}{:>7}{:>17}{:>9}{:>8}{:>11}{:>13}\n", "device", "batch/GPU", "math",
                  "table opt", "tables", "host", "mem GB", "ex/s per GPU");
@@ -255,6 +326,12 @@ void add_plan_command(CLI::App& app) {
       return;
     }
     const DeviceSpec dev = find_device(args->device, devices_dir);
+    if (!args->gpu_counts.empty()) {
+      if (!args->port_from.empty() || !args->out.empty() || args->gpus > 0)
+        throw InputError("--gpu-counts compares counts: without --gpus, --port-from or --out");
+      print_gpu_counts(model, dev, args->gpu_counts, opt);
+      return;
+    }
     const Plan plan = make_plan(model, dev, gpus, opt);
     if (!args->port_from.empty()) {
       const DeviceSpec src = find_device(args->port_from, devices_dir);

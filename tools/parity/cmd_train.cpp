@@ -141,14 +141,18 @@ void print_profile(const TrainResult& r, const Plan* plan, const ModelSpec& mode
   }
   fmt::print("  {:<26} {:>10.3f} {:>10}\n", "sum of categories", measured_total,
              plan != nullptr ? fmt::format("{:.3f}", predicted_total) : "");
-  // An HSTU plan's ops, as the planner predicts them at the batch that ran.
+  // The plan's dense ops (HSTU: every op but the embeddings), as the planner predicts them at the
+  // plan's batch per device.
   std::map<std::string, double> predicted_ops;
-  if (plan != nullptr && model.kind == ModelKind::hstu) {
+  if (plan != nullptr) {
     const DeviceSpec dev = find_device(plan->device, configs_dir() / "devices");
-    for (const OpCost& op :
-         hstu_op_costs(model, static_cast<double>(plan->per_device_batch), plan->dense_math,
-                       plan->recompute, dev, calibration_for(dev, configs_dir())))
-      predicted_ops[op.category + ": " + op.op] += op.seconds * 1e3;
+    const Calibration cal = calibration_for(dev, configs_dir());
+    const std::vector<OpCost> ops =
+        model.kind == ModelKind::hstu
+            ? hstu_op_costs(model, static_cast<double>(plan->per_device_batch), plan->dense_math,
+                            plan->recompute, dev, cal)
+            : dense_op_costs(model, plan->per_device_batch, plan->dense_math, dev, cal);
+    for (const OpCost& op : ops) predicted_ops[op.category + ": " + op.op] += op.seconds * 1e3;
   }
   fmt::print("  by op:\n");
   for (const auto& [op, ms] : r.profile_ops_ms_per_step) {
