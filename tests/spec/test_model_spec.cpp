@@ -6,6 +6,8 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
@@ -750,6 +752,48 @@ TEST(ModelZoo, HstuModelsSpanTheProductionRange) {
   EXPECT_GE(biggest, 1000000000);
   const ModelSpec tiny = load_model_spec(model_dir() / "hstu-tiny.yaml");
   EXPECT_LE(tiny.hstu->sequence.max_len, 64);
+}
+
+// The seed-like zoo (seed-*.yaml) spans the study's range: DLRM and HSTU models, 100M to 1T
+// parameters (embedding and dense), 8 to 128 GPUs, histories of 512 to 8,192 events; each file
+// says what binds it, and each recipe that allows a larger batch names its learning-rate rule.
+TEST(ModelZoo, SeedZooSpansTheStudysRange) {
+  int n = 0, hstu = 0, lo_gpus = INT_MAX, hi_gpus = 0, lo_len = INT_MAX, hi_len = 0;
+  double lo_params = 1e300, hi_params = 0;
+  for (const auto& f : yaml_files(model_dir())) {
+    if (f.filename().string().rfind("seed-", 0) != 0) continue;
+    SCOPED_TRACE(f.string());
+    const ModelSpec m = load_model_spec(f);
+    ++n;
+    std::ifstream in(f);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("What binds it"), std::string::npos) << "its comment says what binds it";
+    lo_gpus = std::min(lo_gpus, m.gpus);
+    hi_gpus = std::max(hi_gpus, m.gpus);
+    double params = static_cast<double>(m.embedding_parameters());
+    if (m.kind == ModelKind::hstu) {
+      ++hstu;
+      lo_len = std::min(lo_len, m.hstu->sequence.max_len);
+      hi_len = std::max(hi_len, m.hstu->sequence.max_len);
+    } else {
+      params += static_cast<double>(m.dense_parameters());
+    }
+    lo_params = std::min(lo_params, params);
+    hi_params = std::max(hi_params, params);
+    if (m.max_global_batch > m.batch_size) {
+      EXPECT_EQ(m.lr_scaling, LrScaling::sqrt);
+    }
+  }
+  EXPECT_EQ(n, 10);
+  EXPECT_GE(hstu, 3);
+  EXPECT_LE(n - hstu, 7);
+  EXPECT_EQ(lo_gpus, 8);
+  EXPECT_EQ(hi_gpus, 128);
+  EXPECT_LE(lo_len, 512);
+  EXPECT_GE(hi_len, 8192);
+  EXPECT_LE(lo_params, 2e8);
+  EXPECT_GE(lo_params, 1e8);
+  EXPECT_GE(hi_params, 1e12);
 }
 
 }  // namespace
