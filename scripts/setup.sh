@@ -6,11 +6,13 @@ set -euo pipefail
 
 # clang, libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) and libomp-dev (clang's OpenMP)
 # build the fuzz targets of ctest fuzz.readers (tests/fuzz/run.sh); python3 runs
-# bench/fleet_report.py in ctest cli.fleet_report.
+# bench/fleet_report.py in ctest cli.fleet_report; Open MPI is the collectives' CPU engine (src/dist,
+# ctest dist.mpi_*).
 packages=(build-essential cmake ninja-build pkg-config
           libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
           libgtest-dev libgmock-dev clang-format
-          clang libclang-rt-14-dev libomp-dev python3)
+          clang libclang-rt-14-dev libomp-dev python3
+          libopenmpi-dev openmpi-bin)
 # Optional: hipcc compiles the GPU kernels for AMD (ctest gpu.hip_compile; Debian 12 ships ROCm
 # 5.2's hipcc and HIP runtime headers). Installed where the distribution has them; the check is
 # skipped, with a message, where it does not.

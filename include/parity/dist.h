@@ -1,0 +1,88 @@
+// Process groups and collectives: which rank of a run this process is (from the environment its
+// launcher set: mpirun, Slurm or a torchrun-style launcher), and the collectives a sharded step
+// needs, behind one interface with one engine per transport: MPI on CPUs (here), NCCL/RCCL on
+// GPUs (not built yet). A run on one process uses the self communicator, which moves nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "parity/error.h"
+#include "parity/spec.h"  // NamedValue
+
+namespace parity {
+
+enum class Launcher : std::uint8_t { none, mpirun, slurm, torchrun };
+inline constexpr NamedValue<Launcher> kLauncherNames[] = {{"none", Launcher::none},
+                                                          {"mpirun", Launcher::mpirun},
+                                                          {"slurm", Launcher::slurm},
+                                                          {"torchrun", Launcher::torchrun}};
+
+// This process among the ranks of a run.
+struct ProcessGroupInfo {
+  Launcher launcher = Launcher::none;   // none: a single process
+  int rank = 0, world = 1;              // this rank, of `world`
+  int local_rank = 0, local_world = 1;  // on this host (the GPU a rank drives is its local rank)
+  std::string master_addr;              // torchrun-style: where rank 0 listens
+  int master_port = 0;
+  // The variables the values came from, for messages ("OMPI_COMM_WORLD_RANK", ...).
+  std::string source;
+};
+
+// A variable of the environment, or nullopt when it is not set.
+using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
+
+// The process group the launcher describes, checked: Open MPI's mpirun (OMPI_COMM_WORLD_RANK,
+// _SIZE, _LOCAL_RANK, _LOCAL_SIZE), Slurm's srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+// SLURM_NTASKS_PER_NODE), or a torchrun-style launcher (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), first found in that order; none of them: one
+// process. Throws InputError naming the variable that is malformed or inconsistent (a rank not
+// below the world size, a world size without a rank).
+ProcessGroupInfo detect_process_group(const EnvLookup& env);
+// The same from this process's environment.
+ProcessGroupInfo detect_process_group();
+
+// Collectives over the ranks of a run. Every rank calls each collective in the same order with
+// sizes that agree (as NCCL and MPI require). The sums are deterministic: every rank gets the same
+// bits, on every run, whatever the engine (each element is summed in rank order, 0 first).
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view engine() const = 0;  // "self", "mpi"
+
+  // data[i] = the sum over ranks of data[i], on every rank.
+  virtual void all_reduce_sum(std::span<float> data) = 0;
+  virtual void all_reduce_sum(std::span<double> data) = 0;
+  // send holds size() blocks of recv.size() floats, block r for rank r; recv = the sum over ranks
+  // of their block for this rank.
+  virtual void reduce_scatter_sum(std::span<const float> send, std::span<float> recv) = 0;
+  // recv = every rank's send, in rank order (recv.size() == size() * send.size()).
+  virtual void all_gather(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
+  // Variable-size exchange: send holds size() consecutive blocks of send_bytes[r] bytes (block r
+  // for rank r); recv receives size() blocks of recv_bytes[r] bytes (block r from rank r). Each
+  // rank's recv_bytes[r] must equal rank r's send_bytes[this rank].
+  virtual void all_to_all_v(std::span<const std::byte> send,
+                            std::span<const std::int64_t> send_bytes, std::span<std::byte> recv,
+                            std::span<const std::int64_t> recv_bytes) = 0;
+  virtual void barrier() = 0;
+};
+
+// One process: every collective is a copy (or nothing).
+std::unique_ptr<Communicator> make_self_communicator();
+
+// Whether this build has the MPI engine (Open MPI found at configure time).
+bool mpi_available();
+// The MPI engine over MPI_COMM_WORLD (MPI initialised on first use, finalised at exit). Throws
+// Error where this build has no MPI, or where the MPI world disagrees with `expected` (a
+// process group detected from the environment: its rank and world size).
+std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroupInfo* expected = nullptr);
+
+}  // namespace parity

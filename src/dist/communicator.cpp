@@ -1,0 +1,246 @@
+// The communicators of dist.h: the self communicator, and the MPI engine where Open MPI was found
+// at configure time (PARITY_HAVE_MPI).
+//
+// Why the sums are built from an exchange rather than MPI_Allreduce: MPI leaves the order of a
+// reduction to the library (and the algorithm it picks may change with the message size), so the
+// bits of a sum could differ between runs, between rank counts and even between ranks. Here each
+// rank receives every rank's share of its slice and adds them in rank order (0 first), then the
+// slices are gathered: the same bits on every rank and every run, at the bytes of a ring
+// all-reduce (each rank sends and receives 2 (P - 1) / P of the buffer).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "parity/dist.h"
+
+#ifdef PARITY_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace parity {
+namespace {
+
+class SelfCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view engine() const override { return "self"; }
+  void all_reduce_sum(std::span<float>) override {}
+  void all_reduce_sum(std::span<double>) override {}
+  void reduce_scatter_sum(std::span<const float> send, std::span<float> recv) override {
+    check(send.size() == recv.size(), "reduce_scatter_sum", "send holds one block of recv's size");
+    std::copy(send.begin(), send.end(), recv.begin());
+  }
+  void all_gather(std::span<const std::byte> send, std::span<std::byte> recv) override {
+    check(send.size() == recv.size(), "all_gather", "recv is one block of send's size");
+    std::copy(send.begin(), send.end(), recv.begin());
+  }
+  void all_to_all_v(std::span<const std::byte> send, std::span<const std::int64_t> send_bytes,
+                    std::span<std::byte> recv, std::span<const std::int64_t> recv_bytes) override {
+    check(send_bytes.size() == 1 && recv_bytes.size() == 1 && send_bytes[0] == recv_bytes[0] &&
+              static_cast<std::size_t>(send_bytes[0]) == send.size() && send.size() == recv.size(),
+          "all_to_all_v", "one block, sent to itself");
+    std::copy(send.begin(), send.end(), recv.begin());
+  }
+  void barrier() override {}
+
+ private:
+  static void check(bool ok, const char* op, const char* what) {
+    if (!ok) throw Error(fmt::format("Communicator::{} (self): {}", op, what));
+  }
+};
+
+#ifdef PARITY_HAVE_MPI
+
+// Elements per MPI call: MPI counts and displacements are ints.
+constexpr std::size_t kMaxChunk = std::size_t{1} << 28;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    int initialised = 0;
+    MPI_Initialized(&initialised);
+    if (!initialised) {
+      int provided = 0;
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        throw Error("MPI_Init_thread failed: is this process started by mpirun?");
+      std::atexit([] {
+        int finalised = 0;
+        MPI_Finalized(&finalised);
+        if (!finalised) MPI_Finalize();
+      });
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view engine() const override { return "mpi"; }
+
+  void all_reduce_sum(std::span<float> data) override { sum_in_rank_order(data, MPI_FLOAT); }
+  void all_reduce_sum(std::span<double> data) override { sum_in_rank_order(data, MPI_DOUBLE); }
+
+  void reduce_scatter_sum(std::span<const float> send, std::span<float> recv) override {
+    const std::size_t m = recv.size(), P = static_cast<std::size_t>(size_);
+    if (send.size() != m * P)
+      throw Error(
+          fmt::format("Communicator::reduce_scatter_sum (mpi): send holds {} floats, "
+                      "expected {} ranks x {}",
+                      send.size(), P, m));
+    std::vector<float> blocks(m * P);
+    for (std::size_t off = 0; off < m; off += kMaxChunk) {
+      const std::size_t n = std::min(kMaxChunk, m - off);
+      std::vector<float> out(n * P), in(n * P);
+      for (std::size_t r = 0; r < P; ++r)
+        std::copy_n(send.data() + r * m + off, n, out.data() + r * n);
+      ok(MPI_Alltoall(out.data(), static_cast<int>(n), MPI_FLOAT, in.data(), static_cast<int>(n),
+                      MPI_FLOAT, MPI_COMM_WORLD),
+         "reduce_scatter_sum");
+      for (std::size_t i = 0; i < n; ++i) {
+        float s = in[i];
+        for (std::size_t r = 1; r < P; ++r) s += in[r * n + i];
+        recv[off + i] = s;
+      }
+    }
+  }
+
+  void all_gather(std::span<const std::byte> send, std::span<std::byte> recv) override {
+    const std::size_t n = send.size(), P = static_cast<std::size_t>(size_);
+    if (recv.size() != n * P)
+      throw Error(
+          fmt::format("Communicator::all_gather (mpi): recv holds {} bytes, expected {} "
+                      "ranks x {}",
+                      recv.size(), P, n));
+    if (n * P > static_cast<std::size_t>(INT_MAX))
+      throw Error(
+          fmt::format("Communicator::all_gather (mpi): {} bytes in all, more than one MPI "
+                      "call carries ({})",
+                      n * P, INT_MAX));
+    ok(MPI_Allgather(send.data(), static_cast<int>(n), MPI_BYTE, recv.data(), static_cast<int>(n),
+                     MPI_BYTE, MPI_COMM_WORLD),
+       "all_gather");
+  }
+
+  void all_to_all_v(std::span<const std::byte> send, std::span<const std::int64_t> send_bytes,
+                    std::span<std::byte> recv, std::span<const std::int64_t> recv_bytes) override {
+    const auto P = static_cast<std::size_t>(size_);
+    if (send_bytes.size() != P || recv_bytes.size() != P)
+      throw Error(
+          fmt::format("Communicator::all_to_all_v (mpi): {} send and {} receive sizes for "
+                      "{} ranks",
+                      send_bytes.size(), recv_bytes.size(), P));
+    std::vector<int> sc(P), sd(P), rc(P), rd(P);
+    auto layout = [&](std::span<const std::int64_t> bytes, std::size_t total, std::vector<int>& c,
+                      std::vector<int>& d, const char* what) {
+      std::int64_t at = 0;
+      for (std::size_t r = 0; r < P; ++r) {
+        if (bytes[r] < 0 || bytes[r] > INT_MAX || at > INT_MAX)
+          throw Error(
+              fmt::format("Communicator::all_to_all_v (mpi): {} block {} of {} bytes at "
+                          "{}: MPI counts and offsets are below 2^31",
+                          what, r, bytes[r], at));
+        c[r] = static_cast<int>(bytes[r]);
+        d[r] = static_cast<int>(at);
+        at += bytes[r];
+      }
+      if (static_cast<std::size_t>(at) != total)
+        throw Error(
+            fmt::format("Communicator::all_to_all_v (mpi): the {} blocks add to {} bytes, "
+                        "the buffer holds {}",
+                        what, at, total));
+    };
+    layout(send_bytes, send.size(), sc, sd, "send");
+    layout(recv_bytes, recv.size(), rc, rd, "receive");
+    ok(MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_BYTE, recv.data(), rc.data(), rd.data(),
+                     MPI_BYTE, MPI_COMM_WORLD),
+       "all_to_all_v");
+  }
+
+  void barrier() override { ok(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+
+ private:
+  void ok(int code, const char* op) const {
+    if (code == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, text, &len);
+    throw Error(fmt::format("Communicator::{} (mpi) on rank {} of {}: {}", op, rank_, size_,
+                            std::string(text, static_cast<std::size_t>(len))));
+  }
+
+  // Each rank receives every rank's share of its slice of the buffer, adds them in rank order
+  // and the slices are gathered back (the file's note says why).
+  template <class T>
+  void sum_in_rank_order(std::span<T> data, MPI_Datatype type) {
+    const std::size_t P = static_cast<std::size_t>(size_);
+    if (P == 1 || data.empty()) return;
+    for (std::size_t off = 0; off < data.size(); off += kMaxChunk) {
+      const std::size_t n = std::min(kMaxChunk, data.size() - off);
+      T* d = data.data() + off;
+      std::vector<int> counts(P), displs(P);
+      for (std::size_t r = 0; r < P; ++r) {
+        displs[r] = static_cast<int>(n * r / P);
+        counts[r] = static_cast<int>(n * (r + 1) / P) - displs[r];
+      }
+      const auto me = static_cast<std::size_t>(rank_);
+      const int mine = counts[me];
+      std::vector<int> rcounts(P, mine), rdispls(P);
+      for (std::size_t r = 0; r < P; ++r) rdispls[r] = static_cast<int>(r) * mine;
+      std::vector<T> parts(static_cast<std::size_t>(mine) * P);
+      ok(MPI_Alltoallv(d, counts.data(), displs.data(), type, parts.data(), rcounts.data(),
+                       rdispls.data(), type, MPI_COMM_WORLD),
+         "all_reduce_sum");
+      std::vector<T> slice(static_cast<std::size_t>(mine));
+      for (std::size_t i = 0; i < slice.size(); ++i) {
+        T s = parts[i];
+        for (std::size_t r = 1; r < P; ++r) s += parts[r * slice.size() + i];
+        slice[i] = s;
+      }
+      ok(MPI_Allgatherv(slice.data(), mine, type, d, counts.data(), displs.data(), type,
+                        MPI_COMM_WORLD),
+         "all_reduce_sum");
+    }
+  }
+
+  int rank_ = 0, size_ = 1;
+};
+
+#endif  // PARITY_HAVE_MPI
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_self_communicator() {
+  return std::make_unique<SelfCommunicator>();
+}
+
+bool mpi_available() {
+#ifdef PARITY_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroupInfo* expected) {
+#ifdef PARITY_HAVE_MPI
+  auto c = std::make_unique<MpiCommunicator>();
+  if (expected != nullptr && expected->launcher != Launcher::none &&
+      (expected->rank != c->rank() || expected->world != c->size()))
+    throw Error(fmt::format("MPI says rank {} of {}, the environment ({}) says rank {} of {}",
+                            c->rank(), c->size(), expected->source, expected->rank,
+                            expected->world));
+  return c;
+#else
+  (void)expected;
+  throw Error(
+      "this build of parity has no MPI engine: install Open MPI (scripts/setup.sh does) and "
+      "configure again");
+#endif
+}
+
+}  // namespace parity
