@@ -62,5 +62,6 @@ void add_check_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace parity::cli
