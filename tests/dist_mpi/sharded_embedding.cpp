@@ -1,0 +1,213 @@
+// The sharded embedding tables under mpirun (ctest dist.sharded_embedding_np2, _np4): for each
+// sharding (table, column, row, replicated, and a mix) and each embedding optimizer, three steps
+// of forward and fused update on every rank's own batch (ranks hold batches of different sizes),
+// against one process holding every table whole and the batches of every rank in rank order
+// (the same class on the self communicator). Each rank compares its pooled outputs and every
+// weight it holds. Bit for bit where the sums are the same sums (table, column, replicated); where
+// row shards add partial sums (and scale a mean bag's gradient before the owner's update),
+// |sharded - whole| <= 1e-6 (|whole| + 0.1), the values being of order 0.1 to 1. Rowwise Adagrad
+// over column shards keeps a shard's own row state, so it is not compared there. Exit 0 when every
+// check holds.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "dist/sharded_embedding.h"
+#include "parity/dist.h"
+#include "parity/plan.h"
+#include "parity/random.h"
+
+namespace {
+
+using namespace parity;
+
+const char* kModel = R"(
+name: sharded-check
+dense_features: 4
+batch_size: 64
+tables:
+  - {name: a, rows: 1000, dim: 16, pooling_size: 3}
+  - {name: b, rows: 37, dim: 8, pooling: mean}
+  - {name: c, rows: 500, dim: 16, pooling_size: 5, pooling: mean}
+  - {name: d, rows: 64, dim: 8, pooling_size: 2}
+bottom_mlp: [8]
+top_mlp: [4, 1]
+interaction: {kind: dcnv2, cross_layers: 1, low_rank: 4}
+optimizer:
+  embedding: {kind: sgd, lr: 0.05}
+  dense: {kind: sgd, lr: 0.01}
+)";
+
+float uniform(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  const std::uint64_t h = rng::key(rng::key(a, b), c);
+  return static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-53) - 0.5f;
+}
+
+// A plan for P ranks, every table laid out by `how`.
+Plan plan_for(const ModelSpec& m, int P, const std::string& how, OptimizerKind opt) {
+  Plan p;
+  p.model = m.name;
+  p.device = "h200";
+  p.gpus = P;
+  p.global_batch = m.batch_size;
+  p.per_device_batch = m.batch_size / P;
+  p.embedding_optimizer = opt;
+  for (int t = 0; t < m.num_tables(); ++t) {
+    const TableSpec& ts = m.tables[static_cast<std::size_t>(t)];
+    TablePlan tp;
+    tp.name = ts.name;
+    tp.optimizer = opt;
+    std::string kind = how;
+    if (how == "mixed") kind = t == 0 ? "row" : t == 1 ? "replicated" : t == 2 ? "column" : "table";
+    if (kind == "table") {
+      tp.sharding = Sharding::table;
+      tp.shards = {{(t + 1) % P, 0, ts.rows, 0, ts.dim}};
+    } else if (kind == "column") {
+      tp.sharding = Sharding::column;
+      const int k = std::min(P, ts.dim / 4);
+      for (int j = 0; j < k; ++j)
+        tp.shards.push_back({(j + t) % P, 0, ts.rows, ts.dim * j / k, ts.dim * (j + 1) / k});
+    } else if (kind == "row") {
+      tp.sharding = Sharding::row;
+      for (int d = 0; d < P; ++d)
+        tp.shards.push_back({d, ts.rows * d / P, ts.rows * (d + 1) / P, 0, ts.dim});
+    } else {
+      tp.sharding = Sharding::replicated;
+      for (int d = 0; d < P; ++d) tp.shards.push_back({d, 0, ts.rows, 0, ts.dim});
+    }
+    p.tables.push_back(tp);
+  }
+  return p;
+}
+
+// Rank q's bags at a step: 5 + q examples, each table's bags of 0 to 2 x its pooling size ids.
+struct Batch {
+  std::int64_t n = 0;
+  std::vector<std::int64_t> offsets{0}, ids;
+};
+Batch batch_of(const ModelSpec& m, int step, int q) {
+  Batch b;
+  b.n = 5 + q;
+  for (int t = 0; t < m.num_tables(); ++t) {
+    const TableSpec& ts = m.tables[static_cast<std::size_t>(t)];
+    for (std::int64_t i = 0; i < b.n; ++i) {
+      const auto h =
+          rng::key(rng::key(static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(q)),
+                   static_cast<std::uint64_t>(t * 1000 + i));
+      const std::int64_t len =
+          static_cast<std::int64_t>(h % static_cast<std::uint64_t>(2 * ts.pooling_size + 1));
+      for (std::int64_t k = 0; k < len; ++k)
+        b.ids.push_back(static_cast<std::int64_t>(rng::key(h, static_cast<std::uint64_t>(k)) %
+                                                  static_cast<std::uint64_t>(ts.rows)));
+      b.offsets.push_back(static_cast<std::int64_t>(b.ids.size()));
+    }
+  }
+  return b;
+}
+
+// Every rank's batches as one, in rank order (table-major CSR).
+Batch concat(const ModelSpec& m, const std::vector<Batch>& parts) {
+  Batch all;
+  for (const Batch& p : parts) all.n += p.n;
+  for (int t = 0; t < m.num_tables(); ++t)
+    for (const Batch& p : parts)
+      for (std::int64_t i = 0; i < p.n; ++i) {
+        const std::int64_t lo = p.offsets[static_cast<std::size_t>(t * p.n + i)];
+        const std::int64_t hi = p.offsets[static_cast<std::size_t>(t * p.n + i + 1)];
+        all.ids.insert(all.ids.end(), p.ids.begin() + lo, p.ids.begin() + hi);
+        all.offsets.push_back(static_cast<std::int64_t>(all.ids.size()));
+      }
+  return all;
+}
+
+}  // namespace
+
+int main() {
+  int failures = 0;
+  try {
+    const ProcessGroupInfo g = detect_process_group();
+    const auto comm = make_mpi_communicator(&g);
+    const auto self = make_self_communicator();
+    const int P = comm->size(), me = comm->rank();
+    const auto cpu = make_cpu_backend();
+    ModelSpec m = parse_model_spec(kModel, "sharded-check");
+    const int width = 16 + 8 + 16 + 8;
+    auto init = [](int t, std::int64_t r, int c) {
+      return uniform(static_cast<std::uint64_t>(t), static_cast<std::uint64_t>(r),
+                     static_cast<std::uint64_t>(c));
+    };
+    for (const std::string how : {"table", "column", "row", "replicated", "mixed"})
+      for (const OptimizerKind opt :
+           {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad}) {
+        const bool columns = how == "column" || how == "mixed";
+        if (columns && opt == OptimizerKind::rowwise_adagrad) continue;
+        const bool exact = how != "row" && how != "mixed";
+        m.embedding_optimizer.kind = opt;
+        ShardedEmbedding sharded(m, plan_for(m, P, how, opt), *comm, *cpu);
+        ShardedEmbedding whole(m, plan_for(m, 1, "table", opt), *self, *cpu);
+        sharded.fill(init);
+        whole.fill(init);
+        const OptimizerParams op{opt, 0.05f, 1e-8f};
+        double worst = 0;
+        auto compare = [&](float got, float want, const std::string& what) {
+          // Relative to the value, floored at 0.1: the weights, gradients and their sums are of
+          // order 0.1 to 1, so a few fp32 roundings of the partial sums stay below 1e-6.
+          const double err = std::abs(static_cast<double>(got) - want) / (std::abs(want) + 0.1);
+          worst = std::max(worst, err);
+          if (exact ? got != want : err > 1e-6) {
+            if (++failures <= 10)
+              fmt::print(stderr, "rank {}: {} {}: {}: {} against {}\n", me, how,
+                         optimizer_name(opt), what, got, want);
+          }
+        };
+        for (int step = 1; step <= 3; ++step) {
+          std::vector<Batch> parts;
+          for (int q = 0; q < P; ++q) parts.push_back(batch_of(m, step, q));
+          const Batch all = concat(m, parts);
+          std::int64_t first = 0;
+          for (int q = 0; q < me; ++q) first += parts[static_cast<std::size_t>(q)].n;
+          const Batch& mine = parts[static_cast<std::size_t>(me)];
+          std::vector<float> out(static_cast<std::size_t>(mine.n * width), NAN);
+          std::vector<float> ref(static_cast<std::size_t>(all.n * width), NAN);
+          sharded.forward({mine.n, m.num_tables(), mine.ids.data(), mine.offsets.data(),
+                           static_cast<std::int64_t>(mine.ids.size())},
+                          Mat(out.data(), mine.n, width));
+          whole.forward({all.n, m.num_tables(), all.ids.data(), all.offsets.data(),
+                         static_cast<std::int64_t>(all.ids.size())},
+                        Mat(ref.data(), all.n, width));
+          for (std::int64_t i = 0; i < mine.n; ++i)
+            for (int c = 0; c < width; ++c)
+              compare(out[static_cast<std::size_t>(i * width + c)],
+                      ref[static_cast<std::size_t>((first + i) * width + c)],
+                      fmt::format("step {} output ({}, {})", step, i, c));
+          std::vector<float> dref(static_cast<std::size_t>(all.n * width));
+          for (std::int64_t i = 0; i < all.n; ++i)
+            for (int c = 0; c < width; ++c)
+              dref[static_cast<std::size_t>(i * width + c)] =
+                  uniform(99 + static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(i),
+                          static_cast<std::uint64_t>(c));
+          sharded.backward_update(CMat(dref.data() + first * width, mine.n, width), op);
+          whole.backward_update(CMat(dref.data(), all.n, width), op);
+          for (int t = 0; t < m.num_tables(); ++t) {
+            const TableSpec& ts = m.tables[static_cast<std::size_t>(t)];
+            for (std::int64_t r = 0; r < ts.rows; ++r)
+              for (int c = 0; c < ts.dim; ++c)
+                if (const auto w = sharded.weight(t, r, c))
+                  compare(*w, *whole.weight(t, r, c),
+                          fmt::format("step {} table {} weight ({}, {})", step, ts.name, r, c));
+          }
+        }
+        if (me == 0)
+          fmt::print("{:<10} {:<16} {} ranks: largest relative difference {:.2e}{}\n", how,
+                     optimizer_name(opt), P, worst, exact ? " (bit for bit)" : "");
+      }
+    comm->barrier();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "sharded_embedding_check: {}\n", e.what());
+    return 2;
+  }
+  return failures == 0 ? 0 : 1;
+}
