@@ -80,9 +80,18 @@ std::unique_ptr<Communicator> make_self_communicator();
 
 // Whether this build has the MPI engine (Open MPI found at configure time).
 bool mpi_available();
+
+// A collective that waits longer than this for the other ranks ends the whole run: a rank that
+// died or hangs must not leave the others waiting forever. The default is the environment's
+// PARITY_COLLECTIVE_TIMEOUT (seconds) when set, else 600.
+double default_collective_timeout_s();
+
 // The MPI engine over MPI_COMM_WORLD (MPI initialised on first use, finalised at exit). Throws
 // Error where this build has no MPI, or where the MPI world disagrees with `expected` (a
-// process group detected from the environment: its rank and world size).
-std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroupInfo* expected = nullptr);
+// process group detected from the environment: its rank and world size). A watchdog ends the run
+// (MPI_Abort, exit status 3) when one collective has waited more than `timeout_s`, saying which
+// rank, which collective and how long, on standard error.
+std::unique_ptr<Communicator> make_mpi_communicator(
+    const ProcessGroupInfo* expected = nullptr, double timeout_s = default_collective_timeout_s());
 
 }  // namespace parity

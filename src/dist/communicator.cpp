@@ -10,9 +10,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "parity/dist.h"
@@ -59,9 +67,68 @@ class SelfCommunicator final : public Communicator {
 // Elements per MPI call: MPI counts and displacements are ints.
 constexpr std::size_t kMaxChunk = std::size_t{1} << 28;
 
+// Ends the run when one collective waits too long: each collective says when it starts and ends,
+// and a thread checks the one in flight (a rank that died or hangs leaves the others inside a
+// collective, where MPI itself would wait forever).
+class Watchdog {
+ public:
+  Watchdog(double timeout_s, int rank, int size)
+      : timeout_(timeout_s), rank_(rank), size_(size), thread_([this] { watch(); }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void begin(const char* op, std::int64_t collective) {
+    std::lock_guard<std::mutex> lock(mu_);
+    op_ = op;
+    calls_ = collective;
+    start_ = std::chrono::steady_clock::now();
+  }
+  void end() {
+    std::lock_guard<std::mutex> lock(mu_);
+    op_ = nullptr;
+  }
+
+ private:
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto tick = std::chrono::duration<double>(std::min(1.0, std::max(0.01, timeout_ / 20)));
+    while (!stop_) {
+      cv_.wait_for(lock, tick);
+      if (stop_ || op_ == nullptr) continue;
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      if (waited <= timeout_) continue;
+      std::fprintf(stderr,
+                   "parity: rank %d of %d: collective %s (collective %lld of this rank) has waited "
+                   "%.1f s for the "
+                   "other ranks (time-out %.1f s, PARITY_COLLECTIVE_TIMEOUT): a rank has died or "
+                   "hangs; ending the run\n",
+                   rank_, size_, op_, static_cast<long long>(calls_), waited, timeout_);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+      std::_Exit(3);
+    }
+  }
+
+  double timeout_;
+  int rank_, size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const char* op_ = nullptr;
+  std::int64_t calls_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator() {
+  explicit MpiCommunicator(double timeout_s) {
     int initialised = 0;
     MPI_Initialized(&initialised);
     if (!initialised) {
@@ -77,6 +144,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    if (!(timeout_s > 0))
+      throw Error(fmt::format("collective time-out {} s: expected a positive number", timeout_s));
+    watchdog_ = std::make_unique<Watchdog>(timeout_s, rank_, size_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -86,6 +156,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_sum(std::span<double> data) override { sum_in_rank_order(data, MPI_DOUBLE); }
 
   void reduce_scatter_sum(std::span<const float> send, std::span<float> recv) override {
+    ++collectives_;
     const std::size_t m = recv.size(), P = static_cast<std::size_t>(size_);
     if (send.size() != m * P)
       throw Error(
@@ -98,9 +169,10 @@ class MpiCommunicator final : public Communicator {
       std::vector<float> out(n * P), in(n * P);
       for (std::size_t r = 0; r < P; ++r)
         std::copy_n(send.data() + r * m + off, n, out.data() + r * n);
-      ok(MPI_Alltoall(out.data(), static_cast<int>(n), MPI_FLOAT, in.data(), static_cast<int>(n),
-                      MPI_FLOAT, MPI_COMM_WORLD),
-         "reduce_scatter_sum");
+      call("reduce_scatter_sum", [&] {
+        return MPI_Alltoall(out.data(), static_cast<int>(n), MPI_FLOAT, in.data(),
+                            static_cast<int>(n), MPI_FLOAT, MPI_COMM_WORLD);
+      });
       for (std::size_t i = 0; i < n; ++i) {
         float s = in[i];
         for (std::size_t r = 1; r < P; ++r) s += in[r * n + i];
@@ -110,6 +182,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void all_gather(std::span<const std::byte> send, std::span<std::byte> recv) override {
+    ++collectives_;
     const std::size_t n = send.size(), P = static_cast<std::size_t>(size_);
     if (recv.size() != n * P)
       throw Error(
@@ -121,13 +194,15 @@ class MpiCommunicator final : public Communicator {
           fmt::format("Communicator::all_gather (mpi): {} bytes in all, more than one MPI "
                       "call carries ({})",
                       n * P, INT_MAX));
-    ok(MPI_Allgather(send.data(), static_cast<int>(n), MPI_BYTE, recv.data(), static_cast<int>(n),
-                     MPI_BYTE, MPI_COMM_WORLD),
-       "all_gather");
+    call("all_gather", [&] {
+      return MPI_Allgather(send.data(), static_cast<int>(n), MPI_BYTE, recv.data(),
+                           static_cast<int>(n), MPI_BYTE, MPI_COMM_WORLD);
+    });
   }
 
   void all_to_all_v(std::span<const std::byte> send, std::span<const std::int64_t> send_bytes,
                     std::span<std::byte> recv, std::span<const std::int64_t> recv_bytes) override {
+    ++collectives_;
     const auto P = static_cast<std::size_t>(size_);
     if (send_bytes.size() != P || recv_bytes.size() != P)
       throw Error(
@@ -156,14 +231,26 @@ class MpiCommunicator final : public Communicator {
     };
     layout(send_bytes, send.size(), sc, sd, "send");
     layout(recv_bytes, recv.size(), rc, rd, "receive");
-    ok(MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_BYTE, recv.data(), rc.data(), rd.data(),
-                     MPI_BYTE, MPI_COMM_WORLD),
-       "all_to_all_v");
+    call("all_to_all_v", [&] {
+      return MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_BYTE, recv.data(), rc.data(),
+                           rd.data(), MPI_BYTE, MPI_COMM_WORLD);
+    });
   }
 
-  void barrier() override { ok(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+  void barrier() override {
+    ++collectives_;
+    call("barrier", [&] { return MPI_Barrier(MPI_COMM_WORLD); });
+  }
 
  private:
+  // Every MPI call of a collective goes through here, timed by the watchdog.
+  template <class F>
+  void call(const char* op, F&& f) {
+    watchdog_->begin(op, collectives_);
+    const int code = f();
+    watchdog_->end();
+    ok(code, op);
+  }
   void ok(int code, const char* op) const {
     if (code == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
@@ -177,6 +264,7 @@ class MpiCommunicator final : public Communicator {
   // and the slices are gathered back (the file's note says why).
   template <class T>
   void sum_in_rank_order(std::span<T> data, MPI_Datatype type) {
+    ++collectives_;
     const std::size_t P = static_cast<std::size_t>(size_);
     if (P == 1 || data.empty()) return;
     for (std::size_t off = 0; off < data.size(); off += kMaxChunk) {
@@ -192,22 +280,26 @@ class MpiCommunicator final : public Communicator {
       std::vector<int> rcounts(P, mine), rdispls(P);
       for (std::size_t r = 0; r < P; ++r) rdispls[r] = static_cast<int>(r) * mine;
       std::vector<T> parts(static_cast<std::size_t>(mine) * P);
-      ok(MPI_Alltoallv(d, counts.data(), displs.data(), type, parts.data(), rcounts.data(),
-                       rdispls.data(), type, MPI_COMM_WORLD),
-         "all_reduce_sum");
+      call("all_reduce_sum", [&] {
+        return MPI_Alltoallv(d, counts.data(), displs.data(), type, parts.data(), rcounts.data(),
+                             rdispls.data(), type, MPI_COMM_WORLD);
+      });
       std::vector<T> slice(static_cast<std::size_t>(mine));
       for (std::size_t i = 0; i < slice.size(); ++i) {
         T s = parts[i];
         for (std::size_t r = 1; r < P; ++r) s += parts[r * slice.size() + i];
         slice[i] = s;
       }
-      ok(MPI_Allgatherv(slice.data(), mine, type, d, counts.data(), displs.data(), type,
-                        MPI_COMM_WORLD),
-         "all_reduce_sum");
+      call("all_reduce_sum", [&] {
+        return MPI_Allgatherv(slice.data(), mine, type, d, counts.data(), displs.data(), type,
+                              MPI_COMM_WORLD);
+      });
     }
   }
 
   int rank_ = 0, size_ = 1;
+  std::int64_t collectives_ = 0;  // collectives called so far, for the watchdog's message
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 #endif  // PARITY_HAVE_MPI
@@ -226,9 +318,23 @@ bool mpi_available() {
 #endif
 }
 
-std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroupInfo* expected) {
+double default_collective_timeout_s() {
+  const char* v = std::getenv("PARITY_COLLECTIVE_TIMEOUT");
+  if (v == nullptr || *v == '\0') return 600;
+  char* end = nullptr;
+  const double t = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(t > 0) || !std::isfinite(t))
+    throw InputError(fmt::format(
+        "environment variable PARITY_COLLECTIVE_TIMEOUT='{}': expected a positive number of "
+        "seconds",
+        v));
+  return t;
+}
+
+std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroupInfo* expected,
+                                                    double timeout_s) {
 #ifdef PARITY_HAVE_MPI
-  auto c = std::make_unique<MpiCommunicator>();
+  auto c = std::make_unique<MpiCommunicator>(timeout_s);
   if (expected != nullptr && expected->launcher != Launcher::none &&
       (expected->rank != c->rank() || expected->world != c->size()))
     throw Error(fmt::format("MPI says rank {} of {}, the environment ({}) says rank {} of {}",
@@ -237,6 +343,7 @@ std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroupInfo* expe
   return c;
 #else
   (void)expected;
+  (void)timeout_s;
   throw Error(
       "this build of parity has no MPI engine: install Open MPI (scripts/setup.sh does) and "
       "configure again");

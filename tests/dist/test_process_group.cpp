@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -115,6 +116,23 @@ TEST(SelfCommunicator, EveryCollectiveIsACopy) {
   std::vector<std::byte> short_recv(2);
   EXPECT_THROW(c->all_gather(bytes, short_recv), Error);
   c->barrier();
+}
+
+TEST(Communicator, CollectiveTimeOutFromTheEnvironment) {
+  ::unsetenv("PARITY_COLLECTIVE_TIMEOUT");
+  EXPECT_EQ(default_collective_timeout_s(), 600);
+  ::setenv("PARITY_COLLECTIVE_TIMEOUT", "2.5", 1);
+  EXPECT_EQ(default_collective_timeout_s(), 2.5);
+  for (const char* bad : {"x", "0", "-1", "5s", "inf"}) {
+    ::setenv("PARITY_COLLECTIVE_TIMEOUT", bad, 1);
+    try {
+      (void)default_collective_timeout_s();
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("PARITY_COLLECTIVE_TIMEOUT='"), std::string::npos);
+    }
+  }
+  ::unsetenv("PARITY_COLLECTIVE_TIMEOUT");
 }
 
 TEST(MpiCommunicator, RefusedByNameWithoutMpi) {
