@@ -29,6 +29,10 @@ struct TensorRef {
   std::size_t bytes() const { return static_cast<std::size_t>(elements()) * dtype_size(dtype); }
 };
 
+class Communicator;
+struct Plan;
+class ShardedEmbedding;
+
 class Model {
  public:
   // Builds the model for batches of up to max_batch examples and initialises the
@@ -85,6 +89,22 @@ class Model {
   // checkpoint), call tensors_written() so that the caches are read again.
   std::vector<TensorRef> tensors();
   void tensors_written();
+
+  // Several processes: the tables as `plan` shards them over `comm`'s ranks (src/dist
+  // ShardedEmbedding: each rank holds its shards, the bags and pooled rows are exchanged), and the
+  // dense layers data-parallel (their gradients summed over the ranks before the optimizer step).
+  // Each rank trains on its own slice of the global batch, and its loss gradient is scaled by its
+  // share of the global batch, so the ranks' step is one process's step on the whole batch (to
+  // rounding). Call before the first step, on every rank, with the same plan; the shards start
+  // from this model's own initial tables. The cpu backend, fp32 tables in device memory only so
+  // far; refused by name otherwise. Checkpoints and evaluation of a sharded model are not built
+  // yet (refused).
+  void shard(const Plan& plan, Communicator& comm);
+  // The shards, when shard() was called (else null).
+  const ShardedEmbedding* sharded_embedding() const;
+  // The dense parameters and their optimizer state (tensors() without the tables), also on a
+  // sharded model.
+  std::vector<TensorRef> dense_tensors();
 
   // Host-placed tables (TableSpec::host_placed): each one's rows, cache rows, and the lookups
   // counted since its cache was last re-chosen, with how many hit the cache (synchronises).

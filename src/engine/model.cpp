@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/sharded_embedding.h"
 #include "engine/host_tables.h"
 #include "engine/input_stager.h"
 #include "engine/layout.h"
@@ -171,6 +172,10 @@ struct Model::Impl {
   void forward(const InputSlot& in, std::int64_t n, bool counting = true);
   void backward(const InputSlot& in, std::int64_t n);
 
+  // Set by Model::shard: this rank's table shards and the ranks' communicator.
+  std::unique_ptr<ShardedEmbedding> sharded;
+  Communicator* comm = nullptr;
+
   float* param(std::int64_t off) const { return params.dense.as<float>() + off; }
   float* grad(std::int64_t off) const { return params.grads.as<float>() + off; }
   void clear_guard() {
@@ -225,8 +230,11 @@ void Model::Impl::forward(const InputSlot& in, std::int64_t n, bool counting) {
   // Embedding bags into x0[:, D:].
   profiler.section("embedding_forward");
   if (!host.empty() && counting) host.observe(L.tables, in.sparse);
-  backend.embedding_forward(L.tables, params.tables(), in.sparse,
-                            x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out));
+  if (sharded)
+    sharded->forward(in.sparse, x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out).f32());
+  else
+    backend.embedding_forward(L.tables, params.tables(), in.sparse,
+                              x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out));
   hold(x0);
   // Interaction.
   CAMat top_in;
@@ -275,6 +283,14 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   profiler.section("loss");
   backend.bce_with_logits(acts.top.back().as<float>(), in.labels.as<float>(), n, a,
                           acts.loss.as<float>());
+  if (comm != nullptr) {
+    // This rank's mean-loss gradient scaled by its share of the global batch: the ranks' summed
+    // gradients are then the whole batch's mean-loss gradient (host memory: the cpu backend).
+    double global = static_cast<double>(n);
+    comm->all_reduce_sum(std::span<double>(&global, 1));
+    const auto share = static_cast<float>(static_cast<double>(n) / global);
+    for (std::int64_t i = 0; i < n; ++i) a[i] *= share;
+  }
   // Top MLP backward; the first layer's dx is the gradient of the interaction output.
   const CAMat top_in = L.cross.empty()
                            ? CAMat(CMat(acts.inter_out.as<float>(), n, L.inter_out))
@@ -330,9 +346,13 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   const StochasticRounding rounding{seed, static_cast<std::uint64_t>(step + 1)};
   // This step's learning rates: the recipe's warm-up after a larger batch (ModelSpec::lr_factor).
   const double lr_factor = spec.lr_factor(step);
-  backend.embedding_backward_update(
-      L.tables, params.tables(), params.emb_state.as<float>(), in.sparse, dx0.cols_slice(D, E),
-      engine::optimizer_params(spec.embedding_optimizer, lr_factor), rounding);
+  if (sharded)
+    sharded->backward_update(dx0.cols_slice(D, E).f32(),
+                             engine::optimizer_params(spec.embedding_optimizer, lr_factor));
+  else
+    backend.embedding_backward_update(
+        L.tables, params.tables(), params.emb_state.as<float>(), in.sparse, dx0.cols_slice(D, E),
+        engine::optimizer_params(spec.embedding_optimizer, lr_factor), rounding);
   // Bottom MLP backward from dx0[:, :D] (then fp32 gradients in the scratch pair).
   CAMat dy = dx0.cols_slice(0, D);
   for (std::size_t k = L.bottom.size(); k-- > 0;) {
@@ -354,6 +374,9 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   // so a parameter; a parameter that overflows or holds a NaN stays so even where a ReLU masks it
   // from the loss (the GPU's max(x, 0) turns NaN into 0).
   profiler.section("dense_optimizer");
+  if (comm != nullptr)  // data-parallel dense layers: every rank's gradients summed
+    comm->all_reduce_sum(
+        std::span<float>(params.grads.as<float>(), static_cast<std::size_t>(L.dense_count)));
   backend.dense_optimizer_step(params.dense.as<float>(), params.grads.as<float>(),
                                params.dense_state.as<float>(), L.dense_count,
                                engine::optimizer_params(spec.dense_optimizer, lr_factor), step + 1);
@@ -473,9 +496,64 @@ Backend& Model::backend() {
 
 std::vector<TensorRef> Model::tensors() {
   Impl& m = *impl_;
+  if (m.sharded)
+    throw Error(
+        "Model::tensors: the tables of a sharded model live in its shards; checkpoints of a "
+        "sharded model are not built yet");
   m.host.write_back(m.layout.tables, m.params.tables(), m.params.emb_state.as<float>());
   return m.layout.tensors(m.spec, m.param(0), m.params.tables(), m.params.emb_state.as<float>(),
                           m.params.dense_state.as<float>());
+}
+
+void Model::shard(const Plan& plan, Communicator& comm) {
+  Impl& m = *impl_;
+  auto refuse = [](const std::string& why) {
+    throw Error("Model::shard: " + why + "; train on one process (no --plan for several GPUs)");
+  };
+  if (m.backend.name() != "cpu")
+    refuse(fmt::format("sharded tables run on the cpu backend so far, this model is on {}",
+                       m.backend.name()));
+  if (!m.host.empty()) refuse("host-placed tables are not sharded yet");
+  for (const TableSpec& t : m.spec.tables)
+    if (t.dtype != DType::f32)
+      refuse(fmt::format("table '{}' is {}; sharded tables are fp32 so far", t.name,
+                         dtype_name(t.dtype)));
+  if (m.step > 0 || m.sharded) refuse("call it once, before the first step");
+  auto sh = std::make_unique<ShardedEmbedding>(m.spec, plan, comm, m.backend);
+  // The shards start from this model's own initial tables (the cpu backend's memory is the
+  // host's).
+  const std::vector<TensorRef> all =
+      m.layout.tensors(m.spec, m.param(0), m.params.tables(), m.params.emb_state.as<float>(),
+                       m.params.dense_state.as<float>());
+  std::vector<const float*> weights;
+  for (const TableSpec& t : m.spec.tables) {
+    const std::string name = fmt::format("embedding.{}.weight", t.name);
+    const auto it =
+        std::find_if(all.begin(), all.end(), [&](const TensorRef& r) { return r.name == name; });
+    if (it == all.end()) refuse("the model has no tensor " + name);
+    weights.push_back(static_cast<const float*>(it->data));
+  }
+  sh->fill([&](int t, std::int64_t r, int c) {
+    return weights[static_cast<std::size_t>(t)]
+                  [r * m.spec.tables[static_cast<std::size_t>(t)].dim + c];
+  });
+  m.sharded = std::move(sh);
+  m.comm = &comm;
+}
+
+const ShardedEmbedding* Model::sharded_embedding() const {
+  return impl_->sharded.get();
+}
+
+std::vector<TensorRef> Model::dense_tensors() {
+  Impl& m = *impl_;
+  std::vector<TensorRef> all =
+      m.layout.tensors(m.spec, m.param(0), m.params.tables(), m.params.emb_state.as<float>(),
+                       m.params.dense_state.as<float>());
+  std::erase_if(all, [](const TensorRef& t) {
+    return t.name.rfind("embedding.", 0) == 0 || t.name.rfind("optimizer.embedding.", 0) == 0;
+  });
+  return all;
 }
 
 void Model::tensors_written() {

@@ -19,6 +19,7 @@
 #include "parity/dist.h"
 #include "parity/plan.h"
 #include "parity/random.h"
+#include "plans.h"
 
 namespace {
 
@@ -44,43 +45,6 @@ optimizer:
 float uniform(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
   const std::uint64_t h = rng::key(rng::key(a, b), c);
   return static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-53) - 0.5f;
-}
-
-// A plan for P ranks, every table laid out by `how`.
-Plan plan_for(const ModelSpec& m, int P, const std::string& how, OptimizerKind opt) {
-  Plan p;
-  p.model = m.name;
-  p.device = "h200";
-  p.gpus = P;
-  p.global_batch = m.batch_size;
-  p.per_device_batch = m.batch_size / P;
-  p.embedding_optimizer = opt;
-  for (int t = 0; t < m.num_tables(); ++t) {
-    const TableSpec& ts = m.tables[static_cast<std::size_t>(t)];
-    TablePlan tp;
-    tp.name = ts.name;
-    tp.optimizer = opt;
-    std::string kind = how;
-    if (how == "mixed") kind = t == 0 ? "row" : t == 1 ? "replicated" : t == 2 ? "column" : "table";
-    if (kind == "table") {
-      tp.sharding = Sharding::table;
-      tp.shards = {{(t + 1) % P, 0, ts.rows, 0, ts.dim}};
-    } else if (kind == "column") {
-      tp.sharding = Sharding::column;
-      const int k = std::min(P, ts.dim / 4);
-      for (int j = 0; j < k; ++j)
-        tp.shards.push_back({(j + t) % P, 0, ts.rows, ts.dim * j / k, ts.dim * (j + 1) / k});
-    } else if (kind == "row") {
-      tp.sharding = Sharding::row;
-      for (int d = 0; d < P; ++d)
-        tp.shards.push_back({d, ts.rows * d / P, ts.rows * (d + 1) / P, 0, ts.dim});
-    } else {
-      tp.sharding = Sharding::replicated;
-      for (int d = 0; d < P; ++d) tp.shards.push_back({d, 0, ts.rows, 0, ts.dim});
-    }
-    p.tables.push_back(tp);
-  }
-  return p;
 }
 
 // Rank q's bags at a step: 5 + q examples, each table's bags of 0 to 2 x its pooling size ids.
@@ -146,8 +110,8 @@ int main() {
         if (columns && opt == OptimizerKind::rowwise_adagrad) continue;
         const bool exact = how != "row" && how != "mixed";
         m.embedding_optimizer.kind = opt;
-        ShardedEmbedding sharded(m, plan_for(m, P, how, opt), *comm, *cpu);
-        ShardedEmbedding whole(m, plan_for(m, 1, "table", opt), *self, *cpu);
+        ShardedEmbedding sharded(m, test::plan_for(m, P, how, opt), *comm, *cpu);
+        ShardedEmbedding whole(m, test::plan_for(m, 1, "table", opt), *self, *cpu);
         sharded.fill(init);
         whole.fill(init);
         const OptimizerParams op{opt, 0.05f, 1e-8f};
