@@ -214,7 +214,7 @@ ModelSpec apply_plan(const ModelSpec& model, const Plan& plan, std::int64_t batc
 // What the run about to start can execute: how many GPUs it has, which device, how much host
 // memory it may use.
 struct ExecutionTarget {
-  int gpus = 1;                  // devices of the run (the engine trains on one)
+  int gpus = 1;                  // devices (ranks) of the run: one, or a sharded run's world
   std::string device;            // catalog key of the detected device ("" when none or unknown)
   double host_memory_bytes = 0;  // available to the run (0: unknown, not checked)
   bool gpu_backend = true;       // false: the cpu backend (dense math is fp32 there)

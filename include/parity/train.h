@@ -21,6 +21,9 @@ namespace parity {
 // too, starts from a fresh source and positions it with seek().
 using BatchSourceFactory = std::function<std::unique_ptr<BatchSource>()>;
 
+class Communicator;
+struct Plan;
+
 struct TrainConfig {
   ModelSpec model;
   // Steps to train in total (counting resumed ones); 0: one pass over file data or a source of
@@ -65,6 +68,14 @@ struct TrainConfig {
   // GPU backends: the device's memory limited to this many bytes for the run (Backend::
   // limit_memory, at start-up); 0: the whole device.
   double memory_limit_bytes = 0;
+  // Several processes (DLRM, cpu backend): the plan that shards the tables over `comm`'s ranks
+  // (Model::shard). Every rank reads each global batch of `batch` examples and trains on its
+  // slice, rank r on examples [batch r / W, batch (r + 1) / W); evaluation predicts each rank's
+  // slice of the held-out examples and gathers them, so every rank reports the same AUC. The
+  // progress loss is this rank's. Checkpoints are refused (not built yet). Both null: one
+  // process.
+  const Plan* shard_plan = nullptr;
+  Communicator* comm = nullptr;
 };
 
 // The backend a run names, with the run's kernel catalog given to it.

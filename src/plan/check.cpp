@@ -26,6 +26,10 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
   if (model.kind != ModelKind::hstu) require_dlrm(model, "the plan check");
   (void)apply_plan(model, plan, batch);  // the tables match the model; shards are well formed
   std::vector<PlanDecision> out;
+  if (target.gpus > 1 && plan.gpus != target.gpus)
+    refuse("gpus",
+           fmt::format("the plan is for {} GPUs and this run has {} ranks", plan.gpus, target.gpus),
+           fmt::format("make a plan for {} (parity plan --gpus {})", target.gpus, target.gpus));
   if (plan.gpus > target.gpus)
     refuse("gpus",
            fmt::format("the plan is for {} GPUs and this run has {}", plan.gpus, target.gpus),
@@ -51,6 +55,20 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                         : fmt::format("fp32 (the plan says {}; the cpu backend computes every "
                                       "product in fp32 with double accumulation)",
                                       dense_math_name(plan.dense_math))};
+  const bool sharded = target.gpus > 1;
+  if (sharded) {
+    if (model.kind == ModelKind::hstu)
+      refuse("gpus",
+             fmt::format("an HSTU plan for {} GPUs; HSTU models train on one process so far",
+                         plan.gpus),
+             "make a plan for 1 GPU (parity plan --gpus 1) and train it alone");
+    if (target.gpu_backend)
+      refuse("gpus",
+             fmt::format("a run over {} ranks on a GPU backend; sharded runs use the cpu backend "
+                         "so far (the NCCL engine is not built yet)",
+                         target.gpus),
+             "train with --backend cpu");
+  }
   if (model.kind == ModelKind::hstu) {
     detail::add_hstu_decisions(plan, out);
     out.push_back(dense_math);
@@ -83,6 +101,12 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                            model.tables[t].rows),
                "place it in HBM, or shard it over more GPUs");
     }
+    if (sharded && (tp.dtype != DType::f32 || tp.placement != Placement::hbm))
+      refuse(field + (tp.dtype != DType::f32 ? ".dtype" : ".placement"),
+             fmt::format("{} {}; a run over several ranks shards fp32 tables in device memory "
+                         "only so far",
+                         dtype_name(tp.dtype), placement_name(tp.placement)),
+             "plan with recipe.table_dtypes [fp32] (or edit the plan's tables to fp32, hbm)");
     if (tp.dtype != DType::f32 && tp.dtype != DType::f16 && tp.dtype != DType::bf16)
       refuse(field + ".dtype",
              fmt::format("{} tables are not implemented (fp32, fp16 and bf16 are)",
@@ -98,9 +122,21 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
           ? std::string("all in HBM")
           : fmt::format("{} in host memory ({} of their rows cached in {}), the rest in HBM",
                         host_tables, host_rows, target.gpu_backend ? "HBM" : "the cache buffers");
-  out.push_back({"tables", fmt::format("{} stored natively ({}), {}, on one device, updated by {}",
+  std::map<std::string, int> by_sharding;
+  for (const TablePlan& tp : plan.tables) ++by_sharding[std::string(sharding_name(tp.sharding))];
+  std::string shardings;
+  for (const auto& [name, n] : by_sharding)
+    shardings += fmt::format("{}{} x{}", shardings.empty() ? "" : ", ", name, n);
+  out.push_back({"tables", fmt::format("{} stored natively ({}), {}, {}, updated by {}",
                                        plan.tables.size(), dtypes, where,
+                                       sharded ? fmt::format("sharded over {} ranks ({})",
+                                                             target.gpus, shardings)
+                                               : std::string("on one device"),
                                        optimizer_name(plan.embedding_optimizer))});
+  if (sharded)
+    out.push_back({"dense layers", fmt::format("data-parallel over {} ranks, gradients summed "
+                                               "before each optimizer step",
+                                               target.gpus)});
   out.push_back(dense_math);
   // Each ranked choice names a product the step makes at the plan's batch: choices edited or made
   // for another model would match none of the products, which would then be ranked when they

@@ -22,9 +22,11 @@
 #include "core/host_memory.h"
 #include "hstu_trainer.h"
 #include "parity/checkpoint.h"
+#include "parity/dist.h"
 #include "parity/engine.h"
 #include "parity/error.h"
 #include "parity/metrics.h"
+#include "parity/plan.h"
 #include "parity/train.h"
 #include "prefetch.h"
 #include "run_record.h"
@@ -95,7 +97,76 @@ TrainConfig settle(const TrainConfig& in) {
   if (cfg.keep_checkpoints < 1)
     throw InputError(fmt::format(
         "checkpoints kept must be at least 1 (the newest good one), got {}", cfg.keep_checkpoints));
+  if ((cfg.comm == nullptr) != (cfg.shard_plan == nullptr))
+    throw InputError("a sharded run needs both its plan and its communicator");
+  if (cfg.comm != nullptr) {
+    if (cfg.model.kind != ModelKind::dlrm)
+      throw InputError("a run over several processes trains DLRM models so far (HSTU: one GPU)");
+    if (cfg.backend != "cpu")
+      throw InputError(fmt::format(
+          "a run over several processes runs on the cpu backend so far, not {} (the NCCL engine "
+          "is not built yet)",
+          cfg.backend));
+    if (!cfg.checkpoint_dir.empty() || cfg.resume)
+      throw InputError(
+          "checkpoints of a run over several processes are not built yet: leave out --checkpoint "
+          "and --resume");
+    if (cfg.batch < cfg.comm->size())
+      throw InputError(fmt::format("a batch of {} examples cannot be split over {} ranks",
+                                   cfg.batch, cfg.comm->size()));
+  }
   return cfg;
+}
+
+// This rank's slice [first, first + count) of a batch of n examples over the run's ranks.
+std::pair<std::int64_t, std::int64_t> rank_slice(const TrainConfig& cfg, std::int64_t n) {
+  if (cfg.comm == nullptr) return {0, n};
+  const std::int64_t W = cfg.comm->size(), r = cfg.comm->rank();
+  const std::int64_t first = n * r / W;
+  return {first, n * (r + 1) / W - first};
+}
+
+// Examples [first, first + count) of a batch.
+Batch slice_of(const Batch& b, std::int64_t first, std::int64_t count) {
+  Batch out;
+  out.size = count;
+  out.num_dense = b.num_dense;
+  out.num_tables = b.num_tables;
+  const auto nd = static_cast<std::size_t>(b.num_dense);
+  out.dense.assign(b.dense.begin() + static_cast<std::ptrdiff_t>(first * b.num_dense),
+                   b.dense.begin() + static_cast<std::ptrdiff_t>((first + count) * b.num_dense));
+  (void)nd;
+  out.labels.assign(b.labels.begin() + first, b.labels.begin() + first + count);
+  if (!b.teacher_prob.empty())
+    out.teacher_prob.assign(b.teacher_prob.begin() + first, b.teacher_prob.begin() + first + count);
+  out.offsets.push_back(0);
+  for (int t = 0; t < b.num_tables; ++t)
+    for (std::int64_t i = first; i < first + count; ++i) {
+      const std::int64_t lo = b.offsets[static_cast<std::size_t>(t * b.size + i)];
+      const std::int64_t hi = b.offsets[static_cast<std::size_t>(t * b.size + i + 1)];
+      out.ids.insert(out.ids.end(), b.ids.begin() + lo, b.ids.begin() + hi);
+      out.offsets.push_back(static_cast<std::int64_t>(out.ids.size()));
+    }
+  return out;
+}
+
+// Every rank's values, in rank order, on every rank.
+std::vector<float> gather_all(Communicator& comm, const std::vector<float>& mine) {
+  const auto P = static_cast<std::size_t>(comm.size());
+  std::vector<std::int64_t> bytes(P, static_cast<std::int64_t>(mine.size() * sizeof(float)));
+  std::vector<std::int64_t> counts(P), eight(P, 8);
+  comm.all_to_all_v(std::as_bytes(std::span<const std::int64_t>(bytes)), eight,
+                    std::as_writable_bytes(std::span<std::int64_t>(counts)), eight);
+  std::vector<std::byte> send;
+  for (std::size_t q = 0; q < P; ++q) {
+    const auto* p = reinterpret_cast<const std::byte*>(mine.data());
+    send.insert(send.end(), p, p + mine.size() * sizeof(float));
+  }
+  std::int64_t total = 0;
+  for (const std::int64_t c : counts) total += c;
+  std::vector<float> all(static_cast<std::size_t>(total) / sizeof(float));
+  comm.all_to_all_v(send, bytes, std::as_writable_bytes(std::span<float>(all)), counts);
+  return all;
 }
 
 // Wall-clock accounting of the step loop. Time spent outside training steps (Model::prepare,
@@ -124,10 +195,12 @@ class Trainer {
         train_data_(std::move(data.train)),
         eval_data_(std::move(data.eval)),
         backend_(make_train_backend(cfg)),
-        model_(cfg.model, *backend_, cfg.batch, cfg.seed),
+        model_(cfg.model, *backend_, rank_slice(cfg, cfg.batch).second + 1, cfg.seed),
         record_(train_detail::run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math,
                                          train_data_->kind())),
-        total_(cfg.steps > 0 ? cfg.steps : -1) {}
+        total_(cfg.steps > 0 ? cfg.steps : -1) {
+    if (cfg.comm != nullptr) model_.shard(*cfg.shard_plan, *cfg.comm);
+  }
 
   TrainResult run() {
     resume();
@@ -233,7 +306,8 @@ class Trainer {
   }
 
   bool synthetic_on_device() const {
-    return train_data_->generated().data != nullptr && backend_->makes_synthetic_data();
+    return train_data_->generated().data != nullptr && backend_->makes_synthetic_data() &&
+           cfg_.comm == nullptr;
   }
 
   void announce() const {
@@ -283,7 +357,12 @@ class Trainer {
         return cfg_.batch;
       }
       if (!loader->next(b)) return 0;
-      model_.stage(b);
+      if (cfg_.comm != nullptr) {  // this rank's slice of the global batch
+        const auto [first, count] = rank_slice(cfg_, b.size);
+        model_.stage(slice_of(b, first, count));
+      } else {
+        model_.stage(b);
+      }
       return b.size;
     };
     clock_ = StepClock{};
@@ -403,10 +482,24 @@ class Trainer {
          seen < cfg_.eval_examples &&
          eval_data_->next(std::min(cfg_.batch, cfg_.eval_examples - seen), b);
          seen += b.size) {
+      if (cfg_.comm != nullptr) {  // this rank's slice; every rank's gathered below
+        const auto [first, count] = rank_slice(cfg_, b.size);
+        const Batch part = slice_of(b, first, count);
+        model_.predict(part, p.data());
+        probs.insert(probs.end(), p.begin(), p.begin() + part.size);
+        labels.insert(labels.end(), part.labels.begin(), part.labels.end());
+        teacher.insert(teacher.end(), part.teacher_prob.begin(), part.teacher_prob.end());
+        continue;
+      }
       model_.predict(b, p.data());
       probs.insert(probs.end(), p.begin(), p.begin() + b.size);
       labels.insert(labels.end(), b.labels.begin(), b.labels.end());
       teacher.insert(teacher.end(), b.teacher_prob.begin(), b.teacher_prob.end());
+    }
+    if (cfg_.comm != nullptr) {
+      probs = gather_all(*cfg_.comm, probs);
+      labels = gather_all(*cfg_.comm, labels);
+      teacher = gather_all(*cfg_.comm, teacher);
     }
     backend_->raise_input_errors();  // nor after evaluation data that was bad
     if (probs.empty())

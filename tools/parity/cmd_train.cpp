@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "core/host_memory.h"
+#include "parity/dist.h"
 #include "parity/error.h"
 #include "parity/plan.h"
 #include "parity/select.h"
@@ -247,10 +248,15 @@ struct TrainArgs {
   std::vector<std::string> data, eval_data;
 };
 
+// The ranks this process is one of (mpirun, Slurm, torchrun-style variables; one process when
+// none), read once at the start of parity train. Only rank 0 prints the run's progress.
+ProcessGroupInfo g_group;
+
 // What this run can execute: one device (the catalog key of `gpu`, the detected GPU's name or
 // empty for the cpu backend), the host memory available now, and whether a GPU backend runs it.
 ExecutionTarget execution_target(const std::string& gpu) {
   ExecutionTarget t;
+  t.gpus = g_group.world;
   t.gpu_backend = !gpu.empty();
   if (t.gpu_backend) {
     if (const auto dev = match_device(gpu, configs_dir() / "devices")) t.device = dev->name;
@@ -365,8 +371,10 @@ void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan
   if (plan.token_capacity > 0 && args.batch > 0 && args.batch != plan.global_batch)
     cfg.token_capacity = static_cast<std::int64_t>(
         token_capacity(sequence_moments(model), static_cast<double>(args.batch)));
-  fmt::print("parity train: {}; executing:\n", title);
-  for (const PlanDecision& d : decisions) fmt::print("  {:<13} {}\n", d.what, d.executed);
+  if (g_group.rank == 0) {
+    fmt::print("parity train: {}; executing:\n", title);
+    for (const PlanDecision& d : decisions) fmt::print("  {:<13} {}\n", d.what, d.executed);
+  }
   if (kernels) {
     const DeviceSpec dev = find_device(plan.device, configs_dir() / "devices");
     cfg.gemm_hbm_bytes_per_s =
@@ -493,9 +501,33 @@ void choose_data(const TrainArgs& args, TrainConfig& cfg) {
         "--eval-data needs --data (synthetic runs evaluate on their own held-out split)");
 }
 
-void run_train(const TrainArgs& args, bool model_given) {
+void run_train(const TrainArgs& given, bool model_given) {
+  TrainArgs args = given;
   TrainConfig cfg;
+  // Started as several ranks: the plan says how the tables are sharded over them.
+  g_group = detect_process_group();
+  std::unique_ptr<Communicator> comm;
+  if (g_group.world > 1) {
+    if (args.plan.empty())
+      throw InputError(fmt::format(
+          "this run is {} ranks ({}; {}): give a plan made for {} GPUs, which says how the "
+          "tables are sharded over them (parity plan --gpus {} --out plan.json, then --plan "
+          "plan.json)",
+          g_group.world, name_in(kLauncherNames, g_group.launcher), g_group.source, g_group.world,
+          g_group.world));
+    if (args.backend == "auto") args.backend = "cpu";
+    if (args.backend != "cpu")
+      throw InputError(fmt::format(
+          "--backend {}: a run over several processes runs on the cpu backend so far (the NCCL "
+          "engine is not built yet)",
+          args.backend));
+    comm = make_mpi_communicator(&g_group);
+  }
   const std::shared_ptr<Plan> plan = choose_recipe(args, model_given, cfg);
+  if (comm) {
+    cfg.shard_plan = plan.get();
+    cfg.comm = comm.get();
+  }
   if (!plan && args.gemm_selection == "plan" && args.backend != "cpu")
     fmt::print(
         "parity train: --gemm-selection plan: this run trains without a plan; the products "
@@ -572,7 +604,8 @@ void run_train(const TrainArgs& args, bool model_given) {
     profiled = at;
   }
   ConsoleObserver console;
-  const TrainResult r = train(cfg, &console);
+  const TrainResult r = train(cfg, g_group.rank == 0 ? &console : nullptr);
+  if (g_group.rank != 0) return;  // rank 0 reports the run
   if (const GemmSelectionCounts& g = r.gemm_selection; g.planned + g.ranked + g.heuristic > 0)
     fmt::print(
         "kernel selection: {} distinct matrix products (shape and alignment) ran the plan's "
