@@ -73,6 +73,9 @@ class Communicator {
                             std::span<const std::int64_t> send_bytes, std::span<std::byte> recv,
                             std::span<const std::int64_t> recv_bytes) = 0;
   virtual void barrier() = 0;
+  // Ends every rank of the run with `code` (a rank that met an error the others did not: they
+  // would otherwise wait for it inside a collective). The self communicator returns.
+  virtual void abort(int code) noexcept = 0;
 };
 
 // One process: every collective is a copy (or nothing).

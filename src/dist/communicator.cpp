@@ -55,6 +55,7 @@ class SelfCommunicator final : public Communicator {
     std::copy(send.begin(), send.end(), recv.begin());
   }
   void barrier() override {}
+  void abort(int) noexcept override {}
 
  private:
   static void check(bool ok, const char* op, const char* what) {
@@ -110,8 +111,10 @@ class Watchdog {
                    "hangs; ending the run\n",
                    rank_, size_, op_, static_cast<long long>(calls_), waited, timeout_);
       std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
-      std::_Exit(3);
+      int level = 0;
+      MPI_Query_thread(&level);
+      if (level == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, 3);
+      std::_Exit(3);  // mpirun then ends the other ranks, as for a rank that died
     }
   }
 
@@ -133,7 +136,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Initialized(&initialised);
     if (!initialised) {
       int provided = 0;
-      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      // MULTIPLE: the watchdog thread may end the run with MPI_Abort while the main thread is
+      // inside a collective.
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         throw Error("MPI_Init_thread failed: is this process started by mpirun?");
       std::atexit([] {
         int finalised = 0;
@@ -240,6 +245,12 @@ class MpiCommunicator final : public Communicator {
   void barrier() override {
     ++collectives_;
     call("barrier", [&] { return MPI_Barrier(MPI_COMM_WORLD); });
+  }
+  void abort(int code) noexcept override {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
   }
 
  private:

@@ -59,7 +59,23 @@ ShardedEmbedding::ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communi
       throw InputError(fmt::format(
           "plan table '{}': the sharded tables are fp32 and in device memory so far", tp.name));
     out_col_.push_back(col);
-    col += m.tables[static_cast<std::size_t>(t)].dim;
+    const TableSpec& ts = m.tables[static_cast<std::size_t>(t)];
+    col += ts.dim;
+    // Each shard of the shape its table's sharding names (apply_plan checked the covering): a
+    // row shard every column, a column shard every row, a table or replicated shard the whole
+    // table. Mean bags are divided where rows are split, and only there.
+    for (const ShardPlan& s : tp.shards) {
+      const bool all_rows = s.row_begin == 0 && s.row_end == ts.rows;
+      const bool all_cols = s.col_begin == 0 && s.col_end == ts.dim;
+      const bool ok = tp.sharding == Sharding::row      ? all_cols
+                      : tp.sharding == Sharding::column ? all_rows
+                                                        : all_rows && all_cols;
+      if (!ok)
+        throw InputError(fmt::format(
+            "plan table '{}': a {}-sharded table's shard holding rows [{}, {}) and columns [{}, "
+            "{}) is not of that sharding's shape",
+            tp.name, sharding_name(tp.sharding), s.row_begin, s.row_end, s.col_begin, s.col_end));
+    }
     for (std::size_t j = 0; j < tp.shards.size(); ++j) {
       const ShardPlan& s = tp.shards[j];
       const bool replicated = tp.sharding == Sharding::replicated;

@@ -357,6 +357,10 @@ class Trainer {
         return cfg_.batch;
       }
       if (!loader->next(b)) return 0;
+      // A batch with fewer examples than ranks (the end of a file) leaves a rank nothing to
+      // train on: every rank sees its size and drops it.
+      while (cfg_.comm != nullptr && b.size < cfg_.comm->size())
+        if (!loader->next(b)) return 0;
       if (cfg_.comm != nullptr) {  // this rank's slice of the global batch
         const auto [first, count] = rank_slice(cfg_, b.size);
         model_.stage(slice_of(b, first, count));
@@ -482,7 +486,8 @@ class Trainer {
          seen < cfg_.eval_examples &&
          eval_data_->next(std::min(cfg_.batch, cfg_.eval_examples - seen), b);
          seen += b.size) {
-      if (cfg_.comm != nullptr) {  // this rank's slice; every rank's gathered below
+      if (cfg_.comm != nullptr) {                  // this rank's slice; every rank's gathered below
+        if (b.size < cfg_.comm->size()) continue;  // no slice for some rank: dropped by all
         const auto [first, count] = rank_slice(cfg_, b.size);
         const Batch part = slice_of(b, first, count);
         model_.predict(part, p.data());

@@ -72,14 +72,14 @@ int main() {
         const double want = whole.last_loss();
         const double err = std::abs(loss - want) / std::abs(want);
         worst_loss = std::max(worst_loss, err);
-        if (err > 1e-6 && ++failures <= 10)
+        if (!(err <= 1e-6) && ++failures <= 10)  // a NaN fails too
           fmt::print(stderr, "rank {}: {}: step {} loss {} against {}\n", me, how, step + 1, loss,
                      want);
       }
       auto compare = [&](float got, float want, const std::string& what) {
         const double err = std::abs(static_cast<double>(got) - want) / (std::abs(want) + 0.01);
         worst = std::max(worst, err);
-        if (err > 2e-6 && ++failures <= 10)
+        if (!(err <= 2e-6) && ++failures <= 10)
           fmt::print(stderr, "rank {}: {}: {}: {} against {}\n", me, how, what, got, want);
       };
       // The dense parameters and their optimizer state: one process's, on every rank.

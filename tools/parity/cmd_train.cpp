@@ -501,6 +501,8 @@ void choose_data(const TrainArgs& args, TrainConfig& cfg) {
         "--eval-data needs --data (synthetic runs evaluate on their own held-out split)");
 }
 
+void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicator* comm);
+
 void run_train(const TrainArgs& given, bool model_given) {
   TrainArgs args = given;
   TrainConfig cfg;
@@ -523,10 +525,27 @@ void run_train(const TrainArgs& given, bool model_given) {
           args.backend));
     comm = make_mpi_communicator(&g_group);
   }
+  if (!comm) {
+    train_with(args, model_given, cfg, nullptr);
+    return;
+  }
+  // An error on one rank (bad input, a non-finite check that fired here first) ends every rank
+  // at once, with the error said, instead of leaving the others inside a collective.
+  try {
+    train_with(args, model_given, cfg, comm.get());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "parity: error on rank {} of {}: {}\n", g_group.rank, g_group.world,
+               e.what());
+    comm->abort(2);
+  }
+}
+
+// The run after the process group is known: the recipe (plan), the data, training, the profile.
+void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicator* comm) {
   const std::shared_ptr<Plan> plan = choose_recipe(args, model_given, cfg);
-  if (comm) {
+  if (comm != nullptr) {
     cfg.shard_plan = plan.get();
-    cfg.comm = comm.get();
+    cfg.comm = comm;
   }
   if (!plan && args.gemm_selection == "plan" && args.backend != "cpu")
     fmt::print(
