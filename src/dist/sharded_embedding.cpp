@@ -127,6 +127,20 @@ void ShardedEmbedding::exchange(const std::vector<std::vector<std::byte>>& out,
   for (std::size_t q = 0; q < P; ++q) send_sizes[q] = static_cast<std::int64_t>(out[q].size());
   comm_.all_to_all_v(std::as_bytes(std::span<const std::int64_t>(send_sizes)), eight,
                      std::as_writable_bytes(std::span<std::int64_t>(recv_sizes)), eight);
+  // One exchange carries blocks below 2^31 bytes (MPI's int counts); every rank learns whether
+  // any rank's would not, so that all refuse together instead of some waiting for the rest.
+  std::int64_t total_out = 0, total_in = 0;
+  for (std::size_t q = 0; q < P; ++q) {
+    total_out += send_sizes[q];
+    total_in += recv_sizes[q];
+  }
+  double over = std::max(total_out, total_in) >= std::int64_t{1} << 31 ? 1.0 : 0.0;
+  comm_.all_reduce_sum(std::span<double>(&over, 1));
+  if (over > 0)
+    throw Error(fmt::format(
+        "ShardedEmbedding: an exchange of {} ranks reaches 2^31 bytes on {} of them (this rank "
+        "sends {} and receives {}): use a smaller batch per rank",
+        P, static_cast<int>(over), total_out, total_in));
   std::vector<std::byte> send, recv;
   for (const auto& b : out) send.insert(send.end(), b.begin(), b.end());
   std::int64_t total = 0;

@@ -409,6 +409,26 @@ Plan make_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus, const Planne
                "; the coldest (fewest lookups per byte) live in host memory with "
                "an HBM cache of their hottest rows"});
   }
+  {
+    // Rowwise Adagrad keeps one state per row from the mean of the row's squared gradient; over a
+    // column shard that mean is of the shard's columns, so the update differs from one process's.
+    int split = 0;
+    std::string names;
+    if (plan.embedding_optimizer == OptimizerKind::rowwise_adagrad)
+      for (const auto& t : plan.tables)
+        if (t.sharding == Sharding::column) {
+          if (split < 4) names += (split ? ", " : "") + t.name;
+          ++split;
+        }
+    if (split > 0)
+      plan.changes.push_back(
+          {"rowwise Adagrad state", "one per row",
+           fmt::format("one per row of each column shard ({} tables: {}{})", split, names,
+                       split > 4 ? ", ..." : ""),
+           "a table split by columns keeps each shard's row state from its own columns (the mean "
+           "of their squared gradients), as TorchRec's column-wise sharding does: not the "
+           "numerics of one process"});
+  }
   return plan;
 }
 

@@ -128,6 +128,26 @@ TEST(Planner, Tf32EmulatedAsThreeBf16Products) {
               3 * cal.gemm_efficiency(DenseMath::bf16) / cal.gemm_efficiency(DenseMath::tf32), 0.1);
 }
 
+// A plan that splits a rowwise-Adagrad table by columns says so: each shard keeps its rows' state
+// from its own columns, not one process's numerics (docs/distributed.md).
+TEST(Planner, ColumnSplitsOfRowwiseAdagradTablesAreARecipeChange) {
+  auto named = [](const Plan& p) {
+    return std::any_of(p.changes.begin(), p.changes.end(),
+                       [](const RecipeChange& c) { return c.what == "rowwise Adagrad state"; });
+  };
+  auto columns = [](const Plan& p) {
+    return std::count_if(p.tables.begin(), p.tables.end(),
+                         [](const TablePlan& t) { return t.sharding == Sharding::column; });
+  };
+  const Plan split = make_plan(model("prod-ads-large"), device("h200"), 64, options());
+  ASSERT_EQ(split.embedding_optimizer, OptimizerKind::rowwise_adagrad);
+  ASSERT_GT(columns(split), 0);
+  EXPECT_TRUE(named(split));
+  const Plan one = make_plan(model("prod-ads-large"), device("h200"), 1, options());
+  EXPECT_EQ(columns(one), 0);
+  EXPECT_FALSE(named(one));
+}
+
 TEST(Planner, IsDeterministic) {
   const ModelSpec m = model("prod-many-features");
   const Plan a = make_plan(m, device("h200"), 32, options());
