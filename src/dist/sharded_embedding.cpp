@@ -176,6 +176,7 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
                      local_offsets_[static_cast<std::size_t>(k + 1)]};
   };
   // ---- the ids to each shard's owner: per route, the bag count, each bag's size, the ids ----
+  mark("embedding_exchange");
   std::vector<std::vector<std::byte>> ids_out(P), ids_in;
   for (const Route& r : routes_) {
     auto& buf = ids_out[static_cast<std::size_t>(r.where.device)];
@@ -197,6 +198,7 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
   }
   exchange(ids_out, ids_in);
   // ---- each owned shard looks up every rank's bags at once, in rank order ----
+  mark("embedding_forward");
   std::vector<Reader> readers;
   for (const auto& blk : ids_in) readers.emplace_back(blk);
   std::vector<std::vector<std::byte>> rows_out(P), rows_in;
@@ -235,7 +237,9 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
       first += s.bags_from[q];
     }
   }
+  mark("embedding_exchange");
   exchange(rows_out, rows_in);
+  mark("embedding_forward");
   // ---- the pooled rows back into this rank's output: columns placed, row partials added ----
   for (int t = 0; t < T; ++t)
     for (std::int64_t i = 0; i < b; ++i)
@@ -299,6 +303,7 @@ void ShardedEmbedding::backward_update(CMat dout, const OptimizerParams& opt) {
   };
   // ---- each route's gradient columns to its owner (a row shard: the whole row, a mean bag's
   // divided by its whole size) ----
+  mark("embedding_exchange");
   std::vector<std::vector<std::byte>> grads_out(P), grads_in;
   std::vector<float> g;
   for (const Route& r : routes_) {
@@ -332,6 +337,7 @@ void ShardedEmbedding::backward_update(CMat dout, const OptimizerParams& opt) {
   }
   for (auto& buf : grads_out) buf.insert(buf.end(), replicated.begin(), replicated.end());
   exchange(grads_out, grads_in);
+  mark("embedding_backward");
   std::vector<Reader> readers;
   for (const auto& blk : grads_in) readers.emplace_back(blk);
   const StochasticRounding rounding{};  // fp32 tables: no rounding

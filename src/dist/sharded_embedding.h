@@ -52,6 +52,11 @@ class ShardedEmbedding {
   // Table t's element (row, col) where this rank holds it, else nullopt.
   std::optional<float> weight(int t, std::int64_t row, int col) const;
 
+  // Called with a step-profile category as the work changes between the exchange
+  // ("embedding_exchange") and the lookups ("embedding_forward") or updates
+  // ("embedding_backward"), so that a profile times them apart (Model::shard sets it).
+  void set_marker(std::function<void(const char* category)> mark) { mark_ = std::move(mark); }
+
  private:
   struct Shard {
     int table = 0;
@@ -85,6 +90,10 @@ class ShardedEmbedding {
   // the gradients' routing).
   std::int64_t batch_ = 0;
   std::vector<std::int64_t> local_offsets_, local_ids_;
+  std::function<void(const char*)> mark_;
+  void mark(const char* category) {
+    if (mark_) mark_(category);
+  }
 };
 
 }  // namespace parity

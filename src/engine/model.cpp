@@ -373,10 +373,12 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   // the updated dense parameters. A NaN or an infinity upstream reaches the loss, or a gradient and
   // so a parameter; a parameter that overflows or holds a NaN stays so even where a ReLU masks it
   // from the loss (the GPU's max(x, 0) turns NaN into 0).
-  profiler.section("dense_optimizer");
-  if (comm != nullptr)  // data-parallel dense layers: every rank's gradients summed
+  if (comm != nullptr) {  // data-parallel dense layers: every rank's gradients summed
+    profiler.section("dense_allreduce_exposed");  // not overlapped with the backward yet
     comm->all_reduce_sum(
         std::span<float>(params.grads.as<float>(), static_cast<std::size_t>(L.dense_count)));
+  }
+  profiler.section("dense_optimizer");
   backend.dense_optimizer_step(params.dense.as<float>(), params.grads.as<float>(),
                                params.dense_state.as<float>(), L.dense_count,
                                engine::optimizer_params(spec.dense_optimizer, lr_factor), step + 1);
@@ -537,6 +539,7 @@ void Model::shard(const Plan& plan, Communicator& comm) {
     return weights[static_cast<std::size_t>(t)]
                   [r * m.spec.tables[static_cast<std::size_t>(t)].dim + c];
   });
+  sh->set_marker([&m](const char* category) { m.profiler.section(category); });
   m.sharded = std::move(sh);
   m.comm = &comm;
 }
