@@ -113,8 +113,7 @@ TableLayout ShardedEmbedding::layout_of(const Shard& s) const {
   const TableSpec& ts = m_.tables[static_cast<std::size_t>(s.table)];
   // A row shard's owner returns partial sums; a mean bag is divided by its whole size on the
   // requester.
-  const auto& tp_rows = ts.rows;
-  const bool row_split = l.rows != tp_rows && !s.replicated;
+  const bool row_split = l.rows != ts.rows && !s.replicated;
   l.pooling = row_split ? Pooling::sum : ts.pooling;
   l.ids_per_bag = ts.pooling_size;
   return l;

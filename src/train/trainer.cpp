@@ -132,10 +132,8 @@ Batch slice_of(const Batch& b, std::int64_t first, std::int64_t count) {
   out.size = count;
   out.num_dense = b.num_dense;
   out.num_tables = b.num_tables;
-  const auto nd = static_cast<std::size_t>(b.num_dense);
   out.dense.assign(b.dense.begin() + static_cast<std::ptrdiff_t>(first * b.num_dense),
                    b.dense.begin() + static_cast<std::ptrdiff_t>((first + count) * b.num_dense));
-  (void)nd;
   out.labels.assign(b.labels.begin() + first, b.labels.begin() + first + count);
   if (!b.teacher_prob.empty())
     out.teacher_prob.assign(b.teacher_prob.begin() + first, b.teacher_prob.begin() + first + count);
