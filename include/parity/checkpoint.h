@@ -69,14 +69,61 @@ std::map<std::string, std::string> load_safetensors(const std::filesystem::path&
                                                     Backend& backend, bool allow_extra = false,
                                                     TensorValues values = TensorValues::any);
 
-// Checkpoint directory management: files are DIR/step-<N>.safetensors.
+// ------------------------------------------------------------- sharded checkpoints --
+// A run over several processes writes each checkpoint as a set: the directory DIR/step-<N>/ with
+// one safetensors file per rank (rank-<r>-of-<W>.safetensors: the pieces that rank holds,
+// checksummed as above) and index.json, which names every tensor of the model with its dtype and
+// global shape and where each of its pieces lies (file, tensor, rows, columns), and carries each
+// file's header checksum, so that a file of another set is found. The set is written in
+// DIR/.step-<N>.partial and renamed into place once every file in it is synced: a crash at any
+// point leaves the sets that were complete before it. Pieces are matched to what a loading rank
+// holds by their global coordinates, so a set written by N ranks loads on M ranks under any
+// sharding, or on one process, exactly; a single-file checkpoint loads the same way (its tensors
+// are whole pieces). The ranks share the checkpoint directory (one host, or a shared file system).
+
+// The tensors and pieces are engine.h's CheckpointTensor, CheckpointPiece and CheckpointLayout.
+
+// A layout of whole tensors, every piece written: one process's.
+CheckpointLayout whole_tensor_layout(const std::vector<TensorRef>& tensors);
+
+class Communicator;
+
+// Writes this rank's pieces (those with write set) and, on rank 0, the index, as the set
+// checkpoint_set_path(dir, step); every rank of `comm` calls it. The metadata goes into the index
+// and every file. With TensorValues::finite a NaN or an infinity on any rank throws NumericalError
+// on every rank (naming the tensor on the rank that has it) and no set is written. A set already
+// at that path is replaced. Returns the set's path.
+std::filesystem::path save_checkpoint_set(const std::filesystem::path& dir, std::int64_t step,
+                                          const CheckpointLayout& layout,
+                                          const std::map<std::string, std::string>& metadata,
+                                          Communicator& comm, Backend& backend,
+                                          TensorValues values = TensorValues::any);
+
+// Loads a checkpoint, a single safetensors file or a set, into the layout's pieces. The model's
+// tensors and the checkpoint's must agree (names, dtypes, shapes) and the pieces written must
+// cover each tensor once; each piece read is verified by its checksum. Throws InputError naming
+// the file and the problem (CheckpointCorrupt where bytes are damaged or a file of the set is
+// missing or of another set). Returns the metadata.
+std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& path,
+                                                   const CheckpointLayout& layout, Backend& backend,
+                                                   TensorValues values = TensorValues::any);
+// The metadata of a checkpoint, a file or a set (the set's index verified).
+std::map<std::string, std::string> read_checkpoint_metadata(const std::filesystem::path& path);
+
+// ------------------------------------------------------------- checkpoint directories --
+// A directory holds DIR/step-<N>.safetensors (one process) or DIR/step-<N>/ (a set).
 std::filesystem::path checkpoint_path(const std::filesystem::path& dir, std::int64_t step);
-// Steps of the checkpoints present in dir, ascending (ignores temporaries and other files).
+std::filesystem::path checkpoint_set_path(const std::filesystem::path& dir, std::int64_t step);
+// The checkpoint of that step present in dir: its set if there is one, else its file.
+std::filesystem::path find_checkpoint(const std::filesystem::path& dir, std::int64_t step);
+// Steps of the checkpoints (files and sets) present in dir, ascending (ignores temporaries, sets
+// still being written and other files).
 std::vector<std::int64_t> list_checkpoints(const std::filesystem::path& dir);
-// Deletes all but the newest `keep` checkpoints (keep >= 1).
+// Deletes all but the newest `keep` checkpoints (keep >= 1), and what a crash left of sets being
+// written (call it when no set is being written to dir).
 void prune_checkpoints(const std::filesystem::path& dir, int keep);
-// Renames a checkpoint found corrupt to PATH.corrupt (kept for inspection; list_checkpoints and
-// prune_checkpoints no longer see it). Returns the new path.
+// Renames a checkpoint (file or set) found corrupt to PATH.corrupt (kept for inspection;
+// list_checkpoints and prune_checkpoints no longer see it). Returns the new path.
 std::filesystem::path set_aside_checkpoint(const std::filesystem::path& file);
 
 // Holds a checkpoint directory for one run: DIR/.parity-lock under an exclusive flock, which the

@@ -29,6 +29,37 @@ struct TensorRef {
   std::size_t bytes() const { return static_cast<std::size_t>(elements()) * dtype_size(dtype); }
 };
 
+// What a process holds of a model's tensors, for checkpoints that load on any number of ranks
+// (parity/checkpoint.h says how they are written and read). A tensor as one process names it
+// (Model::tensors()):
+struct CheckpointTensor {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> shape;  // [rows] or [rows, cols]
+};
+
+// What one rank holds of a tensor: rows [row_begin, row_end) and columns [col_begin, col_end) (a
+// 1-D tensor has one column), row-major in `local` (backend memory).
+struct CheckpointPiece {
+  std::string name;  // the whole tensor's
+  TensorRef local;
+  std::int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
+  // A rowwise optimizer state (one value a row) kept over columns [begin, end) of a table of `of`
+  // columns: a column shard's own state; of == 0 where the piece is not such a state. Loaded where
+  // the columns differ from those of the pieces written, a row's state is the mean of the written
+  // states over its columns, each weighted by the columns it shares: the whole row's state where
+  // the written shards saw the same gradients.
+  struct StateColumns {
+    std::int64_t begin = 0, end = 0, of = 0;
+  } state_columns;
+  bool write = true;  // false: a replica of a piece another rank writes
+};
+
+struct CheckpointLayout {
+  std::vector<CheckpointTensor> tensors;  // every tensor of the model
+  std::vector<CheckpointPiece> pieces;    // what this rank holds
+};
+
 class Communicator;
 struct Plan;
 class ShardedEmbedding;
@@ -97,9 +128,14 @@ class Model {
   // share of the global batch, so the ranks' step is one process's step on the whole batch (to
   // rounding). Call before the first step, on every rank, with the same plan; the shards start
   // from this model's own initial tables. The cpu backend, fp32 tables in device memory only so
-  // far; refused by name otherwise. Checkpoints and evaluation of a sharded model are not built
-  // yet (refused).
+  // far; refused by name otherwise. Checkpoints go through checkpoint_layout(); tensors() is
+  // refused.
   void shard(const Plan& plan, Communicator& comm);
+  // What this process holds of every tensor tensors() names, for checkpoints that load on any
+  // number of ranks: the whole tensors (as tensors(), host-placed tables written back first), or
+  // on a sharded model the dense tensors (rank 0 writes them) and this rank's shards. After
+  // loading into it, call tensors_written().
+  CheckpointLayout checkpoint_layout();
   // The shards, when shard() was called (else null).
   const ShardedEmbedding* sharded_embedding() const;
   // The dense parameters and their optimizer state (tensors() without the tables), also on a

@@ -388,6 +388,14 @@ void ShardedEmbedding::backward_update(CMat dout, const OptimizerParams& opt) {
   }
 }
 
+std::vector<ShardedEmbedding::View> ShardedEmbedding::shards() {
+  std::vector<View> out;
+  for (Shard& s : mine_)
+    out.push_back({s.table, s.where, s.replicated, !s.replicated || s.index == 0, s.weights.data(),
+                   s.state.empty() ? nullptr : s.state.data()});
+  return out;
+}
+
 std::optional<float> ShardedEmbedding::weight(int t, std::int64_t row, int col) const {
   for (const Shard& s : mine_)
     if (s.table == t && row >= s.where.row_begin && row < s.where.row_end &&

@@ -52,6 +52,18 @@ class ShardedEmbedding {
   // Table t's element (row, col) where this rank holds it, else nullopt.
   std::optional<float> weight(int t, std::int64_t row, int col) const;
 
+  // A shard this rank holds, for checkpoints: where it lies, its weights [rows, cols] and its
+  // optimizer state (host memory; cache_state_per_row floats a row), and whether this rank writes
+  // it (a replicated table's first holder does, the others hold replicas).
+  struct View {
+    int table = 0;
+    ShardPlan where;
+    bool replicated = false, writer = true;
+    float* weights = nullptr;
+    float* state = nullptr;
+  };
+  std::vector<View> shards();
+
   // Called with a step-profile category as the work changes between the exchange
   // ("embedding_exchange") and the lookups ("embedding_forward") or updates
   // ("embedding_backward"), so that a profile times them apart (Model::shard sets it).

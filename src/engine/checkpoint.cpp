@@ -20,6 +20,7 @@
 #include "core/atomic_file.h"
 #include "core/crc32c.h"
 #include "core/input_file.h"
+#include "engine/nonfinite.h"
 #include "parity/error.h"
 
 namespace parity {
@@ -34,37 +35,6 @@ const std::string kNoCrc = crc32c_text(0);
 
 std::string sys_error() {
   return std::strerror(errno);
-}
-
-// The index of the first NaN or infinity among the elements of dtype t in data[0, bytes), or -1
-// (-1 for integer types). Formats are read from their bits: an all-ones exponent is not finite
-// (fp8 e4m3 has no infinity; its NaN is S.1111.111).
-std::int64_t first_nonfinite(const void* data, std::size_t bytes, DType t) {
-  const auto* b = static_cast<const unsigned char*>(data);
-  auto scan = [&](auto word, auto mask, auto all) -> std::int64_t {
-    using W = decltype(word);
-    const std::size_t n = bytes / sizeof(W);
-    for (std::size_t i = 0; i < n; ++i) {
-      W w;
-      std::memcpy(&w, b + i * sizeof(W), sizeof(W));
-      if ((w & mask) == all) return static_cast<std::int64_t>(i);
-    }
-    return -1;
-  };
-  switch (t) {
-    case DType::f32:
-      return scan(std::uint32_t{}, std::uint32_t{0x7f800000}, std::uint32_t{0x7f800000});
-    case DType::f16:
-      return scan(std::uint16_t{}, std::uint16_t{0x7c00}, std::uint16_t{0x7c00});
-    case DType::bf16:
-      return scan(std::uint16_t{}, std::uint16_t{0x7f80}, std::uint16_t{0x7f80});
-    case DType::fp8_e5m2:
-      return scan(std::uint8_t{}, std::uint8_t{0x7c}, std::uint8_t{0x7c});
-    case DType::fp8_e4m3:
-      return scan(std::uint8_t{}, std::uint8_t{0x7f}, std::uint8_t{0x7f});
-    default:
-      return -1;
-  }
 }
 
 }  // namespace
@@ -311,19 +281,33 @@ fs::path checkpoint_path(const fs::path& dir, std::int64_t step) {
   return dir / fmt::format("step-{}.safetensors", step);
 }
 
+fs::path checkpoint_set_path(const fs::path& dir, std::int64_t step) {
+  return dir / fmt::format("step-{}", step);
+}
+
+fs::path find_checkpoint(const fs::path& dir, std::int64_t step) {
+  std::error_code ec;
+  const fs::path set = checkpoint_set_path(dir, step);
+  return fs::is_directory(set, ec) ? set : checkpoint_path(dir, step);
+}
+
 std::vector<std::int64_t> list_checkpoints(const fs::path& dir) {
   std::vector<std::int64_t> steps;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return steps;
-  // Names as checkpoint_path writes them (no leading zeros), so a listed step names its file.
-  static const std::regex re(R"(step-(0|[1-9]\d{0,17})\.safetensors)");
+  // Names as checkpoint_path and checkpoint_set_path write them (no leading zeros), so a listed
+  // step names its checkpoint; a set is listed only once renamed into place (complete).
+  static const std::regex file_re(R"(step-(0|[1-9]\d{0,17})\.safetensors)");
+  static const std::regex set_re(R"(step-(0|[1-9]\d{0,17}))");
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file(ec) && std::regex_match(name, m, re))
+    if ((entry.is_regular_file(ec) && std::regex_match(name, m, file_re)) ||
+        (entry.is_directory(ec) && std::regex_match(name, m, set_re)))
       steps.push_back(std::stoll(m[1].str()));
   }
   std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
   return steps;
 }
 
@@ -331,8 +315,25 @@ void prune_checkpoints(const fs::path& dir, int keep) {
   if (keep < 1) throw Error(fmt::format("prune_checkpoints: keep must be >= 1, got {}", keep));
   auto steps = list_checkpoints(dir);
   std::error_code ec;
-  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < steps.size(); ++i)
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < steps.size(); ++i) {
     fs::remove(checkpoint_path(dir, steps[i]), ec);
+    // A set leaves the listing in one rename before its files go, so a crash never leaves a
+    // listed set with some of its files.
+    const fs::path set = checkpoint_set_path(dir, steps[i]);
+    const fs::path going = dir / fmt::format(".step-{}.deleting", steps[i]);
+    if (fs::is_directory(set, ec) && !ec) {
+      fs::remove_all(going, ec);
+      fs::rename(set, going, ec);
+      if (!ec) fs::remove_all(going, ec);
+    }
+  }
+  // What a crash left of sets being written or deleted (no write is under way while a run
+  // prunes).
+  static const std::regex stale(R"(\.step-\d+\.(partial|deleting))");
+  std::vector<fs::path> gone;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (std::regex_match(entry.path().filename().string(), stale)) gone.push_back(entry.path());
+  for (const fs::path& p : gone) fs::remove_all(p, ec);
 }
 
 CheckpointDirLock::CheckpointDirLock(const fs::path& dir) {
@@ -375,6 +376,7 @@ fs::path set_aside_checkpoint(const fs::path& file) {
   fs::path aside = file;
   aside += ".corrupt";
   std::error_code ec;
+  if (fs::is_directory(file, ec)) fs::remove_all(aside, ec);  // a set set aside before
   fs::rename(file, aside, ec);
   if (ec)
     throw Error(fmt::format("cannot rename the corrupt checkpoint '{}' to '{}': {}", file.string(),

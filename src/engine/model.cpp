@@ -27,6 +27,7 @@
 #include "engine/input_stager.h"
 #include "engine/layout.h"
 #include "engine/step_profiler.h"
+#include "parity/checkpoint.h"
 #include "parity/error.h"
 
 namespace parity {
@@ -501,7 +502,7 @@ std::vector<TensorRef> Model::tensors() {
   if (m.sharded)
     throw Error(
         "Model::tensors: the tables of a sharded model live in its shards; checkpoints of a "
-        "sharded model are not built yet");
+        "sharded model go through Model::checkpoint_layout");
   m.host.write_back(m.layout.tables, m.params.tables(), m.params.emb_state.as<float>());
   return m.layout.tensors(m.spec, m.param(0), m.params.tables(), m.params.emb_state.as<float>(),
                           m.params.dense_state.as<float>());
@@ -542,6 +543,54 @@ void Model::shard(const Plan& plan, Communicator& comm) {
   sh->set_marker([&m](const char* category) { m.profiler.section(category); });
   m.sharded = std::move(sh);
   m.comm = &comm;
+}
+
+CheckpointLayout Model::checkpoint_layout() {
+  Impl& m = *impl_;
+  if (!m.sharded) return whole_tensor_layout(tensors());
+  CheckpointLayout out;
+  for (const TensorRef& t :
+       m.layout.tensors(m.spec, m.param(0), m.params.tables(), m.params.emb_state.as<float>(),
+                        m.params.dense_state.as<float>()))
+    out.tensors.push_back({t.name, t.dtype, t.shape});
+  // Dense tensors are the same on every rank: rank 0 writes them, every rank loads them.
+  CheckpointLayout dense = whole_tensor_layout(dense_tensors());
+  for (CheckpointPiece& p : dense.pieces) {
+    p.write = m.comm->rank() == 0;
+    out.pieces.push_back(std::move(p));
+  }
+  for (const ShardedEmbedding::View& v : m.sharded->shards()) {
+    const TableSpec& ts = m.spec.tables[static_cast<std::size_t>(v.table)];
+    const ShardPlan& w = v.where;
+    const std::int64_t rows = w.row_end - w.row_begin, cols = w.col_end - w.col_begin;
+    CheckpointPiece p;
+    p.write = v.writer;
+    p.row_begin = w.row_begin;
+    p.row_end = w.row_end;
+    p.col_begin = w.col_begin;
+    p.col_end = w.col_end;
+    p.name = fmt::format("embedding.{}.weight", ts.name);
+    p.local = TensorRef{p.name, DType::f32, {rows, cols}, v.weights};
+    out.pieces.push_back(p);
+    p.name = fmt::format("optimizer.embedding.{}.state", ts.name);
+    switch (v.state == nullptr ? OptimizerKind::sgd : m.layout.emb_opt.kind) {
+      case OptimizerKind::adagrad:
+        p.local = TensorRef{p.name, DType::f32, {rows, cols}, v.state};
+        out.pieces.push_back(p);
+        break;
+      case OptimizerKind::rowwise_adagrad:
+        // One value a row, kept over the shard's columns (checkpoint.h: state_columns).
+        p.col_begin = 0;
+        p.col_end = 1;
+        if (cols != ts.dim) p.state_columns = {w.col_begin, w.col_end, ts.dim};
+        p.local = TensorRef{p.name, DType::f32, {rows}, v.state};
+        out.pieces.push_back(p);
+        break;
+      default:
+        break;
+    }
+  }
+  return out;
 }
 
 const ShardedEmbedding* Model::sharded_embedding() const {

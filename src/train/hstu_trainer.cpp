@@ -208,7 +208,7 @@ class HstuTrainer {
       return;
     }
     for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-      const auto path = checkpoint_path(cfg_.checkpoint_dir, *it);
+      const auto path = find_checkpoint(cfg_.checkpoint_dir, *it);
       try {
         const std::int64_t step = resumable_step(path, record_);
         load_safetensors(path, model_.tensors(), *backend_, /*allow_extra=*/false,

@@ -71,11 +71,11 @@ std::map<std::string, std::string> checkpoint_metadata(const RunRecord& run, std
 }
 
 std::int64_t resumable_step(const std::filesystem::path& path, const RunRecord& run) {
-  const SafetensorsHeader h = read_safetensors_header(path);
+  const std::map<std::string, std::string> metadata = read_checkpoint_metadata(path);
   const std::string file = path.string();
   auto meta = [&](const std::string& key) {
-    const auto it = h.metadata.find(key);
-    if (it == h.metadata.end())
+    const auto it = metadata.find(key);
+    if (it == metadata.end())
       throw InputError(fmt::format("checkpoint '{}': metadata '{}' is missing", file, key));
     return it->second;
   };
@@ -93,8 +93,8 @@ std::int64_t resumable_step(const std::filesystem::path& path, const RunRecord& 
   // The recipe must be the one the checkpoint was trained with (a plan made again may differ);
   // checkpoints that predate a key do not constrain it.
   for (const auto& [key, now] : run.recipe) {
-    const auto it = h.metadata.find(key);
-    if (it != h.metadata.end() && it->second != now)
+    const auto it = metadata.find(key);
+    if (it != metadata.end() && it->second != now)
       throw InputError(fmt::format(
           "checkpoint '{}' was trained with {} '{}', this run has '{}'; resume with the same "
           "plan (--plan), --batch and model file (learning rates follow the batch)",
@@ -109,7 +109,8 @@ std::int64_t resumable_step(const std::filesystem::path& path, const RunRecord& 
     throw InputError(
         fmt::format("checkpoint '{}': metadata 'step' is '{}', not a step count", file, text));
   const std::string name = path.filename().string();
-  if (name.starts_with("step-") && name != fmt::format("step-{}.safetensors", step))
+  if (name.starts_with("step-") && name != fmt::format("step-{}.safetensors", step) &&
+      name != fmt::format("step-{}", step))
     throw InputError(
         fmt::format("checkpoint '{}' holds step {} by its metadata, not the step its "
                     "name says",

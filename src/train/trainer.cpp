@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -33,6 +35,7 @@
 #include "sources.h"
 
 namespace parity {
+namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -107,10 +110,6 @@ TrainConfig settle(const TrainConfig& in) {
           "a run over several processes runs on the cpu backend so far, not {} (the NCCL engine "
           "is not built yet)",
           cfg.backend));
-    if (!cfg.checkpoint_dir.empty() || cfg.resume)
-      throw InputError(
-          "checkpoints of a run over several processes are not built yet: leave out --checkpoint "
-          "and --resume");
     if (cfg.batch < cfg.comm->size())
       throw InputError(fmt::format("a batch of {} examples cannot be split over {} ranks",
                                    cfg.batch, cfg.comm->size()));
@@ -188,8 +187,10 @@ class Trainer {
   Trainer(const TrainConfig& cfg, train_detail::Sources data, TrainObserver* observer)
       : cfg_(cfg),
         observer_(observer),
-        lock_(cfg.checkpoint_dir.empty() ? nullptr
-                                         : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
+        // The ranks of a sharded run write one directory together: rank 0 holds it for them.
+        lock_(cfg.checkpoint_dir.empty() || (cfg.comm != nullptr && cfg.comm->rank() != 0)
+                  ? nullptr
+                  : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
         train_data_(std::move(data.train)),
         eval_data_(std::move(data.eval)),
         backend_(make_train_backend(cfg)),
@@ -217,7 +218,9 @@ class Trainer {
                                    train_data_->describe()));
     // The end of training: checkpoint() and evaluate() raise the bad inputs the last steps met.
     check_finite();
-    if (!cfg_.checkpoint_dir.empty()) checkpoint(model_.step());
+    // (unless the last periodic one is of this step: data that end on a checkpoint step)
+    if (!cfg_.checkpoint_dir.empty() && last_checkpoint_step_ != model_.step())
+      checkpoint(model_.step());
     evaluate(model_.step());
     if (const std::string w = train_data_->closing_warning(); !w.empty()) warn(result_.steps, w);
     TrainEvent done = event(TrainEvent::Kind::done, result_.steps);
@@ -250,10 +253,12 @@ class Trainer {
   // Continues from the newest good checkpoint in the checkpoint directory, if asked to. A damaged
   // one (a checksum differs, the file is short, a value is not finite) is set aside as
   // PATH.corrupt, with a warning, and the next older one is tried; one of another run (model,
-  // batch, seed, recipe) stops the run.
+  // batch, seed, recipe) stops the run. The ranks of a sharded run agree on each checkpoint: one
+  // damaged for any rank is set aside for all.
   void resume() {
     if (!cfg_.resume) return;
     const auto steps = list_checkpoints(cfg_.checkpoint_dir);
+    if (cfg_.comm != nullptr) same_checkpoints_on_every_rank(steps);
     if (steps.empty()) {
       warn(0, fmt::format("no checkpoint in '{}': starting from step 0",
                           cfg_.checkpoint_dir.string()));
@@ -261,27 +266,81 @@ class Trainer {
     }
     std::vector<std::string> set_aside;
     for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-      const auto path = checkpoint_path(cfg_.checkpoint_dir, *it);
+      const auto path = find_checkpoint(cfg_.checkpoint_dir, *it);
+      std::int64_t step = -1;
+      std::string corrupt;
+      std::exception_ptr failed;
       try {
-        const std::int64_t step = train_detail::resumable_step(path, record_);
-        load_safetensors(path, model_.tensors(), *backend_, /*allow_extra=*/false,
-                         TensorValues::finite);
+        step = train_detail::resumable_step(path, record_);
+        load_checkpoint(path, model_.checkpoint_layout(), *backend_, TensorValues::finite);
+      } catch (const CheckpointCorrupt& e) {
+        corrupt = e.what();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      const auto [any_failed, any_corrupt] = agree_on_resume(failed != nullptr, !corrupt.empty());
+      if (any_failed) {
+        if (failed) std::rethrow_exception(failed);
+        throw InputError(
+            fmt::format("another rank could not resume from '{}' (its message says "
+                        "why)",
+                        path.string()));
+      }
+      if (!any_corrupt) {
         model_.tensors_written();
         model_.set_step(step);
         result_.start_step = step;
         result_.last_checkpoint = path;
         return;
-      } catch (const CheckpointCorrupt& e) {
-        const auto aside = set_aside_checkpoint(path);
-        warn(0, fmt::format("{}; set aside as '{}', trying the one before it", e.what(),
-                            aside.string()));
-        set_aside.push_back(aside.string());
       }
+      // One rank moves it aside (the ranks share the directory); the others wait for it.
+      const bool mover = cfg_.comm == nullptr || cfg_.comm->rank() == 0;
+      fs::path aside = fs::path(path.string() + ".corrupt");
+      std::exception_ptr move_failed;
+      try {
+        if (mover) aside = set_aside_checkpoint(path);
+      } catch (...) {
+        move_failed = std::current_exception();
+      }
+      if (agree_on_resume(move_failed != nullptr, false).first) {
+        if (move_failed) std::rethrow_exception(move_failed);
+        throw Error(
+            fmt::format("rank 0 could not set aside '{}' (its message says why)", path.string()));
+      }
+      warn(0, fmt::format("{}; set aside as '{}', trying the one before it",
+                          corrupt.empty()
+                              ? "another rank found checkpoint '" + path.string() + "' damaged"
+                              : corrupt,
+                          aside.string()));
+      set_aside.push_back(aside.string());
     }
     throw InputError(fmt::format(
         "every checkpoint in '{}' is damaged (set aside: {}); nothing to resume from: remove "
         "--resume to start again from step 0",
         cfg_.checkpoint_dir.string(), fmt::join(set_aside, ", ")));
+  }
+  // Whether any rank failed, and whether any found the checkpoint damaged.
+  std::pair<bool, bool> agree_on_resume(bool failed, bool corrupt) {
+    if (cfg_.comm == nullptr) return {failed, corrupt};
+    double flags[2] = {failed ? 1.0 : 0.0, corrupt ? 1.0 : 0.0};
+    cfg_.comm->all_reduce_sum(std::span<double>(flags, 2));
+    return {flags[0] > 0, flags[1] > 0};
+  }
+  // The ranks share the checkpoint directory; one that lists other checkpoints is not sharing it.
+  void same_checkpoints_on_every_rank(const std::vector<std::int64_t>& steps) {
+    double mine[2] = {static_cast<double>(steps.size()),
+                      steps.empty() ? -1.0 : static_cast<double>(steps.back())};
+    std::vector<double> all(static_cast<std::size_t>(2 * cfg_.comm->size()));
+    cfg_.comm->all_gather(std::as_bytes(std::span<const double>(mine, 2)),
+                          std::as_writable_bytes(std::span<double>(all)));
+    for (int q = 0; q < cfg_.comm->size(); ++q)
+      if (all[static_cast<std::size_t>(2 * q)] != mine[0] ||
+          all[static_cast<std::size_t>(2 * q + 1)] != mine[1])
+        throw InputError(fmt::format(
+            "rank {} sees {} checkpoints in '{}' (newest step {}) and rank {} sees {} (newest {}): "
+            "the ranks of a run must share one checkpoint directory",
+            cfg_.comm->rank(), mine[0], cfg_.checkpoint_dir.string(), mine[1], q,
+            all[static_cast<std::size_t>(2 * q)], all[static_cast<std::size_t>(2 * q + 1)]));
   }
 
   // The examples evaluation will read, read once before the first step: a missing, empty or
@@ -529,16 +588,22 @@ class Trainer {
 
   void checkpoint(std::int64_t step) {
     backend_->raise_input_errors();  // never a checkpoint after a step that met bad input
-    const auto path = checkpoint_path(cfg_.checkpoint_dir, step);
+    fs::path path = checkpoint_path(cfg_.checkpoint_dir, step);
+    const auto metadata = train_detail::checkpoint_metadata(record_, step);
     try {
-      save_safetensors(path, model_.tensors(), train_detail::checkpoint_metadata(record_, step),
-                       *backend_, TensorValues::finite);
+      if (cfg_.comm == nullptr)
+        save_safetensors(path, model_.tensors(), metadata, *backend_, TensorValues::finite);
+      else  // a set: each rank writes its shards
+        path = save_checkpoint_set(cfg_.checkpoint_dir, step, model_.checkpoint_layout(), metadata,
+                                   *cfg_.comm, *backend_, TensorValues::finite);
     } catch (const NumericalError& e) {
       throw NumericalError(
           fmt::format("training diverged by step {}: {}{}", step, e.what(), last_good()));
     }
-    prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep_checkpoints);
+    if (cfg_.comm == nullptr || cfg_.comm->rank() == 0)
+      prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep_checkpoints);
     result_.last_checkpoint = path;
+    last_checkpoint_step_ = step;
     TrainEvent e = event(TrainEvent::Kind::checkpoint, step);
     e.message = path.string();
     emit(e);
@@ -553,6 +618,7 @@ class Trainer {
   train_detail::RunRecord record_;
   std::int64_t total_;      // steps to train to; -1: until the training data ends
   std::int64_t start_ = 0;  // the step resumed from
+  std::int64_t last_checkpoint_step_ = -1;
   TrainResult result_;
   StepClock clock_;
   double smoothed_loss_ = NAN;
