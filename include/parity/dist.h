@@ -1,7 +1,8 @@
 // Process groups and collectives: which rank of a run this process is (from the environment its
 // launcher set: mpirun, Slurm or a torchrun-style launcher), and the collectives a sharded step
-// needs, behind one interface with one engine per transport: MPI on CPUs (here), NCCL/RCCL on
-// GPUs (not built yet). A run on one process uses the self communicator, which moves nothing.
+// needs, behind one interface with one engine per transport: MPI on CPUs, NCCL on NVIDIA GPUs
+// (RCCL on AMD from the same source). A run on one process uses the self communicator, which
+// moves nothing.
 #pragma once
 
 #include <cstddef>
@@ -50,7 +51,8 @@ ProcessGroupInfo detect_process_group();
 
 // Collectives over the ranks of a run. Every rank calls each collective in the same order with
 // sizes that agree (as NCCL and MPI require). The sums are deterministic: every rank gets the same
-// bits, on every run, whatever the engine (each element is summed in rank order, 0 first).
+// bits, on every run. The MPI engine sums each element in rank order (0 first); the NCCL engine in
+// NCCL's order, fixed for one topology and NCCL version.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -96,5 +98,20 @@ double default_collective_timeout_s();
 // rank, which collective and how long, on standard error.
 std::unique_ptr<Communicator> make_mpi_communicator(
     const ProcessGroupInfo* expected = nullptr, double timeout_s = default_collective_timeout_s());
+
+// Whether this build has the NCCL engine (nccl.h and libnccl found with the CUDA toolkit at
+// configure time).
+bool nccl_available();
+
+// The NCCL engine (RCCL on AMD) on the GPU of this rank's local rank. The ranks learn NCCL's id
+// from rank 0 through `bootstrap` (the MPI engine, under mpirun) or, without one, at the TCP
+// rendezvous MASTER_ADDR:MASTER_PORT names (torchrun-style launches). Spans may hold device memory
+// (used in place) or host memory (staged through device memory); each collective returns once
+// done. A collective that waits longer than timeout_s, or that NCCL reports failed, ends the run
+// (exit status 3) naming the rank and the collective. Throws Error where this build has no NCCL,
+// InputError where the rank has no GPU of its local rank.
+std::unique_ptr<Communicator> make_nccl_communicator(
+    const ProcessGroupInfo& g, Communicator* bootstrap = nullptr,
+    double timeout_s = default_collective_timeout_s());
 
 }  // namespace parity

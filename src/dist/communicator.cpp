@@ -342,6 +342,19 @@ double default_collective_timeout_s() {
   return t;
 }
 
+#ifndef PARITY_HAVE_NCCL
+bool nccl_available() {
+  return false;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroupInfo&, Communicator*,
+                                                     double) {
+  throw Error(
+      "this build of parity has no NCCL engine: nccl.h and libnccl were not found with the CUDA "
+      "toolkit when it was configured (build with the cuda backend where NCCL is installed)");
+}
+#endif
+
 std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroupInfo* expected,
                                                     double timeout_s) {
 #ifdef PARITY_HAVE_MPI

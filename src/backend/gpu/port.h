@@ -241,6 +241,28 @@ inline Error_t stream_destroy(Stream_t s) {
 inline Error_t stream_synchronize(Stream_t s) {
   return PARITY_GPU_VENDOR(cudaStreamSynchronize, hipStreamSynchronize)(s);
 }
+// kSuccess once everything enqueued on s has run, kNotReady while work is pending, else an error.
+inline constexpr Error_t kNotReady = PARITY_GPU_VENDOR(cudaErrorNotReady, hipErrorNotReady);
+inline Error_t stream_query(Stream_t s) {
+  return PARITY_GPU_VENDOR(cudaStreamQuery, hipStreamQuery)(s);
+}
+
+// Whether p points into memory a kernel can read: device or managed memory (ordinary host memory,
+// which the runtime does not know, is not; nor is pinned host memory).
+inline bool is_device_pointer(const void* p) {
+  PARITY_GPU_VENDOR(cudaPointerAttributes, hipPointerAttribute_t) a{};
+  if (PARITY_GPU_VENDOR(cudaPointerGetAttributes, hipPointerGetAttributes)(&a, p) != kSuccess) {
+    (void)get_last_error();  // older runtimes flag unknown host memory as an error
+    return false;
+  }
+#if defined(PARITY_GPU_HIP) && HIP_VERSION_MAJOR < 6
+  return a.memoryType == hipMemoryTypeDevice || a.isManaged != 0;  // ROCm 5 names it memoryType
+#elif defined(PARITY_GPU_HIP)
+  return a.type == hipMemoryTypeDevice || a.isManaged != 0;
+#else
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+#endif
+}
 
 inline Error_t event_create(Event_t* e) {
   return PARITY_GPU_VENDOR(cudaEventCreate, hipEventCreate)(e);
