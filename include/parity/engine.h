@@ -67,8 +67,10 @@ class ShardedEmbedding;
 class Model {
  public:
   // Builds the model for batches of up to max_batch examples and initialises the
-  // parameters from seed (deterministically, on the backend).
-  Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed);
+  // parameters from seed (deterministically, on the backend). With a plan and a communicator the
+  // model is sharded from the start (shard()), and holds no whole table at any point.
+  Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed,
+        const Plan* shard_plan = nullptr, Communicator* comm = nullptr);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -127,7 +129,8 @@ class Model {
   // Each rank trains on its own slice of the global batch, and its loss gradient is scaled by its
   // share of the global batch, so the ranks' step is one process's step on the whole batch (to
   // rounding). Call before the first step, on every rank, with the same plan; the shards start
-  // from this model's own initial tables. The cpu backend, fp32 tables in device memory only so
+  // from the values this model's tables started from, and the whole tables are freed (each rank
+  // holds its shards only). The cpu backend, fp32 tables in device memory only so
   // far; refused by name otherwise. Checkpoints go through checkpoint_layout(); tensors() is
   // refused.
   void shard(const Plan& plan, Communicator& comm);

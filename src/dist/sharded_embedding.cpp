@@ -396,6 +396,17 @@ std::vector<ShardedEmbedding::View> ShardedEmbedding::shards() {
   return out;
 }
 
+std::size_t ShardedEmbedding::weight_bytes() const {
+  std::size_t n = 0;
+  for (const Shard& s : mine_) n += s.weights.size() * sizeof(float);
+  return n;
+}
+std::size_t ShardedEmbedding::state_bytes() const {
+  std::size_t n = 0;
+  for (const Shard& s : mine_) n += s.state.size() * sizeof(float);
+  return n;
+}
+
 std::optional<float> ShardedEmbedding::weight(int t, std::int64_t row, int col) const {
   for (const Shard& s : mine_)
     if (s.table == t && row >= s.where.row_begin && row < s.where.row_end &&

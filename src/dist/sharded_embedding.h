@@ -63,6 +63,9 @@ class ShardedEmbedding {
     float* state = nullptr;
   };
   std::vector<View> shards();
+  // Bytes of the shards' weights and of their optimizer state.
+  std::size_t weight_bytes() const;
+  std::size_t state_bytes() const;
 
   // Called with a step-profile category as the work changes between the exchange
   // ("embedding_exchange") and the lookups ("embedding_forward") or updates

@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "parity/error.h"
+#include "parity/random.h"
 
 namespace parity::engine {
 namespace {
@@ -125,16 +126,18 @@ int ModelLayout::buffer_index(DType t) {
 
 void* table_rows(const TableWeights& weights, const TableLayout& table) {
   if (table.host_placed()) return table.host.weights;
+  if (weights.of(table.dtype) == nullptr) return nullptr;  // a sharded model's: in its shards
   return static_cast<std::byte*>(weights.of(table.dtype)) +
          table.weight_offset * static_cast<std::int64_t>(dtype_size(table.dtype));
 }
 
 float* table_state(float* state, const TableLayout& table) {
-  return table.host_placed() ? table.host.state : state + table.state_offset;
+  if (table.host_placed()) return table.host.state;
+  return state == nullptr ? nullptr : state + table.state_offset;
 }
 
 void ModelLayout::initialise(Backend& backend, float* params, const TableWeights& emb_weights,
-                             std::uint64_t seed) const {
+                             std::uint64_t seed, bool with_tables) const {
   for (std::size_t i = 0; i < bottom.size() + top.size(); ++i) {
     const bool is_bottom = i < bottom.size();
     const Linear& l = is_bottom ? bottom[i] : top[i - bottom.size()];
@@ -152,11 +155,19 @@ void ModelLayout::initialise(Backend& backend, float* params, const TableWeights
     backend.fill_uniform(params + cross[l].w, N * rank, -a, a, seed, kCross << 32 | (2 * l + 1));
     backend.fill(params + cross[l].b, N, 0.0f);
   }
-  for (std::size_t t = 0; t < tables.size(); ++t) {
+  for (std::size_t t = 0; t < tables.size() && with_tables; ++t) {
     const float a = 1.0f / std::sqrt(static_cast<float>(tables[t].rows));
     backend.fill_uniform(table_rows(emb_weights, tables[t]), tables[t].dtype,
                          tables[t].rows * tables[t].dim, -a, a, seed, kEmbedding << 32 | t);
   }
+}
+
+float ModelLayout::initial_table_value(std::size_t t, std::uint64_t seed, std::int64_t row,
+                                       int col) const {
+  const float a = 1.0f / std::sqrt(static_cast<float>(tables[t].rows));
+  const std::uint64_t key = rng::key(seed, kEmbedding << 32 | t);
+  const auto i = static_cast<std::uint64_t>(row * tables[t].dim + col);
+  return static_cast<float>(-a + (a - -a) * rng::uniform01(key, i));  // as fill_uniform rounds it
 }
 
 std::vector<TensorRef> ModelLayout::tensors(const ModelSpec& spec, float* params,

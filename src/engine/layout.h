@@ -63,8 +63,12 @@ struct ModelLayout {
   // Initialises the parameters, deterministically in seed and on the backend: Glorot-uniform
   // weights and zero biases for the MLPs and cross layers; tables uniform in ±1/sqrt(rows),
   // rounded to the table's storage type.
+  // Without tables (they live in a sharded model's shards), only the dense parameters.
   void initialise(Backend& backend, float* params, const TableWeights& emb_weights,
-                  std::uint64_t seed) const;
+                  std::uint64_t seed, bool tables = true) const;
+  // Element (row, col) of fp32 table t as initialise() makes it (the backends' fill_uniform at
+  // element row * dim + col), for shards that hold no whole table to copy from.
+  float initial_table_value(std::size_t t, std::uint64_t seed, std::int64_t row, int col) const;
 
   // The parameter and optimizer-state tensors in these buffers, named as Model::tensors says.
   std::vector<TensorRef> tensors(const ModelSpec& spec, float* params,

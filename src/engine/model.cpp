@@ -43,7 +43,8 @@ Buffer floats(Backend& backend, std::int64_t n) {
 
 // The parameters, their gradients and the optimizer state (layout.h says where each lives).
 struct Parameters {
-  Parameters(Backend& backend, const ModelLayout& layout) {
+  // Without tables where a sharded model's shards hold them.
+  Parameters(Backend& backend, const ModelLayout& layout, bool with_tables) {
     dense = floats(backend, layout.dense_count);
     grads = floats(backend, layout.dense_count);
     const int per_element = optimizer_state_per_element(layout.dense_opt.kind);
@@ -53,11 +54,11 @@ struct Parameters {
     }
     for (const DType t : {DType::f32, DType::f16, DType::bf16}) {
       const int i = ModelLayout::buffer_index(t);
-      if (layout.emb_elements[i] > 0)
+      if (layout.emb_elements[i] > 0 && with_tables)
         emb_weights[i] =
             Buffer(backend, static_cast<std::size_t>(layout.emb_elements[i]) * dtype_size(t));
     }
-    if (layout.emb_state_count > 0) {
+    if (layout.emb_state_count > 0 && with_tables) {
       emb_state = floats(backend, layout.emb_state_count);
       backend.fill(emb_state.as<float>(), layout.emb_state_count, 0.0f);
     }
@@ -152,19 +153,20 @@ std::int64_t TensorRef::elements() const {
 struct Model::Impl {
   // The members are made in this order: the backend allocates the parameters, then the input
   // slots, then the activations, and initialises the parameters last.
-  Impl(const ModelSpec& s, Backend& b, std::int64_t max_batch, std::uint64_t rng_seed)
+  Impl(const ModelSpec& s, Backend& b, std::int64_t max_batch, std::uint64_t rng_seed,
+       bool with_tables)
       : spec(s),
         backend(b),
         layout(spec),
         host(backend, spec, layout),
-        params(backend, layout),
+        params(backend, layout, with_tables),
         input(backend, spec, max_batch),
         acts(backend, layout, max_batch),
         guard(backend, sizeof(std::int64_t)),
         profiler(backend),
         seed(rng_seed) {
-    layout.initialise(backend, param(0), params.tables(), rng_seed);
-    host.load(layout.tables, params.tables(), params.emb_state.as<float>());
+    layout.initialise(backend, param(0), params.tables(), rng_seed, with_tables);
+    if (with_tables) host.load(layout.tables, params.tables(), params.emb_state.as<float>());
     clear_guard();
   }
   ~Impl() { backend.release_constants(); }  // the activations are about to be freed
@@ -390,11 +392,15 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
 
 // ---- the public interface ----
 
-Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed) {
+Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed,
+             const Plan* shard_plan, Communicator* comm) {
   require_dlrm(spec, "the engine");
   if (max_batch <= 0)
     throw Error(fmt::format("Model: max_batch must be positive, got {}", max_batch));
-  impl_ = std::make_unique<Impl>(spec, backend, max_batch, seed);
+  if ((shard_plan == nullptr) != (comm == nullptr))
+    throw Error("Model: a sharded model needs both its plan and its communicator");
+  impl_ = std::make_unique<Impl>(spec, backend, max_batch, seed, shard_plan == nullptr);
+  if (shard_plan != nullptr) shard(*shard_plan, *comm);
 }
 
 Model::~Model() = default;
@@ -523,23 +529,13 @@ void Model::shard(const Plan& plan, Communicator& comm) {
                          dtype_name(t.dtype)));
   if (m.step > 0 || m.sharded) refuse("call it once, before the first step");
   auto sh = std::make_unique<ShardedEmbedding>(m.spec, plan, comm, m.backend);
-  // The shards start from this model's own initial tables (the cpu backend's memory is the
-  // host's).
-  const std::vector<TensorRef> all =
-      m.layout.tensors(m.spec, m.param(0), m.params.tables(), m.params.emb_state.as<float>(),
-                       m.params.dense_state.as<float>());
-  std::vector<const float*> weights;
-  for (const TableSpec& t : m.spec.tables) {
-    const std::string name = fmt::format("embedding.{}.weight", t.name);
-    const auto it =
-        std::find_if(all.begin(), all.end(), [&](const TensorRef& r) { return r.name == name; });
-    if (it == all.end()) refuse("the model has no tensor " + name);
-    weights.push_back(static_cast<const float*>(it->data));
-  }
-  sh->fill([&](int t, std::int64_t r, int c) {
-    return weights[static_cast<std::size_t>(t)]
-                  [r * m.spec.tables[static_cast<std::size_t>(t)].dim + c];
+  // The shards start from the values this model's tables start from, computed for their own rows
+  // and columns: no rank needs memory for the whole tables.
+  sh->fill([&m](int t, std::int64_t r, int c) {
+    return m.layout.initial_table_value(static_cast<std::size_t>(t), m.seed, r, c);
   });
+  for (Buffer& b : m.params.emb_weights) b = Buffer();
+  m.params.emb_state = Buffer();
   sh->set_marker([&m](const char* category) { m.profiler.section(category); });
   m.sharded = std::move(sh);
   m.comm = &comm;
@@ -678,6 +674,10 @@ std::map<std::string, std::size_t> Model::allocated_bytes_by_category() const {
       {"activations", m.acts.bytes()},
       {"input_slots", m.input.allocated_bytes()}};
   if (!m.host.empty()) by["embedding_cache_maps"] = m.host.device_bytes();
+  if (m.sharded) {  // this rank's shards (the cpu backend's memory is the host's)
+    by["embedding_weights"] += m.sharded->weight_bytes();
+    by["embedding_optimizer_state"] += m.sharded->state_bytes();
+  }
   return by;
 }
 
