@@ -518,6 +518,8 @@ std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math = 
 // The product name of the GPU a GPU backend would use ("NVIDIA H200"); empty where this build
 // has no GPU backend or no GPU is usable.
 std::string detect_gpu();
+// Its UUID ("GPU-5d3c...", as nvidia-smi prints it), the key of the health ledger; empty likewise.
+std::string detect_gpu_uuid();
 
 // Measures the BLAS library's kernel catalog (parity/select.h) on this machine's GPU for the
 // operand types asked for (`parity calibrate --kernels`); `device` is the spec's name written into

@@ -68,11 +68,15 @@ struct TrainConfig {
   // GPU backends: the device's memory limited to this many bytes for the run (Backend::
   // limit_memory, at start-up); 0: the whole device.
   double memory_limit_bytes = 0;
+  // The health ledger (parity/health.h) the GPU is looked up in before the first step: empty, the
+  // host's (default_ledger_path()). A quarantined GPU is refused unless allow_quarantined.
+  std::filesystem::path health_ledger;
+  bool allow_quarantined = false;
   // Several processes (DLRM, cpu backend): the plan that shards the tables over `comm`'s ranks
   // (Model::shard). Every rank reads each global batch of `batch` examples and trains on its
   // slice, rank r on examples [batch r / W, batch (r + 1) / W); evaluation predicts each rank's
   // slice of the held-out examples and gathers them, so every rank reports the same AUC. The
-  // progress loss is this rank's. Checkpoints are refused (not built yet). Both null: one
+  // progress loss is this rank's. Checkpoints are sets (parity/checkpoint.h). Both null: one
   // process.
   const Plan* shard_plan = nullptr;
   Communicator* comm = nullptr;

@@ -52,6 +52,14 @@ std::string detect_gpu() {
 #endif
 }
 
+std::string detect_gpu_uuid() {
+#if defined(PARITY_WITH_GPU_BACKEND)
+  return gpu_device_uuid();
+#else
+  return {};
+#endif
+}
+
 GemmCatalog measure_gemm_catalog_here(const std::vector<GemmType>& types, const std::string& device,
                                       double hbm_bytes_per_s,
                                       const std::function<void(const std::string&)>& progress,

@@ -27,6 +27,7 @@
 #include "parity/dist.h"
 #include "parity/engine.h"
 #include "parity/error.h"
+#include "parity/health.h"
 #include "parity/metrics.h"
 #include "parity/plan.h"
 #include "parity/train.h"
@@ -194,12 +195,11 @@ class Trainer {
         train_data_(std::move(data.train)),
         eval_data_(std::move(data.eval)),
         backend_(make_train_backend(cfg)),
-        model_(cfg.model, *backend_, rank_slice(cfg, cfg.batch).second + 1, cfg.seed),
+        model_(cfg.model, *backend_, rank_slice(cfg, cfg.batch).second + 1, cfg.seed,
+               cfg.shard_plan, cfg.comm),
         record_(train_detail::run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math,
                                          train_data_->kind())),
-        total_(cfg.steps > 0 ? cfg.steps : -1) {
-    if (cfg.comm != nullptr) model_.shard(*cfg.shard_plan, *cfg.comm);
-  }
+        total_(cfg.steps > 0 ? cfg.steps : -1) {}
 
   TrainResult run() {
     resume();
@@ -628,6 +628,13 @@ class Trainer {
 
 std::unique_ptr<Backend> make_train_backend(const TrainConfig& cfg) {
   std::unique_ptr<Backend> b = make_backend(cfg.backend, cfg.dense_math);
+  if (b->name() != "cpu") {  // the fleet's ledger may have quarantined this GPU
+    const HealthLedger ledger(cfg.health_ledger.empty() ? default_ledger_path()
+                                                        : cfg.health_ledger);
+    const std::string note =
+        check_device_allowed(ledger, detect_gpu_uuid(), detect_gpu(), cfg.allow_quarantined);
+    if (!note.empty()) std::fprintf(stderr, "parity: warning: %s\n", note.c_str());
+  }
   if (cfg.memory_limit_bytes > 0) {
     try {
       b->limit_memory(static_cast<std::size_t>(cfg.memory_limit_bytes));

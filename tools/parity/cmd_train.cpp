@@ -241,6 +241,8 @@ struct TrainArgs {
   std::int64_t checkpoint_every = 0, keep_checkpoints = 2;
   std::uint64_t seed = 1;
   double memory_limit_gb = 0;
+  std::string health_ledger;
+  bool allow_quarantined = false;
   std::string checkpoint, backend = "auto", on_bad_line = "stop", plan, dense_math, gemm_catalog;
   // auto: the plan's choices where its catalog is this GPU's, else the BLAS library's own.
   std::string gemm_selection = "auto";
@@ -582,6 +584,8 @@ void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicato
   cfg.eval_examples = args.eval_examples;
   cfg.eval_every = args.eval_every;
   cfg.profile = args.profile;
+  cfg.health_ledger = args.health_ledger;
+  cfg.allow_quarantined = args.allow_quarantined;
   if (args.memory_limit_gb > 0) {
     if (args.backend == "cpu" || (args.backend == "auto" && detect_gpu().empty()))
       throw InputError(fmt::format(
@@ -720,6 +724,11 @@ void add_train_command(CLI::App& app) {
                   "GB of the GPU's memory this run may use, the rest reserved at start-up: one "
                   "GPU standing in for a smaller one (with a plan made for that memory)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--health-ledger", args->health_ledger,
+                  "The fleet's health ledger, where a quarantined GPU is refused (default "
+                  "$PARITY_HEALTH_LEDGER, else ~/.local/state/parity/health-ledger.json)");
+  cmd->add_flag("--allow-quarantined", args->allow_quarantined,
+                "Train on the GPU even where the health ledger has quarantined it");
   cmd->add_option("--eval-every", args->eval_every,
                   "Steps between evaluations (0: at the end only)")
       ->check(nonnegative_integer())

@@ -63,5 +63,6 @@ void add_plan_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_ledger_command(CLI::App& app);
 
 }  // namespace parity::cli

@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   parity::cli::add_data_command(app);
   parity::cli::add_calibrate_command(app);
   parity::cli::add_bench_command(app);
+  parity::cli::add_ledger_command(app);
   // A first word that is no command: said plainly (CLI11 would say only that one is required, and
   // `parity doctor --help` would print the main help and succeed).
   if (argc >= 2 && argv[1][0] != '-') {

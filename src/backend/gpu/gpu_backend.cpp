@@ -948,4 +948,8 @@ std::string gpu_device_name() {
   return gpu::device_count() == 0 ? std::string() : gpu::device_info().name;
 }
 
+std::string gpu_device_uuid() {
+  return gpu::device_count() == 0 ? std::string() : gpu::device_info().uuid;
+}
+
 }  // namespace parity

@@ -186,5 +186,7 @@ std::unique_ptr<Backend> make_gpu_backend(DenseMath math = DenseMath::fp32);
 // The current GPU's product name as the runtime reports it ("NVIDIA H200"); empty where no GPU
 // is usable.
 std::string gpu_device_name();
+// Its UUID ("GPU-...", as nvidia-smi prints it); empty likewise.
+std::string gpu_device_uuid();
 
 }  // namespace parity

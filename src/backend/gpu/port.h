@@ -114,6 +114,30 @@ inline Error_t mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   return PARITY_GPU_VENDOR(cudaMemGetInfo, hipMemGetInfo)(free_bytes, total_bytes);
 }
 
+// The device's UUID as nvidia-smi prints it: "GPU-" and its 16 bytes in hex, 8-4-4-4-12.
+inline Error_t device_uuid(int device, char (&out)[41]) {
+  unsigned char b[16] = {};
+#if defined(PARITY_GPU_HIP)
+  hipUUID u;
+  const Error_t e = hipDeviceGetUuid(&u, device);
+  for (int i = 0; i < 16; ++i) b[i] = static_cast<unsigned char>(u.bytes[i]);
+#else
+  cudaDeviceProp p;
+  const Error_t e = cudaGetDeviceProperties(&p, device);
+  for (int i = 0; i < 16; ++i) b[i] = static_cast<unsigned char>(p.uuid.bytes[i]);
+#endif
+  static constexpr char kHex[] = "0123456789abcdef";
+  int at = 0;
+  for (const char c : {'G', 'P', 'U', '-'}) out[at++] = c;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out[at++] = '-';
+    out[at++] = kHex[b[i] >> 4];
+    out[at++] = kHex[b[i] & 15];
+  }
+  out[at] = '\0';
+  return e;
+}
+
 inline Error_t device_name(int device, char* buf, std::size_t n) {
 #if defined(PARITY_GPU_HIP)
   hipDeviceProp_t p;

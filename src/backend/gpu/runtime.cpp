@@ -55,6 +55,9 @@ DeviceInfo query(int device) {
   char name[256] = {0};
   check(device_name(device, name, sizeof(name)), "device_name");
   d.name = name;
+  char uuid[41] = {};
+  check(device_uuid(device, uuid), "device_uuid");
+  d.uuid = uuid;
   auto attr = [device](Attribute a, const char* what) {
     int v = 0;
     check(device_attribute(&v, a, device), what);

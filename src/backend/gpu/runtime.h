@@ -51,6 +51,7 @@ std::string no_device_reason();
 struct DeviceInfo {
   int device = 0;
   std::string name;
+  std::string uuid;  // "GPU-...", as nvidia-smi prints it
   int multiprocessor_count = 0;
   int warp_size = 0;  // 32 on NVIDIA, 64 on CDNA
   std::int64_t l2_cache_bytes = 0;
