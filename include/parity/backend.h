@@ -458,6 +458,33 @@ class Backend {
   // with nothing to prepare (cpu) do not call `ops`.
   virtual void rehearse(const std::function<void()>& ops) { (void)ops; }
 
+  // ---- checksummed products (silent-data-corruption detection) ----
+  // With checks on, every dense product (linear_forward's, and both of cross_forward's: u and z)
+  // verifies its stored output with column checksums (ABFT) before any activation: each output
+  // column's sum over the batch against the sum its inputs predict, (Σ_rows a) · bᵀ + rows · bias,
+  // within a bound derived from rounding alone: that of the output's storage type over the
+  // column's magnitudes, and that of the sums themselves. A clean product never exceeds it; a
+  // flipped high bit of any element larger than the bound always does. A mismatch is counted,
+  // never thrown (GPU kernels cannot throw): the trainer reads the counts where it synchronises.
+  struct ProductChecks {
+    std::int64_t products = 0;  // products checked since the checks were turned on
+    std::int64_t failures = 0;
+    std::string first_failure;  // which product and column, by how much, and the bound
+  };
+  // Throws Error where the backend has no checksummed products.
+  virtual void set_product_checks(bool on);
+  virtual ProductChecks product_checks() { return {}; }
+  // Fault injection, to test detection end to end: flips bit `bit` (0: the least significant of
+  // the stored element) of element `element` (row-major) of the output of checked product
+  // `product` counted from now (0: the next), after the product and before its check. Throws
+  // Error where the backend has no checksummed products or the checks are off.
+  struct ProductFault {
+    std::int64_t product = 0;
+    std::int64_t element = 0;
+    int bit = 31;
+  };
+  virtual void inject_product_fault(const ProductFault& fault);
+
   // ---- bad inputs recorded where they cannot be thrown ----
   // Ops that run where they cannot throw (GPU kernels) skip a bad input (an id outside its table,
   // offsets that decrease) and record the first one. raise_input_errors() waits for the work

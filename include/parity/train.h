@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,16 @@ struct TrainConfig {
   // host's (default_ledger_path()). A quarantined GPU is refused unless allow_quarantined.
   std::filesystem::path health_ledger;
   bool allow_quarantined = false;
+  // Checksummed dense products (Backend::set_product_checks, DLRM): a product that fails its check
+  // stops the run (NumericalError) where the finite-value guard is read, and marks the GPU
+  // suspect in the health ledger. inject_fault flips a bit of a product's output in the given
+  // step (1-based), to test detection end to end.
+  bool product_checks = false;
+  struct FaultAtStep {
+    std::int64_t step = 1;
+    Backend::ProductFault fault;
+  };
+  std::optional<FaultAtStep> inject_fault;
   // Several processes (DLRM, cpu backend): the plan that shards the tables over `comm`'s ranks
   // (Model::shard). Every rank reads each global batch of `batch` examples and trains on its
   // slice, rank r on examples [batch r / W, batch (r + 1) / W); evaluation predicts each rank's
@@ -129,6 +140,8 @@ struct TrainResult {
   std::vector<double> first_steps_s;
   // Model::prepare before the first step (every run; not counted in the rates).
   double prepare_s = 0;
+  // --product-checks: the products checked (training and evaluation), none of which failed.
+  std::int64_t products_checked = 0;
   // The model's buffers in backend memory by category (Model::allocated_bytes_by_category).
   std::map<std::string, std::size_t> model_memory_bytes;
   // The backend's own memory at the end (Backend::internal_memory_bytes: scratch, workspaces).

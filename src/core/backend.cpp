@@ -63,6 +63,15 @@ std::int64_t sequence_blocks(std::span<const std::int64_t> offsets,
   return static_cast<std::int64_t>(runs.size());
 }
 
+void Backend::set_product_checks(bool on) {
+  if (on)
+    throw Error(fmt::format("checksummed products are not built for the {} backend yet", name()));
+}
+
+void Backend::inject_product_fault(const ProductFault&) {
+  throw Error(fmt::format("checksummed products are not built for the {} backend yet", name()));
+}
+
 void Backend::limit_memory(std::size_t bytes) {
   throw Error(fmt::format("limit_memory({:.2f} GB): the {} backend has no device memory to limit",
                           static_cast<double>(bytes) / 1e9, name()));

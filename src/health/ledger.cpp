@@ -38,8 +38,7 @@ std::string host_name() {
 DeviceHealth parse_status(const std::string& s, const std::string& where) {
   for (const auto& n : kDeviceHealthNames)
     if (n.name == s) return n.value;
-  throw InputError(
-      fmt::format("{} '{}', expected healthy, suspect or quarantined", where, s));
+  throw InputError(fmt::format("{} '{}', expected healthy, suspect or quarantined", where, s));
 }
 
 // The exclusive lock of one change: FILE.lock, a file of its own (FILE itself is replaced by

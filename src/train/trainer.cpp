@@ -101,6 +101,11 @@ TrainConfig settle(const TrainConfig& in) {
   if (cfg.keep_checkpoints < 1)
     throw InputError(fmt::format(
         "checkpoints kept must be at least 1 (the newest good one), got {}", cfg.keep_checkpoints));
+  if (cfg.inject_fault && !cfg.product_checks)
+    throw InputError("--inject-fault tests the checksummed products: give --product-checks too");
+  if (cfg.inject_fault && cfg.inject_fault->step < 1)
+    throw InputError(
+        fmt::format("--inject-fault: step {}, expected 1 or more", cfg.inject_fault->step));
   if ((cfg.comm == nullptr) != (cfg.shard_plan == nullptr))
     throw InputError("a sharded run needs both its plan and its communicator");
   if (cfg.comm != nullptr) {
@@ -199,7 +204,9 @@ class Trainer {
                cfg.shard_plan, cfg.comm),
         record_(train_detail::run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math,
                                          train_data_->kind())),
-        total_(cfg.steps > 0 ? cfg.steps : -1) {}
+        total_(cfg.steps > 0 ? cfg.steps : -1) {
+    if (cfg.product_checks) backend_->set_product_checks(true);
+  }
 
   TrainResult run() {
     resume();
@@ -222,6 +229,8 @@ class Trainer {
     if (!cfg_.checkpoint_dir.empty() && last_checkpoint_step_ != model_.step())
       checkpoint(model_.step());
     evaluate(model_.step());
+    check_products();  // evaluation's products too
+    result_.products_checked = backend_->product_checks().products;
     if (const std::string w = train_data_->closing_warning(); !w.empty()) warn(result_.steps, w);
     TrainEvent done = event(TrainEvent::Kind::done, result_.steps);
     done.loss = result_.final_loss;
@@ -348,6 +357,7 @@ class Trainer {
   // Stops the run once the finite-value guard has recorded a bad step (read where the host waits
   // anyway: progress reports, evaluations, checkpoints, the end).
   void check_finite() {
+    check_products();
     const std::int64_t bad = model_.first_nonfinite_step();
     if (bad < 0) return;
     throw NumericalError(fmt::format(
@@ -355,6 +365,26 @@ class Trainer {
         "(found at step {}); nothing after step {} was saved{}. A learning rate too high for this "
         "model and batch, or NaN or infinite values in the data, are the usual causes",
         bad, model_.step(), bad - 1, last_good()));
+  }
+  // Stops the run once a checksummed product has failed its check: the device computed a wrong
+  // product (or a fault was injected). A GPU is marked suspect in the health ledger.
+  void check_products() {
+    if (!cfg_.product_checks) return;
+    const Backend::ProductChecks c = backend_->product_checks();
+    if (c.failures == 0) return;
+    std::string marked = "the cpu backend has no device to mark in the health ledger";
+    if (const std::string uuid = detect_gpu_uuid(); !uuid.empty() && backend_->name() != "cpu") {
+      HealthLedger ledger(cfg_.health_ledger.empty() ? default_ledger_path() : cfg_.health_ledger);
+      ledger.record(uuid, detect_gpu(), DeviceHealth::suspect,
+                    fmt::format("checksummed product failed in training: {}", c.first_failure),
+                    "parity train --product-checks");
+      marked = fmt::format("device {} is marked suspect in the health ledger '{}'", uuid,
+                           ledger.file().string());
+    }
+    throw NumericalError(fmt::format(
+        "silent data corruption: {} of {} checksummed products failed their check by step {}, "
+        "the first {}; {}{}",
+        c.failures, c.products, model_.step(), c.first_failure, marked, last_good()));
   }
   std::string last_good() const {
     return result_.last_checkpoint.empty() ? std::string()
@@ -451,6 +481,8 @@ class Trainer {
       const std::int64_t n = staged;
       if (clock_.steady) clock_.steady_examples += n;
       if (cfg_.profile && model_.step() == start_ + kWarmupSteps) model_.set_profiling(true);
+      if (cfg_.inject_fault && model_.step() + 1 == cfg_.inject_fault->step)
+        backend_->inject_product_fault(cfg_.inject_fault->fault);
       model_.train_staged();
       clock_.examples += n;
       clock_.window_examples += n;
@@ -666,7 +698,11 @@ std::unique_ptr<Backend> make_train_backend(const TrainConfig& cfg) {
 }
 
 TrainResult train(const TrainConfig& config, TrainObserver* observer) {
-  if (config.model.kind == ModelKind::hstu) return train_detail::train_hstu(config, observer);
+  if (config.model.kind == ModelKind::hstu) {
+    if (config.product_checks)
+      throw InputError("--product-checks: the checksummed products check DLRM models so far");
+    return train_detail::train_hstu(config, observer);
+  }
   const TrainConfig cfg = settle(config);
   Trainer trainer(cfg, train_detail::make_sources(cfg), observer);
   return trainer.run();

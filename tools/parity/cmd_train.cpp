@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -243,6 +244,8 @@ struct TrainArgs {
   double memory_limit_gb = 0;
   std::string health_ledger;
   bool allow_quarantined = false;
+  bool product_checks = false;
+  std::string inject_fault;
   std::string checkpoint, backend = "auto", on_bad_line = "stop", plan, dense_math, gemm_catalog;
   // auto: the plan's choices where its catalog is this GPU's, else the BLAS library's own.
   std::string gemm_selection = "auto";
@@ -586,6 +589,26 @@ void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicato
   cfg.profile = args.profile;
   cfg.health_ledger = args.health_ledger;
   cfg.allow_quarantined = args.allow_quarantined;
+  cfg.product_checks = args.product_checks;
+  if (!args.inject_fault.empty()) {
+    long long v[4] = {};
+    const char* at = args.inject_fault.data();
+    const char* end = at + args.inject_fault.size();
+    for (int i = 0; i < 4; ++i) {
+      const auto [next, ec] = std::from_chars(at, end, v[i]);
+      const bool sep_ok = i == 3 ? next == end : (next != end && *next == ':');
+      if (ec != std::errc() || !sep_ok || v[i] < 0)
+        throw InputError(fmt::format(
+            "--inject-fault '{}': expected STEP:PRODUCT:ELEMENT:BIT, four non-negative whole "
+            "numbers (e.g. 3:0:17:30)",
+            args.inject_fault));
+      at = next + 1;
+    }
+    if (v[3] > 31)
+      throw InputError(
+          fmt::format("--inject-fault '{}': bit {}, expected 0 to 31", args.inject_fault, v[3]));
+    cfg.inject_fault = TrainConfig::FaultAtStep{v[0], {v[1], v[2], static_cast<int>(v[3])}};
+  }
   if (args.memory_limit_gb > 0) {
     if (args.backend == "cpu" || (args.backend == "auto" && detect_gpu().empty()))
       throw InputError(fmt::format(
@@ -629,6 +652,8 @@ void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicato
   ConsoleObserver console;
   const TrainResult r = train(cfg, g_group.rank == 0 ? &console : nullptr);
   if (g_group.rank != 0) return;  // rank 0 reports the run
+  if (cfg.product_checks)
+    fmt::print("product checks: {} dense products checked, none failed\n", r.products_checked);
   if (const GemmSelectionCounts& g = r.gemm_selection; g.planned + g.ranked + g.heuristic > 0)
     fmt::print(
         "kernel selection: {} distinct matrix products (shape and alignment) ran the plan's "
@@ -729,6 +754,12 @@ void add_train_command(CLI::App& app) {
                   "$PARITY_HEALTH_LEDGER, else ~/.local/state/parity/health-ledger.json)");
   cmd->add_flag("--allow-quarantined", args->allow_quarantined,
                 "Train on the GPU even where the health ledger has quarantined it");
+  cmd->add_flag("--product-checks", args->product_checks,
+                "Check every dense product with checksums (ABFT) and stop at a product the "
+                "device computed wrong, marking the GPU suspect in the health ledger");
+  cmd->add_option("--inject-fault", args->inject_fault,
+                  "STEP:PRODUCT:ELEMENT:BIT: flip bit BIT (0-31) of element ELEMENT of the "
+                  "PRODUCT-th checked product (from 0) of step STEP, to test the checks");
   cmd->add_option("--eval-every", args->eval_every,
                   "Steps between evaluations (0: at the end only)")
       ->check(nonnegative_integer())

@@ -186,7 +186,18 @@ void CpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation a
   constexpr const char* op = "linear_forward";
   const In xf(op, "x", x);
   const Out yf(op, "y", y);
-  cpu::linear_forward<float>(xf, w, bias, act, yf);
+  if (!checking_) {
+    cpu::linear_forward<float>(xf, w, bias, act, yf);
+  } else {  // the product checked before its activation, then the activation in place
+    cpu::linear_forward<float>(xf, w, bias, Activation::none, yf);
+    check_product(op, xf, w, bias, yf, y.dtype);
+    const Mat v = yf;
+    // relu(round(z)) is round(relu(z)): the same values as the fused path (z is never -0 there).
+    if (act == Activation::relu)
+      for (std::int64_t r = 0; r < v.rows; ++r)
+        for (std::int64_t c = 0; c < v.cols; ++c)
+          if (v(r, c) < 0.0f || std::signbit(v(r, c))) v(r, c) = 0.0f;
+  }
   yf.store();
 }
 
@@ -242,12 +253,15 @@ void CpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* 
   const Out uf(op, "u", u), zf(op, "z", z), nf(op, "x_next", x_next);
   if (x0.is_f32()) {
     cpu::cross_forward<float>(x0.f32(), xl.f32(), v, w, bias, uf, zf, nf);
+    check_product("cross_forward u = xl · vᵀ", xl.f32(), v, nullptr, uf, u.dtype);
   } else {
     // Stored in bf16: z is rounded before the combine reads it and u before the second product,
     // as they are when the GPU writes them to memory between its steps.
     const In x0f(op, "x0", x0), xlf(op, "xl", xl);
     cpu::cross_forward<float>(x0f, xlf, v, w, bias, uf, zf, nf, DType::bf16);
+    check_product("cross_forward u = xl · vᵀ", xlf, v, nullptr, uf, u.dtype);
   }
+  check_product("cross_forward z = u · wᵀ + bias", Mat(uf), w, bias, zf, z.dtype);
   uf.store();
   zf.store();
   nf.store();

@@ -97,8 +97,19 @@ class CpuBackend : public Backend {
   // Bytes held by allocate() now.
   std::size_t allocated_bytes() const;
 
+  void set_product_checks(bool on) override;
+  ProductChecks product_checks() override { return checks_; }
+  void inject_product_fault(const ProductFault& fault) override;
+
  private:
+  // With checks on: counts the product, flips the armed fault's bit if it is this product's, and
+  // tests out = a · bᵀ + bias (stored as `stored`) by its column sums.
+  void check_product(const char* what, CMat a, CMat b, const float* bias, Mat out, DType stored);
+
   std::optional<std::uint64_t> budget_;  // host memory available when the backend was made
+  bool checking_ = false;
+  ProductChecks checks_;
+  std::optional<ProductFault> fault_;  // its product counted from the first one checked
   mutable std::mutex mutex_;
   std::size_t allocated_ = 0;
   std::unordered_map<void*, std::size_t> sizes_;

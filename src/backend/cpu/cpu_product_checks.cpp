@@ -1,0 +1,121 @@
+// Checksummed products (ABFT) on the cpu backend: Backend's "checksummed products" section says
+// what is checked.
+//
+// Why the bound is what it is: the output column sum c_j = Σ_i out_ij and its prediction
+// r_j = Σ_k (Σ_i a_ik) b_jk + n bias_j are both formed in double. Each stored out_ij is its exact
+// value rounded once (the cpu backend sums each product in double, then stores it), so
+// |c_j - r_j| <= u_out Σ_i |out_ij| (the storage's rounding) + (2k + n + 4) 2^-53 (Σ_k (Σ_i |a_ik|)
+// |b_jk| + n |bias_j|) (the double sums', a rigorous first-order bound) + n 2^-149 (subnormals).
+// Nothing in it is tuned: a clean product cannot exceed it, and a flip of a high bit (the sign,
+// the exponent, the top of the mantissa) changes an element by at least a quarter of its size,
+// which exceeds it unless the element is tiny beside its column.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "parity/error.h"
+
+namespace parity {
+namespace {
+
+double unit_roundoff(DType stored) {
+  switch (stored) {
+    case DType::f32:
+      return std::ldexp(1.0, -24);
+    // Narrow outputs are rounded to fp32 first, then to their type.
+    case DType::bf16:
+      return std::ldexp(1.0, -8) + std::ldexp(1.0, -23);
+    case DType::f16:
+      return std::ldexp(1.0, -11) + std::ldexp(1.0, -23);
+    default:
+      return 1.0;
+  }
+}
+
+// Empty, or the first column whose sums differ by more than the bound.
+std::string check_columns(CMat a, CMat b, const float* bias, CMat out, double u_out) {
+  const std::int64_t n = a.rows, k = a.cols, m = b.rows;
+  std::vector<double> s(static_cast<std::size_t>(k), 0.0), s_abs(static_cast<std::size_t>(k), 0.0);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t c = 0; c < k; ++c) {
+      const double v = a(i, c);
+      s[static_cast<std::size_t>(c)] += v;
+      s_abs[static_cast<std::size_t>(c)] += std::abs(v);
+    }
+  std::vector<double> col(static_cast<std::size_t>(m), 0.0),
+      col_abs(static_cast<std::size_t>(m), 0.0);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < m; ++j) {
+      const double v = out(i, j);
+      col[static_cast<std::size_t>(j)] += v;
+      col_abs[static_cast<std::size_t>(j)] += std::abs(v);
+    }
+  const double u_double = std::ldexp(1.0, -53);
+  for (std::int64_t j = 0; j < m; ++j) {
+    double r = 0, mag = 0;
+    for (std::int64_t c = 0; c < k; ++c) {
+      r += s[static_cast<std::size_t>(c)] * b(j, c);
+      mag += s_abs[static_cast<std::size_t>(c)] * std::abs(b(j, c));
+    }
+    if (bias != nullptr) {
+      r += static_cast<double>(n) * bias[j];
+      mag += static_cast<double>(n) * std::abs(bias[j]);
+    }
+    const double bound = u_out * col_abs[static_cast<std::size_t>(j)] +
+                         static_cast<double>(2 * k + n + 4) * u_double * mag +
+                         static_cast<double>(n) * std::ldexp(1.0, -149);
+    const double diff = std::abs(col[static_cast<std::size_t>(j)] - r);
+    if (!(diff <= bound))  // a NaN or an infinity fails too
+      return fmt::format(
+          "column {} of [{} x {}]: its sum is {:.9g}, the inputs predict {:.9g} "
+          "(difference {:.3g}, bound {:.3g})",
+          j, n, m, col[static_cast<std::size_t>(j)], r, diff, bound);
+  }
+  return {};
+}
+
+}  // namespace
+
+void CpuBackend::set_product_checks(bool on) {
+  checking_ = on;
+  checks_ = {};
+  fault_.reset();
+}
+
+void CpuBackend::inject_product_fault(const ProductFault& f) {
+  if (!checking_)
+    throw Error("inject_product_fault: the checksummed products are off (set_product_checks)");
+  if (f.product < 0 || f.element < 0 || f.bit < 0 || f.bit > 31)
+    throw Error(
+        fmt::format("inject_product_fault: product {}, element {}, bit {}: expected "
+                    "non-negative numbers and a bit of 0 to 31",
+                    f.product, f.element, f.bit));
+  fault_ = f;
+  fault_->product += checks_.products;
+}
+
+void CpuBackend::check_product(const char* what, CMat a, CMat b, const float* bias, Mat out,
+                               DType stored) {
+  if (!checking_) return;
+  const std::int64_t index = checks_.products++;
+  if (fault_ && fault_->product == index) {
+    // The element the fault names, wrapped into this product's output.
+    const std::int64_t e = fault_->element % (out.rows * out.cols);
+    float& v = out.data[(e / out.cols) * out.ld + e % out.cols];
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    // An fp32 bit; a bf16-stored output flips the same bit of its upper half.
+    bits ^= std::uint32_t{1} << (stored == DType::bf16 ? 16 + fault_->bit % 16 : fault_->bit);
+    std::memcpy(&v, &bits, sizeof bits);
+    fault_.reset();
+  }
+  const std::string failure = check_columns(a, b, bias, out, unit_roundoff(stored));
+  if (failure.empty()) return;
+  if (checks_.failures++ == 0)
+    checks_.first_failure = fmt::format("product {} ({}): {}", index, what, failure);
+}
+
+}  // namespace parity
