@@ -459,7 +459,8 @@ class Backend {
   virtual void rehearse(const std::function<void()>& ops) { (void)ops; }
 
   // ---- checksummed products (silent-data-corruption detection) ----
-  // With checks on, every dense product (linear_forward's, and both of cross_forward's: u and z)
+  // With checks on, every forward dense product (linear_forward's, and both of cross_forward's: u
+  // and z)
   // verifies its stored output with column checksums (ABFT) before any activation: each output
   // column's sum over the batch against the sum its inputs predict, (Σ_rows a) · bᵀ + rows · bias,
   // within a bound derived from rounding alone: that of the output's storage type over the
@@ -469,7 +470,8 @@ class Backend {
   struct ProductChecks {
     std::int64_t products = 0;  // products checked since the checks were turned on
     std::int64_t failures = 0;
-    std::string first_failure;  // which product and column, by how much, and the bound
+    std::string first_failure;   // which product and column, by how much, and the bound
+    bool fault_pending = false;  // an injected fault whose product has not come yet
   };
   // Throws Error where the backend has no checksummed products.
   virtual void set_product_checks(bool on);

@@ -106,10 +106,11 @@ bool nccl_available();
 // The NCCL engine (RCCL on AMD) on the GPU of this rank's local rank. The ranks learn NCCL's id
 // from rank 0 through `bootstrap` (the MPI engine, under mpirun) or, without one, at the TCP
 // rendezvous MASTER_ADDR:MASTER_PORT names (torchrun-style launches). Spans may hold device memory
-// (used in place) or host memory (staged through device memory); each collective returns once
-// done. A collective that waits longer than timeout_s, or that NCCL reports failed, ends the run
-// (exit status 3) naming the rank and the collective. Throws Error where this build has no NCCL,
-// InputError where the rank has no GPU of its local rank.
+// (used in place: the work that wrote it must be finished, as the engine runs on its own stream)
+// or host memory (staged through device memory); each collective returns once done. A collective
+// that waits longer than timeout_s, or that NCCL reports failed, ends the run (exit status 3)
+// naming the rank and the collective. Throws Error where this build has no NCCL, InputError where
+// the rank has no GPU of its local rank.
 std::unique_ptr<Communicator> make_nccl_communicator(
     const ProcessGroupInfo& g, Communicator* bootstrap = nullptr,
     double timeout_s = default_collective_timeout_s());

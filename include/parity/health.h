@@ -50,10 +50,11 @@ class HealthLedger {
   // file and the field when the file is not a ledger.
   std::map<std::string, LedgerEntry> read() const;
   std::optional<LedgerEntry> find(const std::string& uuid) const;
-  // Adds an event to the device's history and sets its status to the event's, atomically. Returns
-  // the device's entry as written.
+  // Adds an event to the device's history, atomically, and sets the device's status to the worse
+  // of its status and the event's: only an explicit release (lower) makes a device healthier, so
+  // an automatic "suspect" never undoes a quarantine. Returns the device's entry as written.
   LedgerEntry record(const std::string& uuid, const std::string& name, DeviceHealth status,
-                     const std::string& reason, const std::string& source);
+                     const std::string& reason, const std::string& source, bool lower = false);
 
  private:
   std::filesystem::path file_;

@@ -65,7 +65,10 @@ std::int64_t sequence_blocks(std::span<const std::int64_t> offsets,
 
 void Backend::set_product_checks(bool on) {
   if (on)
-    throw Error(fmt::format("checksummed products are not built for the {} backend yet", name()));
+    throw InputError(fmt::format(
+        "checksummed products are not built for the {} backend yet: train with --backend cpu, or "
+        "without --product-checks",
+        name()));
 }
 
 void Backend::inject_product_fault(const ProductFault&) {

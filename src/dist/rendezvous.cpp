@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -120,24 +121,36 @@ std::vector<std::byte> serve(const Meeting& m, std::span<const std::byte> payloa
     why = std::strerror(errno);
   }
   ::freeaddrinfo(found);
-  if (listener.get() < 0) m.fail(fmt::format("cannot listen on port {}: {}", port, why));
+  if (listener.get() < 0)
+    m.fail(fmt::format("cannot listen on port {}: {} (is it in use? pick a free MASTER_PORT)", port,
+                       why));
 
   std::vector<Fd> ranks(static_cast<std::size_t>(m.g.world));
-  for (int met = 1; met < m.g.world; ++met) {
+  for (int met = 1; met < m.g.world;) {
     m.wait(listener.get(), POLLIN, "waiting for the other ranks to connect");
     Fd c(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (c.get() < 0) m.fail(fmt::format("accepting a rank: {}", std::strerror(errno)));
+    if (c.get() < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+      m.fail(fmt::format("accepting a rank: {}", std::strerror(errno)));
+    }
+    // A connection that is not a rank (a port scanner, a probe) is dropped, not waited for.
     Hello h{};
-    m.recv_all(c.get(), &h, sizeof h, "reading a rank's greeting");
-    if (h.magic != kMagic)
-      m.fail("a connection that is not a parity rank reached the rendezvous port");
-    if (static_cast<int>(h.world) != m.g.world || h.rank == 0 ||
-        static_cast<int>(h.rank) >= m.g.world || ranks[h.rank].get() >= 0)
+    try {
+      const Meeting greeting{m.g, std::min(m.deadline, Clock::now() + std::chrono::seconds(5))};
+      greeting.recv_all(c.get(), &h, sizeof h, "reading a rank's greeting");
+    } catch (const Error&) {
+      continue;
+    }
+    if (h.magic != kMagic) continue;
+    if (h.world != static_cast<std::uint32_t>(m.g.world) || h.rank == 0 ||
+        h.rank >= static_cast<std::uint32_t>(m.g.world) || ranks[h.rank].get() >= 0)
       m.fail(
           fmt::format("a rank says it is rank {} of {}: expected each of ranks 1 to {} of {} "
-                      "once (is another run using this port?)",
+                      "once (is another run using this port? give each run its own "
+                      "MASTER_PORT)",
                       h.rank, h.world, m.g.world - 1, m.g.world));
     ranks[h.rank] = std::move(c);
+    ++met;
   }
   const std::uint64_t n = payload.size();
   for (int r = 1; r < m.g.world; ++r) {

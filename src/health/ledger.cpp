@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -68,9 +69,12 @@ class LedgerLock {
 
 std::map<std::string, LedgerEntry> parse(const fs::path& file) {
   std::map<std::string, LedgerEntry> out;
-  std::error_code ec;
-  if (!fs::exists(file, ec)) return out;
   const std::string where = fmt::format("health ledger '{}'", file.string());
+  std::error_code ec;
+  const bool here = fs::exists(file, ec);
+  if (ec)  // not "absent": a ledger that cannot be looked at must not be written over
+    throw InputError(fmt::format("cannot look at the {}: {}", where, ec.message()));
+  if (!here) return out;
   std::ifstream in(file);
   if (!in) throw InputError(fmt::format("cannot read the {}", where));
   std::stringstream text;
@@ -151,16 +155,17 @@ std::optional<LedgerEntry> HealthLedger::find(const std::string& uuid) const {
 
 LedgerEntry HealthLedger::record(const std::string& uuid, const std::string& name,
                                  DeviceHealth status, const std::string& reason,
-                                 const std::string& source) {
+                                 const std::string& source, bool lower) {
   if (uuid.empty()) throw Error("HealthLedger::record: a device without a UUID");
   std::error_code ec;
   if (file_.has_parent_path()) fs::create_directories(file_.parent_path(), ec);
   const LedgerLock lock(file_);
   std::map<std::string, LedgerEntry> all = parse(file_);
+  const bool known = all.count(uuid) > 0;
   LedgerEntry& e = all[uuid];
   e.uuid = uuid;
   if (!name.empty()) e.name = name;
-  e.status = status;
+  e.status = lower || !known ? status : std::max(e.status, status);
   e.history.push_back({now_utc(), status, reason, source, host_name()});
   write(file_, all);
   return e;
@@ -187,8 +192,8 @@ std::string check_device_allowed(const HealthLedger& ledger, const std::string& 
   const std::string device = fmt::format("device {} ({})", uuid, name.empty() ? e->name : name);
   if (e->status == DeviceHealth::quarantined && !allow_quarantined)
     throw InputError(fmt::format(
-        "{} is quarantined in the health ledger '{}' {}; run `parity doctor` on it, release it "
-        "with `parity ledger release {} --reason ...` once it is mended, or give "
+        "{} is quarantined in the health ledger '{}' {}; check it with the vendor's diagnostics, "
+        "release it with `parity ledger release {} --reason ...` once it is mended, or give "
         "--allow-quarantined to use it anyway",
         device, ledger.file().string(), why, uuid));
   return fmt::format("{} is {} in the health ledger '{}' {}", device,

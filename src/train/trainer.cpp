@@ -231,6 +231,12 @@ class Trainer {
     evaluate(model_.step());
     check_products();  // evaluation's products too
     result_.products_checked = backend_->product_checks().products;
+    if (cfg_.inject_fault && backend_->product_checks().fault_pending)
+      warn(result_.steps,
+           fmt::format("--inject-fault: the fault for product {} of step {} never fired (the run "
+                       "ended or resumed past it, or the step has fewer products): nothing was "
+                       "tested",
+                       cfg_.inject_fault->fault.product, cfg_.inject_fault->step));
     if (const std::string w = train_data_->closing_warning(); !w.empty()) warn(result_.steps, w);
     TrainEvent done = event(TrainEvent::Kind::done, result_.steps);
     done.loss = result_.final_loss;
@@ -373,17 +379,23 @@ class Trainer {
     const Backend::ProductChecks c = backend_->product_checks();
     if (c.failures == 0) return;
     std::string marked = "the cpu backend has no device to mark in the health ledger";
-    if (const std::string uuid = detect_gpu_uuid(); !uuid.empty() && backend_->name() != "cpu") {
+    if (backend_->name() != "cpu") {
+      const std::string uuid = detect_gpu_uuid();
       HealthLedger ledger(cfg_.health_ledger.empty() ? default_ledger_path() : cfg_.health_ledger);
-      ledger.record(uuid, detect_gpu(), DeviceHealth::suspect,
-                    fmt::format("checksummed product failed in training: {}", c.first_failure),
-                    "parity train --product-checks");
-      marked = fmt::format("device {} is marked suspect in the health ledger '{}'", uuid,
-                           ledger.file().string());
+      try {
+        ledger.record(uuid, detect_gpu(), DeviceHealth::suspect,
+                      fmt::format("checksummed product failed in training: {}", c.first_failure),
+                      "parity train --product-checks");
+        marked = fmt::format("device {} is marked suspect in the health ledger '{}'", uuid,
+                             ledger.file().string());
+      } catch (const std::exception& e) {  // the corruption is the news; the ledger's trouble too
+        marked = fmt::format("device {} could not be marked suspect: {}", uuid, e.what());
+      }
     }
     throw NumericalError(fmt::format(
         "silent data corruption: {} of {} checksummed products failed their check by step {}, "
-        "the first {}; {}{}",
+        "the first {}; {}{}. Resume from the last good checkpoint on another device, and check "
+        "this one with the vendor's diagnostics (dcgmi diag, rocm-smi)",
         c.failures, c.products, model_.step(), c.first_failure, marked, last_good()));
   }
   std::string last_good() const {
@@ -699,7 +711,7 @@ std::unique_ptr<Backend> make_train_backend(const TrainConfig& cfg) {
 
 TrainResult train(const TrainConfig& config, TrainObserver* observer) {
   if (config.model.kind == ModelKind::hstu) {
-    if (config.product_checks)
+    if (config.product_checks || config.inject_fault)
       throw InputError("--product-checks: the checksummed products check DLRM models so far");
     return train_detail::train_hstu(config, observer);
   }

@@ -96,6 +96,20 @@ TEST(ProductChecks, CleanProductsNeverFailAndKeepTheirValues) {
   }
 }
 
+TEST(ProductChecks, NonFiniteInputsAreLeftToTheFiniteGuard) {
+  // Divergence or bad data, not a wrong product: not counted.
+  CpuBackend b;
+  b.set_product_checks(true);
+  std::vector<float> x = {1, 2, NAN, 4, 5, 6}, w = {1, 0, 1, 0, 1, 1}, y(4, 0.0f);
+  b.linear_forward(CAMat(CMat(x.data(), 2, 3)), CMat(w.data(), 2, 3), nullptr, Activation::none,
+                   AMat(Mat(y.data(), 2, 2)));
+  x[2] = INFINITY;
+  b.linear_forward(CAMat(CMat(x.data(), 2, 3)), CMat(w.data(), 2, 3), nullptr, Activation::relu,
+                   AMat(Mat(y.data(), 2, 2)));
+  EXPECT_EQ(b.product_checks().products, 2);
+  EXPECT_EQ(b.product_checks().failures, 0) << b.product_checks().first_failure;
+}
+
 TEST(ProductChecks, FlippedHighBitsAreCaught) {
   CpuBackend b;
   // Bit classes of an fp32 element: the sign, the exponent, the top three mantissa bits.

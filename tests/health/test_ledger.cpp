@@ -127,6 +127,12 @@ TEST_F(Ledger, TrainingRefusesAQuarantinedDeviceUnlessAllowed) {
   }
   EXPECT_NE(check_device_allowed(l, "GPU-1", "H200", true).find("is quarantined"),
             std::string::npos);
+  // An automatic "suspect" does not undo a quarantine; only a release lowers the status.
+  EXPECT_EQ(l.record("GPU-1", "", DeviceHealth::suspect, "product check", "train").status,
+            DeviceHealth::quarantined);
+  EXPECT_EQ(l.record("GPU-1", "", DeviceHealth::healthy, "HBM replaced", "operator", true).status,
+            DeviceHealth::healthy);
+  EXPECT_EQ(check_device_allowed(l, "GPU-1", "H200", false), "");
   EXPECT_EQ(check_device_allowed(l, "", "cpu", false), "");  // no UUID: nothing to check
 }
 

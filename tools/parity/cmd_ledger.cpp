@@ -79,7 +79,9 @@ void add_ledger_command(CLI::App& app) {
     const std::string source = fmt::format("parity ledger {}", verb);
     sub->callback([args, to, source] {
       HealthLedger l = open_ledger(*args);
-      const LedgerEntry e = l.record(args->uuid, args->name, to, args->reason, source);
+      // A release lowers the status; a quarantine by hand raises it.
+      const LedgerEntry e = l.record(args->uuid, args->name, to, args->reason, source,
+                                     /*lower=*/to == DeviceHealth::healthy);
       print_entry(e, true);
     });
   }

@@ -190,13 +190,14 @@ void CpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation a
     cpu::linear_forward<float>(xf, w, bias, act, yf);
   } else {  // the product checked before its activation, then the activation in place
     cpu::linear_forward<float>(xf, w, bias, Activation::none, yf);
-    check_product(op, xf, w, bias, yf, y.dtype);
+    check_product(op, xf, w, bias, yf, DType::f32);  // the fp32 values store() will round
     const Mat v = yf;
-    // relu(round(z)) is round(relu(z)): the same values as the fused path (z is never -0 there).
+    // The fused path rectifies z in double before rounding it: a tiny negative z gives +0 there
+    // but rounds to -0.0f here, so -0.0f becomes +0 too (and a NaN stays a NaN, as there).
     if (act == Activation::relu)
       for (std::int64_t r = 0; r < v.rows; ++r)
         for (std::int64_t c = 0; c < v.cols; ++c)
-          if (v(r, c) < 0.0f || std::signbit(v(r, c))) v(r, c) = 0.0f;
+          if (v(r, c) < 0.0f || (v(r, c) == 0.0f && std::signbit(v(r, c)))) v(r, c) = 0.0f;
   }
   yf.store();
 }

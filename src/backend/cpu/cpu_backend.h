@@ -98,7 +98,11 @@ class CpuBackend : public Backend {
   std::size_t allocated_bytes() const;
 
   void set_product_checks(bool on) override;
-  ProductChecks product_checks() override { return checks_; }
+  ProductChecks product_checks() override {
+    ProductChecks c = checks_;
+    c.fault_pending = fault_.has_value();
+    return c;
+  }
   void inject_product_fault(const ProductFault& fault) override;
 
  private:

@@ -41,33 +41,42 @@ class NcclCommunicator final : public Communicator {
                       size_, bootstrap->rank(), bootstrap->size()));
     int devices = 0;
     gpu_ok(gpu::get_device_count(&devices), "counting the GPUs");
-    if (g.local_rank >= devices)
+    // A launcher that gives each rank its own GPU (CUDA_VISIBLE_DEVICES per rank, Slurm's
+    // --gpus-per-task=1) leaves one visible; otherwise the local rank picks it.
+    const int device = devices == 1 ? 0 : g.local_rank;
+    if (device >= devices)
       throw InputError(fmt::format(
-          "rank {} of {} is local rank {} on its host, which has {} GPU(s): start at most one "
+          "rank {} of {} is local rank {} on its host, which shows it {} GPU(s): start at most one "
           "rank per GPU",
           rank_, size_, g.local_rank, devices));
-    gpu_ok(gpu::set_device(g.local_rank), "selecting the rank's GPU");
-    // NVLink multicast stays off unless the user turns it on (not every fabric manager allows it).
-    ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
-    ncclUniqueId id{};
-    if (rank_ == 0) nccl_ok(ncclGetUniqueId(&id), "init");
-    if (size_ > 1) {
-      const auto mine = std::as_bytes(std::span<const ncclUniqueId>(&id, 1));
-      std::vector<std::byte> from0;
-      if (bootstrap != nullptr) {
-        std::vector<std::byte> all(mine.size() * static_cast<std::size_t>(size_));
-        bootstrap->all_gather(mine, all);
-        from0.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(mine.size()));
-      } else {
-        from0 = rendezvous_broadcast(g, mine, timeout_s);
-      }
-      if (from0.size() != sizeof id)
-        throw Error(fmt::format("the NCCL engine: rank 0 sent {} bytes of id, expected {}",
-                                from0.size(), sizeof id));
-      std::memcpy(&id, from0.data(), sizeof id);
-    }
-    nccl_ok(ncclCommInitRank(&comm_, size_, id, rank_), "init");
+    gpu_ok(gpu::set_device(device), "selecting the rank's GPU");
     gpu_ok(gpu::stream_create(&stream_), "creating the engine's stream");
+    try {  // a constructor that throws runs no destructor: the stream goes here
+      // NVLink multicast stays off unless the user turns it on (not every fabric manager allows
+      // it).
+      ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+      ncclUniqueId id{};
+      if (rank_ == 0) nccl_ok(ncclGetUniqueId(&id), "init");
+      if (size_ > 1) {
+        const auto mine = std::as_bytes(std::span<const ncclUniqueId>(&id, 1));
+        std::vector<std::byte> from0;
+        if (bootstrap != nullptr) {
+          std::vector<std::byte> all(mine.size() * static_cast<std::size_t>(size_));
+          bootstrap->all_gather(mine, all);
+          from0.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(mine.size()));
+        } else {
+          from0 = rendezvous_broadcast(g, mine, timeout_s);
+        }
+        if (from0.size() != sizeof id)
+          throw Error(fmt::format("the NCCL engine: rank 0 sent {} bytes of id, expected {}",
+                                  from0.size(), sizeof id));
+        std::memcpy(&id, from0.data(), sizeof id);
+      }
+      nccl_ok(ncclCommInitRank(&comm_, size_, id, rank_), "init");
+    } catch (...) {
+      (void)gpu::stream_destroy(stream_);
+      throw;
+    }
   }
 
   ~NcclCommunicator() override {
@@ -202,8 +211,10 @@ class NcclCommunicator final : public Communicator {
     if (bytes <= staging_bytes_) return;
     if (staging_ != nullptr) {
       gpu_ok(gpu::stream_synchronize(stream_), "growing the staging buffer");
-      gpu_ok(gpu::free_device(staging_), "growing the staging buffer");
+      const gpu::Error_t e = gpu::free_device(staging_);
       staging_ = nullptr;
+      staging_bytes_ = 0;
+      gpu_ok(e, "growing the staging buffer");
     }
     const std::size_t want = std::max(bytes, 2 * staging_bytes_);
     gpu_ok(gpu::malloc_device(&staging_, want), "allocating the staging buffer");
