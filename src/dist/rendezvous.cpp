@@ -74,7 +74,7 @@ struct Meeting {
     while (n > 0) {
       wait(fd, POLLOUT, doing);
       const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
-      if (k < 0 && errno == EINTR) continue;
+      if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (k <= 0) fail(fmt::format("{}: {}", doing, std::strerror(errno)));
       p += k;
       n -= static_cast<std::size_t>(k);
@@ -85,7 +85,7 @@ struct Meeting {
     while (n > 0) {
       wait(fd, POLLIN, doing);
       const ssize_t k = ::recv(fd, p, n, 0);
-      if (k < 0 && errno == EINTR) continue;
+      if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (k == 0) fail(fmt::format("{}: the other side closed the connection", doing));
       if (k < 0) fail(fmt::format("{}: {}", doing, std::strerror(errno)));
       p += k;
@@ -161,6 +161,25 @@ std::vector<std::byte> serve(const Meeting& m, std::span<const std::byte> payloa
   return {payload.begin(), payload.end()};
 }
 
+// Whether the non-blocking socket s connects to a within the time left (why: the reason if not).
+bool connected(int s, const addrinfo* a, const Meeting& m, std::string& why) {
+  if (::connect(s, a->ai_addr, a->ai_addrlen) == 0) return true;
+  if (errno != EINPROGRESS) {
+    why = std::strerror(errno);
+    return false;
+  }
+  pollfd p{s, POLLOUT, 0};
+  if (::poll(&p, 1, m.ms_left()) <= 0) {
+    why = "no answer";
+    return false;
+  }
+  int err = 0;
+  socklen_t len = sizeof err;
+  ::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) why = std::strerror(err);
+  return err == 0;
+}
+
 std::vector<std::byte> join(const Meeting& m) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -172,12 +191,11 @@ std::vector<std::byte> join(const Meeting& m) {
     const int e = ::getaddrinfo(m.g.master_addr.c_str(), port.c_str(), &hints, &found);
     if (e == 0) {
       for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-        Fd s(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+        // Non-blocking, so that an address that drops packets costs the time left, not the
+        // kernel's connect time-out.
+        Fd s(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
         if (s.get() < 0) continue;
-        if (::connect(s.get(), a->ai_addr, a->ai_addrlen) != 0) {
-          why = std::strerror(errno);
-          continue;
-        }
+        if (!connected(s.get(), a, m, why)) continue;
         ::freeaddrinfo(found);
         const int one = 1;
         ::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

@@ -3,11 +3,11 @@
 // since rowwise Adagrad keeps a column shard's own row state), its dense layers data-parallel
 // (SGD), each rank on its slice of every global batch (slices of different sizes), against one
 // process training the same model on the whole batches. Each rank holds its shards' bytes of
-// table weights and no whole table. After every step each rank compares the mean loss over the
-// global batch and, after the last, every dense parameter and every table element it holds. The
-// ranks sum partial products and gradients in another order than one process does, so:
-// |sharded - whole| <= 2e-6 (|whole| + 0.01) for parameters after 4 steps, and the loss within
-// 1e-6 relative. Exit 0 when every check holds.
+// table weights and no whole table, and its shards start at the whole tables' values exactly. After
+// every step each rank compares the mean loss over the global batch and, after the last, every
+// dense parameter and every table element it holds. The ranks sum partial products and gradients in
+// another order than one process does, so: |sharded - whole| <= 2e-6 (|whole| + 0.01) for
+// parameters after 4 steps, and the loss within 1e-6 relative. Exit 0 when every check holds.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -70,6 +70,24 @@ int main() {
       if (held != mine && ++failures <= 10)
         fmt::print(stderr, "rank {}: {}: {} bytes of table weights held, its shards are {}\n", me,
                    how, held, mine);
+      // Before any step the shards hold the whole tables' initial values exactly.
+      {
+        const std::vector<TensorRef> start = whole.tensors();
+        const ShardedEmbedding& shards0 = *sharded.sharded_embedding();
+        for (int tb = 0; tb < m.num_tables(); ++tb) {
+          const TableSpec& ts = m.tables[static_cast<std::size_t>(tb)];
+          const std::string name = fmt::format("embedding.{}.weight", ts.name);
+          const float* w0 = nullptr;
+          for (const TensorRef& t : start)
+            if (t.name == name) w0 = static_cast<const float*>(t.data);
+          for (std::int64_t r = 0; r < ts.rows; ++r)
+            for (int c = 0; c < ts.dim; ++c)
+              if (const auto got = shards0.weight(tb, r, c);
+                  got && *got != w0[r * ts.dim + c] && ++failures <= 10)
+                fmt::print(stderr, "rank {}: {}: table {} ({}, {}) starts at {}, not {}\n", me, how,
+                           ts.name, r, c, *got, w0[r * ts.dim + c]);
+        }
+      }
       double worst_loss = 0, worst = 0;
       for (int step = 0; step < kSteps; ++step) {
         Batch mine, all;
