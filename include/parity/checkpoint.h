@@ -100,13 +100,15 @@ std::filesystem::path save_checkpoint_set(const std::filesystem::path& dir, std:
                                           TensorValues values = TensorValues::any);
 
 // Loads a checkpoint, a single safetensors file or a set, into the layout's pieces. The model's
-// tensors and the checkpoint's must agree (names, dtypes, shapes) and the pieces written must
-// cover each tensor once; each piece read is verified by its checksum. Throws InputError naming
-// the file and the problem (CheckpointCorrupt where bytes are damaged or a file of the set is
-// missing or of another set). Returns the metadata.
+// tensors and the checkpoint's must agree (names, dtypes, shapes; a tensor the model lacks is an
+// error unless allow_extra) and the pieces written must cover each tensor once; each piece read
+// is verified by its checksum. Throws InputError naming the file and the problem
+// (CheckpointCorrupt where bytes are damaged or a file of the set is missing or of another set).
+// Returns the metadata. load_safetensors is this on whole tensors.
 std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& path,
                                                    const CheckpointLayout& layout, Backend& backend,
-                                                   TensorValues values = TensorValues::any);
+                                                   TensorValues values = TensorValues::any,
+                                                   bool allow_extra = false);
 // The metadata of a checkpoint, a file or a set (the set's index verified).
 std::map<std::string, std::string> read_checkpoint_metadata(const std::filesystem::path& path);
 

@@ -216,65 +216,7 @@ std::map<std::string, std::string> load_safetensors(const fs::path& file,
                                                     const std::vector<TensorRef>& into,
                                                     Backend& backend, bool allow_extra,
                                                     TensorValues values) {
-  const SafetensorsHeader h = read_safetensors_header(file);
-  const std::string where = fmt::format("checkpoint '{}'", file.string());
-  auto shape_str = [](const std::vector<std::int64_t>& s) {
-    return fmt::format("[{}]", fmt::join(s, ", "));
-  };
-  // Validate everything before touching the model, so a bad file changes nothing.
-  for (const auto& t : into) {
-    auto it = h.tensors.find(t.name);
-    if (it == h.tensors.end())
-      throw InputError(fmt::format("{}: tensor '{}' is missing; the checkpoint is of another model",
-                                   where, t.name));
-    if (it->second.dtype != t.dtype || it->second.shape != t.shape)
-      throw InputError(fmt::format("{}: tensor '{}' is {}{}, the model expects {}{}", where, t.name,
-                                   dtype_name(it->second.dtype), shape_str(it->second.shape),
-                                   dtype_name(t.dtype), shape_str(t.shape)));
-  }
-  if (!allow_extra) {
-    for (const auto& tensor : h.tensors) {
-      const std::string& name = tensor.first;  // not a structured binding: clang < 16 cannot
-                                               // capture one in the lambda below
-      const bool known =
-          std::any_of(into.begin(), into.end(), [&](const TensorRef& t) { return t.name == name; });
-      if (!known)
-        throw InputError(fmt::format(
-            "{}: tensor '{}' is not part of this model; the checkpoint is of another model or "
-            "optimizer",
-            where, name));
-    }
-  }
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot read {}", where));
-  std::vector<char> stage(kChunk);
-  for (const auto& t : into) {
-    const SafetensorsEntry& e = h.tensors.at(t.name);
-    const auto crc_it = h.metadata.find(kTensorCrcPrefix + t.name);
-    in.seekg(static_cast<std::streamoff>(h.data_offset + e.begin));
-    const std::size_t total = t.bytes();
-    std::uint32_t crc = 0;
-    for (std::size_t done = 0; done < total;) {
-      const std::size_t n = std::min(stage.size(), total - done);
-      if (!in.read(stage.data(), static_cast<std::streamsize>(n)))
-        throw CheckpointCorrupt(fmt::format("{}: short read in tensor '{}'", where, t.name));
-      if (values == TensorValues::finite) {
-        const std::int64_t bad = first_nonfinite(stage.data(), n, t.dtype);
-        if (bad >= 0)
-          throw CheckpointCorrupt(fmt::format(
-              "{}: tensor '{}' holds a non-finite value (element {}); it cannot be trained from",
-              where, t.name, static_cast<std::int64_t>(done / dtype_size(t.dtype)) + bad));
-      }
-      if (crc_it != h.metadata.end()) crc = crc32c(stage.data(), n, crc);
-      backend.copy_to_device(static_cast<char*>(t.data) + done, stage.data(), n);
-      done += n;
-    }
-    if (crc_it != h.metadata.end() && crc32c_text(crc) != crc_it->second)
-      throw CheckpointCorrupt(
-          fmt::format("{}: tensor '{}' has checksum {}, the file says {}: its bytes are damaged",
-                      where, t.name, crc32c_text(crc), crc_it->second));
-  }
-  return h.metadata;
+  return load_checkpoint(file, whole_tensor_layout(into), backend, values, allow_extra);
 }
 
 fs::path checkpoint_path(const fs::path& dir, std::int64_t step) {

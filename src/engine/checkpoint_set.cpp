@@ -488,7 +488,7 @@ std::map<std::string, std::string> read_checkpoint_metadata(const fs::path& path
 
 std::map<std::string, std::string> load_checkpoint(const fs::path& path,
                                                    const CheckpointLayout& layout, Backend& backend,
-                                                   TensorValues values) {
+                                                   TensorValues values, bool allow_extra) {
   const Stored stored = read_stored(path);
   const std::string where = fmt::format("checkpoint '{}'", path.string());
   auto shape_str = [](const std::vector<std::int64_t>& s) {
@@ -506,6 +506,7 @@ std::map<std::string, std::string> load_checkpoint(const fs::path& path,
                                    dtype_name(t.dtype), shape_str(t.shape)));
   }
   for (const auto& entry : stored.tensors) {
+    if (allow_extra) break;
     const std::string& name = entry.first;
     if (std::none_of(layout.tensors.begin(), layout.tensors.end(),
                      [&](const CheckpointTensor& t) { return t.name == name; }))
