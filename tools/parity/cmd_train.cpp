@@ -755,7 +755,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--allow-quarantined", args->allow_quarantined,
                 "Train on the GPU even where the health ledger has quarantined it");
   cmd->add_flag("--product-checks", args->product_checks,
-                "Check every dense product with checksums (ABFT) and stop at a product the "
+                "Check every forward dense product with checksums (ABFT) and stop at a product the "
                 "device computed wrong, marking the GPU suspect in the health ledger");
   cmd->add_option("--inject-fault", args->inject_fault,
                   "STEP:PRODUCT:ELEMENT:BIT: flip bit BIT (0-31) of element ELEMENT of the "
