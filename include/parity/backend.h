@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "parity/dtype.h"
+#include "parity/memory_pattern.h"
 #include "parity/select.h"
 #include "parity/spec.h"
 #include "parity/tensor.h"
@@ -486,6 +487,24 @@ class Backend {
     int bit = 31;
   };
   virtual void inject_product_fault(const ProductFault& fault);
+
+  // ---- device self-tests (parity doctor) ----
+  // memory_pattern_write fills the 32-bit words of [p, p + bytes) with memory_pattern_word(pattern,
+  // i, seed) (include/parity/memory_pattern.h); memory_pattern_check reads every word back (a pass
+  // of its own, after the write has left the caches for memory where the buffer is larger than
+  // them) and counts the words that differ, with the index of the first. bytes: a multiple of 4.
+  struct MemoryCheck {
+    std::uint64_t errors = 0;
+    std::uint64_t first_error_word = 0;  // meaningful where errors > 0
+  };
+  virtual void memory_pattern_write(void* p, std::size_t bytes, MemoryPattern pattern,
+                                    std::uint64_t seed);
+  virtual MemoryCheck memory_pattern_check(const void* p, std::size_t bytes, MemoryPattern pattern,
+                                           std::uint64_t seed);
+  // dst = src, both in backend memory, enqueued like an op (the copy-bandwidth test).
+  virtual void copy_within(void* dst, const void* src, std::size_t bytes);
+  // Bytes the backend could still allocate (device memory; 0 where unknown, as on the cpu).
+  virtual std::size_t free_memory_bytes() const { return 0; }
 
   // ---- bad inputs recorded where they cannot be thrown ----
   // Ops that run where they cannot throw (GPU kernels) skip a bad input (an id outside its table,

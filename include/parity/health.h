@@ -60,6 +60,9 @@ class HealthLedger {
   std::filesystem::path file_;
 };
 
+// This host's name, as the ledger records it ("unknown" where it cannot be read).
+std::string host_name();
+
 // The ledger a host uses: $PARITY_HEALTH_LEDGER when set, else
 // $XDG_STATE_HOME/parity/health-ledger.json, else ~/.local/state/parity/health-ledger.json.
 std::filesystem::path default_ledger_path();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <new>
 
 #include "parity/backend.h"
@@ -78,6 +79,39 @@ void Backend::inject_product_fault(const ProductFault&) {
 void Backend::limit_memory(std::size_t bytes) {
   throw Error(fmt::format("limit_memory({:.2f} GB): the {} backend has no device memory to limit",
                           static_cast<double>(bytes) / 1e9, name()));
+}
+
+// The defaults work on memory the host can address (the cpu backend's).
+namespace {
+void check_pattern_buffer(const char* op, const void* p, std::size_t bytes) {
+  if (bytes % 4 != 0 || (bytes > 0 && p == nullptr))
+    throw Error(
+        fmt::format("{}: {} bytes at {} is not a buffer of whole 32-bit words", op, bytes, p));
+}
+}  // namespace
+
+void Backend::memory_pattern_write(void* p, std::size_t bytes, MemoryPattern pattern,
+                                   std::uint64_t seed) {
+  check_pattern_buffer("memory_pattern_write", p, bytes);
+  auto* w = static_cast<std::uint32_t*>(p);
+  const std::uint64_t n = bytes / 4;
+  for (std::uint64_t i = 0; i < n; ++i) w[i] = memory_pattern_word(pattern, i, seed);
+}
+
+Backend::MemoryCheck Backend::memory_pattern_check(const void* p, std::size_t bytes,
+                                                   MemoryPattern pattern, std::uint64_t seed) {
+  check_pattern_buffer("memory_pattern_check", p, bytes);
+  // volatile: the words are read back from memory, not from what the compiler remembers writing.
+  const volatile auto* w = static_cast<const volatile std::uint32_t*>(p);
+  const std::uint64_t n = bytes / 4;
+  MemoryCheck c;
+  for (std::uint64_t i = 0; i < n; ++i)
+    if (w[i] != memory_pattern_word(pattern, i, seed) && c.errors++ == 0) c.first_error_word = i;
+  return c;
+}
+
+void Backend::copy_within(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
 }
 
 void* Backend::allocate_pinned(std::size_t bytes) {

@@ -31,11 +31,6 @@ std::string now_utc() {
   return buf;
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("unknown");
-}
-
 DeviceHealth parse_status(const std::string& s, const std::string& where) {
   for (const auto& n : kDeviceHealthNames)
     if (n.name == s) return n.value;
@@ -139,6 +134,11 @@ void write(const fs::path& file, const std::map<std::string, LedgerEntry>& devic
 }
 
 }  // namespace
+
+std::string host_name() {
+  char buf[256] = {};
+  return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("unknown");
+}
 
 HealthLedger::HealthLedger(fs::path file) : file_(std::move(file)) {}
 

@@ -64,5 +64,6 @@ void add_data_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_ledger_command(CLI::App& app);
+void add_doctor_command(CLI::App& app);
 
 }  // namespace parity::cli

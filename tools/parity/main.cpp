@@ -70,8 +70,9 @@ int main(int argc, char** argv) {
   parity::cli::add_calibrate_command(app);
   parity::cli::add_bench_command(app);
   parity::cli::add_ledger_command(app);
+  parity::cli::add_doctor_command(app);
   // A first word that is no command: said plainly (CLI11 would say only that one is required, and
-  // `parity doctor --help` would print the main help and succeed).
+  // `parity doctr --help` would print the main help and succeed).
   if (argc >= 2 && argv[1][0] != '-') {
     std::vector<std::string> names;
     for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))

@@ -37,6 +37,7 @@
 #include "backend/gpu/input_queue.h"
 #include "backend/gpu/linear.h"
 #include "backend/gpu/loss.h"
+#include "backend/gpu/memory_test.h"
 #include "backend/gpu/operand_cache.h"
 #include "backend/gpu/port.h"
 #include "backend/gpu/runtime.h"
@@ -317,6 +318,35 @@ void GpuBackend::limit_memory(std::size_t bytes) {
                             static_cast<double>(bytes) / gb, static_cast<double>(in_use) / gb));
   impl_->limit = {};  // a second call replaces the first
   impl_->limit = gpu::DeviceBuffer<std::byte>(total_bytes - bytes, "GpuBackend::limit_memory");
+}
+
+std::size_t GpuBackend::free_memory_bytes() const {
+  return gpu::memory_info().first;
+}
+
+void GpuBackend::memory_pattern_write(void* p, std::size_t bytes, MemoryPattern pattern,
+                                      std::uint64_t seed) {
+  if (bytes % 4 != 0 || (bytes > 0 && p == nullptr))
+    fail("memory_pattern_write", "{} bytes is not a buffer of whole 32-bit words", bytes);
+  gpu::memory_pattern_write(impl_->s(), p, bytes, pattern, seed);
+}
+
+Backend::MemoryCheck GpuBackend::memory_pattern_check(const void* p, std::size_t bytes,
+                                                      MemoryPattern pattern, std::uint64_t seed) {
+  if (bytes % 4 != 0 || (bytes > 0 && p == nullptr))
+    fail("memory_pattern_check", "{} bytes is not a buffer of whole 32-bit words", bytes);
+  const unsigned long long start[2] = {0, ~0ull};
+  gpu::DeviceBuffer<unsigned long long> result(2, "memory_pattern_check");
+  result.upload(start, 2, impl_->s());
+  gpu::memory_pattern_check(impl_->s(), p, bytes, pattern, seed, result.data());
+  unsigned long long found[2] = {0, 0};
+  result.download(found, 2, impl_->s());
+  gpu::check(gpu::stream_synchronize(impl_->s()), "memory_pattern_check");
+  return {found[0], found[0] > 0 ? found[1] : 0};
+}
+
+void GpuBackend::copy_within(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) gpu::copy_async(dst, src, bytes, impl_->s());
 }
 
 void* GpuBackend::allocate(std::size_t bytes) {

@@ -111,6 +111,12 @@ class GpuBackend final : public Backend {
   void* allocate_host_resident(std::size_t bytes) override;
   std::map<std::string, std::size_t> internal_memory_bytes() const override;
   void limit_memory(std::size_t bytes) override;
+  void memory_pattern_write(void* p, std::size_t bytes, MemoryPattern pattern,
+                            std::uint64_t seed) override;
+  MemoryCheck memory_pattern_check(const void* p, std::size_t bytes, MemoryPattern pattern,
+                                   std::uint64_t seed) override;
+  void copy_within(void* dst, const void* src, std::size_t bytes) override;
+  std::size_t free_memory_bytes() const override;
   void use_gemm_catalog(std::shared_ptr<const GemmCatalog> catalog, double hbm_bytes_per_s,
                         std::vector<GemmDecision> decisions = {}) override;
   GemmSelectionCounts gemm_selection_counts() const override;
