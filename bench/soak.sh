@@ -6,7 +6,7 @@
 #   SEED=7 bench/soak.sh          # another kill plan (a SEED makes the same draws again; where the
 #                                 # kills land still depends on the machine's speed at the time)
 #
-# 1. The reference: one uninterrupted `parity train --backend cpu` of STEPS steps with a checkpoint
+# 1. The reference: one uninterrupted `parity train --backend $BACKEND` of STEPS steps with a checkpoint
 #    every CKPT_EVERY steps; every checkpoint it writes is kept (hard links taken while it runs)
 #    and loaded once (a resume from it alone).
 # 2. KILLS times: `parity train --resume` of the same configuration into one checkpoint folder,
@@ -26,13 +26,15 @@
 # out/soak); the checkpoints to the scratch folder (bench/common.sh; SCRATCH keeps it).
 #
 # Environment: PARITY (the binary, default build/parity where it exists, else build-cpu/parity,
-# built CPU-only with BUILD_JOBS (2) jobs), MODEL (tiny; tiny-dot, or any model a CPU trains
+# built CPU-only with BUILD_JOBS (2) jobs), BACKEND (cpu; gpu on a GPU machine, with PARITY a GPU
+# build's binary), MODEL (tiny; tiny-dot, or any model a CPU trains
 # quickly), STEPS (2000), CKPT_EVERY (100), EVAL_EVERY (200), EVAL_EXAMPLES (65536: evaluations
 # long enough to be hit), KILLS (20), SEED (1: the kill plan), TRAIN_SEED (1: parity's --seed).
 set -euo pipefail
 keep_scratch=${SCRATCH:+1}
 # shellcheck source=bench/common.sh
 . "$(dirname "$0")/common.sh" soak
+BACKEND=${BACKEND:-cpu}
 MODEL=${MODEL:-tiny}
 STEPS=${STEPS:-2000}
 CKPT_EVERY=${CKPT_EVERY:-100}
@@ -99,7 +101,7 @@ SOAK=$SCRATCH/soak            # the interrupted runs' checkpoint folder
 rm -rf "$REF" "$REF_ALL" "$SOAK"  # a kept scratch folder may hold another configuration's
 mkdir -p "$REF_ALL" "$OUT/runs"
 train_args() {  # DIR [MORE...]: the one configuration every run trains
-  ARGS=(train --backend cpu --model "$MODEL" --seed "$TRAIN_SEED" --steps "$STEPS" --checkpoint "$1"
+  ARGS=(train --backend "$BACKEND" --model "$MODEL" --seed "$TRAIN_SEED" --steps "$STEPS" --checkpoint "$1"
     --checkpoint-every "$CKPT_EVERY" --eval-every "$EVAL_EVERY" --eval-examples "$EVAL_EXAMPLES" "${@:2}")
 }
 
@@ -151,7 +153,7 @@ loads() {  # FILE STEP
   mkdir -p "$dir"
   ln "$1" "$dir/" 2>/dev/null || cp "$1" "$dir/"
   # One step more than the checkpoint's (parity refuses a resume with nothing left to train).
-  "$PARITY" train --backend cpu --model "$MODEL" --seed "$TRAIN_SEED" --steps "$(($2 + 1))" \
+  "$PARITY" train --backend "$BACKEND" --model "$MODEL" --seed "$TRAIN_SEED" --steps "$(($2 + 1))" \
     --checkpoint "$dir" --resume --eval-examples 512 >"$SCRATCH/load.log" 2>&1 &&
     grep -q "resumed at step $2\$" "$SCRATCH/load.log"
 }
@@ -241,7 +243,7 @@ loads "$REF_ALL/step-$STEPS.safetensors" "$STEPS"
 now_us
 SIGMA=$((NOW - t0))
 # (loads left step STEPS + 1 there: one step more again, now with the run's evaluation)
-"$PARITY" train --backend cpu --model "$MODEL" --seed "$TRAIN_SEED" --steps "$((STEPS + 2))" \
+"$PARITY" train --backend "$BACKEND" --model "$MODEL" --seed "$TRAIN_SEED" --steps "$((STEPS + 2))" \
   --checkpoint "$SCRATCH/load" --resume --eval-examples "$EVAL_EXAMPLES" >/dev/null 2>&1
 now_us
 T_EVAL=$((NOW - t0 - 2 * SIGMA))

@@ -55,6 +55,10 @@ struct TrainConfig {
   int keep_checkpoints = 2;
   bool resume = false;              // continue from the newest checkpoint in checkpoint_dir
   double report_interval_s = 0.25;  // how often progress events are sent
+  // Mean training loss over windows of this many steps (0: none), for comparing runs across
+  // backends and precisions by their smoothed curves (docs/reliability.md). Reads every step's
+  // loss, so the host waits for each step: a numerics run's setting, not a fast one's.
+  std::int64_t loss_window = 0;
   // Profile the step by op category with device timing marks (from the third step on).
   bool profile = false;
   // GPU backends: every matrix product's kernel from this catalog's ranking (parity/select.h)
@@ -123,6 +127,9 @@ struct TrainResult {
   double auc = 0;
   double eval_log_loss = 0;
   double teacher_auc = 0;
+  // With TrainConfig::loss_window W: {last step, mean loss} of steps (k W, (k + 1) W], for every
+  // whole window this run trained.
+  std::vector<std::pair<std::int64_t, double>> loss_windows;
   // Training steps only (evaluation, checkpoints, Model::prepare excluded); steady: the same
   // after the first two steps (one-time set-up excluded).
   double examples_per_s = 0;

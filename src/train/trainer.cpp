@@ -500,6 +500,7 @@ class Trainer {
       clock_.window_examples += n;
       ++clock_.window_steps;
       const std::int64_t step = model_.step();
+      if (cfg_.loss_window > 0) add_to_loss_window(step);
       if (cfg_.profile && step <= start_ + kWarmupSteps) {
         backend_->synchronize();
         result_.first_steps_s.push_back(seconds_since(mark));
@@ -531,6 +532,14 @@ class Trainer {
     if (eval_now) evaluate(step);  // predict() keeps evaluation out of the step profile
     if (ckpt_now) checkpoint(step);
     clock_.pause(Clock::now() - p0);
+  }
+
+  void add_to_loss_window(std::int64_t step) {
+    const std::int64_t w = cfg_.loss_window;
+    window_loss_ += model_.last_loss();  // synchronises (TrainConfig::loss_window)
+    if (step % w != 0) return;
+    if (step - w >= start_) result_.loss_windows.push_back({step, window_loss_ / w});
+    window_loss_ = 0;
   }
 
   void report(std::int64_t step) {
@@ -666,6 +675,7 @@ class Trainer {
   TrainResult result_;
   StepClock clock_;
   double smoothed_loss_ = NAN;
+  double window_loss_ = 0;
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "common.h"
+#include "core/atomic_file.h"
 #include "core/host_memory.h"
 #include "parity/dist.h"
 #include "parity/error.h"
@@ -246,6 +247,8 @@ struct TrainArgs {
   bool allow_quarantined = false;
   bool product_checks = false;
   std::string inject_fault;
+  std::int64_t loss_window = 100;
+  std::string loss_log;
   std::string checkpoint, backend = "auto", on_bad_line = "stop", plan, dense_math, gemm_catalog;
   // auto: the plan's choices where its catalog is this GPU's, else the BLAS library's own.
   std::string gemm_selection = "auto";
@@ -506,6 +509,16 @@ void choose_data(const TrainArgs& args, TrainConfig& cfg) {
         "--eval-data needs --data (synthetic runs evaluate on their own held-out split)");
 }
 
+// --loss-log: a header naming the window, then "step mean" lines; written atomically.
+void write_loss_log(const std::string& file, std::int64_t window, const TrainResult& r) {
+  std::string text =
+      fmt::format("# mean training loss over windows of {} steps: last step, mean\n", window);
+  for (const auto& [step, mean] : r.loss_windows) text += fmt::format("{} {:.9g}\n", step, mean);
+  AtomicFile f(file, "--loss-log");
+  f.write(text.data(), text.size());
+  f.commit();
+}
+
 void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicator* comm);
 
 void run_train(const TrainArgs& given, bool model_given) {
@@ -590,6 +603,7 @@ void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicato
   cfg.health_ledger = args.health_ledger;
   cfg.allow_quarantined = args.allow_quarantined;
   cfg.product_checks = args.product_checks;
+  if (!args.loss_log.empty()) cfg.loss_window = args.loss_window;
   if (!args.inject_fault.empty()) {
     long long v[4] = {};
     const char* at = args.inject_fault.data();
@@ -654,6 +668,7 @@ void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicato
   if (g_group.rank != 0) return;  // rank 0 reports the run
   if (cfg.product_checks)
     fmt::print("product checks: {} dense products checked, none failed\n", r.products_checked);
+  if (!args.loss_log.empty()) write_loss_log(args.loss_log, cfg.loss_window, r);
   if (const GemmSelectionCounts& g = r.gemm_selection; g.planned + g.ranked + g.heuristic > 0)
     fmt::print(
         "kernel selection: {} distinct matrix products (shape and alignment) ran the plan's "
@@ -760,6 +775,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--inject-fault", args->inject_fault,
                   "STEP:PRODUCT:ELEMENT:BIT: flip bit BIT (0-31) of element ELEMENT of the "
                   "PRODUCT-th checked product (from 0) of step STEP, to test the checks");
+  cmd->add_option("--loss-log", args->loss_log,
+                  "Write the mean training loss of every --loss-window steps to this file (step, "
+                  "mean: one window a line), to compare runs by their smoothed curves; the host "
+                  "then reads every step's loss, so the run is slower");
+  cmd->add_option("--loss-window", args->loss_window, "Steps per --loss-log window")
+      ->check(positive_integer())
+      ->capture_default_str();
   cmd->add_option("--eval-every", args->eval_every,
                   "Steps between evaluations (0: at the end only)")
       ->check(nonnegative_integer())

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Do the GPU's numerics track the CPU reference's over a whole run? For each model, the same run
+# (seed, batch, steps, the model's own recipe: --no-plan) on the cpu backend, on the GPU in fp32
+# dense math and on the GPU in bf16, each writing the mean training loss of every window of
+# WINDOW steps (--loss-log); then every window's mean compared, GPU fp32 against the CPU and GPU
+# bf16 against GPU fp32, within 0.3% relative, and the final held-out AUC within 0.002
+# (docs/reliability.md, "Numerics across backends"). The cpu runs go side by side with the GPU's.
+#
+#   PARITY_PREBUILT=build-prebuilt bench/numerics-check.sh
+#
+# Environment: MODELS (default "tiny tiny-dot prod-ads-small"), STEPS (2000), WINDOW (100), BATCH
+# (2048; a model's own batch where smaller), CAP (rows of every table capped here: 200000),
+# EVAL_EXAMPLES (65536). The table is printed last and written to $OUT/numerics.md; the exit
+# status is non-zero where a bound does not hold or a run fails.
+set -uo pipefail
+. "$(dirname "$0")/common.sh" numerics
+MODELS=${MODELS:-tiny tiny-dot prod-ads-small}
+STEPS=${STEPS:-2000}
+WINDOW=${WINDOW:-100}
+BATCH=${BATCH:-2048}
+CAP=${CAP:-200000}
+EVAL_EXAMPLES=${EVAL_EXAMPLES:-65536}
+find_binaries parity || exit 1
+device_facts
+status=0
+rows=()
+for m in $MODELS; do
+  spec=$(capped "$m" "$CAP")
+  own=$(awk '/^batch_size:/ {print $2}' "configs/models/$m.yaml")
+  b=$BATCH
+  [ -n "$own" ] && [ "$own" -lt "$b" ] && b=$own
+  common=(train --model "$spec" --no-plan --seed 1 --steps "$STEPS" --batch "$b" --eval-every 0
+    --eval-examples "$EVAL_EXAMPLES" --loss-window "$WINDOW")
+  say "$m: batch $b, $STEPS steps"
+  run_bin "$BIN/parity" "${common[@]}" --backend cpu --loss-log "$OUT/$m.cpu.txt" >"$OUT/$m.cpu.log" 2>&1 &
+  cpu=$!
+  run_bin "$BIN/parity" "${common[@]}" --backend gpu --dense-math fp32 --loss-log "$OUT/$m.fp32.txt" \
+    >"$OUT/$m.fp32.log" 2>&1 || status=1
+  run_bin "$BIN/parity" "${common[@]}" --backend gpu --dense-math bf16 --loss-log "$OUT/$m.bf16.txt" \
+    >"$OUT/$m.bf16.log" 2>&1 || status=1
+  wait $cpu || status=1
+  row=$(python3 - "$OUT/$m" <<'PY'
+import re, sys
+base = sys.argv[1]
+def windows(kind):
+    return [float(l.split()[1]) for l in open(f"{base}.{kind}.txt") if not l.startswith("#")]
+def auc(kind):
+    found = re.findall(r"AUC ([0-9.]+)", open(f"{base}.{kind}.log").read())
+    return float(found[-1]) if found else float("nan")
+try:
+    c, f, b = windows("cpu"), windows("fp32"), windows("bf16")
+except OSError as e:
+    print(f"| run failed: {e} |||||||"); sys.exit(0)
+def worst(x, y):
+    return max(abs(a - r) / abs(r) for a, r in zip(x, y)) if x and len(x) == len(y) else float("nan")
+w1, w2 = worst(f, c), worst(b, f)
+a = [auc(k) for k in ("cpu", "fp32", "bf16")]
+ok = w1 <= 0.003 and w2 <= 0.003 and abs(a[1] - a[0]) <= 0.002 and abs(a[2] - a[1]) <= 0.002
+print(f"| {len(c)} | {100 * w1:.3f}% | {100 * w2:.3f}% | {a[0]:.4f} | {a[1]:.4f} | {a[2]:.4f} | {'yes' if ok else 'NO'} |")
+PY
+)
+  [[ $row == *"| yes |" ]] || status=1
+  rows+=("| $m (batch $b) $row")
+done
+{
+  echo "| model | windows of $WINDOW steps | worst window: GPU fp32 vs CPU | GPU bf16 vs GPU fp32 | AUC cpu | AUC GPU fp32 | AUC GPU bf16 | within 0.3% and 0.002 |"
+  echo "|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+} | tee "$OUT/numerics.md"
+exit $status
