@@ -12,7 +12,6 @@
 #include <string_view>
 
 #include "parity/host_device.h"
-#include "parity/random.h"
 
 namespace parity {
 
@@ -44,6 +43,15 @@ constexpr std::string_view memory_pattern_name(MemoryPattern p) {
   return "?";
 }
 
+// splitmix64's finaliser (as parity/random.h's mix64; repeated here so that backend.h, which
+// includes this header, stays free of random.h's device intrinsics in host-only translation units).
+PARITY_HD std::uint64_t memory_pattern_mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 // Word i's value. The address pattern is the word's index with the bits above the 32nd folded in
 // (multiplied by an odd constant), so that words 16 GiB apart differ too, and a value of the seed
 // mixed in, so that buffers tested with different seeds differ from each other. The walking
@@ -52,7 +60,7 @@ PARITY_HD std::uint32_t memory_pattern_word(MemoryPattern p, std::uint64_t i, st
   const std::uint32_t walk = 1u << ((i + seed) & 31u);
   const std::uint32_t addr = static_cast<std::uint32_t>(i) ^
                              (static_cast<std::uint32_t>(i >> 32) * 0x9e3779b1u) ^
-                             static_cast<std::uint32_t>(rng::mix64(seed));
+                             static_cast<std::uint32_t>(memory_pattern_mix(seed));
   switch (p) {
     case MemoryPattern::walking_ones:
       return walk;
@@ -63,7 +71,7 @@ PARITY_HD std::uint32_t memory_pattern_word(MemoryPattern p, std::uint64_t i, st
     case MemoryPattern::inverse_address:
       return ~addr;
     case MemoryPattern::random:
-      return static_cast<std::uint32_t>(rng::bits(seed, i) >> 32);
+      return static_cast<std::uint32_t>(memory_pattern_mix(memory_pattern_mix(seed) ^ i) >> 32);
   }
   return 0;
 }
