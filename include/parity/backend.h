@@ -478,9 +478,10 @@ class Backend {
   virtual void set_product_checks(bool on);
   virtual ProductChecks product_checks() { return {}; }
   // Fault injection, to test detection end to end: flips bit `bit` (0: the least significant of
-  // the stored element) of element `element` (row-major) of the output of checked product
-  // `product` counted from now (0: the next), after the product and before its check. Throws
-  // Error where the backend has no checksummed products or the checks are off.
+  // the stored element) of element `element` (row-major) of the output of forward product
+  // `product` counted from now (0: the next), after the product and before its check (with the
+  // checks off the flip is planted all the same: a fault for the finite-value guard and the
+  // trainer's replay to find). Throws Error where the backend has no checksummed products.
   struct ProductFault {
     std::int64_t product = 0;
     std::int64_t element = 0;

@@ -87,6 +87,18 @@ struct TrainConfig {
     Backend::ProductFault fault;
   };
   std::optional<FaultAtStep> inject_fault;
+  // Faults found in training (a NaN or an infinity, a checksummed product that fails its check, a
+  // loss spike) are replayed: the newest checkpoint is loaded again and the steps up to the one
+  // the fault was found in are trained again on the same device. The same result again means the
+  // data or the model is the cause (the run stops and says so); a different one means the device
+  // (marked suspect in the health ledger), and training then continues from that checkpoint, once
+  // a run. Needs checkpoint_dir and a checkpoint before the fault; a run of several processes
+  // does not replay yet.
+  bool replay_faults = true;
+  // A step whose loss exceeds spike_factor times the mean loss of the (up to 100) steps before it
+  // is a loss spike, a fault to replay (0: spikes are not looked for; from 10 steps into a run).
+  // Reads every step's loss, so the host waits for each step.
+  double spike_factor = 0;
   // Several processes (DLRM, cpu backend): the plan that shards the tables over `comm`'s ranks
   // (Model::shard). Every rank reads each global batch of `batch` examples and trains on its
   // slice, rank r on examples [batch r / W, batch (r + 1) / W); evaluation predicts each rank's
@@ -149,6 +161,9 @@ struct TrainResult {
   double prepare_s = 0;
   // --product-checks: the products checked (training and evaluation), none of which failed.
   std::int64_t products_checked = 0;
+  // Faults that a replay did not reproduce (the device's), each with its verdict, after which the
+  // run continued from the checkpoint before them (TrainConfig::replay_faults).
+  std::vector<std::string> faults_recovered;
   // The model's buffers in backend memory by category (Model::allocated_bytes_by_category).
   std::map<std::string, std::size_t> model_memory_bytes;
   // The backend's own memory at the end (Backend::internal_memory_bytes: scratch, workspaces).

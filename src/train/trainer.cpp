@@ -67,6 +67,11 @@ TrainConfig settle(const TrainConfig& in) {
   if (cfg.batch <= 0)
     throw InputError(fmt::format("batch size must be positive, got {}", cfg.batch));
   if (cfg.steps < 0) throw InputError(fmt::format("--steps must be >= 0, got {}", cfg.steps));
+  if (!(cfg.spike_factor == 0 || cfg.spike_factor > 1))  // NaN fails too
+    throw InputError(fmt::format(
+        "--spike-factor {}: expected 0 (no spike watch) or a factor above 1 (a loss that many "
+        "times the recent mean is a spike)",
+        cfg.spike_factor));
   if (cfg.eval_examples <= 0) throw InputError("eval examples must be positive");
   const bool files = !custom && cfg.shard_dir.empty() && !cfg.train_files.empty();
   const bool synthetic = !custom && cfg.shard_dir.empty() && cfg.train_files.empty();
@@ -101,8 +106,6 @@ TrainConfig settle(const TrainConfig& in) {
   if (cfg.keep_checkpoints < 1)
     throw InputError(fmt::format(
         "checkpoints kept must be at least 1 (the newest good one), got {}", cfg.keep_checkpoints));
-  if (cfg.inject_fault && !cfg.product_checks)
-    throw InputError("--inject-fault tests the checksummed products: give --product-checks too");
   if (cfg.inject_fault && cfg.inject_fault->step < 1)
     throw InputError(
         fmt::format("--inject-fault: step {}, expected 1 or more", cfg.inject_fault->step));
@@ -188,10 +191,53 @@ struct StepClock {
   }
 };
 
+// A fault found in training, thrown to train(), which replays it to tell the data or the model
+// from the device (TrainConfig::replay_faults). what() is the message the run stops with where
+// no replay is made.
+enum class FaultKind { nonfinite, product_check, loss_spike };
+class FaultInTraining : public NumericalError {
+ public:
+  FaultInTraining(FaultKind kind, std::int64_t step, double loss, std::string found,
+                  std::string last_good, std::string advice, bool on_gpu)
+      : NumericalError(found + last_good + advice),
+        kind(kind),
+        step(step),
+        loss(loss),
+        found(std::move(found)),
+        last_good(std::move(last_good)),
+        advice(std::move(advice)),
+        on_gpu(on_gpu) {}
+  FaultKind kind;
+  std::int64_t step;  // found in (nonfinite: the first bad step)
+  double loss;        // loss_spike: the step's loss
+  std::string found, last_good, advice;
+  bool on_gpu;  // the run's device is a GPU (one the health ledger can mark)
+};
+
+// Marks the run's GPU suspect in the health ledger; what was done, to say.
+std::string mark_suspect(const TrainConfig& cfg, bool on_gpu, const std::string& reason) {
+  if (!on_gpu) return "the cpu backend has no device to mark in the health ledger";
+  const std::string uuid = detect_gpu_uuid();
+  try {
+    HealthLedger ledger(cfg.health_ledger.empty() ? default_ledger_path() : cfg.health_ledger);
+    ledger.record(uuid, detect_gpu(), DeviceHealth::suspect, reason, "parity train");
+    return fmt::format("device {} is marked suspect in the health ledger '{}'", uuid,
+                       ledger.file().string());
+  } catch (const std::exception& e) {  // the fault is the news; the ledger's trouble too
+    return fmt::format("device {} could not be marked suspect: {}", uuid, e.what());
+  }
+}
+
 class Trainer {
  public:
-  Trainer(const TrainConfig& cfg, train_detail::Sources data, TrainObserver* observer)
+  // replay: a fault's replay (train() makes it): trains to cfg.steps, and neither evaluates,
+  // writes checkpoints nor watches for spikes. resume_at (with cfg.resume): the newest checkpoint
+  // to resume from (-1: the directory's newest).
+  Trainer(const TrainConfig& cfg, train_detail::Sources data, TrainObserver* observer,
+          bool replay = false, std::int64_t resume_at = -1)
       : cfg_(cfg),
+        replay_(replay),
+        resume_at_(resume_at),
         observer_(observer),
         // The ranks of a sharded run write one directory together: rank 0 holds it for them.
         lock_(cfg.checkpoint_dir.empty() || (cfg.comm != nullptr && cfg.comm->rank() != 0)
@@ -217,6 +263,11 @@ class Trainer {
           "counts the resumed steps too: give more than {})",
           result_.last_checkpoint.string(), start_, total_, start_));
     train_data_->seek(start_ * cfg_.batch);
+    if (replay_) {
+      train_steps();
+      check_finite();
+      return result_;
+    }
     train_detail::check_eval_data(*eval_data_, cfg_.batch, cfg_.eval_examples);
     announce();
     train_steps();
@@ -271,8 +322,20 @@ class Trainer {
   // batch, seed, recipe) stops the run. The ranks of a sharded run agree on each checkpoint: one
   // damaged for any rank is set aside for all.
   void resume() {
-    if (!cfg_.resume) return;
-    const auto steps = list_checkpoints(cfg_.checkpoint_dir);
+    if (!cfg_.resume) {
+      // A new run beside another run's checkpoints would prune its own (the older steps) and keep
+      // theirs, and a later --resume would continue theirs: refused before any step.
+      const auto there = cfg_.checkpoint_dir.empty() ? std::vector<std::int64_t>{}
+                                                     : list_checkpoints(cfg_.checkpoint_dir);
+      if (!there.empty())
+        throw InputError(fmt::format(
+            "checkpoint directory '{}' holds checkpoints already (steps {}): give --resume to "
+            "continue from the newest, or another --checkpoint directory for a new run",
+            cfg_.checkpoint_dir.string(), fmt::join(there, ", ")));
+      return;
+    }
+    auto steps = list_checkpoints(cfg_.checkpoint_dir);
+    if (resume_at_ >= 0) std::erase_if(steps, [&](std::int64_t c) { return c > resume_at_; });
     if (cfg_.comm != nullptr) same_checkpoints_on_every_rank(steps);
     if (steps.empty()) {
       warn(0, fmt::format("no checkpoint in '{}': starting from step 0",
@@ -366,37 +429,56 @@ class Trainer {
     check_products();
     const std::int64_t bad = model_.first_nonfinite_step();
     if (bad < 0) return;
-    throw NumericalError(fmt::format(
-        "training diverged: the loss or the dense parameters of step {} are NaN or infinite "
-        "(found at step {}); nothing after step {} was saved{}. A learning rate too high for this "
-        "model and batch, or NaN or infinite values in the data, are the usual causes",
-        bad, model_.step(), bad - 1, last_good()));
+    throw FaultInTraining(
+        FaultKind::nonfinite, bad, NAN,
+        fmt::format("training diverged: the loss or the dense parameters of step {} are NaN or "
+                    "infinite (found at step {}); nothing after step {} was saved",
+                    bad, model_.step(), bad - 1),
+        last_good(),
+        ". A learning rate too high for this model and batch, or NaN or infinite values in the "
+        "data, are the usual causes",
+        backend_->name() != "cpu");
   }
   // Stops the run once a checksummed product has failed its check: the device computed a wrong
-  // product (or a fault was injected). A GPU is marked suspect in the health ledger.
+  // product (or a fault was injected). train() marks a GPU suspect in the health ledger.
   void check_products() {
     if (!cfg_.product_checks) return;
     const Backend::ProductChecks c = backend_->product_checks();
     if (c.failures == 0) return;
-    std::string marked = "the cpu backend has no device to mark in the health ledger";
-    if (backend_->name() != "cpu") {
-      const std::string uuid = detect_gpu_uuid();
-      HealthLedger ledger(cfg_.health_ledger.empty() ? default_ledger_path() : cfg_.health_ledger);
-      try {
-        ledger.record(uuid, detect_gpu(), DeviceHealth::suspect,
-                      fmt::format("checksummed product failed in training: {}", c.first_failure),
-                      "parity train --product-checks");
-        marked = fmt::format("device {} is marked suspect in the health ledger '{}'", uuid,
-                             ledger.file().string());
-      } catch (const std::exception& e) {  // the corruption is the news; the ledger's trouble too
-        marked = fmt::format("device {} could not be marked suspect: {}", uuid, e.what());
-      }
+    throw FaultInTraining(
+        FaultKind::product_check, model_.step(), NAN,
+        fmt::format("silent data corruption: {} of {} checksummed products failed their check by "
+                    "step {}, the first {}",
+                    c.failures, c.products, model_.step(), c.first_failure),
+        last_good(),
+        ". Resume from the last good checkpoint on another device, and check this one with the "
+        "vendor's diagnostics (dcgmi diag, rocm-smi)",
+        backend_->name() != "cpu");
+  }
+  // With TrainConfig::spike_factor: stops the run at a loss spike (the step's loss against the
+  // mean of the steps before it).
+  void watch_for_spike(std::int64_t step) {
+    constexpr std::size_t kWindow = 100, kFirst = 10;
+    const float loss = model_.last_loss();  // synchronises (TrainConfig::spike_factor)
+    if (!std::isfinite(loss)) return;       // the finite-value guard's to report
+    if (recent_losses_.size() >= kFirst) {
+      double mean = 0;
+      for (const float l : recent_losses_) mean += l;
+      mean /= static_cast<double>(recent_losses_.size());
+      if (loss > cfg_.spike_factor * mean)
+        throw FaultInTraining(
+            FaultKind::loss_spike, step, loss,
+            fmt::format("loss spike at step {}: loss {:.9g}, {:.3g} times the mean {:.6g} of the "
+                        "{} steps before it (--spike-factor {})",
+                        step, loss, loss / mean, mean, recent_losses_.size(), cfg_.spike_factor),
+            last_good(),
+            fmt::format(". Look at the batch of step {} (examples {} to {} of the training data) "
+                        "and at the learning rate; --spike-factor 0 stops looking for spikes",
+                        step, (step - 1) * cfg_.batch, step * cfg_.batch - 1),
+            backend_->name() != "cpu");
     }
-    throw NumericalError(fmt::format(
-        "silent data corruption: {} of {} checksummed products failed their check by step {}, "
-        "the first {}; {}{}. Resume from the last good checkpoint on another device, and check "
-        "this one with the vendor's diagnostics (dcgmi diag, rocm-smi)",
-        c.failures, c.products, model_.step(), c.first_failure, marked, last_good()));
+    recent_losses_.push_back(loss);
+    if (recent_losses_.size() > kWindow) recent_losses_.erase(recent_losses_.begin());
   }
   std::string last_good() const {
     return result_.last_checkpoint.empty() ? std::string()
@@ -501,6 +583,7 @@ class Trainer {
       ++clock_.window_steps;
       const std::int64_t step = model_.step();
       if (cfg_.loss_window > 0) add_to_loss_window(step);
+      if (cfg_.spike_factor > 0 && !replay_) watch_for_spike(step);
       if (cfg_.profile && step <= start_ + kWarmupSteps) {
         backend_->synchronize();
         result_.first_steps_s.push_back(seconds_since(mark));
@@ -663,6 +746,8 @@ class Trainer {
   }
 
   const TrainConfig& cfg_;
+  bool replay_;
+  std::int64_t resume_at_;
   TrainObserver* observer_;
   std::unique_ptr<CheckpointDirLock> lock_;  // held from before the first step to the end
   std::unique_ptr<BatchSource> train_data_, eval_data_;
@@ -676,7 +761,102 @@ class Trainer {
   StepClock clock_;
   double smoothed_loss_ = NAN;
   double window_loss_ = 0;
+  std::vector<float> recent_losses_;  // watch_for_spike's window
 };
+
+// What train() does with a fault a Trainer found: replays it where it can (TrainConfig::
+// replay_faults) and returns the verdict where the device was at fault and training may go on
+// from the checkpoint; throws NumericalError with the verdict otherwise.
+// `from`: the checkpoint step the replay started from.
+std::string after_fault(const TrainConfig& cfg, const FaultInTraining& f, TrainObserver* observer,
+                        std::size_t recovered_before, std::int64_t& from) {
+  const bool product = f.kind == FaultKind::product_check;
+  auto warn = [&](std::string text) {
+    if (observer == nullptr) return;
+    TrainEvent e;
+    e.kind = TrainEvent::Kind::warning;
+    e.step = f.step;
+    e.total_steps = cfg.steps > 0 ? cfg.steps : -1;
+    e.message = std::move(text);
+    observer->on_event(e);
+  };
+  std::string why_not;
+  from = -1;
+  if (!cfg.replay_faults) {
+    why_not = "replays are off";
+  } else if (cfg.checkpoint_dir.empty()) {
+    why_not =
+        "no checkpoint directory: --checkpoint DIR lets a replay tell the data from the "
+        "device";
+  } else if (cfg.comm != nullptr) {
+    why_not = "a run of several processes does not replay its faults yet";
+  } else {
+    for (const std::int64_t c : list_checkpoints(cfg.checkpoint_dir))
+      if (c < f.step) from = c;
+    if (from < 0) why_not = fmt::format("no checkpoint before step {} to replay from", f.step);
+  }
+  const std::string reason = fmt::format("parity train found a fault: {}", f.found);
+  if (!why_not.empty()) {
+    if (!product) throw NumericalError(fmt::format("{} (not replayed: {})", f.what(), why_not));
+    throw NumericalError(fmt::format("{}; {}{}{} (not replayed: {})", f.found,
+                                     mark_suspect(cfg, f.on_gpu, reason), f.last_good, f.advice,
+                                     why_not));
+  }
+  const fs::path ckpt = find_checkpoint(cfg.checkpoint_dir, from);
+  const std::string span =
+      fmt::format("steps {} to {} from checkpoint '{}'", from + 1, f.step, ckpt.string());
+  warn(
+      fmt::format("{}; replaying {} on the same device, to tell the data or the model from the "
+                  "device",
+                  f.found, span));
+
+  TrainConfig rc = cfg;
+  rc.resume = true;
+  rc.steps = f.step;
+  rc.checkpoint_every = 0;
+  rc.eval_every = 0;
+  rc.loss_window = 0;
+  rc.profile = false;
+  rc.inject_fault.reset();
+  bool reproduced = false;
+  std::string again;
+  try {
+    Trainer replay(rc, train_detail::make_sources(rc), nullptr, true, from);
+    const TrainResult r = replay.run();
+    if (f.kind == FaultKind::loss_spike) {
+      reproduced = static_cast<float>(r.final_loss) == static_cast<float>(f.loss);
+      again = fmt::format("loss {:.9g} at step {}", r.final_loss, f.step);
+    } else {
+      again = fmt::format("clean to step {}", f.step);
+    }
+  } catch (const FaultInTraining& g) {
+    reproduced = g.kind == f.kind && (f.kind != FaultKind::nonfinite || g.step == f.step);
+    again = g.found;
+  }
+
+  if (reproduced && !product)
+    throw NumericalError(fmt::format(
+        "{}{}; the replay of {} gave the same result again ({}): the data or the model is the "
+        "cause, not the device{}",
+        f.found, f.last_good, span, again, f.advice));
+  const std::string marked = mark_suspect(cfg, f.on_gpu, reason);
+  if (reproduced)  // a product that fails its check again: a fault that persists
+    throw NumericalError(fmt::format(
+        "{}; the replay of {} failed its check again ({}): the device's fault persists; {}{}{}",
+        f.found, span, again, marked, f.last_good, f.advice));
+  const std::string verdict = fmt::format(
+      "{}; the replay of {} differed ({}): the device computed step {} wrongly once "
+      "(a hardware fault); {}",
+      f.found, span, again, f.step, marked);
+  constexpr std::size_t kRecoveries = 1;  // a second fault of the device stops the run
+  if (recovered_before >= kRecoveries)
+    throw NumericalError(fmt::format(
+        "{}; this is the device's second fault in this run: stopping{}. Train on another device, "
+        "and check this one with the vendor's diagnostics (dcgmi diag, rocm-smi)",
+        verdict, f.last_good));
+  warn(fmt::format("{}; training continues from checkpoint '{}'", verdict, ckpt.string()));
+  return verdict;
+}
 
 }  // namespace
 
@@ -723,11 +903,27 @@ TrainResult train(const TrainConfig& config, TrainObserver* observer) {
   if (config.model.kind == ModelKind::hstu) {
     if (config.product_checks || config.inject_fault)
       throw InputError("--product-checks: the checksummed products check DLRM models so far");
+    if (config.spike_factor > 0)
+      throw InputError("--spike-factor: loss spikes are watched in DLRM models so far");
     return train_detail::train_hstu(config, observer);
   }
-  const TrainConfig cfg = settle(config);
-  Trainer trainer(cfg, train_detail::make_sources(cfg), observer);
-  return trainer.run();
+  TrainConfig cfg = settle(config);
+  std::vector<std::string> recovered;
+  std::int64_t resume_at = -1;
+  for (;;) {
+    try {
+      Trainer trainer(cfg, train_detail::make_sources(cfg), observer, false, resume_at);
+      TrainResult r = trainer.run();
+      r.faults_recovered = std::move(recovered);
+      return r;
+    } catch (const FaultInTraining& f) {
+      std::int64_t from = -1;
+      recovered.push_back(after_fault(cfg, f, observer, recovered.size(), from));
+      cfg.resume = true;
+      resume_at = from;
+      cfg.inject_fault.reset();  // a planted fault stands for a transient one: it does not recur
+    }
+  }
 }
 
 }  // namespace parity

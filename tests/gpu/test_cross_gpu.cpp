@@ -9,7 +9,9 @@ namespace {
 
 class DenseGpuCross : public ::testing::TestWithParam<DenseMath> {};
 
-constexpr CrossShape kCrossShapes[] = {{70, 40, 8, 5}, {512, 144, 8, 0}, {33, 300, 64, 3}};
+// {24, 4104, ...}: more groups than one block holds, so the folded bias sums cut rows into tiles.
+constexpr CrossShape kCrossShapes[] = {
+    {70, 40, 8, 5}, {512, 144, 8, 0}, {33, 300, 64, 3}, {24, 4104, 8, 0}};
 
 TEST_P(DenseGpuCross, ForwardMatchesCpu) {
   PARITY_REQUIRE_GPU();
@@ -110,8 +112,8 @@ INSTANTIATE_TEST_SUITE_P(Dense, DenseGpuCross,
 // same rule for stored outputs. An output stored in bf16 may differ by one bf16 step (2^-8 of its
 // value, below tol · magnitude) where the two results straddle a rounding point.
 
-constexpr CrossShape kBf16CrossShapes[] = {
-    {70, 40, 8, 5}, {512, 144, 8, 0}, {33, 300, 64, 3}, {3000, 144, 8, 0}};
+constexpr CrossShape kBf16CrossShapes[] = {{70, 40, 8, 5},    {512, 144, 8, 0},  {33, 300, 64, 3},
+                                           {3000, 144, 8, 0}, {40, 9728, 16, 0}, {20, 1031, 8, 1}};
 
 TEST(DenseGpuBf16Storage, CrossMatchesCpu) {
   PARITY_REQUIRE_GPU();

@@ -153,12 +153,13 @@ INSTANTIATE_TEST_SUITE_P(Dense, DenseGpuLinear,
 // value, below tol · magnitude) where the two results straddle a rounding point.
 
 // Besides the shapes above: more rows than the folded column sums have lanes (each lane then sums
-// several rows), a width whose groups do not fit one block (the unfolded path with a separate
-// column sum), and an odd width (scalar loads).
+// several rows), widths whose groups do not fit one block (the folded sums in column tiles: groups
+// of 4, and 1031 single columns) and an odd width (scalar loads).
 
 constexpr LinearShape kBf16LinearShapes[] = {{67, 45, 33, 5, 2, 7},   {512, 256, 128, 0, 0, 0},
                                              {300, 13, 1, 3, 0, 1},   {3000, 40, 24, 0, 0, 0},
-                                             {64, 16, 4100, 0, 0, 0}, {301, 33, 37, 1, 2, 3}};
+                                             {64, 16, 4100, 0, 0, 0}, {301, 33, 37, 1, 2, 3},
+                                             {50, 8, 1031, 0, 0, 1}};
 
 // Products whose row count changes every call (the token count of jagged sequence batches):
 // every result right, and the library's heuristic asked once for the first shape and once for

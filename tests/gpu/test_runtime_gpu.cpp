@@ -20,6 +20,7 @@ TEST(GpuRuntime, DeviceInfo) {
   EXPECT_GT(d.multiprocessor_count, 0);
   EXPECT_GT(d.l2_cache_bytes, 0);
   EXPECT_GE(d.shared_memory_per_block_optin, d.shared_memory_per_block);
+  EXPECT_GE(d.max_threads_per_multiprocessor, d.max_threads_per_block);
   std::printf("device: %s, %d SMs, warp %d, L2 %lld MB, %.1f GB\n", d.name.c_str(),
               d.multiprocessor_count, d.warp_size, static_cast<long long>(d.l2_cache_bytes >> 20),
               d.total_memory_bytes / 1e9);

@@ -233,7 +233,8 @@ TEST(Train, ShardsTrainLikeSyntheticAndResumeExactly) {
     for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << "tensor " << i;
   }
   // 40 steps (2560 examples, into the third epoch) straight, and 20 + 20 resumed. The straight
-  // run warns once, when the data start repeating.
+  // run warns once, when the data start repeating. (A new run takes an empty directory.)
+  fs::remove_all(shard_run);
   cfg.steps = 40;
   test::Events events;
   train(cfg, &events);

@@ -237,6 +237,24 @@ TEST(TrainHardening, ACheckpointDirectoryHeldByAnotherRunIsRefusedBeforeTraining
   fs::remove(dir);
 }
 
+// A new run into a directory that holds another run's checkpoints would prune its own older ones
+// and keep theirs: refused before any step, naming the steps found; --resume continues them.
+TEST(TrainHardening, ANewRunBesideAnotherRunsCheckpointsIsRefused) {
+  const fs::path dir = temp_dir("hard-beside");
+  TrainConfig cfg = small_run(dir);
+  train(cfg);
+  Events events;
+  const std::string m = error_of([&] { train(cfg, &events); });
+  EXPECT_NE(m.find("holds checkpoints already (steps 20, 30): give --resume"), std::string::npos)
+      << m;
+  EXPECT_TRUE(events.all.empty()) << "training started";
+  EXPECT_EQ(list_checkpoints(dir), (std::vector<std::int64_t>{20, 30}));
+  cfg.resume = true;
+  cfg.steps = 40;
+  EXPECT_EQ(train(cfg).start_step, 30);
+  fs::remove_all(dir);
+}
+
 TEST(TrainHardening, DataThatGiveNothingAreErrors) {
   TrainConfig cfg = small_run("");
   const ModelSpec model = cfg.model;

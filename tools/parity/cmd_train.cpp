@@ -245,7 +245,8 @@ struct TrainArgs {
   double memory_limit_gb = 0;
   std::string health_ledger;
   bool allow_quarantined = false;
-  bool product_checks = false;
+  bool product_checks = false, no_replay = false;
+  double spike_factor = 0;
   std::string inject_fault;
   std::int64_t loss_window = 100;
   std::string loss_log;
@@ -603,6 +604,8 @@ void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicato
   cfg.health_ledger = args.health_ledger;
   cfg.allow_quarantined = args.allow_quarantined;
   cfg.product_checks = args.product_checks;
+  cfg.replay_faults = !args.no_replay;
+  cfg.spike_factor = args.spike_factor;
   if (!args.loss_log.empty()) cfg.loss_window = args.loss_window;
   if (!args.inject_fault.empty()) {
     long long v[4] = {};
@@ -774,7 +777,18 @@ void add_train_command(CLI::App& app) {
                 "device computed wrong, marking the GPU suspect in the health ledger");
   cmd->add_option("--inject-fault", args->inject_fault,
                   "STEP:PRODUCT:ELEMENT:BIT: flip bit BIT (0-31) of element ELEMENT of the "
-                  "PRODUCT-th checked product (from 0) of step STEP, to test the checks");
+                  "PRODUCT-th forward product (from 0) of step STEP, once (a transient fault), to "
+                  "test the product checks, the finite-value guard and the replay");
+  cmd->add_flag("--no-replay", args->no_replay,
+                "Stop at a fault found in training (a NaN, a failed product check, a loss spike) "
+                "without replaying it; by default the steps since the newest checkpoint are "
+                "trained again to tell the data or the model from the device, and training goes "
+                "on where the device was at fault");
+  cmd->add_option("--spike-factor", args->spike_factor,
+                  "A step whose loss is more than this many times the mean of the 100 steps "
+                  "before it is a loss spike, replayed like a NaN (0: none looked for; the host "
+                  "then reads every step's loss)")
+      ->capture_default_str();
   cmd->add_option("--loss-log", args->loss_log,
                   "Write the mean training loss of every --loss-window steps to this file (step, "
                   "mean: one window a line), to compare runs by their smoothed curves; the host "

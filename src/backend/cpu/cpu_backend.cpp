@@ -186,7 +186,7 @@ void CpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation a
   constexpr const char* op = "linear_forward";
   const In xf(op, "x", x);
   const Out yf(op, "y", y);
-  if (!checking_) {
+  if (!checking_ && !fault_) {
     cpu::linear_forward<float>(xf, w, bias, act, yf);
   } else {  // the product checked before its activation, then the activation in place
     cpu::linear_forward<float>(xf, w, bias, Activation::none, yf);

@@ -106,14 +106,16 @@ class CpuBackend : public Backend {
   void inject_product_fault(const ProductFault& fault) override;
 
  private:
-  // With checks on: counts the product, flips the armed fault's bit if it is this product's, and
-  // tests out = a · bᵀ + bias (stored as `stored`) by its column sums.
+  // With checks on or a fault armed: counts the product and flips the armed fault's bit if it is
+  // this product's; with checks on, tests out = a · bᵀ + bias (stored as `stored`) by its column
+  // sums.
   void check_product(const char* what, CMat a, CMat b, const float* bias, Mat out, DType stored);
 
   std::optional<std::uint64_t> budget_;  // host memory available when the backend was made
   bool checking_ = false;
   ProductChecks checks_;
-  std::optional<ProductFault> fault_;  // its product counted from the first one checked
+  std::optional<ProductFault> fault_;  // its product: an index into products_seen_
+  std::int64_t products_seen_ = 0;     // forward products since checks or a fault were armed
   mutable std::mutex mutex_;
   std::size_t allocated_ = 0;
   std::unordered_map<void*, std::size_t> sizes_;

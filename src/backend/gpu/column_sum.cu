@@ -127,14 +127,22 @@ void column_sum(Stream_t s, CMat m, float* out, void* scratch) {
 }
 
 std::int64_t gradient_sums_scratch_bytes(std::int64_t rows, std::int64_t cols) {
-  std::int64_t lanes = 0;
-  for (int v : {1, 4, 8}) lanes = std::max(lanes, fold_shape(rows, cols, v).lanes());
+  std::int64_t partials = 0;
+  for (int v : {1, 4, 8})
+    partials = std::max(partials, device_fold_shape(rows, cols, v).partials());
   return std::max(
       column_sum_scratch_bytes(rows, cols),
-      lanes * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double)));
+      partials * std::max<std::int64_t>(cols, 1) * static_cast<std::int64_t>(sizeof(double)));
 }
 
 namespace elementwise {
+FoldShape device_fold_shape(std::int64_t rows, std::int64_t cols, int v) {
+  const DeviceInfo& d = device_info();
+  return fold_shape(
+      rows, cols, v,
+      static_cast<std::int64_t>(d.multiprocessor_count) * d.max_threads_per_multiprocessor);
+}
+
 void folded_column_sums(Stream_t s, const char* name, const FoldShape& f, std::int64_t cols,
                         const void* scratch, float* out) {
   final_sums(s, name, static_cast<const double*>(scratch), f.partials(), cols, out);

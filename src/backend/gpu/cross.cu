@@ -79,9 +79,9 @@ __global__ __launch_bounds__(kBlock) void cross_gradients_kernel(
 template <int V, class S, class G>
 __global__ __launch_bounds__(kSumBlock) void cross_gradients_sum_kernel(
     MatView<const G> g, MatView<const S> x0, MatView<const S> z, float* __restrict__ dz,
-    Bf16* __restrict__ dz16, MatView<G> dx0, CrossGradientFlags flags, int tpr,
+    Bf16* __restrict__ dz16, MatView<G> dx0, CrossGradientFlags flags, int tpr, int tiles,
     double* __restrict__ partial) {
-  rows_with_column_sums<V>(g.rows, g.cols, tpr, partial,
+  rows_with_column_sums<V>(g.rows, g.cols, tpr, tiles, partial,
                            [&](std::int64_t r, std::int64_t c, float(&d)[V]) {
                              cross_gradient_group<V, S, G>(g, x0, z, dz, dz16, dx0, flags, r, c, d);
                            });
@@ -129,9 +129,10 @@ void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, Bf16* dz
         if constexpr (V == 8 && std::is_same_v<S, float>) {
           throw Error("cross_gradients: groups of 8 with fp32 x0 (not instantiated)");
         } else if (fold) {
-          const FoldShape f = fold_shape(g.rows, g.cols, V);
-          launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S, G>, {f.grid, kSumBlock, 0},
-                 s, typed<G>(g), typed<S>(x0), typed<S>(z), dz, dz16, typed<G>(dx0), flags, f.tpr,
+          const FoldShape f = device_fold_shape(g.rows, g.cols, V);
+          launch("cross_gradients_sum", cross_gradients_sum_kernel<V, S, G>,
+                 {f.grid(), kSumBlock, 0}, s, typed<G>(g), typed<S>(x0), typed<S>(z), dz, dz16,
+                 typed<G>(dx0), flags, f.tpr, static_cast<int>(f.tiles),
                  static_cast<double*>(scratch));
           folded_column_sums(s, "cross_gradients_bias", f, g.cols, scratch, dbias);
         } else {

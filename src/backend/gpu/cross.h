@@ -27,7 +27,7 @@ struct CrossGradientFlags {
 
 // dz [rows, cols] packed = g ⊙ x0 (and in bf16 into dz16 when not null); dx0 += g ⊙ z; when
 // dbias is not null, dbias[c] = Σ_r dz(r, c) (in double, a fixed order, folded into the same pass
-// where the width allows), with scratch holding gradient_sums_scratch_bytes(rows, cols) bytes
+// below 2^30 rows and columns), with scratch holding gradient_sums_scratch_bytes(rows, cols) bytes
 // (column_sum.h). x0 and z share one storage type (fp32 or bf16), g and dx0 another; dz is fp32.
 void cross_gradients(Stream_t s, CAMat g, CAMat x0, CAMat z, float* dz, Bf16* dz16, AMat dx0,
                      float* dbias = nullptr, void* scratch = nullptr,

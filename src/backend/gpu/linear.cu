@@ -42,8 +42,8 @@ __global__ __launch_bounds__(kBlock) void relu_backward_kernel(MatView<const S> 
 template <int V, class S, class G>
 __global__ __launch_bounds__(kSumBlock) void relu_backward_sum_kernel(
     MatView<const S> y, MatView<const G> dy, float* __restrict__ dz, Bf16* __restrict__ dz16,
-    int tpr, double* __restrict__ partial) {
-  rows_with_column_sums<V>(y.rows, y.cols, tpr, partial,
+    int tpr, int tiles, double* __restrict__ partial) {
+  rows_with_column_sums<V>(y.rows, y.cols, tpr, tiles, partial,
                            [&](std::int64_t r, std::int64_t c, float(&v)[V]) {
                              relu_group<V, S, G>(y, dy, dz, dz16, r, c, v);
                            });
@@ -70,9 +70,10 @@ void relu_backward(Stream_t s, CAMat y, CAMat dy, float* dz, Bf16* dz16, float* 
         using S = decltype(ys);
         using G = decltype(gs);
         if (fold) {
-          const FoldShape f = fold_shape(y.rows, y.cols, V);
-          launch("relu_backward_sum", relu_backward_sum_kernel<V, S, G>, {f.grid, kSumBlock, 0}, s,
-                 typed<S>(y), typed<G>(dy), dz_out, dz16, f.tpr, static_cast<double*>(scratch));
+          const FoldShape f = device_fold_shape(y.rows, y.cols, V);
+          launch("relu_backward_sum", relu_backward_sum_kernel<V, S, G>, {f.grid(), kSumBlock, 0},
+                 s, typed<S>(y), typed<G>(dy), dz_out, dz16, f.tpr, static_cast<int>(f.tiles),
+                 static_cast<double*>(scratch));
           folded_column_sums(s, "relu_backward_bias", f, y.cols, scratch, dbias);
           return;
         }

@@ -13,7 +13,7 @@ namespace parity::gpu {
 // dz [rows, cols] packed = dy ⊙ (y > 0), the ReLU backward through the saved output y; when dz16
 // is not null it also gets dz in bf16 (packed), for bf16 products. y and dy are stored in fp32 or
 // bf16 (each its own). When dbias is not null, dbias[c] = Σ_r dz(r, c) (in double, a fixed
-// order; folded into the pass where the width allows), with scratch holding
+// order; folded into the pass below 2^30 rows and columns), with scratch holding
 // gradient_sums_scratch_bytes(rows, cols) bytes (column_sum.h). dz_bf16_only: the caller reads
 // only dz16, so dz is not written where the sum is folded (dz must still be given: the unfolded
 // sum reads it).

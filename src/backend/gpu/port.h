@@ -74,6 +74,7 @@ enum class Attribute {
   shared_memory_per_block,        // default limit per block
   shared_memory_per_block_optin,  // after raising a kernel's dynamic limit
   max_threads_per_block,
+  max_threads_per_multiprocessor,  // resident threads an SM (a CU on AMD) can hold
   max_grid_x,
   max_grid_y,
   max_grid_z,
@@ -175,6 +176,9 @@ inline Error_t device_attribute(int* value, Attribute a, int device) {
     case Attribute::max_threads_per_block:
       attr = hipDeviceAttributeMaxThreadsPerBlock;
       break;
+    case Attribute::max_threads_per_multiprocessor:
+      attr = hipDeviceAttributeMaxThreadsPerMultiProcessor;
+      break;
     case Attribute::max_grid_x:
       attr = hipDeviceAttributeMaxGridDimX;
       break;
@@ -212,6 +216,9 @@ inline Error_t device_attribute(int* value, Attribute a, int device) {
       break;
     case Attribute::max_threads_per_block:
       attr = cudaDevAttrMaxThreadsPerBlock;
+      break;
+    case Attribute::max_threads_per_multiprocessor:
+      attr = cudaDevAttrMaxThreadsPerMultiProcessor;
       break;
     case Attribute::max_grid_x:
       attr = cudaDevAttrMaxGridDimX;

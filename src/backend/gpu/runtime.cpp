@@ -75,6 +75,8 @@ DeviceInfo query(int device) {
         d.shared_memory_per_block;  // HIP reports 0 (CUDA-only attribute)
   }
   d.max_threads_per_block = attr(Attribute::max_threads_per_block, "max_threads_per_block");
+  d.max_threads_per_multiprocessor =
+      attr(Attribute::max_threads_per_multiprocessor, "max_threads_per_multiprocessor");
   d.max_grid[0] = attr(Attribute::max_grid_x, "max_grid_x");
   d.max_grid[1] = attr(Attribute::max_grid_y, "max_grid_y");
   d.max_grid[2] = attr(Attribute::max_grid_z, "max_grid_z");

@@ -58,6 +58,7 @@ struct DeviceInfo {
   std::size_t shared_memory_per_block = 0;        // default dynamic + static limit
   std::size_t shared_memory_per_block_optin = 0;  // after raising a kernel's limit
   int max_threads_per_block = 0;
+  int max_threads_per_multiprocessor = 0;  // resident threads an SM (CU) holds
   int max_grid[3] = {0, 0, 0};
   int compute_major = 0;
   int compute_minor = 0;

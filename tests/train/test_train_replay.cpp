@@ -1,0 +1,199 @@
+// Faults found in training are replayed from the newest checkpoint on the same device: a fault
+// that comes again is the data's or the model's (the run stops and says so), one that does not is
+// the device's (training goes on from the checkpoint, and ends exactly where a run without the
+// fault ends). TrainConfig::replay_faults and spike_factor.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parity/checkpoint.h"
+#include "parity/data.h"
+#include "parity/error.h"
+#include "parity/train.h"
+#include "train_test_util.h"
+
+namespace parity {
+namespace {
+namespace fs = std::filesystem;
+using test::Events;
+using test::temp_dir;
+using test::tensor_bytes;
+
+ModelSpec tiny() {
+  return load_model_spec(fs::path(PARITY_SOURCE_DIR) / "configs/models/tiny.yaml");
+}
+
+TrainConfig small_run(const fs::path& dir) {
+  TrainConfig cfg;
+  cfg.model = tiny();
+  cfg.batch = 64;
+  cfg.steps = 40;
+  cfg.eval_examples = 256;
+  cfg.seed = 3;
+  cfg.checkpoint_dir = dir;
+  cfg.checkpoint_every = 10;
+  return cfg;
+}
+
+// The planted-teacher data with every label of batch `bad` inverted: a batch that raises the loss
+// the same way whenever it is trained.
+class InvertedBatch : public BatchSource {
+ public:
+  InvertedBatch(const ModelSpec& model, std::int64_t batch, std::int64_t bad)
+      : data_(model, 3), batch_(batch), bad_(bad) {}
+  bool next(std::int64_t max_examples, Batch& out) override {
+    data_.make(Split::train, position_, max_examples, out);
+    if (position_ / batch_ == bad_)
+      for (float& y : out.labels) y = 1.0f - y;
+    position_ += max_examples;
+    return true;
+  }
+  void seek(std::int64_t example) override { position_ = example; }
+  std::string describe() const override { return "planted-teacher batches, one inverted"; }
+
+ private:
+  SyntheticData data_;
+  std::int64_t batch_, bad_, position_ = 0;
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const NumericalError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A flipped high bit in a product (a transient device fault, found by the product checks): the
+// replay runs clean, so the device is blamed, and the run goes on from the checkpoint before the
+// fault to end bit for bit where a run without it ends.
+TEST(TrainReplay, TransientProductFaultIsTheDevicesAndTheRunEndsAsWithoutIt) {
+  const fs::path clean_dir = temp_dir("replay-clean"), dir = temp_dir("replay-transient");
+  TrainConfig cfg = small_run(clean_dir);
+  cfg.product_checks = true;
+  const TrainResult clean = train(cfg);
+
+  cfg.checkpoint_dir = dir;
+  cfg.inject_fault = TrainConfig::FaultAtStep{25, {3, 5, 30}};
+  Events events;
+  const TrainResult r = train(cfg, &events);
+  ASSERT_EQ(r.faults_recovered.size(), 1u) << events.warning_text();
+  const std::string& v = r.faults_recovered[0];
+  EXPECT_NE(v.find("silent data corruption"), std::string::npos) << v;
+  // Found where the host next reads the checks: step 25 or later, by step 30's checkpoint.
+  EXPECT_NE(v.find("the replay of steps 21 to "), std::string::npos) << v;
+  EXPECT_NE(v.find("wrongly once (a hardware fault)"), std::string::npos) << v;
+  EXPECT_NE(v.find("no device to mark"), std::string::npos) << v;  // the cpu backend
+  EXPECT_NE(events.warning_text().find("training continues from checkpoint"), std::string::npos)
+      << events.warning_text();
+  EXPECT_EQ(r.steps, 40);
+  EXPECT_EQ(r.final_loss, clean.final_loss);
+  EXPECT_EQ(r.auc, clean.auc);
+  EXPECT_EQ(tensor_bytes(checkpoint_path(dir, 40)), tensor_bytes(checkpoint_path(clean_dir, 40)));
+  fs::remove_all(clean_dir);
+  fs::remove_all(dir);
+}
+
+// NaN in the data: the replay diverges at the same step again, so the data or the model is
+// blamed, and no checkpoint is written or removed by the replay.
+TEST(TrainReplay, NanThatComesAgainIsTheDatas) {
+  const fs::path dir = temp_dir("replay-nan");
+  TrainConfig cfg = small_run(dir);
+  const ModelSpec model = cfg.model;
+  cfg.train_data = [&] {
+    // One NaN feature in batch 24 (step 25).
+    struct Nan : BatchSource {
+      std::unique_ptr<BatchSource> in;
+      std::int64_t pos = 0;
+      bool next(std::int64_t n, Batch& out) override {
+        in->next(n, out);
+        if (pos / 64 == 24) out.dense[0] = std::numeric_limits<float>::quiet_NaN();
+        pos += n;
+        return true;
+      }
+      void seek(std::int64_t e) override {
+        pos = e;
+        in->seek(e);
+      }
+      std::string describe() const override { return "one NaN in batch 24"; }
+    };
+    auto nan = std::make_unique<Nan>();
+    nan->in = make_synthetic_source(model, 3, Split::train);
+    return std::unique_ptr<BatchSource>(std::move(nan));
+  };
+  cfg.eval_data = [&] { return make_synthetic_source(model, 3, Split::eval); };
+  Events events;
+  const std::string m = error_of([&] { train(cfg, &events); });
+  EXPECT_NE(m.find("step 25 are NaN or infinite"), std::string::npos) << m;
+  EXPECT_NE(m.find("the replay of steps 21 to 25"), std::string::npos) << m;
+  EXPECT_NE(m.find("the data or the model is the cause, not the device"), std::string::npos) << m;
+  EXPECT_NE(events.warning_text().find("replaying steps 21 to 25"), std::string::npos)
+      << events.warning_text();
+  EXPECT_EQ(list_checkpoints(dir), (std::vector<std::int64_t>{10, 20}));
+
+  // Without replays, or without a checkpoint to replay from, the run stops as before and says why.
+  fs::remove_all(dir);
+  cfg.replay_faults = false;
+  EXPECT_NE(error_of([&] { train(cfg); }).find("not replayed: replays are off"), std::string::npos);
+  fs::remove_all(dir);
+  cfg.replay_faults = true;
+  cfg.checkpoint_every = 30;
+  EXPECT_NE(error_of([&] {
+              train(cfg);
+            }).find("not replayed: no checkpoint before step 25 to replay from"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
+// A batch whose labels are inverted raises the loss the same way on every replay: a spike of the
+// data. The same spike's loss is compared bit for bit.
+TEST(TrainReplay, LossSpikeThatComesAgainIsTheDatas) {
+  const fs::path dir = temp_dir("replay-spike");
+  TrainConfig cfg = small_run(dir);
+  const ModelSpec model = cfg.model;
+  cfg.spike_factor = 1.3;
+  cfg.train_data = [&] { return std::make_unique<InvertedBatch>(model, 64, 31); };
+  cfg.eval_data = [&] { return make_synthetic_source(model, 3, Split::eval); };
+  const std::string m = error_of([&] { train(cfg); });
+  EXPECT_NE(m.find("loss spike at step 32"), std::string::npos) << m;
+  EXPECT_NE(m.find("the replay of steps 31 to 32"), std::string::npos) << m;
+  EXPECT_NE(m.find("gave the same result again"), std::string::npos) << m;
+  EXPECT_NE(m.find("examples 1984 to 2047"), std::string::npos) << m;
+  fs::remove_all(dir);
+
+  // The same data without the spike watch trains to the end.
+  cfg.spike_factor = 0;
+  EXPECT_EQ(train(cfg).steps, 40);
+  fs::remove_all(dir);
+
+  cfg.spike_factor = 0.5;
+  try {
+    train(cfg);
+    FAIL() << "a spike factor below 1 was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--spike-factor 0.5"), std::string::npos) << e.what();
+  }
+}
+
+// A planted fault with the product checks off: the finite-value guard or the spike watch finds
+// what it did, and the clean replay blames the device.
+TEST(TrainReplay, PlantedFaultWithoutChecksIsFoundAndTheDeviceBlamed) {
+  const fs::path dir = temp_dir("replay-planted");
+  TrainConfig cfg = small_run(dir);
+  cfg.spike_factor = 3;
+  cfg.inject_fault = TrainConfig::FaultAtStep{15, {0, 0, 30}};
+  const TrainResult r = train(cfg);
+  ASSERT_EQ(r.faults_recovered.size(), 1u);
+  EXPECT_NE(r.faults_recovered[0].find("differed"), std::string::npos) << r.faults_recovered[0];
+  EXPECT_EQ(r.steps, 40);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace parity
