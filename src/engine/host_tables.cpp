@@ -18,46 +18,57 @@ std::size_t state_elements(OptimizerKind k, std::int64_t rows, int dim) {
   return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cache_state_per_row(k, dim));
 }
 
-// The `keep` rows a cache should hold: the most looked-up, ties going to rows already cached,
-// then to lower rows. Linear in the rows (a histogram of the counts finds the threshold count;
-// only rows above the histogram's range are sorted), so that a refresh of a table of tens of
-// millions of rows takes milliseconds, not a sort.
-std::vector<std::uint8_t> choose_rows(const std::vector<std::uint32_t>& counts,
-                                      const std::vector<std::uint32_t>& slot, std::int64_t keep) {
+}  // namespace
+
+// Linear in the rows: a histogram of the counts finds the threshold count, and only rows above
+// the histogram's range are sorted; the threshold bucket's ties are taken in two passes (cached
+// rows first, then the others, each in row order) rather than gathered and partitioned, which for
+// a 150M-row table with few rows looked up (nearly every row a tie at count 0) took seconds.
+std::vector<std::uint8_t> choose_cache_rows(const std::vector<std::uint32_t>& counts,
+                                            const std::vector<std::uint32_t>& slot,
+                                            std::int64_t keep) {
   const std::size_t rows = counts.size();
   std::vector<std::uint8_t> chosen(rows, 0);
   constexpr std::uint32_t kTop = 1u << 16;  // counts at or above it share the last bucket
   std::vector<std::uint64_t> hist(kTop + 1, 0);
   for (const std::uint32_t c : counts) ++hist[std::min(c, kTop)];
-  auto need = static_cast<std::uint64_t>(keep);
+  auto need = static_cast<std::uint64_t>(std::max<std::int64_t>(keep, 0));
   std::uint32_t t = kTop;  // the threshold bucket: every row above it is chosen
   for (;; --t) {
     if (hist[t] >= need || t == 0) break;
     need -= hist[t];
   }
-  for (std::size_t r = 0; r < rows; ++r)
-    if (std::min(counts[r], kTop) > t) chosen[r] = 1;
-  // `need` more from the bucket t, in the order of the ties.
-  std::vector<std::uint32_t> ties;
-  for (std::size_t r = 0; r < rows; ++r)
-    if (std::min(counts[r], kTop) == t) ties.push_back(static_cast<std::uint32_t>(r));
-  const auto better = [&](std::uint32_t a, std::uint32_t b) {
-    if (counts[a] != counts[b]) return counts[a] > counts[b];
-    const bool ca = slot[a] != kNone, cb = slot[b] != kNone;
-    if (ca != cb) return ca;
-    return a < b;
-  };
-  if (t == kTop) {
-    std::sort(ties.begin(), ties.end(), better);
-  } else {
-    std::stable_partition(ties.begin(), ties.end(),
-                          [&](std::uint32_t r) { return slot[r] != kNone; });
+  std::uint64_t cached_ties = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::uint32_t b = std::min(counts[r], kTop);
+    if (b > t)
+      chosen[r] = 1;
+    else if (b == t && slot[r] != kNone)
+      ++cached_ties;
   }
-  for (std::size_t i = 0; i < ties.size() && i < need; ++i) chosen[ties[i]] = 1;
+  if (t == kTop) {  // the top bucket holds distinct counts: ordered by count, then as below
+    std::vector<std::uint32_t> ties;
+    for (std::size_t r = 0; r < rows; ++r)
+      if (counts[r] >= kTop) ties.push_back(static_cast<std::uint32_t>(r));
+    std::sort(ties.begin(), ties.end(), [&](std::uint32_t a, std::uint32_t b) {
+      if (counts[a] != counts[b]) return counts[a] > counts[b];
+      const bool ca = slot[a] != kNone, cb = slot[b] != kNone;
+      if (ca != cb) return ca;
+      return a < b;
+    });
+    for (std::size_t i = 0; i < ties.size() && i < need; ++i) chosen[ties[i]] = 1;
+    return chosen;
+  }
+  std::uint64_t take_cached = std::min(need, cached_ties), take_other = need - take_cached;
+  for (std::size_t r = 0; r < rows && (take_cached > 0 || take_other > 0); ++r) {
+    if (std::min(counts[r], kTop) != t) continue;
+    std::uint64_t& take = slot[r] != kNone ? take_cached : take_other;
+    if (take == 0) continue;
+    chosen[r] = 1;
+    --take;
+  }
   return chosen;
 }
-
-}  // namespace
 
 HostTables::HostTables(Backend& backend, const ModelSpec& spec, ModelLayout& layout)
     : backend_(backend),
@@ -144,7 +155,7 @@ void HostTables::refresh(std::span<TableLayout> layouts, const TableWeights& wei
     const auto rows = static_cast<std::size_t>(h.rows);
     counts.resize(rows);
     backend_.copy_to_host(counts.data(), h.counts.get(), rows * sizeof(std::uint32_t));
-    const std::vector<std::uint8_t> chosen = choose_rows(counts, h.slot_host, h.cache_rows);
+    const std::vector<std::uint8_t> chosen = choose_cache_rows(counts, h.slot_host, h.cache_rows);
     std::vector<std::size_t> leaving;
     std::vector<std::uint32_t> entering;
     for (std::size_t i = 0; i < h.cached_host.size(); ++i)

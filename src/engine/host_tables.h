@@ -24,6 +24,13 @@
 
 namespace parity::engine {
 
+// The `keep` rows a cache should hold (chosen[r] = 1), of a table whose rows were looked up
+// counts[r] times and are cached where slot[r] is not TableLayout::kNotCached: the most looked-up,
+// ties going to rows already cached, then to lower rows. Linear in the rows.
+std::vector<std::uint8_t> choose_cache_rows(const std::vector<std::uint32_t>& counts,
+                                            const std::vector<std::uint32_t>& slot,
+                                            std::int64_t keep);
+
 class HostTables {
  public:
   // Allocates host memory and cache maps for the host-placed tables of `layout` (from the spec's

@@ -7,11 +7,15 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <tuple>
 #include <vector>
 
 #include "backends.h"
+#include "engine/host_tables.h"
 #include "micro_model.h"
 #include "parity/data.h"
 #include "parity/engine.h"
@@ -168,6 +172,38 @@ TEST(HostTables, RefusesBadCacheSizes) {
               std::string::npos)
         << e.what();
   }
+}
+
+// The cache's choice against its definition (every row ordered by count, then cached first, then
+// by row; the first `keep`), on counts that tie at one value (the usual case: most rows never
+// looked up), spread over many values, and past the histogram's range.
+TEST(HostTables, ChoiceOfCachedRowsIsItsDefinition) {
+  std::mt19937_64 g(7);
+  for (const std::uint32_t spread : {1u, 5u, 300u, 200000u})
+    for (int trial = 0; trial < 6; ++trial) {
+      const std::size_t rows = 1 + g() % 5000;
+      std::vector<std::uint32_t> counts(rows), slot(rows, TableLayout::kNotCached);
+      for (auto& c : counts) c = g() % 3 == 0 ? 0 : static_cast<std::uint32_t>(g() % spread);
+      std::vector<std::uint32_t> order(rows);
+      std::iota(order.begin(), order.end(), 0u);
+      std::shuffle(order.begin(), order.end(), g);
+      const std::size_t cached = g() % (rows + 1);
+      for (std::size_t i = 0; i < cached; ++i) slot[order[i]] = static_cast<std::uint32_t>(i);
+      const auto keep = static_cast<std::int64_t>(g() % (rows + 1));
+
+      std::vector<std::uint32_t> ref(rows);
+      std::iota(ref.begin(), ref.end(), 0u);
+      std::sort(ref.begin(), ref.end(), [&](std::uint32_t a, std::uint32_t b) {
+        if (counts[a] != counts[b]) return counts[a] > counts[b];
+        const bool ca = slot[a] != TableLayout::kNotCached, cb = slot[b] != TableLayout::kNotCached;
+        if (ca != cb) return ca;
+        return a < b;
+      });
+      std::vector<std::uint8_t> want(rows, 0);
+      for (std::int64_t i = 0; i < keep; ++i) want[ref[static_cast<std::size_t>(i)]] = 1;
+      EXPECT_EQ(engine::choose_cache_rows(counts, slot, keep), want)
+          << "rows " << rows << ", spread " << spread << ", keep " << keep << ", cached " << cached;
+    }
 }
 
 }  // namespace
