@@ -454,16 +454,20 @@ void Blas::gemm(Stream_t s, GemmMath math, const GemmArgs& g) {
   // added by a kernel after the product instead.
   const bool bias_aligned = !has_bias(g.epilogue) || alignment_of(g.bias) >= 16;
   const int elem = math == GemmMath::bf16 ? 2 : 4;  // the operands' element bytes
-  const PlanKey key{math, bias_aligned ? g.epilogue : Epilogue::none, g.a.transposed,
-                    g.b.transposed, g.d_bf16, g.m, g.n, g.k, g.a.ld, g.b.ld, g.ldd,
-                    own_c ? g.ldc : g.ldd,
-                    // An operand's alignment is its address's and its rows' (the library may
-                    // load any row with the vectors the preference allows).
-                    static_cast<std::uint32_t>(
-                        operand_alignment(static_cast<int>(alignment_of(g.a.data)), g.a.ld, elem)),
-                    static_cast<std::uint32_t>(
-                        operand_alignment(static_cast<int>(alignment_of(g.b.data)), g.b.ld, elem)),
-                    alignment_of(g.d), alignment_of(own_c ? g.c : g.d)};
+  const int out = g.d_bf16 ? 2 : 4;                 // D's and C's
+  const PlanKey key{
+      math, bias_aligned ? g.epilogue : Epilogue::none, g.a.transposed, g.b.transposed, g.d_bf16,
+      g.m, g.n, g.k, g.a.ld, g.b.ld, g.ldd, own_c ? g.ldc : g.ldd,
+      // A matrix's alignment is its address's and its rows' (the library may
+      // load or store any row with the vectors the preference allows).
+      static_cast<std::uint32_t>(
+          operand_alignment(static_cast<int>(alignment_of(g.a.data)), g.a.ld, elem)),
+      static_cast<std::uint32_t>(
+          operand_alignment(static_cast<int>(alignment_of(g.b.data)), g.b.ld, elem)),
+      static_cast<std::uint32_t>(
+          operand_alignment(static_cast<int>(alignment_of(g.d)), g.ldd, out)),
+      static_cast<std::uint32_t>(operand_alignment(
+          static_cast<int>(alignment_of(own_c ? g.c : g.d)), own_c ? g.ldc : g.ldd, out))};
   Plan& p = impl_->plan_for(key);
   if (rehearsing()) return;  // planned, not enqueued (RehearsalScope)
   const bool fused = p.fused && key.epilogue == g.epilogue;
