@@ -18,9 +18,7 @@ namespace fs = std::filesystem;
 using test::temp_dir;
 using test::tensor_bytes;
 
-ModelSpec tiny() {
-  return load_model_spec(fs::path(PARITY_SOURCE_DIR) / "configs/models/tiny.yaml");
-}
+using test::tiny;
 
 // The learning test: the tiny model on planted-teacher data. The teacher's own AUC on the
 // held-out split is the ceiling (about 0.8); a model that learns nothing scores 0.5.

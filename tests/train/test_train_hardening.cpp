@@ -25,9 +25,7 @@ using test::Events;
 using test::temp_dir;
 using test::tensor_bytes;
 
-ModelSpec tiny() {
-  return load_model_spec(fs::path(PARITY_SOURCE_DIR) / "configs/models/tiny.yaml");
-}
+using test::tiny;
 
 TrainConfig small_run(const fs::path& dir) {
   TrainConfig cfg;

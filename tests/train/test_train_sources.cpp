@@ -20,9 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::Events;
 
-ModelSpec tiny() {
-  return load_model_spec(fs::path(PARITY_SOURCE_DIR) / "configs/models/tiny.yaml");
-}
+using test::tiny;
 
 // The synthetic data written as a user would write a source: examples by position.
 class PlantedTeacherBatches : public BatchSource {

@@ -1,5 +1,5 @@
-// Helpers of the training tests: scratch directories, the bytes of a checkpoint's tensors, and an
-// observer that keeps every event.
+// Helpers of the training tests: the tiny model, scratch directories, the bytes of a checkpoint's
+// tensors, and an observer that keeps every event.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +9,15 @@
 #include <vector>
 
 #include "parity/checkpoint.h"
+#include "parity/spec.h"
 #include "parity/train.h"
 
 namespace parity::test {
+
+// The zoo's tiny model, as its file says.
+inline ModelSpec tiny() {
+  return load_model_spec(std::filesystem::path(PARITY_SOURCE_DIR) / "configs/models/tiny.yaml");
+}
 
 // An empty path in the temporary directory (whatever an earlier run left there removed).
 inline std::filesystem::path temp_dir(const std::string& name) {
