@@ -28,15 +28,7 @@ using test::tensor_bytes;
 using test::tiny;
 
 TrainConfig small_run(const fs::path& dir) {
-  TrainConfig cfg;
-  cfg.model = tiny();
-  cfg.batch = 64;
-  cfg.steps = 30;
-  cfg.eval_examples = 256;
-  cfg.seed = 3;
-  cfg.checkpoint_dir = dir;
-  cfg.checkpoint_every = 10;
-  return cfg;
+  return test::small_run(dir, 30);
 }
 
 // The planted-teacher data, with a NaN dense feature in every example from batch `poison_from`

@@ -27,15 +27,7 @@ using test::tensor_bytes;
 using test::tiny;
 
 TrainConfig small_run(const fs::path& dir) {
-  TrainConfig cfg;
-  cfg.model = tiny();
-  cfg.batch = 64;
-  cfg.steps = 40;
-  cfg.eval_examples = 256;
-  cfg.seed = 3;
-  cfg.checkpoint_dir = dir;
-  cfg.checkpoint_every = 10;
-  return cfg;
+  return test::small_run(dir, 40);
 }
 
 // The planted-teacher data with every label of batch `bad` inverted: a batch that raises the loss

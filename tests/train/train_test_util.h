@@ -19,6 +19,19 @@ inline ModelSpec tiny() {
   return load_model_spec(std::filesystem::path(PARITY_SOURCE_DIR) / "configs/models/tiny.yaml");
 }
 
+// A short run of the tiny model (batch 64, seed 3) with a checkpoint every 10 steps into `dir`.
+inline TrainConfig small_run(const std::filesystem::path& dir, std::int64_t steps) {
+  TrainConfig cfg;
+  cfg.model = tiny();
+  cfg.batch = 64;
+  cfg.steps = steps;
+  cfg.eval_examples = 256;
+  cfg.seed = 3;
+  cfg.checkpoint_dir = dir;
+  cfg.checkpoint_every = 10;
+  return cfg;
+}
+
 // An empty path in the temporary directory (whatever an earlier run left there removed).
 inline std::filesystem::path temp_dir(const std::string& name) {
   const std::filesystem::path d = std::filesystem::temp_directory_path() / ("parity-train-" + name);

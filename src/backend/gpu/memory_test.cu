@@ -68,14 +68,17 @@ std::int64_t blocks_for(std::uint64_t groups, std::int64_t resident) {
                                   resident * 4);
 }
 
+// 16-byte groups of words the vector kernels take: whole groups, only where p is 16-byte aligned
+// (device allocations are); the tail kernel takes the words after them.
+std::uint64_t whole_groups(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0 ? bytes / 16 : 0;
+}
+
 }  // namespace
 
 void memory_pattern_write(Stream_t s, void* p, std::size_t bytes, MemoryPattern pattern,
                           std::uint64_t seed) {
-  const std::uint64_t words = bytes / 4, groups = words / 4;
-  // Whole groups only where p is 16-byte aligned (device allocations are).
-  const bool vectors = reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-  const std::uint64_t whole = vectors ? groups : 0;
+  const std::uint64_t words = bytes / 4, whole = whole_groups(p, bytes);
   if (whole > 0)
     launch("memory_pattern_write", memory_pattern_write_kernel,
            {blocks_for(whole, resident_blocks(memory_pattern_write_kernel, kBlock, 0)), kBlock, 0},
@@ -88,9 +91,7 @@ void memory_pattern_write(Stream_t s, void* p, std::size_t bytes, MemoryPattern 
 
 void memory_pattern_check(Stream_t s, const void* p, std::size_t bytes, MemoryPattern pattern,
                           std::uint64_t seed, unsigned long long* result) {
-  const std::uint64_t words = bytes / 4, groups = words / 4;
-  const bool vectors = reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-  const std::uint64_t whole = vectors ? groups : 0;
+  const std::uint64_t words = bytes / 4, whole = whole_groups(p, bytes);
   if (whole > 0)
     launch("memory_pattern_check", memory_pattern_check_kernel,
            {blocks_for(whole, resident_blocks(memory_pattern_check_kernel, kBlock, 0)), kBlock, 0},
