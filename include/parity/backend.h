@@ -215,10 +215,16 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "cpu", "cuda", "hip"
+  // Whether the backend's memory is the host's (the cpu backend), so that host code may read and
+  // write what allocate() returns.
+  virtual bool memory_is_host() const { return false; }
 
   // ---- memory (RAII wrapper: Buffer below) ----
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* p) noexcept = 0;
+  // Enqueued like an op; host_src (pageable memory, not allocate_pinned's) may be reused once it
+  // returns: the runtime copies it out first (CUDA's and HIP's documented behaviour for pageable
+  // sources).
   virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src,
                             std::size_t bytes) = 0;  // synchronises
@@ -368,6 +374,9 @@ class Backend {
   virtual void gather_rows(CAMat src, const std::int64_t* index, AMat dst);
   // dst(index[i], ·) += src(i, ·) for i < src.rows: the backward of gather_rows, indices distinct.
   virtual void scatter_add_rows(CAMat src, const std::int64_t* index, AMat dst);
+  // x(i, ·) *= alpha · scale[i] for i < x.rows, the factor rounded to fp32 first; scale is
+  // backend memory [x.rows], or null for alpha alone. x [R, C] fp32.
+  virtual void scale_rows(const float* scale, float alpha, Mat x);
   // HSTU pointwise attention (HstuAttention above), per sequence, head h and visible (i, j):
   //   s = scale · <q_i,h, k_j,h> + rab_h(i, j);  out_i,h = inv_n · Σ_j visible SiLU(s) v_j,h
   // (no softmax). q, k [tokens, heads·a], v and out [tokens, heads·v] (column blocks of wider
@@ -569,6 +578,12 @@ std::unique_ptr<Backend> make_backend(const std::string& name, DenseMath math = 
 std::string detect_gpu();
 // Its UUID ("GPU-5d3c...", as nvidia-smi prints it), the key of the health ledger; empty likewise.
 std::string detect_gpu_uuid();
+// How many GPUs this process sees (0 where this build has no GPU backend or none is usable).
+int detect_gpu_count();
+// Makes the GPU of a rank's local rank (modulo the GPUs this process sees) the one a GPU
+// backend made after it uses: ranks on one host each take their own while there are enough.
+// Nothing where this build has no GPU backend or no GPU is usable.
+void use_gpu_of_local_rank(int local_rank);
 
 // Measures the BLAS library's kernel catalog (parity/select.h) on this machine's GPU for the
 // operand types asked for (`parity calibrate --kernels`); `device` is the spec's name written into

@@ -58,7 +58,10 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string_view engine() const = 0;  // "self", "mpi"
+  virtual std::string_view engine() const = 0;  // "self", "mpi", "nccl"
+  // Whether spans may hold a GPU backend's memory (NCCL's engine: in place, once the work that
+  // wrote it is done); the others take host memory only.
+  virtual bool takes_device_memory() const { return false; }
 
   // data[i] = the sum over ranks of data[i], on every rank.
   virtual void all_reduce_sum(std::span<float> data) = 0;

@@ -177,6 +177,9 @@ void Backend::gather_rows(CAMat, const std::int64_t*, AMat) {
 void Backend::scatter_add_rows(CAMat, const std::int64_t*, AMat) {
   no_sequence_op(*this, "scatter_add_rows");
 }
+void Backend::scale_rows(const float*, float, Mat) {
+  no_sequence_op(*this, "scale_rows");
+}
 void Backend::hstu_attention_forward(const SequenceBatch&, const HstuAttention&, CAMat, CAMat,
                                      CAMat, AMat) {
   no_sequence_op(*this, "hstu_attention_forward");

@@ -47,11 +47,16 @@ class Reader {
 
 ShardedEmbedding::ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communicator& comm,
                                    Backend& backend)
-    : m_(m), comm_(comm), backend_(backend), optimizer_(plan.embedding_optimizer) {
+    : m_(m),
+      comm_(comm),
+      backend_(backend),
+      coll_(comm, backend),
+      optimizer_(plan.embedding_optimizer) {
   if (plan.gpus != comm.size())
     throw InputError(
         fmt::format("the plan is for {} GPUs and this run has {} ranks", plan.gpus, comm.size()));
   (void)apply_plan(m, plan);  // the tables match the model; shards are well formed
+  owner_width_.assign(static_cast<std::size_t>(comm.size()), 0);
   std::int64_t col = 0;
   for (int t = 0; t < m.num_tables(); ++t) {
     const TablePlan& tp = plan.tables[static_cast<std::size_t>(t)];
@@ -76,47 +81,141 @@ ShardedEmbedding::ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communi
             "{}) is not of that sharding's shape",
             tp.name, sharding_name(tp.sharding), s.row_begin, s.row_end, s.col_begin, s.col_end));
     }
+    const bool replicated = tp.sharding == Sharding::replicated;
+    if (replicated && std::none_of(tp.shards.begin(), tp.shards.end(),
+                                   [&](const ShardPlan& s) { return s.device == comm.rank(); }))
+      throw InputError(fmt::format(
+          "plan table '{}': replicated, and rank {} holds no replica (every rank looks its own "
+          "bags up in a replicated table)",
+          tp.name, comm.rank()));
+    bool first_of_table = true, split = false;
     for (std::size_t j = 0; j < tp.shards.size(); ++j) {
       const ShardPlan& s = tp.shards[j];
-      const bool replicated = tp.sharding == Sharding::replicated;
-      if (!replicated) routes_.push_back({t, static_cast<int>(j), s});
-      if (s.device != comm.rank()) continue;
+      if (!replicated) {
+        const bool row_split = s.row_end - s.row_begin != ts.rows;
+        split |= row_split;
+        auto& width = owner_width_[static_cast<std::size_t>(s.device)];
+        routes_.push_back({t, static_cast<int>(j), s, width, row_split && !first_of_table});
+        width += cols_of(s);
+        first_of_table = false;
+      }
+      if (s.device != comm.rank() ||
+          (replicated && !replicas_.empty() && replicas_.back().table == t))
+        continue;  // another rank's, or a second replica here (one serves)
       Shard sh;
       sh.table = t;
       sh.index = static_cast<int>(j);
       sh.where = s;
       sh.replicated = replicated;
       const std::int64_t rows = s.row_end - s.row_begin;
-      const int cols = s.col_end - s.col_begin;
-      sh.weights.assign(static_cast<std::size_t>(rows * cols), 0.0f);
-      sh.state.assign(static_cast<std::size_t>(rows * cache_state_per_row(optimizer_, cols)), 0.0f);
-      mine_.push_back(std::move(sh));
+      sh.weight_offset = weight_floats_;
+      sh.state_offset = state_floats_;
+      weight_floats_ += rows * cols_of(s);
+      state_floats_ += rows * cache_state_per_row(optimizer_, static_cast<int>(cols_of(s)));
+      (replicated ? replicas_ : owned_).push_back(sh);
     }
+    if (split && ts.pooling == Pooling::mean) mean_split_.push_back(t);
+  }
+  weights_ = Buffer(backend, static_cast<std::size_t>(weight_floats_) * sizeof(float));
+  state_ = Buffer(backend, static_cast<std::size_t>(state_floats_) * sizeof(float));
+  for (const Shard& s : owned_) {
+    TableLayout l = layout_of(s);
+    l.out_col = owned_width_;
+    owned_width_ += l.dim;
+    owned_layouts_.push_back(l);
+  }
+  for (const Shard& s : replicas_) {
+    TableLayout l = layout_of(s);
+    l.out_col = out_col_[static_cast<std::size_t>(s.table)];
+    replica_out_layouts_.push_back(l);
+    l.out_col = replica_width_;
+    replica_width_ += l.dim;
+    replica_block_layouts_.push_back(l);
   }
 }
 
 void ShardedEmbedding::fill(const std::function<float(int, std::int64_t, int)>& init) {
-  for (Shard& s : mine_) {
-    const int cols = s.where.col_end - s.where.col_begin;
-    for (std::int64_t r = s.where.row_begin; r < s.where.row_end; ++r)
-      for (int c = 0; c < cols; ++c)
-        s.weights[static_cast<std::size_t>((r - s.where.row_begin) * cols + c)] =
-            init(s.table, r, s.where.col_begin + c);
-    std::fill(s.state.begin(), s.state.end(), 0.0f);
-  }
+  // Computed on the host a block of rows at a time and copied in.
+  constexpr std::int64_t kBlockFloats = std::int64_t{1} << 22;
+  std::vector<float> block;
+  auto fill_shard = [&](const Shard& s) {
+    const std::int64_t cols = cols_of(s.where);
+    if (cols == 0) return;
+    const std::int64_t step = std::max<std::int64_t>(1, kBlockFloats / cols);
+    for (std::int64_t r0 = s.where.row_begin; r0 < s.where.row_end; r0 += step) {
+      const std::int64_t r1 = std::min(s.where.row_end, r0 + step);
+      block.resize(static_cast<std::size_t>((r1 - r0) * cols));
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t c = 0; c < cols; ++c)
+          block[static_cast<std::size_t>((r - r0) * cols + c)] =
+              init(s.table, r, static_cast<int>(s.where.col_begin + c));
+      backend_.copy_to_device(
+          weights_.as<float>() + s.weight_offset + (r0 - s.where.row_begin) * cols, block.data(),
+          block.size() * sizeof(float));
+    }
+  };
+  for (const Shard& s : owned_) fill_shard(s);
+  for (const Shard& s : replicas_) fill_shard(s);
+  if (state_floats_ > 0) backend_.fill(state_.as<float>(), state_floats_, 0.0f);
+  backend_.synchronize();
 }
 
 TableLayout ShardedEmbedding::layout_of(const Shard& s) const {
   TableLayout l;
   l.rows = s.where.row_end - s.where.row_begin;
-  l.dim = s.where.col_end - s.where.col_begin;
+  l.dim = static_cast<int>(cols_of(s.where));
   const TableSpec& ts = m_.tables[static_cast<std::size_t>(s.table)];
   // A row shard's owner returns partial sums; a mean bag is divided by its whole size on the
   // requester.
   const bool row_split = l.rows != ts.rows && !s.replicated;
   l.pooling = row_split ? Pooling::sum : ts.pooling;
   l.ids_per_bag = ts.pooling_size;
+  l.weight_offset = s.weight_offset;
+  l.state_offset = s.state_offset;
   return l;
+}
+
+void* ShardedEmbedding::grow(Buffer& b, std::size_t bytes) {
+  if (bytes > b.bytes()) {
+    b = Buffer();  // freed first: the peak is the new size, not both
+    b = Buffer(backend_, bytes + bytes / 4);
+  }
+  return b.get();
+}
+
+const std::int64_t* ShardedEmbedding::identity(std::int64_t n) {
+  if (n > index_rows_) {
+    const std::int64_t rows = n + n / 4;
+    std::vector<std::int64_t> v(static_cast<std::size_t>(rows));
+    for (std::int64_t i = 0; i < rows; ++i) v[static_cast<std::size_t>(i)] = i;
+    grow(index_, v.size() * sizeof(std::int64_t));
+    backend_.copy_to_device(index_.get(), v.data(), v.size() * sizeof(std::int64_t));
+    index_rows_ = rows;
+  }
+  return index_.as<const std::int64_t>();
+}
+
+SparseInput ShardedEmbedding::upload(const std::vector<std::int64_t>& offsets,
+                                     const std::vector<std::int64_t>& ids, std::int64_t batch,
+                                     int tables, Buffer& d_offsets, Buffer& d_ids) {
+  grow(d_offsets, offsets.size() * sizeof(std::int64_t));
+  backend_.copy_to_device(d_offsets.get(), offsets.data(), offsets.size() * sizeof(std::int64_t));
+  grow(d_ids, std::max<std::size_t>(1, ids.size()) * sizeof(std::int64_t));
+  if (!ids.empty())
+    backend_.copy_to_device(d_ids.get(), ids.data(), ids.size() * sizeof(std::int64_t));
+  return SparseInput{batch, tables, d_ids.as<const std::int64_t>(),
+                     d_offsets.as<const std::int64_t>(), static_cast<std::int64_t>(ids.size())};
+}
+
+void ShardedEmbedding::agree_on_size(std::int64_t out_bytes, std::int64_t in_bytes) {
+  if (comm_.takes_device_memory()) return;  // NCCL counts in size_t
+  double over = std::max(out_bytes, in_bytes) >= std::int64_t{1} << 31 ? 1.0 : 0.0;
+  comm_.all_reduce_sum(std::span<double>(&over, 1));
+  if (over > 0)
+    throw Error(fmt::format(
+        "ShardedEmbedding: an exchange of {} ranks reaches 2^31 bytes on {} of them (this rank "
+        "sends {} and receives {}): use a smaller batch per rank",
+        comm_.size(), static_cast<int>(over), out_bytes, in_bytes));
 }
 
 void ShardedEmbedding::exchange(const std::vector<std::vector<std::byte>>& out,
@@ -126,25 +225,15 @@ void ShardedEmbedding::exchange(const std::vector<std::vector<std::byte>>& out,
   for (std::size_t q = 0; q < P; ++q) send_sizes[q] = static_cast<std::int64_t>(out[q].size());
   comm_.all_to_all_v(std::as_bytes(std::span<const std::int64_t>(send_sizes)), eight,
                      std::as_writable_bytes(std::span<std::int64_t>(recv_sizes)), eight);
-  // One exchange carries blocks below 2^31 bytes (MPI's int counts); every rank learns whether
-  // any rank's would not, so that all refuse together instead of some waiting for the rest.
   std::int64_t total_out = 0, total_in = 0;
   for (std::size_t q = 0; q < P; ++q) {
     total_out += send_sizes[q];
     total_in += recv_sizes[q];
   }
-  double over = std::max(total_out, total_in) >= std::int64_t{1} << 31 ? 1.0 : 0.0;
-  comm_.all_reduce_sum(std::span<double>(&over, 1));
-  if (over > 0)
-    throw Error(fmt::format(
-        "ShardedEmbedding: an exchange of {} ranks reaches 2^31 bytes on {} of them (this rank "
-        "sends {} and receives {}): use a smaller batch per rank",
-        P, static_cast<int>(over), total_out, total_in));
+  agree_on_size(total_out, total_in);
   std::vector<std::byte> send, recv;
   for (const auto& b : out) send.insert(send.end(), b.begin(), b.end());
-  std::int64_t total = 0;
-  for (const std::int64_t n : recv_sizes) total += n;
-  recv.resize(static_cast<std::size_t>(total));
+  recv.resize(static_cast<std::size_t>(total_in));
   comm_.all_to_all_v(send, send_sizes, recv, recv_sizes);
   in.assign(P, {});
   std::size_t at = 0;
@@ -159,12 +248,12 @@ void ShardedEmbedding::exchange(const std::vector<std::vector<std::byte>>& out,
 void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
   const int T = m_.num_tables();
   const auto P = static_cast<std::size_t>(comm_.size());
-  if (in.num_tables != T || out.rows != in.batch ||
-      out.cols != out_col_.back() + m_.tables.back().dim)
+  const std::int64_t width = out_col_.back() + m_.tables.back().dim;
+  if (in.num_tables != T || out.rows != in.batch || out.cols != width)
     throw Error(fmt::format(
-        "ShardedEmbedding::forward: {} tables of {} bags into [{}, {}]; the "
-        "model has {} tables and {} output columns",
-        in.num_tables, in.batch, out.rows, out.cols, T, out_col_.back() + m_.tables.back().dim));
+        "ShardedEmbedding::forward: {} tables of {} bags into [{}, {}]; the model has {} tables "
+        "and {} output columns",
+        in.num_tables, in.batch, out.rows, out.cols, T, width));
   const std::int64_t b = in.batch;
   batch_ = b;
   local_offsets_.assign(in.offsets, in.offsets + T * b + 1);
@@ -174,13 +263,20 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
     return std::pair{local_offsets_[static_cast<std::size_t>(k)],
                      local_offsets_[static_cast<std::size_t>(k + 1)]};
   };
-  // ---- the ids to each shard's owner: per route, the bag count, each bag's size, the ids ----
+  auto table_ids = [&](int t) {  // every id of table t's bags
+    return std::pair{local_offsets_[static_cast<std::size_t>(t * b)],
+                     local_offsets_[static_cast<std::size_t>(t * b + b)]};
+  };
+  // ---- the ids to each shard's owner (per route: the bag count, each bag's size, the ids), and
+  // the replicated tables' bags to every rank (for the update) ----
   mark("embedding_exchange");
   std::vector<std::vector<std::byte>> ids_out(P), ids_in;
+  std::vector<std::int64_t> sizes, ids;
   for (const Route& r : routes_) {
     auto& buf = ids_out[static_cast<std::size_t>(r.where.device)];
     put(buf, b);
-    std::vector<std::int64_t> sizes, ids;
+    sizes.clear();
+    ids.clear();
     for (std::int64_t i = 0; i < b; ++i) {
       const auto [lo, hi] = bag(r.table, i);
       std::int64_t n = 0;
@@ -195,95 +291,148 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
     put(buf, sizes.data(), sizes.size());
     put(buf, ids.data(), ids.size());
   }
+  if (!replicas_.empty()) {
+    std::vector<std::byte> rep;
+    put(rep, b);
+    for (const Shard& s : replicas_) {
+      sizes.clear();
+      for (std::int64_t i = 0; i < b; ++i) {
+        const auto [lo, hi] = bag(s.table, i);
+        sizes.push_back(hi - lo);
+      }
+      put(rep, sizes.data(), sizes.size());
+      const auto [lo, hi] = table_ids(s.table);
+      put(rep, local_ids_.data() + lo, static_cast<std::size_t>(hi - lo));
+    }
+    for (auto& buf : ids_out) buf.insert(buf.end(), rep.begin(), rep.end());
+  }
   exchange(ids_out, ids_in);
-  // ---- each owned shard looks up every rank's bags at once, in rank order ----
+  // ---- the owned shards' bags of every rank, table-major, rank order within a shard ----
   mark("embedding_forward");
   std::vector<Reader> readers;
   for (const auto& blk : ids_in) readers.emplace_back(blk);
-  std::vector<std::vector<std::byte>> rows_out(P), rows_in;
-  for (Shard& s : mine_) {
-    if (s.replicated) continue;
-    s.offsets.assign(1, 0);
-    s.ids.clear();
-    s.bags_from.assign(P, 0);
+  bags_from_.assign(P, 0);
+  std::vector<std::int64_t> offsets{0};
+  ids.clear();
+  for (std::size_t k = 0; k < owned_.size(); ++k)
     for (std::size_t q = 0; q < P; ++q) {
       const auto n = readers[q].get<std::int64_t>();
-      s.bags_from[q] = n;
-      std::vector<std::int64_t> sizes(static_cast<std::size_t>(n));
+      if (k > 0 && n != bags_from_[q])
+        throw Error(
+            fmt::format("ShardedEmbedding: rank {} sent {} bags for one shard and {} for another",
+                        q, bags_from_[q], n));
+      bags_from_[q] = n;
+      sizes.resize(static_cast<std::size_t>(n));
       readers[q].read(sizes.data(), sizes.size());
       std::int64_t total = 0;
       for (const std::int64_t z : sizes) {
         total += z;
-        s.offsets.push_back(s.offsets.back() + z);
+        offsets.push_back(offsets.back() + z);
       }
-      const std::size_t at = s.ids.size();
-      s.ids.resize(at + static_cast<std::size_t>(total));
-      readers[q].read(s.ids.data() + at, static_cast<std::size_t>(total));
+      const std::size_t at = ids.size();
+      ids.resize(at + static_cast<std::size_t>(total));
+      readers[q].read(ids.data() + at, static_cast<std::size_t>(total));
     }
-    const std::int64_t G = static_cast<std::int64_t>(s.offsets.size()) - 1;
-    const int cols = s.where.col_end - s.where.col_begin;
-    std::vector<float> pooled(static_cast<std::size_t>(G * cols));
-    const TableLayout l = layout_of(s);
-    const SparseInput sin{G, 1, s.ids.data(), s.offsets.data(),
-                          static_cast<std::int64_t>(s.ids.size())};
-    backend_.embedding_forward(std::span<const TableLayout>(&l, 1),
-                               TableWeights::all(DType::f32, s.weights.data()), sin,
-                               Mat(pooled.data(), G, cols));
-    std::int64_t first = 0;
+  std::int64_t G = 0;
+  for (const std::int64_t n : bags_from_) G += n;
+  const auto K = static_cast<int>(owned_.size());
+  owned_in_ = upload(offsets, ids, G, K, owned_offsets_, owned_ids_);
+  // ---- the replicas' bags of every rank, each rank's padded with empty bags to the widest
+  // batch, so that the gathered gradients stack as [ranks x widest, replica columns] ----
+  if (!replicas_.empty()) {
+    std::vector<std::int64_t> rank_bags(P);
+    std::vector<std::vector<std::int64_t>> rep_sizes(P * replicas_.size());
+    std::vector<std::vector<std::int64_t>> rep_ids(P * replicas_.size());
     for (std::size_t q = 0; q < P; ++q) {
-      put(rows_out[q], pooled.data() + first * cols,
-          static_cast<std::size_t>(s.bags_from[q] * cols));
-      first += s.bags_from[q];
+      rank_bags[q] = readers[q].get<std::int64_t>();
+      for (std::size_t k = 0; k < replicas_.size(); ++k) {
+        auto& z = rep_sizes[k * P + q];
+        z.resize(static_cast<std::size_t>(rank_bags[q]));
+        readers[q].read(z.data(), z.size());
+        std::int64_t total = 0;
+        for (const std::int64_t n : z) total += n;
+        auto& v = rep_ids[k * P + q];
+        v.resize(static_cast<std::size_t>(total));
+        readers[q].read(v.data(), v.size());
+      }
     }
+    widest_ = *std::max_element(rank_bags.begin(), rank_bags.end());
+    offsets.assign(1, 0);
+    ids.clear();
+    for (std::size_t k = 0; k < replicas_.size(); ++k)
+      for (std::size_t q = 0; q < P; ++q) {
+        for (const std::int64_t z : rep_sizes[k * P + q]) offsets.push_back(offsets.back() + z);
+        offsets.insert(offsets.end(), static_cast<std::size_t>(widest_ - rank_bags[q]),
+                       offsets.back());
+        ids.insert(ids.end(), rep_ids[k * P + q].begin(), rep_ids[k * P + q].end());
+      }
+    replica_in_ = upload(offsets, ids, static_cast<std::int64_t>(P) * widest_,
+                         static_cast<int>(replicas_.size()), replica_offsets_, replica_ids_);
   }
+  // ---- every owned shard looks up every rank's bags at once; rank q's rows are consecutive ----
+  const TableWeights weights = TableWeights::all(DType::f32, weights_.get());
+  auto* rows = static_cast<float*>(grow(send_, static_cast<std::size_t>(G * owned_width_) * 4));
+  if (K > 0 && G > 0)
+    backend_.embedding_forward(owned_layouts_, weights, owned_in_, Mat(rows, G, owned_width_));
+  std::int64_t recv_floats = 0;
+  std::vector<std::int64_t> send_bytes(P), recv_bytes(P);
+  for (std::size_t q = 0; q < P; ++q) {
+    send_bytes[q] = bags_from_[q] * owned_width_ * 4;
+    recv_bytes[q] = b * owner_width_[q] * 4;
+    recv_floats += b * owner_width_[q];
+  }
+  auto* got = static_cast<float*>(grow(recv_, static_cast<std::size_t>(recv_floats) * 4));
   mark("embedding_exchange");
-  exchange(rows_out, rows_in);
+  agree_on_size(G * owned_width_ * 4, recv_floats * 4);
+  coll_.all_to_all_v(rows, send_bytes, got, recv_bytes);
   mark("embedding_forward");
-  // ---- the pooled rows back into this rank's output: columns placed, row partials added ----
-  for (int t = 0; t < T; ++t)
-    for (std::int64_t i = 0; i < b; ++i)
-      std::fill_n(out.data + i * out.ld + out_col_[static_cast<std::size_t>(t)],
-                  m_.tables[static_cast<std::size_t>(t)].dim, 0.0f);
-  readers.clear();
-  for (const auto& blk : rows_in) readers.emplace_back(blk);
-  std::vector<float> part;
-  for (const Route& r : routes_) {
-    const int cols = r.where.col_end - r.where.col_begin;
-    part.resize(static_cast<std::size_t>(b * cols));
-    readers[static_cast<std::size_t>(r.where.device)].read(part.data(), part.size());
-    const std::int64_t c0 = out_col_[static_cast<std::size_t>(r.table)] + r.where.col_begin;
-    for (std::int64_t i = 0; i < b; ++i)
-      for (int c = 0; c < cols; ++c)
-        out.data[i * out.ld + c0 + c] += part[static_cast<std::size_t>(i * cols + c)];
-  }
-  // Mean bags of row-split tables: the summed partials over the whole bag's size.
-  for (int t = 0; t < T; ++t) {
-    const TableSpec& ts = m_.tables[static_cast<std::size_t>(t)];
-    bool split = false;
-    for (const Route& r : routes_)
-      split |= r.table == t && r.where.row_end - r.where.row_begin != ts.rows;
-    if (!split || ts.pooling != Pooling::mean) continue;
-    for (std::int64_t i = 0; i < b; ++i) {
-      const auto [lo, hi] = bag(t, i);
-      if (hi == lo) continue;
-      const float inv = 1.0f / static_cast<float>(hi - lo);
-      for (int c = 0; c < ts.dim; ++c)
-        out.data[i * out.ld + out_col_[static_cast<std::size_t>(t)] + c] *= inv;
+  // ---- the pooled rows into this rank's output: columns placed, row partials added ----
+  std::vector<std::int64_t> block(P);  // where each owner's block starts in `got`
+  for (std::size_t q = 1; q < P; ++q) block[q] = block[q - 1] + b * owner_width_[q - 1];
+  if (b > 0)
+    for (const Route& r : routes_) {
+      const auto q = static_cast<std::size_t>(r.where.device);
+      const CMat part(got + block[q] + r.col, b, cols_of(r.where), owner_width_[q]);
+      const Mat dst = out.cols_slice(
+          out_col_[static_cast<std::size_t>(r.table)] + r.where.col_begin, cols_of(r.where));
+      if (r.add)
+        backend_.add_into(part, dst);
+      else
+        backend_.gather_rows(part, identity(b), dst);
+    }
+  // Mean bags of row-split tables: the summed partials over the whole bag's size (the same
+  // factors scale the gradients in the backward).
+  if (!mean_split_.empty() && b > 0) {
+    std::vector<float> inv;
+    for (const int t : mean_split_)
+      for (std::int64_t i = 0; i < b; ++i) {
+        const auto [lo, hi] = bag(t, i);
+        inv.push_back(hi > lo ? 1.0f / static_cast<float>(hi - lo) : 1.0f);
+      }
+    grow(inv_sizes_, inv.size() * sizeof(float));
+    backend_.copy_to_device(inv_sizes_.get(), inv.data(), inv.size() * sizeof(float));
+    for (std::size_t k = 0; k < mean_split_.size(); ++k) {
+      const int t = mean_split_[k];
+      backend_.scale_rows(inv_sizes_.as<const float>() + static_cast<std::int64_t>(k) * b, 1.0f,
+                          out.cols_slice(out_col_[static_cast<std::size_t>(t)],
+                                         m_.tables[static_cast<std::size_t>(t)].dim));
     }
   }
   // Replicated tables: this rank's bags, looked up here.
-  for (Shard& s : mine_) {
-    if (!s.replicated) continue;
-    TableLayout l = layout_of(s);
-    l.out_col = out_col_[static_cast<std::size_t>(s.table)];
-    const std::int64_t k0 = s.table * b;
-    std::vector<std::int64_t> offsets(local_offsets_.begin() + k0,
-                                      local_offsets_.begin() + k0 + b + 1);
-    const std::int64_t base = offsets.front();
-    for (std::int64_t& o : offsets) o -= base;
-    const SparseInput sin{b, 1, local_ids_.data() + base, offsets.data(), offsets.back()};
-    backend_.embedding_forward(std::span<const TableLayout>(&l, 1),
-                               TableWeights::all(DType::f32, s.weights.data()), sin, out);
+  if (!replicas_.empty() && b > 0) {
+    offsets.assign(1, 0);
+    ids.clear();
+    for (const Shard& s : replicas_) {
+      for (std::int64_t i = 0; i < b; ++i) {
+        const auto [lo, hi] = bag(s.table, i);
+        offsets.push_back(offsets.back() + hi - lo);
+      }
+      const auto [lo, hi] = table_ids(s.table);
+      ids.insert(ids.end(), local_ids_.begin() + lo, local_ids_.begin() + hi);
+    }
+    const SparseInput local =
+        upload(offsets, ids, b, static_cast<int>(replicas_.size()), local_offsets_d_, local_ids_d_);
+    backend_.embedding_forward(replica_out_layouts_, weights, local, out);
   }
 }
 
@@ -295,126 +444,117 @@ void ShardedEmbedding::backward_update(CMat dout, const OptimizerParams& opt) {
         fmt::format("ShardedEmbedding::backward_update: {} rows of gradient for the last "
                     "forward's {} bags",
                     dout.rows, b));
-  auto bag_size = [&](int t, std::int64_t i) {
-    const std::int64_t k = t * b + i;
-    return local_offsets_[static_cast<std::size_t>(k + 1)] -
-           local_offsets_[static_cast<std::size_t>(k)];
-  };
-  // ---- each route's gradient columns to its owner (a row shard: the whole row, a mean bag's
-  // divided by its whole size) ----
-  mark("embedding_exchange");
-  std::vector<std::vector<std::byte>> grads_out(P), grads_in;
-  std::vector<float> g;
-  for (const Route& r : routes_) {
-    const TableSpec& ts = m_.tables[static_cast<std::size_t>(r.table)];
-    const int cols = r.where.col_end - r.where.col_begin;
-    const bool mean_split =
-        ts.pooling == Pooling::mean && r.where.row_end - r.where.row_begin != ts.rows;
-    g.resize(static_cast<std::size_t>(b * cols));
-    const std::int64_t c0 = out_col_[static_cast<std::size_t>(r.table)] + r.where.col_begin;
-    for (std::int64_t i = 0; i < b; ++i) {
-      const std::int64_t n = bag_size(r.table, i);
-      const float scale = mean_split && n > 0 ? 1.0f / static_cast<float>(n) : 1.0f;
-      for (int c = 0; c < cols; ++c)
-        g[static_cast<std::size_t>(i * cols + c)] = dout.data[i * dout.ld + c0 + c] * scale;
-    }
-    put(grads_out[static_cast<std::size_t>(r.where.device)], g.data(), g.size());
-  }
-  // Replicated tables: this rank's bags and their gradients to every rank.
-  std::vector<std::byte> replicated;
-  for (const Shard& s : mine_) {
-    if (!s.replicated) continue;
-    const int D = m_.tables[static_cast<std::size_t>(s.table)].dim;
-    put(replicated, b);
-    for (std::int64_t i = 0; i < b; ++i) put(replicated, bag_size(s.table, i));
-    const std::int64_t lo = local_offsets_[static_cast<std::size_t>(s.table * b)];
-    const std::int64_t hi = local_offsets_[static_cast<std::size_t>(s.table * b + b)];
-    put(replicated, local_ids_.data() + lo, static_cast<std::size_t>(hi - lo));
-    for (std::int64_t i = 0; i < b; ++i)
-      put(replicated, dout.data + i * dout.ld + out_col_[static_cast<std::size_t>(s.table)],
-          static_cast<std::size_t>(D));
-  }
-  for (auto& buf : grads_out) buf.insert(buf.end(), replicated.begin(), replicated.end());
-  exchange(grads_out, grads_in);
-  mark("embedding_backward");
-  std::vector<Reader> readers;
-  for (const auto& blk : grads_in) readers.emplace_back(blk);
+  const TableWeights weights = TableWeights::all(DType::f32, weights_.get());
   const StochasticRounding rounding{};  // fp32 tables: no rounding
-  for (Shard& s : mine_) {
-    if (s.replicated) continue;
-    const int cols = s.where.col_end - s.where.col_begin;
-    const std::int64_t G = static_cast<std::int64_t>(s.offsets.size()) - 1;
-    std::vector<float> grads(static_cast<std::size_t>(G * cols));
-    std::int64_t first = 0;
-    for (std::size_t q = 0; q < P; ++q) {
-      readers[q].read(grads.data() + first * cols, static_cast<std::size_t>(s.bags_from[q] * cols));
-      first += s.bags_from[q];
-    }
-    const TableLayout l = layout_of(s);
-    const SparseInput sin{G, 1, s.ids.data(), s.offsets.data(),
-                          static_cast<std::int64_t>(s.ids.size())};
-    backend_.embedding_backward_update(
-        std::span<const TableLayout>(&l, 1), TableWeights::all(DType::f32, s.weights.data()),
-        s.state.data(), sin, CMat(grads.data(), G, cols), opt, rounding);
+  // ---- each route's gradient columns to its owner: [b, owner's columns] a rank (a row shard
+  // gets whole rows; a mean bag's divided by its whole size) ----
+  mark("embedding_exchange");
+  std::vector<std::int64_t> block(P), send_bytes(P), recv_bytes(P);
+  std::int64_t send_floats = 0;
+  for (std::size_t q = 0; q < P; ++q) {
+    block[q] = send_floats;
+    send_floats += b * owner_width_[q];
+    send_bytes[q] = b * owner_width_[q] * 4;
   }
-  // Replicated: every rank's bags in rank order, the same fused update on every replica.
-  for (Shard& s : mine_) {
-    if (!s.replicated) continue;
-    const int D = s.where.col_end - s.where.col_begin;
-    std::vector<std::int64_t> offsets{0}, ids;
-    std::vector<float> grads;
-    for (std::size_t q = 0; q < P; ++q) {
-      const auto n = readers[q].get<std::int64_t>();
-      std::vector<std::int64_t> sizes(static_cast<std::size_t>(n));
-      readers[q].read(sizes.data(), sizes.size());
-      std::int64_t total = 0;
-      for (const std::int64_t z : sizes) {
-        total += z;
-        offsets.push_back(offsets.back() + z);
-      }
-      const std::size_t at = ids.size();
-      ids.resize(at + static_cast<std::size_t>(total));
-      readers[q].read(ids.data() + at, static_cast<std::size_t>(total));
-      const std::size_t gat = grads.size();
-      grads.resize(gat + static_cast<std::size_t>(n * D));
-      readers[q].read(grads.data() + gat, static_cast<std::size_t>(n * D));
+  auto* out = static_cast<float*>(grow(send_, static_cast<std::size_t>(send_floats) * 4));
+  if (b > 0)
+    for (const Route& r : routes_) {
+      const auto q = static_cast<std::size_t>(r.where.device);
+      const Mat dst(out + block[q] + r.col, b, cols_of(r.where), owner_width_[q]);
+      backend_.gather_rows(
+          dout.cols_slice(out_col_[static_cast<std::size_t>(r.table)] + r.where.col_begin,
+                          cols_of(r.where)),
+          identity(b), dst);
+      const auto k = std::find(mean_split_.begin(), mean_split_.end(), r.table);
+      if (k != mean_split_.end())
+        backend_.scale_rows(inv_sizes_.as<const float>() + (k - mean_split_.begin()) * b, 1.0f,
+                            dst);
     }
-    const std::int64_t G = static_cast<std::int64_t>(offsets.size()) - 1;
-    const TableLayout l = layout_of(s);
-    const SparseInput sin{G, 1, ids.data(), offsets.data(), static_cast<std::int64_t>(ids.size())};
-    backend_.embedding_backward_update(
-        std::span<const TableLayout>(&l, 1), TableWeights::all(DType::f32, s.weights.data()),
-        s.state.data(), sin, CMat(grads.data(), G, D), opt, rounding);
+  std::int64_t G = 0;
+  for (std::size_t q = 0; q < P; ++q) {
+    recv_bytes[q] = bags_from_[q] * owned_width_ * 4;
+    G += bags_from_[q];
   }
+  auto* grads = static_cast<float*>(grow(recv_, static_cast<std::size_t>(G * owned_width_) * 4));
+  agree_on_size(send_floats * 4, G * owned_width_ * 4);
+  coll_.all_to_all_v(out, send_bytes, grads, recv_bytes);
+  // ---- one fused update of every owned shard over every rank's bags, in rank order ----
+  mark("embedding_backward");
+  if (!owned_.empty() && G > 0)
+    backend_.embedding_backward_update(owned_layouts_, weights, state_.as<float>(), owned_in_,
+                                       CMat(grads, G, owned_width_), opt, rounding);
+  if (replicas_.empty()) return;
+  // ---- replicated: every rank's gradients (padded to the widest batch) to every rank, and the
+  // same fused update on every replica ----
+  mark("embedding_exchange");
+  auto* mine =
+      static_cast<float*>(grow(send_, static_cast<std::size_t>(widest_ * replica_width_) * 4));
+  for (std::size_t k = 0; k < replicas_.size() && b > 0; ++k) {
+    const Shard& s = replicas_[k];
+    const int D = m_.tables[static_cast<std::size_t>(s.table)].dim;
+    backend_.gather_rows(dout.cols_slice(out_col_[static_cast<std::size_t>(s.table)], D),
+                         identity(b),
+                         Mat(mine + replica_block_layouts_[k].out_col, b, D, replica_width_));
+  }
+  if (widest_ > b) backend_.fill(mine + b * replica_width_, (widest_ - b) * replica_width_, 0.0f);
+  const std::int64_t rows = static_cast<std::int64_t>(P) * widest_;
+  auto* all = static_cast<float*>(grow(recv_, static_cast<std::size_t>(rows * replica_width_) * 4));
+  agree_on_size(widest_ * replica_width_ * 4, rows * replica_width_ * 4);
+  coll_.all_gather(mine, static_cast<std::size_t>(widest_ * replica_width_) * 4, all);
+  mark("embedding_backward");
+  if (rows > 0)
+    backend_.embedding_backward_update(replica_block_layouts_, weights, state_.as<float>(),
+                                       replica_in_, CMat(all, rows, replica_width_), opt, rounding);
 }
 
 std::vector<ShardedEmbedding::View> ShardedEmbedding::shards() {
   std::vector<View> out;
-  for (Shard& s : mine_)
-    out.push_back({s.table, s.where, s.replicated, !s.replicated || s.index == 0, s.weights.data(),
-                   s.state.empty() ? nullptr : s.state.data()});
+  auto view = [&](const Shard& s) {
+    return View{s.table,
+                s.where,
+                s.replicated,
+                !s.replicated || s.index == 0,
+                weights_.as<float>() + s.weight_offset,
+                state_floats_ == 0 ? nullptr : state_.as<float>() + s.state_offset};
+  };
+  // In table order.
+  std::size_t i = 0, j = 0;
+  while (i < owned_.size() || j < replicas_.size())
+    if (j == replicas_.size() || (i < owned_.size() && owned_[i].table < replicas_[j].table))
+      out.push_back(view(owned_[i++]));
+    else
+      out.push_back(view(replicas_[j++]));
   return out;
 }
 
 std::size_t ShardedEmbedding::weight_bytes() const {
-  std::size_t n = 0;
-  for (const Shard& s : mine_) n += s.weights.size() * sizeof(float);
-  return n;
+  return static_cast<std::size_t>(weight_floats_) * sizeof(float);
 }
 std::size_t ShardedEmbedding::state_bytes() const {
+  return static_cast<std::size_t>(state_floats_) * sizeof(float);
+}
+
+std::size_t ShardedEmbedding::exchange_bytes() const {
   std::size_t n = 0;
-  for (const Shard& s : mine_) n += s.state.size() * sizeof(float);
+  for (const Buffer* b : {&owned_offsets_, &owned_ids_, &replica_offsets_, &replica_ids_,
+                          &local_offsets_d_, &local_ids_d_, &send_, &recv_, &inv_sizes_, &index_})
+    n += b->bytes();
   return n;
 }
 
 std::optional<float> ShardedEmbedding::weight(int t, std::int64_t row, int col) const {
-  for (const Shard& s : mine_)
-    if (s.table == t && row >= s.where.row_begin && row < s.where.row_end &&
-        col >= s.where.col_begin && col < s.where.col_end) {
-      const int cols = s.where.col_end - s.where.col_begin;
-      return s.weights[static_cast<std::size_t>((row - s.where.row_begin) * cols + col -
-                                                s.where.col_begin)];
-    }
+  for (const auto* group : {&owned_, &replicas_})
+    for (const Shard& s : *group)
+      if (s.table == t && row >= s.where.row_begin && row < s.where.row_end &&
+          col >= s.where.col_begin && col < s.where.col_end) {
+        float v = 0;
+        backend_.copy_to_host(&v,
+                              weights_.as<const float>() + s.weight_offset +
+                                  (row - s.where.row_begin) * cols_of(s.where) + col -
+                                  s.where.col_begin,
+                              sizeof v);
+        return v;
+      }
   return std::nullopt;
 }
 

@@ -2,10 +2,13 @@
 // the rank its local batch's pooled outputs from every rank's shards (forward) and takes their
 // gradients back to the shards, where the backend's fused backward updates them.
 //
-// Why it is built this way: each shard is a table of its own for the backend's whole-batch ops
-// (rows [r0, r1) and columns [c0, c1) of the model's table), so the same kernels run a shard as
-// run a whole table, and an owner looks up the bags of every rank's batch at once (the batch in
-// rank order, as one process would hold it). By sharding:
+// Why it is built this way: a rank's shards are tables of their own to the backend's whole-batch
+// ops (rows [r0, r1) and columns [c0, c1) of the model's table), held in one buffer of backend
+// memory, so the kernels that run whole tables run them, and the owner looks up every rank's bags
+// for all its shards in one call, the batch in rank order as one process would hold it. The
+// lookups' output [all ranks' bags, the owner's shard columns] is then already the exchange's send
+// buffer (rank q's bags are consecutive rows), and the gradients received back stack in the same
+// order into the input of one fused backward. By sharding:
 // - table and column: every id of a bag goes to the shard's owner, which returns the bag's pooled
 //   row (its columns);
 // - row: the ids within the shard's rows go to its owner (as id - r0), which returns the bag's
@@ -14,6 +17,9 @@
 // - replicated: every rank looks its own bags up; for the update every rank receives every rank's
 //   bags and gradients and applies the same fused update over the whole batch, so the replicas
 //   stay identical (the planner's model counts an all-reduce of the table's gradient instead).
+// Ids are routed on the host (a rank's batch is in host memory before it is staged); rows and
+// gradients stay in backend memory, exchanged in place where the communicator takes it (NCCL),
+// else through host memory (BackendCollectives).
 // Each rank's output rows are the single process's rows bit for bit under table and column
 // sharding (the same bag sums in the same order); row sharding adds partial sums, so a bag that
 // spans shards differs by rounding. The update of a row sees the same gradients in the same order
@@ -26,6 +32,7 @@
 #include <optional>
 #include <vector>
 
+#include "dist/backend_collectives.h"
 #include "parity/backend.h"
 #include "parity/dist.h"
 #include "parity/plan.h"
@@ -35,26 +42,28 @@ namespace parity {
 class ShardedEmbedding {
  public:
   // The plan's tables (their shards) for `m`, on the communicator's rank; plan.gpus must equal
-  // the communicator's size. Host-side buffers: the backend must read host memory (the cpu one).
+  // the communicator's size. The shards are fp32, in the backend's memory.
   ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communicator& comm, Backend& backend);
 
   // Every shard this rank holds filled from init(table, row, column) (the value a single
   // process's table would hold there), and its optimizer state zeroed.
   void fill(const std::function<float(int table, std::int64_t row, int col)>& init);
 
-  // in: this rank's bags, every table (table-major CSR of global row ids, in.batch bags a table);
-  // out: [in.batch, sum of dims] fp32, table t at its model column offset.
+  // in: this rank's bags, every table, in host memory (table-major CSR of global row ids,
+  // in.batch bags a table); out: backend memory [in.batch, sum of dims] fp32, table t at its model
+  // column offset.
   void forward(const SparseInput& in, Mat out);
-  // The gradient of the last forward's outputs, [batch, sum of dims]: every shard's rows updated
-  // by the backend's fused backward with `opt` (after the exchange).
+  // The gradient of the last forward's outputs, backend memory [batch, sum of dims]: every shard's
+  // rows updated by the backend's fused backward with `opt` (after the exchange).
   void backward_update(CMat dout, const OptimizerParams& opt);
 
-  // Table t's element (row, col) where this rank holds it, else nullopt.
+  // Table t's element (row, col) where this rank holds it, else nullopt (one value copied from
+  // backend memory: for tests).
   std::optional<float> weight(int t, std::int64_t row, int col) const;
 
   // A shard this rank holds, for checkpoints: where it lies, its weights [rows, cols] and its
-  // optimizer state (host memory; cache_state_per_row floats a row), and whether this rank writes
-  // it (a replicated table's first holder does, the others hold replicas).
+  // optimizer state (backend memory; cache_state_per_row floats a row, null without state), and
+  // whether this rank writes it (a replicated table's first holder does, the others hold replicas).
   struct View {
     int table = 0;
     ShardPlan where;
@@ -66,6 +75,8 @@ class ShardedEmbedding {
   // Bytes of the shards' weights and of their optimizer state.
   std::size_t weight_bytes() const;
   std::size_t state_bytes() const;
+  // Bytes of backend memory held for the exchange: the bags, rows and gradients of the last step.
+  std::size_t exchange_bytes() const;
 
   // Called with a step-profile category as the work changes between the exchange
   // ("embedding_exchange") and the lookups ("embedding_forward") or updates
@@ -78,33 +89,63 @@ class ShardedEmbedding {
     int index = 0;  // within the table's shards
     ShardPlan where;
     bool replicated = false;
-    std::vector<float> weights;  // [rows, cols]
-    std::vector<float> state;
-    // The last forward's bags of every rank (rank order): CSR with ids relative to the shard.
-    std::vector<std::int64_t> offsets, ids;
-    std::vector<std::int64_t> bags_from;  // bags from each rank
+    std::int64_t weight_offset = 0, state_offset = 0;  // floats into weights_, state_
   };
-  // A shard that is exchanged (not replicated) in the global order every rank walks.
+  // A shard that is exchanged (not replicated), in the global order every rank walks.
   struct Route {
     int table, index;
     ShardPlan where;
+    std::int64_t col;  // its first column in its owner's block of pooled rows
+    bool add;          // a row shard after its table's first: added to the partial sums
   };
 
+  std::int64_t cols_of(const ShardPlan& s) const { return s.col_end - s.col_begin; }
   TableLayout layout_of(const Shard& s) const;
+  // Host blocks to every rank and from every rank (the ids).
   void exchange(const std::vector<std::vector<std::byte>>& out,
                 std::vector<std::vector<std::byte>>& in);
+  // Every rank learns whether any rank's exchange would reach MPI's 2^31-byte counts, so that all
+  // refuse together instead of some waiting for the rest.
+  void agree_on_size(std::int64_t out_bytes, std::int64_t in_bytes);
+  // A buffer of backend memory of at least `bytes` (grown, never shrunk).
+  void* grow(Buffer& b, std::size_t bytes);
+  // Backend memory holding 0, 1, ..., n - 1: gather_rows through it copies a strided view.
+  const std::int64_t* identity(std::int64_t n);
+  // Uploads a host CSR into two buffers of backend memory.
+  SparseInput upload(const std::vector<std::int64_t>& offsets, const std::vector<std::int64_t>& ids,
+                     std::int64_t batch, int tables, Buffer& d_offsets, Buffer& d_ids);
 
   const ModelSpec& m_;
   Communicator& comm_;
   Backend& backend_;
+  BackendCollectives coll_;
   OptimizerKind optimizer_;
-  std::vector<std::int64_t> out_col_;  // per table
-  std::vector<Route> routes_;          // every exchanged shard of every table, in order
-  std::vector<Shard> mine_;            // shards this rank holds
-  // The last forward's local bags: per table, per bag, the ids' count (for mean pooling and
-  // the gradients' routing).
+  std::vector<std::int64_t> out_col_;      // per table
+  std::vector<Route> routes_;              // every exchanged shard of every table, in order
+  std::vector<std::int64_t> owner_width_;  // per rank: the columns of the routes it owns
+  std::vector<Shard> owned_, replicas_;    // shards this rank holds, each in table order
+  std::vector<int> mean_split_;            // mean-pooled tables split by rows
+  // owned_ as the backend sees them: out_col is the column in this rank's block; replicas_ with
+  // out_col the model's column (forward) and the column in the gathered gradients (backward).
+  std::vector<TableLayout> owned_layouts_, replica_out_layouts_, replica_block_layouts_;
+  std::int64_t owned_width_ = 0, replica_width_ = 0;
+  Buffer weights_, state_;
+  std::int64_t weight_floats_ = 0, state_floats_ = 0;
+
+  // The last forward's: local bags, per table, per bag (for mean pooling); every rank's bag count
+  // (each owned shard sees each rank's whole batch), the widest; the owned shards' bags of every
+  // rank (backend memory), and the replicas' (every rank's, each padded to the widest batch).
   std::int64_t batch_ = 0;
   std::vector<std::int64_t> local_offsets_, local_ids_;
+  std::vector<std::int64_t> bags_from_;
+  std::int64_t widest_ = 0;
+  SparseInput owned_in_, replica_in_;
+  Buffer owned_offsets_, owned_ids_, replica_offsets_, replica_ids_, local_offsets_d_, local_ids_d_;
+  // Exchange and scratch buffers (backend memory): pooled rows or gradients out and in, the mean
+  // bags' inverse sizes, the identity index.
+  Buffer send_, recv_, inv_sizes_, index_;
+  std::int64_t index_rows_ = 0;
+
   std::function<void(const char*)> mark_;
   void mark(const char* category) {
     if (mark_) mark_(category);

@@ -52,6 +52,22 @@ std::string detect_gpu() {
 #endif
 }
 
+int detect_gpu_count() {
+#if defined(PARITY_WITH_GPU_BACKEND)
+  return gpu_device_count();
+#else
+  return 0;
+#endif
+}
+
+void use_gpu_of_local_rank(int local_rank) {
+#if defined(PARITY_WITH_GPU_BACKEND)
+  use_gpu(local_rank);
+#else
+  (void)local_rank;
+#endif
+}
+
 std::string detect_gpu_uuid() {
 #if defined(PARITY_WITH_GPU_BACKEND)
   return gpu_device_uuid();

@@ -149,6 +149,14 @@ void InputStager::stage(const Batch& batch) {
   slot.has_labels = label_bytes > 0;
   slot.sparse = SparseInput{n, batch.num_tables, slot.ids.as<std::int64_t>(),
                             slot.offsets.as<std::int64_t>(), nids};
+  slot.host_sparse = slot.sparse;
+  if (staging) {
+    const auto* pinned = static_cast<const char*>(slot.pinned);
+    slot.host_sparse.ids = reinterpret_cast<const std::int64_t*>(pinned + at.ids);
+    slot.host_sparse.offsets = reinterpret_cast<const std::int64_t*>(pinned + at.offsets);
+  } else if (!backend_.memory_is_host()) {
+    slot.host_sparse.ids = slot.host_sparse.offsets = nullptr;
+  }
   ++staged_total_;
   ++staged_count_;
 }
@@ -217,6 +225,7 @@ void InputStager::stage_synthetic(const SyntheticData& data, Split split, std::i
   slot.has_labels = true;
   slot.sparse = SparseInput{count, spec_.num_tables(), slot.ids.as<std::int64_t>(),
                             slot.offsets.as<std::int64_t>(), nids};
+  slot.host_sparse = SparseInput{count, spec_.num_tables(), nullptr, nullptr, slot.sparse.nnz};
   ++staged_total_;
   ++staged_count_;
 }

@@ -31,6 +31,10 @@ struct InputSlot {
   std::int64_t ids_capacity = 0;
   bool has_labels = false;
   SparseInput sparse;  // the staged batch's CSR: device pointers into this slot
+  // The same CSR in host memory, as long as the slot holds the batch (the batch's copy in pinned
+  // staging memory, or the slot itself where the backend's memory is the host's); ids and offsets
+  // null for a batch made on the device.
+  SparseInput host_sparse;
 };
 
 class InputStager {

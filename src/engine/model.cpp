@@ -178,6 +178,7 @@ struct Model::Impl {
   // Set by Model::shard: this rank's table shards and the ranks' communicator.
   std::unique_ptr<ShardedEmbedding> sharded;
   Communicator* comm = nullptr;
+  std::unique_ptr<BackendCollectives> collectives;  // comm over the backend's memory
 
   float* param(std::int64_t off) const { return params.dense.as<float>() + off; }
   float* grad(std::int64_t off) const { return params.grads.as<float>() + off; }
@@ -233,9 +234,13 @@ void Model::Impl::forward(const InputSlot& in, std::int64_t n, bool counting) {
   // Embedding bags into x0[:, D:].
   profiler.section("embedding_forward");
   if (!host.empty() && counting) host.observe(L.tables, in.sparse);
-  if (sharded)
-    sharded->forward(in.sparse, x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out).f32());
-  else
+  if (sharded) {
+    if (in.host_sparse.offsets == nullptr)
+      throw Error(
+          "Model: a sharded model routes its batch's ids on the host, and this batch was made on "
+          "the device (stage batches from host memory)");
+    sharded->forward(in.host_sparse, x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out).f32());
+  } else
     backend.embedding_forward(L.tables, params.tables(), in.sparse,
                               x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out));
   hold(x0);
@@ -286,13 +291,12 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   profiler.section("loss");
   backend.bce_with_logits(acts.top.back().as<float>(), in.labels.as<float>(), n, a,
                           acts.loss.as<float>());
-  if (comm != nullptr) {
+  if (comm != nullptr && comm->size() > 1) {
     // This rank's mean-loss gradient scaled by its share of the global batch: the ranks' summed
-    // gradients are then the whole batch's mean-loss gradient (host memory: the cpu backend).
+    // gradients are then the whole batch's mean-loss gradient.
     double global = static_cast<double>(n);
     comm->all_reduce_sum(std::span<double>(&global, 1));
-    const auto share = static_cast<float>(static_cast<double>(n) / global);
-    for (std::int64_t i = 0; i < n; ++i) a[i] *= share;
+    backend.scale_rows(nullptr, static_cast<float>(static_cast<double>(n) / global), Mat(a, n, 1));
   }
   // Top MLP backward; the first layer's dx is the gradient of the interaction output.
   const CAMat top_in = L.cross.empty()
@@ -378,8 +382,7 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   // from the loss (the GPU's max(x, 0) turns NaN into 0).
   if (comm != nullptr) {  // data-parallel dense layers: every rank's gradients summed
     profiler.section("dense_allreduce_exposed");  // not overlapped with the backward yet
-    comm->all_reduce_sum(
-        std::span<float>(params.grads.as<float>(), static_cast<std::size_t>(L.dense_count)));
+    collectives->all_reduce_sum(params.grads.as<float>(), static_cast<std::size_t>(L.dense_count));
   }
   profiler.section("dense_optimizer");
   backend.dense_optimizer_step(params.dense.as<float>(), params.grads.as<float>(),
@@ -388,6 +391,13 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   backend.flag_nonfinite(acts.loss.as<float>(), 1, step + 1, guard.as<std::int64_t>());
   backend.flag_nonfinite(params.dense.as<float>(), L.dense_count, step + 1,
                          guard.as<std::int64_t>());
+}
+
+// One rank holding every table whole has nothing to exchange: its tables stay the model's own
+// (any precision and placement), and only the dense gradients go through the communicator.
+static bool holds_every_table_whole(const Plan& plan, const Communicator& comm) {
+  return comm.size() == 1 && std::all_of(plan.tables.begin(), plan.tables.end(),
+                                         [](const TablePlan& tp) { return tp.shards.size() == 1; });
 }
 
 // ---- the public interface ----
@@ -399,7 +409,9 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
     throw Error(fmt::format("Model: max_batch must be positive, got {}", max_batch));
   if ((shard_plan == nullptr) != (comm == nullptr))
     throw Error("Model: a sharded model needs both its plan and its communicator");
-  impl_ = std::make_unique<Impl>(spec, backend, max_batch, seed, shard_plan == nullptr);
+  impl_ =
+      std::make_unique<Impl>(spec, backend, max_batch, seed,
+                             shard_plan == nullptr || holds_every_table_whole(*shard_plan, *comm));
   if (shard_plan != nullptr) shard(*shard_plan, *comm);
 }
 
@@ -519,26 +531,34 @@ void Model::shard(const Plan& plan, Communicator& comm) {
   auto refuse = [](const std::string& why) {
     throw Error("Model::shard: " + why + "; train on one process (no --plan for several GPUs)");
   };
-  if (m.backend.name() != "cpu")
-    refuse(fmt::format("sharded tables run on the cpu backend so far, this model is on {}",
-                       m.backend.name()));
-  if (!m.host.empty()) refuse("host-placed tables are not sharded yet");
-  for (const TableSpec& t : m.spec.tables)
-    if (t.dtype != DType::f32)
-      refuse(fmt::format("table '{}' is {}; sharded tables are fp32 so far", t.name,
-                         dtype_name(t.dtype)));
-  if (m.step > 0 || m.sharded) refuse("call it once, before the first step");
-  auto sh = std::make_unique<ShardedEmbedding>(m.spec, plan, comm, m.backend);
-  // The shards start from the values this model's tables start from, computed for their own rows
-  // and columns: no rank needs memory for the whole tables.
-  sh->fill([&m](int t, std::int64_t r, int c) {
-    return m.layout.initial_table_value(static_cast<std::size_t>(t), m.seed, r, c);
-  });
-  for (Buffer& b : m.params.emb_weights) b = Buffer();
-  m.params.emb_state = Buffer();
-  sh->set_marker([&m](const char* category) { m.profiler.section(category); });
-  m.sharded = std::move(sh);
+  if (m.step > 0 || m.comm != nullptr) refuse("call it once, before the first step");
+  if (plan.gpus != comm.size())
+    throw InputError(
+        fmt::format("the plan is for {} GPUs and this run has {} ranks", plan.gpus, comm.size()));
+  if (!holds_every_table_whole(plan, comm)) {
+    if (!m.host.empty()) refuse("host-placed tables are not sharded yet");
+    for (const TableSpec& t : m.spec.tables)
+      if (t.dtype != DType::f32)
+        refuse(fmt::format("table '{}' is {}; sharded tables are fp32 so far", t.name,
+                           dtype_name(t.dtype)));
+    if (m.acts.x0_dtype != DType::f32)
+      refuse(
+          fmt::format("the interaction's input is {} on this backend, and sharded tables write "
+                      "fp32 rows so far (train with --dense-math tf32 or fp32)",
+                      dtype_name(m.acts.x0_dtype)));
+    auto sh = std::make_unique<ShardedEmbedding>(m.spec, plan, comm, m.backend);
+    // The shards start from the values this model's tables start from, computed for their own
+    // rows and columns: no rank needs memory for the whole tables.
+    sh->fill([&m](int t, std::int64_t r, int c) {
+      return m.layout.initial_table_value(static_cast<std::size_t>(t), m.seed, r, c);
+    });
+    for (Buffer& b : m.params.emb_weights) b = Buffer();
+    m.params.emb_state = Buffer();
+    sh->set_marker([&m](const char* category) { m.profiler.section(category); });
+    m.sharded = std::move(sh);
+  }
   m.comm = &comm;
+  m.collectives = std::make_unique<BackendCollectives>(comm, m.backend);
 }
 
 CheckpointLayout Model::checkpoint_layout() {
@@ -674,9 +694,10 @@ std::map<std::string, std::size_t> Model::allocated_bytes_by_category() const {
       {"activations", m.acts.bytes()},
       {"input_slots", m.input.allocated_bytes()}};
   if (!m.host.empty()) by["embedding_cache_maps"] = m.host.device_bytes();
-  if (m.sharded) {  // this rank's shards (the cpu backend's memory is the host's)
+  if (m.sharded) {  // this rank's shards, in the backend's memory
     by["embedding_weights"] += m.sharded->weight_bytes();
     by["embedding_optimizer_state"] += m.sharded->state_bytes();
+    by["embedding_exchange"] = m.sharded->exchange_bytes();
   }
   return by;
 }

@@ -62,12 +62,12 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
              fmt::format("an HSTU plan for {} GPUs; HSTU models train on one process so far",
                          plan.gpus),
              "make a plan for 1 GPU (parity plan --gpus 1) and train it alone");
-    if (target.gpu_backend)
-      refuse("gpus",
-             fmt::format("a run over {} ranks on a GPU backend; sharded runs use the cpu backend "
-                         "so far (the NCCL engine is not built yet)",
-                         target.gpus),
-             "train with --backend cpu");
+    if (target.gpu_backend && model.interaction.kind == InteractionKind::dcnv2 &&
+        plan.dense_math == DenseMath::bf16)
+      refuse("dense_math",
+             "bf16 with cross layers keeps the interaction's input in bf16, and sharded tables "
+             "write fp32 rows so far",
+             "edit the plan's dense_math to tf32 (or fp32)");
   }
   if (model.kind == ModelKind::hstu) {
     detail::add_hstu_decisions(plan, out);

@@ -114,11 +114,6 @@ TrainConfig settle(const TrainConfig& in) {
   if (cfg.comm != nullptr) {
     if (cfg.model.kind != ModelKind::dlrm)
       throw InputError("a run over several processes trains DLRM models so far (HSTU: one GPU)");
-    if (cfg.backend != "cpu")
-      throw InputError(fmt::format(
-          "a run over several processes runs on the cpu backend so far, not {} (the NCCL engine "
-          "is not built yet)",
-          cfg.backend));
     if (cfg.batch < cfg.comm->size())
       throw InputError(fmt::format("a batch of {} examples cannot be split over {} ranks",
                                    cfg.batch, cfg.comm->size()));
@@ -487,8 +482,9 @@ class Trainer {
   }
 
   bool synthetic_on_device() const {
+    // A sharded model routes its ids on the host: its batches come from host memory.
     return train_data_->generated().data != nullptr && backend_->makes_synthetic_data() &&
-           cfg_.comm == nullptr;
+           model_.sharded_embedding() == nullptr;
   }
 
   void announce() const {
@@ -563,7 +559,8 @@ class Trainer {
     if (have) {
       // Workspaces, scratch and library plans made on the first batch's shapes before the first
       // step (set-up, like building the model: not counted as training time). It enqueues
-      // nothing: no synchronisation (the first batch's copy stays in step 1).
+      // nothing (a sharded model's collectives aside): no synchronisation (the first batch's
+      // copy stays in step 1).
       const auto p0 = Clock::now();
       model_.prepare();
       const auto pause = Clock::now() - p0;
@@ -727,9 +724,11 @@ class Trainer {
     fs::path path = checkpoint_path(cfg_.checkpoint_dir, step);
     const auto metadata = train_detail::checkpoint_metadata(record_, step);
     try {
-      if (cfg_.comm == nullptr)
+      // One process holding its tables whole writes one file; sharded ranks write a set, each
+      // its shards.
+      if (cfg_.comm == nullptr || model_.sharded_embedding() == nullptr)
         save_safetensors(path, model_.tensors(), metadata, *backend_, TensorValues::finite);
-      else  // a set: each rank writes its shards
+      else
         path = save_checkpoint_set(cfg_.checkpoint_dir, step, model_.checkpoint_layout(), metadata,
                                    *cfg_.comm, *backend_, TensorValues::finite);
     } catch (const NumericalError& e) {

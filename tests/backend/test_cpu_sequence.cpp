@@ -165,6 +165,27 @@ TEST(CpuSequence, GatherAndScatterRows) {
   }
 }
 
+// scale_rows multiplies each row of a strided view by alpha times its factor, rounded to fp32
+// first, and leaves the columns beside the view alone.
+TEST(CpuSequence, ScaleRows) {
+  Rand rand(2, 36);
+  const Matrix<float> before = random_matrix<float>(rand, 5, 7);
+  const std::vector<float> scale = random_vector<float>(rand, 5);
+  auto backend = make_cpu_backend();
+  Matrix<float> x = before;
+  backend->scale_rows(scale.data(), 0.25f, Mat(x.ptr() + 2, 5, 4, 7));
+  for (int r = 0; r < 5; ++r)
+    for (int c = 0; c < 7; ++c) {
+      const float want = c < 2 || c >= 6 ? before(r, c) : before(r, c) * (0.25f * scale[r]);
+      EXPECT_EQ(x(r, c), want) << r << ", " << c;
+    }
+  Matrix<float> y = before;
+  backend->scale_rows(nullptr, -3.0f, y.view());
+  for (int r = 0; r < 5; ++r)
+    for (int c = 0; c < 7; ++c) EXPECT_EQ(y(r, c), before(r, c) * -3.0f);
+  EXPECT_THROW(backend->scale_rows(nullptr, 1.0f, Mat(y.ptr(), 5, 7, 6)), Error);
+}
+
 // ------------------------------------------------------- unpooled lookups --
 
 // embedding_sum_forward adds each table's pooled rows; its backward is embedding_gradient with

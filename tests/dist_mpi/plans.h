@@ -8,10 +8,13 @@
 
 namespace parity::test {
 
-// how: table (round robin from rank 1), column (up to P pieces of at least 4 columns), row (P
-// equal ranges), replicated, or mixed (the first table by rows, the second replicated, the third
-// by columns, the rest whole).
-inline Plan plan_for(const ModelSpec& m, int P, const std::string& how, OptimizerKind opt) {
+// how: table (round robin from rank 1), column (up to `pieces` pieces of at least 4 columns),
+// row (`pieces` equal ranges), replicated, or mixed (the first table by rows, the second
+// replicated, the third by columns, the rest whole). Piece j goes to rank (j + t) % P (column) or
+// j % P (row); pieces 0 means P, and more pieces than ranks give a rank several of one table.
+inline Plan plan_for(const ModelSpec& m, int P, const std::string& how, OptimizerKind opt,
+                     int pieces = 0) {
+  if (pieces <= 0) pieces = P;
   Plan p;
   p.model = m.name;
   p.device = "h200";
@@ -32,14 +35,14 @@ inline Plan plan_for(const ModelSpec& m, int P, const std::string& how, Optimize
       tp.shards = {{(t + 1) % P, 0, ts.rows, 0, ts.dim}};
     } else if (kind == "column") {
       tp.sharding = Sharding::column;
-      const int k = std::max(1, std::min(P, ts.dim / 4));
+      const int k = std::max(1, std::min(pieces, ts.dim / 4));
       for (int j = 0; j < k; ++j)
         tp.shards.push_back({(j + t) % P, 0, ts.rows, ts.dim * j / k, ts.dim * (j + 1) / k});
     } else if (kind == "row") {
       tp.sharding = Sharding::row;
-      for (int d = 0; d < P; ++d)
-        if (ts.rows * (d + 1) / P > ts.rows * d / P)
-          tp.shards.push_back({d, ts.rows * d / P, ts.rows * (d + 1) / P, 0, ts.dim});
+      for (int j = 0; j < pieces; ++j)
+        if (ts.rows * (j + 1) / pieces > ts.rows * j / pieces)
+          tp.shards.push_back({j % P, ts.rows * j / pieces, ts.rows * (j + 1) / pieces, 0, ts.dim});
     } else {
       tp.sharding = Sharding::replicated;
       for (int d = 0; d < P; ++d) tp.shards.push_back({d, 0, ts.rows, 0, ts.dim});

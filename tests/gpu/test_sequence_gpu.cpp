@@ -124,6 +124,18 @@ TEST(SequenceGpu, RowCopiesAndSummedLookupsMatchCpu) {
   cpu.scatter_add_rows(rows.cview(), index.data(), full.view());
   gpu.scatter_add_rows(grows.view(), gi.as<const std::int64_t>(), gfull.view());
   expect_near_ref("scatter_add_rows", gfull.download(), full);
+  // Rows scaled in a strided view (columns 3 to 19 of 24), by a factor each and by alpha alone.
+  std::vector<float> factors(50);
+  for (float& f : factors) f = static_cast<float>(rand.uniform(-2, 2));
+  Buffer gf(gpu, factors.size() * 4);
+  gpu.copy_to_device(gf.get(), factors.data(), factors.size() * 4);
+  HostMat scaled = src;
+  DevMat gscaled(gpu, src);
+  cpu.scale_rows(factors.data(), 0.5f, scaled.view().cols_slice(3, 16));
+  gpu.scale_rows(gf.as<const float>(), 0.5f, gscaled.view().cols_slice(3, 16));
+  cpu.scale_rows(nullptr, -1.5f, scaled.view());
+  gpu.scale_rows(nullptr, -1.5f, gscaled.view());
+  EXPECT_EQ(gscaled.download().v, scaled.v) << "scale_rows: one fp32 product per element";
 
   // Three tables of dim 16 (fp32, bf16, fp32 mean), one id per token and some empty bags.
   std::vector<TableLayout> tables(3);

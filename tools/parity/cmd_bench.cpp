@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common.h"
+#include "parity/backend.h"
 #include "parity/dist.h"
 #include "parity/error.h"
 #include "parity/perf.h"
@@ -43,43 +44,62 @@ Collective collective_of(const std::string& name) {
 
 // One collective on a buffer of `bytes` per rank (nccl-tests' size: the all-reduce's buffer, the
 // all-gather's received total, the reduce-scatter's and the all-to-all's sent total), filled with
-// small integers and checked once: every sum is exact in fp32.
+// small integers and checked once: every sum is exact in fp32. With a GPU backend (the NCCL
+// engine) the buffers are in device memory, as a training step's are, and used in place.
 class Op {
  public:
-  Op(Communicator& c, Collective kind, std::int64_t bytes) : c_(c), kind_(kind) {
+  Op(Communicator& c, Collective kind, std::int64_t bytes, Backend* gpu)
+      : c_(c), kind_(kind), gpu_(gpu) {
     const auto P = static_cast<std::size_t>(c.size());
     floats_ = std::max<std::size_t>(P, static_cast<std::size_t>(bytes) / 4 / P * P);
     a_.resize(floats_);
     b_.resize(floats_);
     for (std::size_t i = 0; i < floats_; ++i) a_[i] = static_cast<float>((c.rank() + i) % 64);
+    if (gpu_ != nullptr) {
+      da_ = Buffer(*gpu_, floats_ * 4);
+      db_ = Buffer(*gpu_, floats_ * 4);
+      gpu_->copy_to_device(da_.get(), a_.data(), floats_ * 4);
+      gpu_->synchronize();
+    }
   }
   std::int64_t bytes() const { return static_cast<std::int64_t>(floats_ * 4); }
-  void run() {
+  // fresh: the all-reduce starts from the inputs again (else it sums its last result in place,
+  // as the timed runs do: no copy is timed).
+  void run(bool fresh) {
     const auto P = static_cast<std::size_t>(c_.size());
+    float* a = gpu_ != nullptr ? da_.as<float>() : a_.data();
+    float* b = gpu_ != nullptr ? db_.as<float>() : b_.data();
+    const std::span<float> as(a, floats_), bs(b, floats_);
     switch (kind_) {
       case Collective::all_reduce:
-        std::copy(a_.begin(), a_.end(), b_.begin());
-        c_.all_reduce_sum(b_);
+        if (fresh) {
+          if (gpu_ != nullptr) {
+            gpu_->copy_within(b, a, floats_ * 4);
+            gpu_->synchronize();  // the engine's stream does not wait for the backend's
+          } else {
+            std::copy(a_.begin(), a_.end(), b_.begin());
+          }
+        }
+        c_.all_reduce_sum(bs);
         break;
       case Collective::reduce_scatter:
-        c_.reduce_scatter_sum(a_, std::span<float>(b_).first(floats_ / P));
+        c_.reduce_scatter_sum(as, bs.first(floats_ / P));
         break;
       case Collective::all_gather:
-        c_.all_gather(std::as_bytes(std::span<const float>(a_).first(floats_ / P)),
-                      std::as_writable_bytes(std::span<float>(b_)));
+        c_.all_gather(std::as_bytes(as.first(floats_ / P)), std::as_writable_bytes(bs));
         break;
       case Collective::all_to_all: {
         const std::vector<std::int64_t> block(P, static_cast<std::int64_t>(floats_ / P * 4));
-        c_.all_to_all_v(std::as_bytes(std::span<const float>(a_)), block,
-                        std::as_writable_bytes(std::span<float>(b_)), block);
+        c_.all_to_all_v(std::as_bytes(as), block, std::as_writable_bytes(bs), block);
         break;
       }
     }
   }
-  // The result of one run against what each rank can work out alone.
-  bool check() const {
+  // The result of one fresh run against what each rank can work out alone.
+  bool check() {
     const auto P = static_cast<std::size_t>(c_.size());
     const std::size_t m = floats_ / P, me = static_cast<std::size_t>(c_.rank());
+    if (gpu_ != nullptr) gpu_->copy_to_host(b_.data(), db_.get(), floats_ * 4);
     auto value = [](std::size_t rank, std::size_t i) {
       return static_cast<float>((rank + i) % 64);
     };
@@ -108,19 +128,33 @@ class Op {
  private:
   Communicator& c_;
   Collective kind_;
+  Backend* gpu_;
   std::size_t floats_ = 0;
   std::vector<float> a_, b_;
+  Buffer da_, db_;
 };
 
 void run_comm(const CommArgs& a) {
   const ProcessGroupInfo g = detect_process_group();
-  std::unique_ptr<Communicator> c;
-  if (a.engine == "self" || (a.engine == "auto" && g.world == 1 && !mpi_available()))
+  std::string engine = a.engine;
+  if (engine == "auto")
+    engine = nccl_available() && !detect_gpu().empty() ? "nccl"
+             : g.world == 1 && !mpi_available()        ? "self"
+                                                       : "mpi";
+  std::unique_ptr<Communicator> bootstrap, c;
+  std::unique_ptr<Backend> gpu;  // the NCCL engine's buffers
+  if (engine == "self") {
     c = make_self_communicator();
-  else if (a.engine == "mpi" || a.engine == "auto")
+  } else if (engine == "mpi") {
     c = make_mpi_communicator(&g);
-  else
-    throw InputError(fmt::format("--engine: '{}'; expected auto, mpi or self", a.engine));
+  } else if (engine == "nccl") {
+    if (g.world > 1 && (g.launcher == Launcher::mpirun || g.launcher == Launcher::slurm))
+      bootstrap = make_mpi_communicator(&g);
+    c = make_nccl_communicator(g, bootstrap.get());  // selects the local rank's GPU
+    gpu = make_backend("gpu");
+  } else {
+    throw InputError(fmt::format("--engine: '{}'; expected auto, mpi, nccl or self", a.engine));
+  }
   if (a.min_bytes > a.max_bytes)
     throw InputError(
         fmt::format("--min-bytes {} is above --max-bytes {}", a.min_bytes, a.max_bytes));
@@ -150,13 +184,13 @@ void run_comm(const CommArgs& a) {
   }
   for (const Collective kind : ops) {
     for (std::int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 4) {
-      Op op(*c, kind, bytes);
-      op.run();
+      Op op(*c, kind, bytes, gpu.get());
+      op.run(true);
       const bool ok = op.check();
-      for (int i = 0; i < a.warmup; ++i) op.run();
+      for (int i = 0; i < a.warmup; ++i) op.run(false);
       c->barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < a.iters; ++i) op.run();
+      for (int i = 0; i < a.iters; ++i) op.run(false);
       double mine =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / a.iters;
       // The slowest rank's time, and whether every rank's check held.
@@ -203,6 +237,7 @@ void add_bench_command(CLI::App& app) {
       "checked. Run under a launcher:\n\n"
       "  mpirun -np 4 parity bench comm --device h200\n"
       "  srun -n 4 parity bench comm\n"
+      "  torchrun --nproc-per-node 8 --no-python parity bench comm   # NCCL between GPUs\n"
       "  parity bench comm --engine self            # one process");
   comm->add_option("--ops", args->ops,
                    "Collectives: all_to_all, all_reduce, reduce_scatter, all_gather")
@@ -219,7 +254,9 @@ void add_bench_command(CLI::App& app) {
   comm->add_option("--warmup", args->warmup, "Untimed iterations first")
       ->check(nonnegative_integer())
       ->capture_default_str();
-  comm->add_option("--engine", args->engine, "auto (MPI when built with it), mpi or self")
+  comm->add_option("--engine", args->engine,
+                   "auto (NCCL on the GPUs where built and a GPU is usable, else MPI when built "
+                   "with it), mpi, nccl (buffers in device memory) or self")
       ->capture_default_str();
   comm->add_option("--device", args->device,
                    "Print the planner's collective model for this device beside each size");

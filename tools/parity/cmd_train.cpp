@@ -253,6 +253,9 @@ struct TrainArgs {
   std::string checkpoint, backend = "auto", on_bad_line = "stop", plan, dense_math, gemm_catalog;
   // auto: the plan's choices where its catalog is this GPU's, else the BLAS library's own.
   std::string gemm_selection = "auto";
+  // The collectives' engine: auto (none for one process; NCCL under a GPU backend where built,
+  // else MPI), mpi or nccl (those two for one process too).
+  std::string collectives = "auto";
   bool resume = false, profile = false, no_plan = false;
   std::vector<std::string> data, eval_data;
 };
@@ -522,28 +525,70 @@ void write_loss_log(const std::string& file, std::int64_t window, const TrainRes
 
 void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicator* comm);
 
+// Whether the run's backend is a GPU's (--backend, or auto on a machine with a usable GPU).
+bool gpu_backend_chosen(const std::string& backend) {
+  return backend != "cpu" && (backend != "auto" || !detect_gpu().empty());
+}
+
+// The communicator of a run started as several ranks, or of one process asked for one.
+// `bootstrap`: the MPI engine that gives the NCCL engine its id under mpirun or Slurm.
+std::unique_ptr<Communicator> make_run_communicator(const TrainArgs& args,
+                                                    std::unique_ptr<Communicator>& bootstrap) {
+  const bool gpu = gpu_backend_chosen(args.backend);
+  std::string engine = args.collectives;
+  if (engine == "auto") {
+    if (g_group.world == 1) return nullptr;
+    // NCCL takes one GPU a rank: ranks that share one go through the host (MPI).
+    engine = gpu && nccl_available() && detect_gpu_count() >= g_group.local_world ? "nccl" : "mpi";
+  }
+  if (engine == "nccl") {
+    if (!gpu)
+      throw InputError(
+          "--collectives nccl: the NCCL engine runs on GPUs, and this run's backend is the cpu "
+          "(--backend gpu, or --collectives mpi)");
+    if (!nccl_available())
+      throw InputError(
+          "--collectives nccl: this build has no NCCL engine (nccl.h and libnccl were not found "
+          "beside the CUDA toolkit at configure time); --collectives mpi stages through the host");
+    if (g_group.launcher == Launcher::mpirun || g_group.launcher == Launcher::slurm)
+      bootstrap = make_mpi_communicator(&g_group);
+    try {
+      return make_nccl_communicator(g_group, bootstrap.get());
+    } catch (const std::exception& e) {
+      if (!bootstrap) throw;
+      // The other ranks may wait inside NCCL's set-up: end them all, saying why.
+      fmt::print(stderr,
+                 "parity: error on rank {} of {}: {} (ranks sharing a GPU: --collectives mpi)\n",
+                 g_group.rank, g_group.world, e.what());
+      bootstrap->abort(2);
+      throw;
+    }
+  }
+  if (g_group.launcher == Launcher::torchrun)
+    throw InputError(fmt::format(
+        "a torchrun-style launch ({}) starts no MPI runtime, and the MPI engine needs one: start "
+        "the ranks with mpirun (or srun), or train on GPUs, whose NCCL engine meets at "
+        "MASTER_ADDR:MASTER_PORT",
+        g_group.source));
+  return make_mpi_communicator(&g_group);
+}
+
 void run_train(const TrainArgs& given, bool model_given) {
   TrainArgs args = given;
   TrainConfig cfg;
   // Started as several ranks: the plan says how the tables are sharded over them.
   g_group = detect_process_group();
-  std::unique_ptr<Communicator> comm;
-  if (g_group.world > 1) {
-    if (args.plan.empty())
-      throw InputError(fmt::format(
-          "this run is {} ranks ({}; {}): give a plan made for {} GPUs, which says how the "
-          "tables are sharded over them (parity plan --gpus {} --out plan.json, then --plan "
-          "plan.json)",
-          g_group.world, name_in(kLauncherNames, g_group.launcher), g_group.source, g_group.world,
-          g_group.world));
-    if (args.backend == "auto") args.backend = "cpu";
-    if (args.backend != "cpu")
-      throw InputError(fmt::format(
-          "--backend {}: a run over several processes runs on the cpu backend so far (the NCCL "
-          "engine is not built yet)",
-          args.backend));
-    comm = make_mpi_communicator(&g_group);
-  }
+  if (g_group.world > 1 && args.plan.empty())
+    throw InputError(fmt::format(
+        "this run is {} ranks ({}; {}): give a plan made for {} GPUs, which says how the "
+        "tables are sharded over them (parity plan --gpus {} --out plan.json, then --plan "
+        "plan.json)",
+        g_group.world, name_in(kLauncherNames, g_group.launcher), g_group.source, g_group.world,
+        g_group.world));
+  // Each rank on its own GPU (the local rank's), before anything touches one.
+  if (g_group.world > 1 && args.backend != "cpu") use_gpu_of_local_rank(g_group.local_rank);
+  std::unique_ptr<Communicator> bootstrap;
+  std::unique_ptr<Communicator> comm = make_run_communicator(args, bootstrap);
   if (!comm) {
     train_with(args, model_given, cfg, nullptr);
     return;
@@ -553,6 +598,7 @@ void run_train(const TrainArgs& given, bool model_given) {
   try {
     train_with(args, model_given, cfg, comm.get());
   } catch (const std::exception& e) {
+    if (comm->size() == 1) throw;  // no other rank waits: said as any run's error
     fmt::print(stderr, "parity: error on rank {} of {}: {}\n", g_group.rank, g_group.world,
                e.what());
     comm->abort(2);
@@ -562,6 +608,10 @@ void run_train(const TrainArgs& given, bool model_given) {
 // The run after the process group is known: the recipe (plan), the data, training, the profile.
 void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicator* comm) {
   const std::shared_ptr<Plan> plan = choose_recipe(args, model_given, cfg);
+  if (comm != nullptr && !plan)
+    throw InputError(fmt::format(
+        "--collectives {}: a run through a communicator trains a plan (--plan, made for {} GPU{})",
+        comm->engine(), comm->size(), comm->size() == 1 ? "" : "s"));
   if (comm != nullptr) {
     cfg.shard_plan = plan.get();
     cfg.comm = comm;
@@ -725,6 +775,12 @@ void add_train_command(CLI::App& app) {
                   "Backend: auto (the GPU where one is usable, else cpu), cpu, gpu (the GPU "
                   "backend this build has: cuda, or hip)")
       ->check(CLI::IsMember({"auto", "cpu", "gpu", "cuda", "hip"}))
+      ->capture_default_str();
+  cmd->add_option("--collectives", args->collectives,
+                  "The ranks' collectives: auto (NCCL between GPUs where this build has it, else "
+                  "MPI; none for one process), mpi (through host memory under a GPU backend), "
+                  "or nccl; mpi and nccl make a communicator of one rank too, for one process")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}))
       ->capture_default_str();
   cmd->add_option("--data", args->data,
                   "A shard dataset directory (parity data synth) or Criteo TSV files to train on "

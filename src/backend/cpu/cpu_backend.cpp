@@ -356,6 +356,15 @@ void CpuBackend::gather_rows(CAMat src, const std::int64_t* index, AMat dst) {
   df.store();
 }
 
+void CpuBackend::scale_rows(const float* scale, float alpha, Mat x) {
+  backend_checks::check_view("scale_rows", "x", x);
+#pragma omp parallel for schedule(static) if (x.rows * x.cols >= (1 << 16))
+  for (std::int64_t r = 0; r < x.rows; ++r) {
+    const float f = scale == nullptr ? alpha : alpha * scale[r];
+    for (std::int64_t c = 0; c < x.cols; ++c) x.data[r * x.ld + c] *= f;
+  }
+}
+
 void CpuBackend::scatter_add_rows(CAMat src, const std::int64_t* index, AMat dst) {
   const Out df("scatter_add_rows", "dst", dst);
   cpu::scatter_add_rows<float>(In("scatter_add_rows", "src", src), index, df);

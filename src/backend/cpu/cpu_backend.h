@@ -28,6 +28,7 @@ class CpuBackend : public Backend {
  public:
   CpuBackend();
   std::string name() const override { return "cpu"; }
+  bool memory_is_host() const override { return true; }
 
   void* allocate(std::size_t bytes) override;
   void deallocate(void* p) noexcept override;
@@ -80,6 +81,7 @@ class CpuBackend : public Backend {
   void silu_backward(CAMat x, CAMat dy, AMat dx) override;
   void add_into(CAMat x, AMat y) override;
   void gather_rows(CAMat src, const std::int64_t* index, AMat dst) override;
+  void scale_rows(const float* scale, float alpha, Mat x) override;
   void scatter_add_rows(CAMat src, const std::int64_t* index, AMat dst) override;
   void hstu_attention_forward(const SequenceBatch& seq, const HstuAttention& att, CAMat q, CAMat k,
                               CAMat v, AMat out) override;

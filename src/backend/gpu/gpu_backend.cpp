@@ -835,6 +835,11 @@ void GpuBackend::gather_rows(CAMat src, const std::int64_t* index, AMat dst) {
   gpu::gather_rows(impl_->s(), sf, index, df);
 }
 
+void GpuBackend::scale_rows(const float* scale, float alpha, Mat x) {
+  check_view("scale_rows", "x", x);
+  gpu::scale_rows(impl_->s(), scale, alpha, x);
+}
+
 void GpuBackend::scatter_add_rows(CAMat src, const std::int64_t* index, AMat dst) {
   const CMat sf = f32_in("scatter_add_rows", "src", src);
   const Mat df = f32_out("scatter_add_rows", "dst", dst);
@@ -980,6 +985,15 @@ std::string gpu_device_name() {
 
 std::string gpu_device_uuid() {
   return gpu::device_count() == 0 ? std::string() : gpu::device_info().uuid;
+}
+
+int gpu_device_count() {
+  return gpu::device_count();
+}
+
+void use_gpu(int index) {
+  const int n = gpu::device_count();
+  if (n > 0) gpu::check(gpu::set_device(index % n), "selecting the process's GPU");
 }
 
 }  // namespace parity

@@ -147,6 +147,7 @@ class GpuBackend final : public Backend {
   void silu_backward(CAMat x, CAMat dy, AMat dx) override;
   void add_into(CAMat x, AMat y) override;
   void gather_rows(CAMat src, const std::int64_t* index, AMat dst) override;
+  void scale_rows(const float* scale, float alpha, Mat x) override;
   void scatter_add_rows(CAMat src, const std::int64_t* index, AMat dst) override;
   void hstu_attention_forward(const SequenceBatch& seq, const HstuAttention& att, CAMat q, CAMat k,
                               CAMat v, AMat out) override;
@@ -194,5 +195,9 @@ std::unique_ptr<Backend> make_gpu_backend(DenseMath math = DenseMath::fp32);
 std::string gpu_device_name();
 // Its UUID ("GPU-...", as nvidia-smi prints it); empty likewise.
 std::string gpu_device_uuid();
+// Makes GPU `index` modulo the visible GPUs this process's current one (nothing without a GPU).
+void use_gpu(int index);
+// The GPUs this process sees.
+int gpu_device_count();
 
 }  // namespace parity

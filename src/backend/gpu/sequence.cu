@@ -190,6 +190,17 @@ __global__ __launch_bounds__(kRowBlock) void rows_kernel(int scatter, CMat src,
   }
 }
 
+__global__ __launch_bounds__(kRowBlock) void scale_rows_kernel(const float* scale, float alpha,
+                                                               Mat x) {
+  const std::int64_t n = x.rows * x.cols;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * kRowBlock + threadIdx.x; e < n;
+       e += static_cast<std::int64_t>(gridDim.x) * kRowBlock) {
+    const std::int64_t r = e / x.cols, c = e - r * x.cols;
+    const float f = scale == nullptr ? alpha : alpha * scale[r];
+    x.data[r * x.ld + c] *= f;
+  }
+}
+
 struct SumTable {
   std::int64_t rows = 0, weight_offset = 0;
   int dtype = 0;  // 0 fp32, 1 fp16, 2 bf16
@@ -560,6 +571,11 @@ void add_into(Stream_t s, CMat x, Mat y) {
 void gather_rows(Stream_t s, CMat src, const std::int64_t* index, Mat dst) {
   launch("gather_rows", rows_kernel, {grid_of(dst.rows * dst.cols, kRowBlock), kRowBlock, 0}, s, 0,
          src, index, dst, dst.rows, dst.cols);
+}
+void scale_rows(Stream_t s, const float* scale, float alpha, Mat x) {
+  if (x.rows * x.cols == 0) return;
+  launch("scale_rows", scale_rows_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s,
+         scale, alpha, x);
 }
 void scatter_add_rows(Stream_t s, CMat src, const std::int64_t* index, Mat dst) {
   launch("scatter_add_rows", rows_kernel, {grid_of(src.rows * src.cols, kRowBlock), kRowBlock, 0},

@@ -91,6 +91,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string_view engine() const override { return "nccl"; }
+  bool takes_device_memory() const override { return true; }
 
   void all_reduce_sum(std::span<float> data) override {
     all_reduce(data.data(), data.size(), ncclFloat, sizeof(float));
