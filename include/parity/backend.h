@@ -238,6 +238,13 @@ class Backend {
     fill_uniform(p, DType::f32, n, lo, hi, seed, stream);
   }
   virtual void synchronize() = 0;
+  // A mark in the backend's queue of work: the function returned, called from any thread, returns
+  // once the work enqueued before the mark is done. Empty where an op's work is done when it
+  // returns (the cpu backend).
+  virtual std::function<void()> fence() { return {}; }
+  // Makes a thread other than the one that made the backend ready to call it (a GPU backend's
+  // device becomes that thread's current one).
+  virtual void use_from_this_thread() {}
 
   // ---- activation storage ----
   // The element type the engine stores activations in (the forward outputs that the backward

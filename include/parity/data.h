@@ -320,6 +320,13 @@ class BatchSource {
     Split split = Split::train;
   };
   virtual Generated generated() const { return {}; }
+  // A rank's slice of the next batch, read without the rest (a run over several ranks, each on
+  // its slice of every global batch): moves past the next `batch` examples (fewer where the data
+  // ends) as next(batch) would, and fills out with examples [n r / W, n (r + 1) / W) of those n,
+  // r = rank of W = ranks: what slicing next(batch)'s batch gives, bit for bit. Returns n, 0
+  // once no example is left. Only where reads_slices() (the source skips without reading).
+  virtual bool reads_slices() const { return false; }
+  virtual std::int64_t next_slice(std::int64_t batch, int rank, int ranks, Batch& out);
 };
 
 // The synthetic planted-teacher data of one split (SyntheticData, or SyntheticSequences for an

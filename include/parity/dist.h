@@ -78,6 +78,11 @@ class Communicator {
                             std::span<const std::int64_t> send_bytes, std::span<std::byte> recv,
                             std::span<const std::int64_t> recv_bytes) = 0;
   virtual void barrier() = 0;
+  // A communicator over the same ranks whose collectives are ordered apart from this one's, so
+  // that another thread may run them while this one runs others (the dense gradients' all-reduce
+  // beside the embedding exchange). Collective: every rank calls it at the same point. Null
+  // where the engine cannot (MPI without MPI_THREAD_MULTIPLE). It must not outlive this one.
+  virtual std::unique_ptr<Communicator> duplicate() { return nullptr; }
   // Ends every rank of the run with `code` (a rank that met an error the others did not: they
   // would otherwise wait for it inside a collective). The self communicator returns.
   virtual void abort(int code) noexcept = 0;

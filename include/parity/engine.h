@@ -70,7 +70,8 @@ class Model {
   // parameters from seed (deterministically, on the backend). With a plan and a communicator the
   // model is sharded from the start (shard()), and holds no whole table at any point.
   Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed,
-        const Plan* shard_plan = nullptr, Communicator* comm = nullptr);
+        const Plan* shard_plan = nullptr, Communicator* comm = nullptr,
+        std::size_t dense_bucket_bytes = kDenseBucket);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -130,10 +131,16 @@ class Model {
   // share of the global batch, so the ranks' step is one process's step on the whole batch (to
   // rounding). Call before the first step, on every rank, with the same plan; the shards start
   // from the values this model's tables started from, and the whole tables are freed (each rank
-  // holds its shards only). The cpu backend, fp32 tables in device memory only so
-  // far; refused by name otherwise. Checkpoints go through checkpoint_layout(); tensors() is
-  // refused.
-  void shard(const Plan& plan, Communicator& comm);
+  // holds its shards only). fp32 tables in device memory only so far; refused by name otherwise.
+  // Checkpoints go through checkpoint_layout(); tensors() is refused. One rank whose plan holds
+  // every table whole keeps its tables (nothing is exchanged). The dense gradients are summed in
+  // buckets of at least dense_bucket_bytes, each as soon as the backward has made it, on a worker
+  // thread and a communicator of their own (comm.duplicate()) while the backward goes on; where
+  // the engine gives no such communicator, once at the end of the backward.
+  void shard(const Plan& plan, Communicator& comm, std::size_t dense_bucket_bytes = kDenseBucket);
+  // PyTorch DDP's default bucket (bucket_cap_mb = 25): large enough that each all-reduce runs near
+  // the link's bandwidth, small enough that the first starts early in the backward.
+  static constexpr std::size_t kDenseBucket = std::size_t{25} << 20;
   // What this process holds of every tensor tensors() names, for checkpoints that load on any
   // number of ranks: the whole tensors (as tensors(), host-placed tables written back first), or
   // on a sharded model the dense tensors (rank 0 writes them) and this rank's shards. After
@@ -141,6 +148,8 @@ class Model {
   CheckpointLayout checkpoint_layout();
   // The shards, when shard() was called (else null).
   const ShardedEmbedding* sharded_embedding() const;
+  // Whether the dense gradients are summed in buckets while the backward goes on (shard()).
+  bool dense_allreduce_overlapped() const;
   // The dense parameters and their optimizer state (tensors() without the tables), also on a
   // sharded model.
   std::vector<TensorRef> dense_tensors();

@@ -99,7 +99,7 @@ struct TrainConfig {
   // is a loss spike, a fault to replay (0: spikes are not looked for; from 10 steps into a run).
   // Reads every step's loss, so the host waits for each step.
   double spike_factor = 0;
-  // Several processes (DLRM, cpu backend): the plan that shards the tables over `comm`'s ranks
+  // Several processes (DLRM): the plan that shards the tables over `comm`'s ranks
   // (Model::shard). Every rank reads each global batch of `batch` examples and trains on its
   // slice, rank r on examples [batch r / W, batch (r + 1) / W); evaluation predicts each rank's
   // slice of the held-out examples and gathers them, so every rank reports the same AUC. The
@@ -107,6 +107,8 @@ struct TrainConfig {
   // process.
   const Plan* shard_plan = nullptr;
   Communicator* comm = nullptr;
+  // The dense gradients' all-reduce buckets (Model::shard).
+  std::size_t dense_bucket_bytes = Model::kDenseBucket;
 };
 
 // The backend a run names, with the run's kernel catalog given to it.

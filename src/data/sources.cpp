@@ -17,6 +17,12 @@
 namespace parity {
 namespace {
 
+// Rank r's slice of n examples over W ranks: [n r / W, n (r + 1) / W), as first and count.
+std::pair<std::int64_t, std::int64_t> slice_bounds(std::int64_t n, int rank, int ranks) {
+  const std::int64_t first = n * rank / ranks;
+  return {first, n * (rank + 1) / ranks - first};
+}
+
 // The synthetic data of one split, made on the fly: a DLRM model's examples (SyntheticData) or an
 // HSTU model's sequences (SyntheticSequences).
 template <class Data>
@@ -32,6 +38,14 @@ class SyntheticSource final : public BatchSource {
     return true;
   }
   void seek(std::int64_t example) override { position_ = example; }
+  bool reads_slices() const override { return true; }
+  std::int64_t next_slice(std::int64_t batch, int rank, int ranks, Batch& out) override {
+    // Example e is a function of e alone: the slice is made where it lies.
+    const auto [first, count] = slice_bounds(batch, rank, ranks);
+    data_.make(split_, position_ + first, count, out);
+    position_ += batch;
+    return batch;
+  }
   std::string describe() const override {
     return kSequences ? "synthetic sequences with a planted sequential teacher" : "synthetic data";
   }
@@ -65,9 +79,30 @@ class ShardSource final : public BatchSource {
                     dir.string()));
   }
   bool next(std::int64_t max_examples, Batch& out) override {
-    return reader_.next(max_examples, out, wrap_);
+    const bool more = reader_.next(max_examples, out, wrap_);
+    if (more) position_ += out.size;
+    return more;
   }
-  void seek(std::int64_t example) override { reader_.seek(example, wrap_); }
+  void seek(std::int64_t example) override {
+    reader_.seek(example, wrap_);
+    position_ = example;
+  }
+  bool reads_slices() const override { return true; }
+  std::int64_t next_slice(std::int64_t batch, int rank, int ranks, Batch& out) override {
+    // The batch next() would read: `batch` examples, fewer at the end of a pass without wrap.
+    const std::int64_t n =
+        wrap_ ? batch : std::clamp<std::int64_t>(reader_.examples() - position_, 0, batch);
+    if (n == 0) return 0;
+    const auto [first, count] = slice_bounds(n, rank, ranks);
+    reader_.seek(position_ + first, wrap_);
+    if (count > 0 && !reader_.next(count, out, wrap_))
+      throw Error(fmt::format("{}: examples {} to {} could not be read", dir_.string(),
+                              position_ + first, position_ + first + count));
+    if (count == 0) out = Batch{};
+    position_ += n;
+    reader_.seek(position_, wrap_);
+    return n;
+  }
   std::int64_t epoch() const override { return reader_.epoch(); }
   std::string describe() const override {
     return fmt::format("shards {} ({} examples)", dir_.string(), reader_.examples());
@@ -78,6 +113,7 @@ class ShardSource final : public BatchSource {
   std::filesystem::path dir_;
   Reader reader_;
   bool wrap_;
+  std::int64_t position_ = 0;  // examples read or skipped since the start (epochs included)
 };
 
 class CriteoSource final : public BatchSource {
@@ -114,6 +150,11 @@ class CriteoSource final : public BatchSource {
 };
 
 }  // namespace
+
+std::int64_t BatchSource::next_slice(std::int64_t, int, int, Batch&) {
+  throw Error(fmt::format("{}: this source reads whole batches only (reads_slices() is false)",
+                          describe()));
+}
 
 std::unique_ptr<BatchSource> make_synthetic_source(const ModelSpec& model, std::uint64_t seed,
                                                    Split split) {

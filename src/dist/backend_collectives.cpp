@@ -14,10 +14,10 @@ void BackendCollectives::before_in_place() {
   if (device_) backend_.synchronize();
 }
 
-void BackendCollectives::all_reduce_sum(float* data, std::size_t n) {
+void BackendCollectives::all_reduce_sum(float* data, std::size_t n, bool ready) {
   if (n == 0) return;
   if (in_place_) {
-    before_in_place();
+    if (!ready) before_in_place();
     comm_.all_reduce_sum(std::span<float>(data, n));
     return;
   }

@@ -22,8 +22,9 @@ class BackendCollectives {
   // Whether the spans go to the communicator as they are (no staging).
   bool in_place() const { return in_place_; }
 
-  // data[0, n) = its sum over the ranks, on every rank (backend memory).
-  void all_reduce_sum(float* data, std::size_t n);
+  // data[0, n) = its sum over the ranks, on every rank (backend memory). ready: the backend's
+  // work that wrote data is known to be done (a fence waited for), so none is waited for here.
+  void all_reduce_sum(float* data, std::size_t n, bool ready = false);
   // Communicator::all_to_all_v over backend memory.
   void all_to_all_v(const void* send, std::span<const std::int64_t> send_bytes, void* recv,
                     std::span<const std::int64_t> recv_bytes);

@@ -55,6 +55,9 @@ class SelfCommunicator final : public Communicator {
     std::copy(send.begin(), send.end(), recv.begin());
   }
   void barrier() override {}
+  std::unique_ptr<Communicator> duplicate() override {
+    return std::make_unique<SelfCommunicator>();
+  }
   void abort(int) noexcept override {}
 
  private:
@@ -147,11 +150,29 @@ class MpiCommunicator final : public Communicator {
       });
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    if (!(timeout_s > 0))
-      throw Error(fmt::format("collective time-out {} s: expected a positive number", timeout_s));
-    watchdog_ = std::make_unique<Watchdog>(timeout_s, rank_, size_);
+    start(timeout_s);
+  }
+  // A duplicate of another engine's communicator (duplicate()).
+  MpiCommunicator(MPI_Comm comm, double timeout_s) : comm_(comm), owned_(true) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    start(timeout_s);
+  }
+  ~MpiCommunicator() override {
+    watchdog_.reset();
+    int finalised = 0;
+    MPI_Finalized(&finalised);
+    if (owned_ && !finalised) MPI_Comm_free(&comm_);
+  }
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  std::unique_ptr<Communicator> duplicate() override {
+    int level = 0;
+    MPI_Query_thread(&level);
+    if (level != MPI_THREAD_MULTIPLE) return nullptr;  // two threads may not call MPI at once
+    MPI_Comm dup = MPI_COMM_NULL;
+    call("duplicate", [&] { return MPI_Comm_dup(comm_, &dup); });
+    return std::make_unique<MpiCommunicator>(dup, timeout_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -176,7 +197,7 @@ class MpiCommunicator final : public Communicator {
         std::copy_n(send.data() + r * m + off, n, out.data() + r * n);
       call("reduce_scatter_sum", [&] {
         return MPI_Alltoall(out.data(), static_cast<int>(n), MPI_FLOAT, in.data(),
-                            static_cast<int>(n), MPI_FLOAT, MPI_COMM_WORLD);
+                            static_cast<int>(n), MPI_FLOAT, comm_);
       });
       for (std::size_t i = 0; i < n; ++i) {
         float s = in[i];
@@ -201,7 +222,7 @@ class MpiCommunicator final : public Communicator {
                       n * P, INT_MAX));
     call("all_gather", [&] {
       return MPI_Allgather(send.data(), static_cast<int>(n), MPI_BYTE, recv.data(),
-                           static_cast<int>(n), MPI_BYTE, MPI_COMM_WORLD);
+                           static_cast<int>(n), MPI_BYTE, comm_);
     });
   }
 
@@ -238,13 +259,13 @@ class MpiCommunicator final : public Communicator {
     layout(recv_bytes, recv.size(), rc, rd, "receive");
     call("all_to_all_v", [&] {
       return MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_BYTE, recv.data(), rc.data(),
-                           rd.data(), MPI_BYTE, MPI_COMM_WORLD);
+                           rd.data(), MPI_BYTE, comm_);
     });
   }
 
   void barrier() override {
     ++collectives_;
-    call("barrier", [&] { return MPI_Barrier(MPI_COMM_WORLD); });
+    call("barrier", [&] { return MPI_Barrier(comm_); });
   }
   void abort(int code) noexcept override {
     std::fflush(stdout);
@@ -293,7 +314,7 @@ class MpiCommunicator final : public Communicator {
       std::vector<T> parts(static_cast<std::size_t>(mine) * P);
       call("all_reduce_sum", [&] {
         return MPI_Alltoallv(d, counts.data(), displs.data(), type, parts.data(), rcounts.data(),
-                             rdispls.data(), type, MPI_COMM_WORLD);
+                             rdispls.data(), type, comm_);
       });
       std::vector<T> slice(static_cast<std::size_t>(mine));
       for (std::size_t i = 0; i < slice.size(); ++i) {
@@ -303,12 +324,24 @@ class MpiCommunicator final : public Communicator {
       }
       call("all_reduce_sum", [&] {
         return MPI_Allgatherv(slice.data(), mine, type, d, counts.data(), displs.data(), type,
-                              MPI_COMM_WORLD);
+                              comm_);
       });
     }
   }
 
+  void start(double timeout_s) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    if (!(timeout_s > 0))
+      throw Error(fmt::format("collective time-out {} s: expected a positive number", timeout_s));
+    timeout_ = timeout_s;
+    watchdog_ = std::make_unique<Watchdog>(timeout_s, rank_, size_);
+  }
+
+  MPI_Comm comm_ = MPI_COMM_WORLD;
+  bool owned_ = false;  // a duplicate, freed with this engine
   int rank_ = 0, size_ = 1;
+  double timeout_ = 0;
   std::int64_t collectives_ = 0;  // collectives called so far, for the watchdog's message
   std::unique_ptr<Watchdog> watchdog_;
 };

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/collective_queue.h"
 #include "dist/sharded_embedding.h"
 #include "engine/host_tables.h"
 #include "engine/input_stager.h"
@@ -169,7 +170,10 @@ struct Model::Impl {
     if (with_tables) host.load(layout.tables, params.tables(), params.emb_state.as<float>());
     clear_guard();
   }
-  ~Impl() { backend.release_constants(); }  // the activations are about to be freed
+  ~Impl() {
+    dense_queue.reset();          // its tasks read the gradients: drained before anything is freed
+    backend.release_constants();  // the activations are about to be freed
+  }
 
   // counting: host-placed tables' lookups are counted (training steps; not evaluation).
   void forward(const InputSlot& in, std::int64_t n, bool counting = true);
@@ -179,7 +183,22 @@ struct Model::Impl {
   std::unique_ptr<ShardedEmbedding> sharded;
   Communicator* comm = nullptr;
   std::unique_ptr<BackendCollectives> collectives;  // comm over the backend's memory
+  // The dense gradients' all-reduce in buckets while the backward goes on: a duplicate of comm
+  // and the worker that runs it (null where the engine gives no duplicate: one all-reduce at the
+  // end of the backward).
+  std::unique_ptr<Communicator> dense_comm;
+  std::unique_ptr<BackendCollectives> dense_collectives;
+  std::unique_ptr<CollectiveQueue> dense_queue;
+  std::int64_t bucket_floats = 0;
 
+  // Queues the all-reduce of the dense gradients [from, to) once the backend's work so far is done.
+  void send_bucket(std::int64_t from, std::int64_t to) {
+    dense_queue->submit([this, done = backend.fence(), from, to] {
+      if (done) done();
+      dense_collectives->all_reduce_sum(grad(from), static_cast<std::size_t>(to - from),
+                                        /*ready=*/true);
+    });
+  }
   float* param(std::int64_t off) const { return params.dense.as<float>() + off; }
   float* grad(std::int64_t off) const { return params.grads.as<float>() + off; }
   void clear_guard() {
@@ -302,6 +321,15 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   const CAMat top_in = L.cross.empty()
                            ? CAMat(CMat(acts.inter_out.as<float>(), n, L.inter_out))
                            : CAMat(rows_of(acts.cross_x.back(), acts.act_dtype, n, L.x0_cols));
+  // The dense gradients are final layer by layer, from the last parameters to the first (top,
+  // cross, bottom): each bucket goes to the all-reduce once the backward has made it.
+  std::int64_t unsent = L.dense_count;  // gradients [from, unsent) final and not yet sent
+  auto final_from = [&](std::int64_t from) {
+    if (dense_queue && unsent - from >= bucket_floats) {
+      send_bucket(from, unsent);
+      unsent = from;
+    }
+  };
   for (std::size_t k = L.top.size(); k-- > 0;) {
     const Linear& l = L.top[k];
     profiler.section("mlp", l.backward_name);
@@ -310,6 +338,7 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
         k == 0 ? rows_of(acts.d_inter, acts.grad_dtype, n, l.in) : AMat(Mat(b, n, l.in));
     backend.linear_backward(x, CMat(param(l.w), l.out, l.in), top_activation(k, n),
                             CMat(a, n, l.out), l.act, dx, Mat(grad(l.w), l.out, l.in), grad(l.b));
+    final_from(l.w);
     std::swap(a, b);
   }
   // Interaction backward into dx0 [n, D + Σ dims].
@@ -345,6 +374,7 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
                              mode.xl_is_x0 ? AMat() : h, Mat(grad(c.v), r, N), Mat(grad(c.w), N, r),
                              grad(c.b), Mat(),
                              mode);  // du stays the backend's working space
+      final_from(c.v);
       std::swap(g, h);
     }
   }
@@ -374,6 +404,7 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
     const Mat dx = k == 0 ? Mat() : Mat(out, n, l.in);
     backend.linear_backward(x, CMat(param(l.w), l.out, l.in), y, dy, l.act, dx,
                             Mat(grad(l.w), l.out, l.in), grad(l.b));
+    final_from(l.w);
     dy = dx;
   }
   // One optimizer step over every dense parameter; then the guard looks at the step's loss and
@@ -381,8 +412,16 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   // so a parameter; a parameter that overflows or holds a NaN stays so even where a ReLU masks it
   // from the loss (the GPU's max(x, 0) turns NaN into 0).
   if (comm != nullptr) {  // data-parallel dense layers: every rank's gradients summed
-    profiler.section("dense_allreduce_exposed");  // not overlapped with the backward yet
-    collectives->all_reduce_sum(params.grads.as<float>(), static_cast<std::size_t>(L.dense_count));
+    // What the backward did not hide: the buckets still in flight (or, without a worker, the
+    // whole all-reduce).
+    profiler.section("dense_allreduce_exposed");
+    if (dense_queue) {
+      if (unsent > 0) send_bucket(0, unsent);
+      dense_queue->wait_all();
+    } else {
+      collectives->all_reduce_sum(params.grads.as<float>(),
+                                  static_cast<std::size_t>(L.dense_count));
+    }
   }
   profiler.section("dense_optimizer");
   backend.dense_optimizer_step(params.dense.as<float>(), params.grads.as<float>(),
@@ -403,7 +442,7 @@ static bool holds_every_table_whole(const Plan& plan, const Communicator& comm) 
 // ---- the public interface ----
 
 Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed,
-             const Plan* shard_plan, Communicator* comm) {
+             const Plan* shard_plan, Communicator* comm, std::size_t dense_bucket_bytes) {
   require_dlrm(spec, "the engine");
   if (max_batch <= 0)
     throw Error(fmt::format("Model: max_batch must be positive, got {}", max_batch));
@@ -412,7 +451,7 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
   impl_ =
       std::make_unique<Impl>(spec, backend, max_batch, seed,
                              shard_plan == nullptr || holds_every_table_whole(*shard_plan, *comm));
-  if (shard_plan != nullptr) shard(*shard_plan, *comm);
+  if (shard_plan != nullptr) shard(*shard_plan, *comm, dense_bucket_bytes);
 }
 
 Model::~Model() = default;
@@ -526,7 +565,7 @@ std::vector<TensorRef> Model::tensors() {
                           m.params.dense_state.as<float>());
 }
 
-void Model::shard(const Plan& plan, Communicator& comm) {
+void Model::shard(const Plan& plan, Communicator& comm, std::size_t dense_bucket_bytes) {
   Impl& m = *impl_;
   auto refuse = [](const std::string& why) {
     throw Error("Model::shard: " + why + "; train on one process (no --plan for several GPUs)");
@@ -559,6 +598,16 @@ void Model::shard(const Plan& plan, Communicator& comm) {
   }
   m.comm = &comm;
   m.collectives = std::make_unique<BackendCollectives>(comm, m.backend);
+  // The dense gradients' buckets: their own communicator and a worker thread, where the engine
+  // gives one (every rank asks here, at the same point).
+  m.dense_comm = comm.duplicate();
+  if (m.dense_comm) {
+    m.dense_collectives = std::make_unique<BackendCollectives>(*m.dense_comm, m.backend);
+    m.dense_queue =
+        std::make_unique<CollectiveQueue>([&b = m.backend] { b.use_from_this_thread(); });
+  }
+  m.bucket_floats =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(dense_bucket_bytes / sizeof(float)));
 }
 
 CheckpointLayout Model::checkpoint_layout() {
@@ -611,6 +660,10 @@ CheckpointLayout Model::checkpoint_layout() {
 
 const ShardedEmbedding* Model::sharded_embedding() const {
   return impl_->sharded.get();
+}
+
+bool Model::dense_allreduce_overlapped() const {
+  return impl_->dense_queue != nullptr;
 }
 
 std::vector<TensorRef> Model::dense_tensors() {

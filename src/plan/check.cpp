@@ -135,7 +135,7 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                                        optimizer_name(plan.embedding_optimizer))});
   if (sharded)
     out.push_back({"dense layers", fmt::format("data-parallel over {} ranks, gradients summed "
-                                               "before each optimizer step",
+                                               "in buckets while the backward goes on",
                                                target.gpus)});
   out.push_back(dense_math);
   // Each ranked choice names a product the step makes at the plan's batch: choices edited or made

@@ -242,7 +242,7 @@ class Trainer {
         eval_data_(std::move(data.eval)),
         backend_(make_train_backend(cfg)),
         model_(cfg.model, *backend_, rank_slice(cfg, cfg.batch).second + 1, cfg.seed,
-               cfg.shard_plan, cfg.comm),
+               cfg.shard_plan, cfg.comm, cfg.dense_bucket_bytes),
         record_(train_detail::run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math,
                                          train_data_->kind())),
         total_(cfg.steps > 0 ? cfg.steps : -1) {
@@ -513,7 +513,10 @@ class Trainer {
     const std::int64_t limit = total_ >= 0 ? std::max<std::int64_t>(0, total_ - start_) : -1;
     const BatchSource::Generated gen = train_data_->generated();
     std::optional<Prefetcher> loader;
-    if (!synthetic_on_device()) loader.emplace(*train_data_, cfg_.batch, limit);
+    // A sharded run's rank reads only its slice of each batch where the source can skip.
+    if (!synthetic_on_device())
+      loader.emplace(*train_data_, cfg_.batch, limit, cfg_.comm ? cfg_.comm->rank() : 0,
+                     cfg_.comm ? cfg_.comm->size() : 1);
     auto note_epoch = [&](std::int64_t step) {  // warned once, at the first repeat
       if (!loader) return;
       if (epoch == 0 && loader->epoch() > 0)
@@ -533,18 +536,19 @@ class Trainer {
         ++made;
         return cfg_.batch;
       }
-      if (!loader->next(b)) return 0;
+      std::int64_t whole = 0;
+      if (!loader->next(b, &whole)) return 0;
       // A batch with fewer examples than ranks (the end of a file) leaves a rank nothing to
       // train on: every rank sees its size and drops it.
-      while (cfg_.comm != nullptr && b.size < cfg_.comm->size())
-        if (!loader->next(b)) return 0;
-      if (cfg_.comm != nullptr) {  // this rank's slice of the global batch
+      while (cfg_.comm != nullptr && whole < cfg_.comm->size())
+        if (!loader->next(b, &whole)) return 0;
+      if (cfg_.comm != nullptr && !loader->slices()) {  // this rank's slice of the global batch
         const auto [first, count] = rank_slice(cfg_, b.size);
         model_.stage(slice_of(b, first, count));
       } else {
         model_.stage(b);
       }
-      return b.size;
+      return whole;
     };
     clock_ = StepClock{};
     std::int64_t staged = stage_next();

@@ -256,6 +256,7 @@ struct TrainArgs {
   // The collectives' engine: auto (none for one process; NCCL under a GPU backend where built,
   // else MPI), mpi or nccl (those two for one process too).
   std::string collectives = "auto";
+  double bucket_mb = static_cast<double>(Model::kDenseBucket) / (1 << 20);
   bool resume = false, profile = false, no_plan = false;
   std::vector<std::string> data, eval_data;
 };
@@ -615,6 +616,7 @@ void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicato
   if (comm != nullptr) {
     cfg.shard_plan = plan.get();
     cfg.comm = comm;
+    cfg.dense_bucket_bytes = static_cast<std::size_t>(args.bucket_mb * (1 << 20));
   }
   if (!plan && args.gemm_selection == "plan" && args.backend != "cpu")
     fmt::print(
@@ -781,6 +783,11 @@ void add_train_command(CLI::App& app) {
                   "MPI; none for one process), mpi (through host memory under a GPU backend), "
                   "or nccl; mpi and nccl make a communicator of one rank too, for one process")
       ->check(CLI::IsMember({"auto", "mpi", "nccl"}))
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", args->bucket_mb,
+                  "Several ranks: the dense gradients are summed in buckets of at least this "
+                  "many MiB, each as soon as the backward has made it, while it goes on")
+      ->check(CLI::Range(1.0 / (1 << 20), 1e6))
       ->capture_default_str();
   cmd->add_option("--data", args->data,
                   "A shard dataset directory (parity data synth) or Criteo TSV files to train on "

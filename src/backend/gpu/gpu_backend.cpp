@@ -110,6 +110,7 @@ std::int64_t copy_ld(std::int64_t cols) {
 
 struct GpuBackend::Impl {
   DenseMath math;
+  int device = 0;  // the GPU it was made on
   gpu::Stream stream;
   gpu::Blas blas;
   gpu::Scratch scratch;
@@ -135,7 +136,9 @@ struct GpuBackend::Impl {
   explicit Impl(DenseMath m)
       : math(m),
         loss_scratch(static_cast<std::size_t>(gpu::bce_scratch_bytes()),
-                     "GpuBackend loss partials") {}
+                     "GpuBackend loss partials") {
+    gpu::check(gpu::get_device(&device), "get_device");
+  }
 
   gpu::Stream_t s() const { return stream.get(); }
 
@@ -405,6 +408,21 @@ void GpuBackend::flag_nonfinite(const float* x, std::int64_t n, std::int64_t ste
 void GpuBackend::synchronize() {
   gpu::check(gpu::stream_synchronize(impl_->input.stream()), "synchronize (input copies)");
   impl_->stream.synchronize();
+}
+
+std::function<void()> GpuBackend::fence() {
+  gpu::Event_t e = nullptr;
+  gpu::check(gpu::event_create(&e), "fence");
+  // Destroyed with the last copy of the function (a pending event may be destroyed: its
+  // resources go once it completes).
+  auto event = std::shared_ptr<std::remove_pointer_t<gpu::Event_t>>(
+      e, [](gpu::Event_t x) { (void)gpu::event_destroy(x); });
+  gpu::check(gpu::event_record(e, impl_->s()), "fence");
+  return [event] { gpu::check(gpu::event_synchronize(event.get()), "waiting for a fence"); };
+}
+
+void GpuBackend::use_from_this_thread() {
+  gpu::check(gpu::set_device(impl_->device), "use_from_this_thread");
 }
 
 // ---------------------------------------------------------- input pipeline --

@@ -62,6 +62,8 @@ class GpuBackend final : public Backend {
   void flag_nonfinite(const float* x, std::int64_t n, std::int64_t step,
                       std::int64_t* first_bad) override;
   void synchronize() override;
+  std::function<void()> fence() override;
+  void use_from_this_thread() override;
 
   // Input pipeline: copies run on a second stream, ordered against the compute stream by
   // per-slot events (backend.h describes the protocol).

@@ -43,7 +43,8 @@ class NcclCommunicator final : public Communicator {
     gpu_ok(gpu::get_device_count(&devices), "counting the GPUs");
     // A launcher that gives each rank its own GPU (CUDA_VISIBLE_DEVICES per rank, Slurm's
     // --gpus-per-task=1) leaves one visible; otherwise the local rank picks it.
-    const int device = devices == 1 ? 0 : g.local_rank;
+    device_ = devices == 1 ? 0 : g.local_rank;
+    const int device = device_;
     if (device >= devices)
       throw InputError(fmt::format(
           "rank {} of {} is local rank {} on its host, which shows it {} GPU(s): start at most one "
@@ -171,6 +172,18 @@ class NcclCommunicator final : public Communicator {
     all_reduce(&one, 1, ncclFloat, sizeof one, "barrier");
   }
 
+  // A second NCCL communicator on the same GPU, its id sent through this one.
+  std::unique_ptr<Communicator> duplicate() override {
+    ProcessGroupInfo g;
+    g.rank = rank_;
+    g.world = size_;
+    int devices = 0;
+    gpu_ok(gpu::get_device_count(&devices), "counting the GPUs");
+    g.local_rank = devices == 1 ? 0 : device_;
+    g.local_world = devices;
+    return std::make_unique<NcclCommunicator>(g, this, timeout_);
+  }
+
   void abort(int code) noexcept override {
     std::fflush(stdout);
     std::fflush(stderr);
@@ -190,6 +203,8 @@ class NcclCommunicator final : public Communicator {
   };
 
   Staged stage(const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes) {
+    // Any thread may call: the GPU is the one this engine was made on.
+    gpu_ok(gpu::set_device(device_), "selecting the rank's GPU");
     const bool send_dev = send_bytes == 0 || gpu::is_device_pointer(send);
     const bool recv_dev = recv_bytes == 0 || gpu::is_device_pointer(recv);
     const std::size_t recv_at = send_dev ? 0 : (send_bytes + 255) / 256 * 256;
@@ -281,6 +296,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   int rank_ = 0, size_ = 1;
+  int device_ = 0;
   double timeout_;
   Communicator* bootstrap_;
   ncclComm_t comm_ = nullptr;
