@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 
 namespace parity {
 namespace {
@@ -22,7 +23,7 @@ void put(std::vector<std::byte>& buf, T v) {
 // Reads values of T from a received block, in order.
 class Reader {
  public:
-  explicit Reader(const std::vector<std::byte>& b) : b_(b) {}
+  explicit Reader(std::span<const std::byte> b) : b_(b) {}
   template <class T>
   T get() {
     T v;
@@ -39,7 +40,7 @@ class Reader {
   }
 
  private:
-  const std::vector<std::byte>& b_;
+  std::span<const std::byte> b_;
   std::size_t at_ = 0;
 };
 
@@ -59,6 +60,7 @@ ShardedEmbedding::ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communi
   owner_width_.assign(static_cast<std::size_t>(comm.size()), 0);
   std::int64_t col = 0;
   for (int t = 0; t < m.num_tables(); ++t) {
+    table_routes_.push_back(static_cast<std::int64_t>(routes_.size()));
     const TablePlan& tp = plan.tables[static_cast<std::size_t>(t)];
     if (tp.dtype != DType::f32 || tp.placement != Placement::hbm)
       throw InputError(fmt::format(
@@ -116,6 +118,7 @@ ShardedEmbedding::ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communi
     }
     if (split && ts.pooling == Pooling::mean) mean_split_.push_back(t);
   }
+  table_routes_.push_back(static_cast<std::int64_t>(routes_.size()));
   weights_ = Buffer(backend, static_cast<std::size_t>(weight_floats_) * sizeof(float));
   state_ = Buffer(backend, static_cast<std::size_t>(state_floats_) * sizeof(float));
   for (const Shard& s : owned_) {
@@ -218,31 +221,113 @@ void ShardedEmbedding::agree_on_size(std::int64_t out_bytes, std::int64_t in_byt
         comm_.size(), static_cast<int>(over), out_bytes, in_bytes));
 }
 
-void ShardedEmbedding::exchange(const std::vector<std::vector<std::byte>>& out,
-                                std::vector<std::vector<std::byte>>& in) {
+void ShardedEmbedding::exchange(std::span<const std::int64_t> send_bytes) {
   const auto P = static_cast<std::size_t>(comm_.size());
-  std::vector<std::int64_t> send_sizes(P), recv_sizes(P), eight(P, 8);
-  for (std::size_t q = 0; q < P; ++q) send_sizes[q] = static_cast<std::int64_t>(out[q].size());
-  comm_.all_to_all_v(std::as_bytes(std::span<const std::int64_t>(send_sizes)), eight,
-                     std::as_writable_bytes(std::span<std::int64_t>(recv_sizes)), eight);
+  std::vector<std::int64_t> recv_bytes(P), eight(P, 8);
+  comm_.all_to_all_v(std::as_bytes(send_bytes), eight,
+                     std::as_writable_bytes(std::span<std::int64_t>(recv_bytes)), eight);
   std::int64_t total_out = 0, total_in = 0;
   for (std::size_t q = 0; q < P; ++q) {
-    total_out += send_sizes[q];
-    total_in += recv_sizes[q];
+    total_out += send_bytes[q];
+    total_in += recv_bytes[q];
   }
   agree_on_size(total_out, total_in);
-  std::vector<std::byte> send, recv;
-  for (const auto& b : out) send.insert(send.end(), b.begin(), b.end());
-  recv.resize(static_cast<std::size_t>(total_in));
-  comm_.all_to_all_v(send, send_sizes, recv, recv_sizes);
-  in.assign(P, {});
-  std::size_t at = 0;
-  for (std::size_t q = 0; q < P; ++q) {
-    in[q].assign(
-        recv.begin() + static_cast<std::ptrdiff_t>(at),
-        recv.begin() + static_cast<std::ptrdiff_t>(at + static_cast<std::size_t>(recv_sizes[q])));
-    at += static_cast<std::size_t>(recv_sizes[q]);
+  host_recv_.resize(static_cast<std::size_t>(total_in));
+  comm_.all_to_all_v(
+      std::span<const std::byte>(host_send_.data(), static_cast<std::size_t>(total_out)),
+      send_bytes, host_recv_, recv_bytes);
+  host_from_.assign(P + 1, 0);
+  for (std::size_t q = 0; q < P; ++q)
+    host_from_[q + 1] = host_from_[q] + static_cast<std::size_t>(recv_bytes[q]);
+}
+
+void ShardedEmbedding::route_ids(std::int64_t b) {
+  const int T = m_.num_tables();
+  std::vector<std::vector<std::byte>>& blocks = blocks_;
+  blocks.resize(routes_.size());
+  for (auto& block : blocks) block.clear();  // their capacity kept from step to step
+  std::exception_ptr error;                  // the first table's error, raised after the loop
+#pragma omp parallel for schedule(dynamic)
+  for (int t = 0; t < T; ++t) {
+    try {
+      route_table(t, b, blocks);
+    } catch (...) {
+#pragma omp critical(parity_route_ids)
+      if (!error) error = std::current_exception();
+    }
   }
+  if (error) std::rethrow_exception(error);
+}
+
+void ShardedEmbedding::route_table(int t, std::int64_t b,
+                                   std::vector<std::vector<std::byte>>& blocks) const {
+  const auto r0 = static_cast<std::size_t>(table_routes_[static_cast<std::size_t>(t)]);
+  const auto r1 = static_cast<std::size_t>(table_routes_[static_cast<std::size_t>(t) + 1]);
+  if (r0 == r1) return;
+  const std::int64_t* off = local_offsets_.data() + t * b;
+  const std::int64_t lo = off[0], hi = off[b];
+  const TableSpec& ts = m_.tables[static_cast<std::size_t>(t)];
+  if (routes_[r0].where.row_end - routes_[r0].where.row_begin == ts.rows) {
+    // Table or column shards: every id of every bag, to each of the table's owners.
+    std::vector<std::byte>& first = blocks[r0];
+    put(first, b);
+    for (std::int64_t i = 0; i < b; ++i) put(first, off[i + 1] - off[i]);
+    put(first, local_ids_.data() + lo, static_cast<std::size_t>(hi - lo));
+    for (std::size_t r = r0 + 1; r < r1; ++r) blocks[r] = first;
+    return;
+  }
+  // Row shards: each id to the shard whose rows hold it, relative to the shard's first row. Two
+  // passes over the ids: which shard and how many each, then the blocks written in place.
+  const std::size_t R = r1 - r0;
+  thread_local std::vector<std::size_t> by_row;  // the routes, by first row
+  thread_local std::vector<std::int64_t> starts;
+  thread_local std::vector<std::uint32_t> which;  // per id: its route - r0
+  thread_local std::vector<std::int64_t> total;   // per route: its ids
+  by_row.resize(R);
+  for (std::size_t j = 0; j < R; ++j) by_row[j] = r0 + j;
+  std::sort(by_row.begin(), by_row.end(), [&](std::size_t x, std::size_t y) {
+    return routes_[x].where.row_begin < routes_[y].where.row_begin;
+  });
+  starts.clear();
+  for (const std::size_t r : by_row) starts.push_back(routes_[r].where.row_begin);
+  which.resize(static_cast<std::size_t>(hi - lo));
+  total.assign(R, 0);
+  for (std::int64_t i = 0; i < b; ++i)
+    for (std::int64_t k = off[i]; k < off[i + 1]; ++k) {
+      const std::int64_t id = local_ids_[static_cast<std::size_t>(k)];
+      const auto at = std::upper_bound(starts.begin(), starts.end(), id) - starts.begin();
+      const std::size_t r = by_row[static_cast<std::size_t>(std::max<std::ptrdiff_t>(at, 1) - 1)];
+      if (at == 0 || id >= routes_[r].where.row_end)  // the shards cover the table's rows
+        throw InputError(
+            fmt::format("table '{}': id {} in bag {} of this rank's batch is outside its {} rows",
+                        ts.name, id, i, ts.rows));
+      which[static_cast<std::size_t>(k - lo)] = static_cast<std::uint32_t>(r - r0);
+      ++total[r - r0];
+    }
+  // Each block: the bag count, each bag's size, the ids (std::int64_t each).
+  constexpr std::size_t kW = sizeof(std::int64_t);
+  for (std::size_t j = 0; j < R; ++j) {
+    std::vector<std::byte>& block = blocks[r0 + j];
+    block.assign((1 + static_cast<std::size_t>(b) + static_cast<std::size_t>(total[j])) * kW,
+                 std::byte{0});
+    std::memcpy(block.data(), &b, kW);
+  }
+  thread_local std::vector<std::size_t> cursor;  // per route: its next id's byte offset
+  cursor.resize(R);
+  for (std::size_t j = 0; j < R; ++j) cursor[j] = (1 + static_cast<std::size_t>(b)) * kW;
+  for (std::int64_t i = 0; i < b; ++i)
+    for (std::int64_t k = off[i]; k < off[i + 1]; ++k) {
+      const std::size_t j = which[static_cast<std::size_t>(k - lo)];
+      std::byte* block = blocks[r0 + j].data();
+      const std::int64_t rel =
+          local_ids_[static_cast<std::size_t>(k)] - routes_[r0 + j].where.row_begin;
+      std::memcpy(block + cursor[j], &rel, kW);
+      cursor[j] += kW;
+      std::int64_t n = 0;
+      std::memcpy(&n, block + (1 + static_cast<std::size_t>(i)) * kW, kW);
+      ++n;
+      std::memcpy(block + (1 + static_cast<std::size_t>(i)) * kW, &n, kW);
+    }
 }
 
 void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
@@ -270,29 +355,11 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
   // ---- the ids to each shard's owner (per route: the bag count, each bag's size, the ids), and
   // the replicated tables' bags to every rank (for the update) ----
   mark("embedding_exchange");
-  std::vector<std::vector<std::byte>> ids_out(P), ids_in;
-  std::vector<std::int64_t> sizes, ids;
-  for (const Route& r : routes_) {
-    auto& buf = ids_out[static_cast<std::size_t>(r.where.device)];
-    put(buf, b);
-    sizes.clear();
-    ids.clear();
-    for (std::int64_t i = 0; i < b; ++i) {
-      const auto [lo, hi] = bag(r.table, i);
-      std::int64_t n = 0;
-      for (std::int64_t k = lo; k < hi; ++k) {
-        const std::int64_t id = local_ids_[static_cast<std::size_t>(k)];
-        if (id < r.where.row_begin || id >= r.where.row_end) continue;
-        ids.push_back(id - r.where.row_begin);
-        ++n;
-      }
-      sizes.push_back(n);
-    }
-    put(buf, sizes.data(), sizes.size());
-    put(buf, ids.data(), ids.size());
-  }
+  std::vector<std::int64_t>& sizes = csr_sizes_;  // kept from step to step
+  std::vector<std::int64_t>& ids = csr_ids_;
+  route_ids(b);
+  std::vector<std::byte> rep;  // the replicated tables' bags, to every rank
   if (!replicas_.empty()) {
-    std::vector<std::byte> rep;
     put(rep, b);
     for (const Shard& s : replicas_) {
       sizes.clear();
@@ -304,15 +371,40 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
       const auto [lo, hi] = table_ids(s.table);
       put(rep, local_ids_.data() + lo, static_cast<std::size_t>(hi - lo));
     }
-    for (auto& buf : ids_out) buf.insert(buf.end(), rep.begin(), rep.end());
   }
-  exchange(ids_out, ids_in);
+  {
+    // One send buffer: each rank's block holds its routes' blocks in route order, then `rep`.
+    std::vector<std::int64_t> send_bytes(P, static_cast<std::int64_t>(rep.size()));
+    std::vector<std::size_t> at(routes_.size());
+    for (std::size_t k = 0; k < routes_.size(); ++k)
+      send_bytes[static_cast<std::size_t>(routes_[k].where.device)] +=
+          static_cast<std::int64_t>(blocks_[k].size());
+    std::vector<std::size_t> next(P + 1, 0);
+    for (std::size_t q = 0; q < P; ++q)
+      next[q + 1] = next[q] + static_cast<std::size_t>(send_bytes[q]);
+    host_send_.resize(next[P]);
+    for (std::size_t k = 0; k < routes_.size(); ++k) {
+      std::size_t& n = next[static_cast<std::size_t>(routes_[k].where.device)];
+      at[k] = n;
+      n += blocks_[k].size();
+    }
+    for (std::size_t q = 0; q < P; ++q)
+      if (!rep.empty()) std::memcpy(host_send_.data() + next[q], rep.data(), rep.size());
+#pragma omp parallel for schedule(dynamic)
+    for (std::size_t k = 0; k < routes_.size(); ++k)
+      if (!blocks_[k].empty())
+        std::memcpy(host_send_.data() + at[k], blocks_[k].data(), blocks_[k].size());
+    exchange(send_bytes);
+  }
   // ---- the owned shards' bags of every rank, table-major, rank order within a shard ----
   mark("embedding_forward");
   std::vector<Reader> readers;
-  for (const auto& blk : ids_in) readers.emplace_back(blk);
+  for (std::size_t q = 0; q < P; ++q)
+    readers.emplace_back(std::span<const std::byte>(host_recv_.data() + host_from_[q],
+                                                    host_from_[q + 1] - host_from_[q]));
   bags_from_.assign(P, 0);
-  std::vector<std::int64_t> offsets{0};
+  std::vector<std::int64_t>& offsets = csr_offsets_;
+  offsets.assign(1, 0);
   ids.clear();
   for (std::size_t k = 0; k < owned_.size(); ++k)
     for (std::size_t q = 0; q < P; ++q) {

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "dist/backend_collectives.h"
@@ -101,9 +102,14 @@ class ShardedEmbedding {
 
   std::int64_t cols_of(const ShardPlan& s) const { return s.col_end - s.col_begin; }
   TableLayout layout_of(const Shard& s) const;
-  // Host blocks to every rank and from every rank (the ids).
-  void exchange(const std::vector<std::vector<std::byte>>& out,
-                std::vector<std::vector<std::byte>>& in);
+  // Each route's block of ids for its owner: the bag count, each bag's size, the ids (relative to
+  // the shard's first row), from this rank's bags; tables in parallel.
+  void route_ids(std::int64_t b);  // into blocks_
+  // Table t's routes' blocks (blocks holds one per route).
+  void route_table(int t, std::int64_t b, std::vector<std::vector<std::byte>>& blocks) const;
+  // host_send_'s blocks (send_bytes[q] to rank q, in rank order) exchanged: every rank's block
+  // for this one in host_recv_, rank q's from host_from_[q] to host_from_[q + 1].
+  void exchange(std::span<const std::int64_t> send_bytes);
   // Every rank learns whether any rank's exchange would reach MPI's 2^31-byte counts, so that all
   // refuse together instead of some waiting for the rest.
   void agree_on_size(std::int64_t out_bytes, std::int64_t in_bytes);
@@ -120,11 +126,12 @@ class ShardedEmbedding {
   Backend& backend_;
   BackendCollectives coll_;
   OptimizerKind optimizer_;
-  std::vector<std::int64_t> out_col_;      // per table
-  std::vector<Route> routes_;              // every exchanged shard of every table, in order
-  std::vector<std::int64_t> owner_width_;  // per rank: the columns of the routes it owns
-  std::vector<Shard> owned_, replicas_;    // shards this rank holds, each in table order
-  std::vector<int> mean_split_;            // mean-pooled tables split by rows
+  std::vector<std::int64_t> out_col_;       // per table
+  std::vector<Route> routes_;               // every exchanged shard of every table, in order
+  std::vector<std::int64_t> table_routes_;  // per table, its first route; then routes_.size()
+  std::vector<std::int64_t> owner_width_;   // per rank: the columns of the routes it owns
+  std::vector<Shard> owned_, replicas_;     // shards this rank holds, each in table order
+  std::vector<int> mean_split_;             // mean-pooled tables split by rows
   // owned_ as the backend sees them: out_col is the column in this rank's block; replicas_ with
   // out_col the model's column (forward) and the column in the gathered gradients (backward).
   std::vector<TableLayout> owned_layouts_, replica_out_layouts_, replica_block_layouts_;
@@ -145,6 +152,13 @@ class ShardedEmbedding {
   // bags' inverse sizes, the identity index.
   Buffer send_, recv_, inv_sizes_, index_;
   std::int64_t index_rows_ = 0;
+
+  // The ids' exchange on the host: each route's block, the send and receive buffers (kept from
+  // step to step: no allocation, no page faults once they have grown).
+  std::vector<std::vector<std::byte>> blocks_;
+  std::vector<std::byte> host_send_, host_recv_;
+  std::vector<std::size_t> host_from_;
+  std::vector<std::int64_t> csr_sizes_, csr_offsets_, csr_ids_;  // the bags an upload is built in
 
   std::function<void(const char*)> mark_;
   void mark(const char* category) {
