@@ -243,6 +243,27 @@ int main(int argc, char** argv) {
                      optimizer_name(opt), P, backend->name(), comm->engine(), worst,
                      exact ? " (bit for bit)" : "");
       }
+    // An id outside its table, under row sharding (the routing finds no shard for it): an
+    // InputError naming the table and the id, on the rank whose batch holds it.
+    {
+      ShardedEmbedding sharded(m, test::plan_for(m, P, "row", OptimizerKind::sgd, P + 1), *comm,
+                               *backend);
+      Batch bad = batch_of(m, 1, me);
+      if (bad.offsets[static_cast<std::size_t>(bad.n)] == 0)
+        throw Error("the check's batch has no id in table a");
+      bad.ids[0] = m.tables[0].rows + 5;  // table a's first id (every rank's: all refuse)
+      Buffer d_out(*backend, static_cast<std::size_t>(bad.n * width) * 4);
+      try {
+        sharded.forward({bad.n, m.num_tables(), bad.ids.data(), bad.offsets.data(),
+                         static_cast<std::int64_t>(bad.ids.size())},
+                        Mat(d_out.as<float>(), bad.n, width));
+        ++failures;
+        fmt::print(stderr, "rank {}: an id outside table a was routed\n", me);
+      } catch (const InputError& e) {
+        if (std::string(e.what()).find("table 'a': id 1005") == std::string::npos && ++failures)
+          fmt::print(stderr, "rank {}: unexpected message: {}\n", me, e.what());
+      }
+    }
     comm->barrier();
   } catch (const std::exception& e) {
     fmt::print(stderr, "sharded_embedding_check: {}\n", e.what());
