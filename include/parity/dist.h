@@ -83,6 +83,10 @@ class Communicator {
   // beside the embedding exchange). Collective: every rank calls it at the same point. Null
   // where the engine cannot (MPI without MPI_THREAD_MULTIPLE). It must not outlive this one.
   virtual std::unique_ptr<Communicator> duplicate() { return nullptr; }
+  // Whether a collective of this communicator may be in flight while one of its duplicate's is
+  // (MPI: yes; NCCL: no, its kernels wait on the GPU for their peers, and two communicators'
+  // kernels may block each other, so the caller keeps them apart).
+  virtual bool runs_beside_duplicate() const { return true; }
   // Ends every rank of the run with `code` (a rank that met an error the others did not: they
   // would otherwise wait for it inside a collective). The self communicator returns.
   virtual void abort(int code) noexcept = 0;

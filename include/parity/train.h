@@ -100,8 +100,9 @@ struct TrainConfig {
   // Reads every step's loss, so the host waits for each step.
   double spike_factor = 0;
   // Several processes (DLRM): the plan that shards the tables over `comm`'s ranks
-  // (Model::shard). Every rank reads each global batch of `batch` examples and trains on its
-  // slice, rank r on examples [batch r / W, batch (r + 1) / W); evaluation predicts each rank's
+  // (Model::shard). Every rank trains on its slice of each global batch of `batch` examples, rank
+  // r on examples [batch r / W, batch (r + 1) / W), reading only that slice where the source can
+  // skip the rest (BatchSource::next_slice); evaluation predicts each rank's
   // slice of the held-out examples and gathers them, so every rank reports the same AUC. The
   // progress loss is this rank's. Checkpoints are sets (parity/checkpoint.h). Both null: one
   // process.

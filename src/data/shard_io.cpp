@@ -137,6 +137,13 @@ void SplitCursor::seek(std::int64_t example, bool wrap) {
     file_ = sizes_.size();
     return;
   }
+  if (example > 0 && example % total_ == 0) {
+    // At the end of a pass, as reading up to here leaves the cursor: the next take starts the
+    // next epoch and counts it.
+    epoch_ = example / total_ - 1;
+    file_ = sizes_.size();
+    return;
+  }
   epoch_ = example / total_;
   example %= total_;
   while (example >= sizes_[file_]) example -= sizes_[file_++];

@@ -383,6 +383,13 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   const StochasticRounding rounding{seed, static_cast<std::uint64_t>(step + 1)};
   // This step's learning rates: the recipe's warm-up after a larger batch (ModelSpec::lr_factor).
   const double lr_factor = spec.lr_factor(step);
+  if (sharded && dense_queue && !comm->runs_beside_duplicate()) {
+    // NCCL: the buckets in flight finish before the exchange's collectives start (two
+    // communicators' kernels must not wait on each other on the GPU).
+    profiler.section("dense_allreduce_exposed");
+    dense_queue->wait_all();
+    profiler.section("embedding_backward");
+  }
   if (sharded)
     sharded->backward_update(dx0.cols_slice(D, E).f32(),
                              engine::optimizer_params(spec.embedding_optimizer, lr_factor));

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -181,10 +182,20 @@ class NcclCommunicator final : public Communicator {
     gpu_ok(gpu::get_device_count(&devices), "counting the GPUs");
     g.local_rank = devices == 1 ? 0 : device_;
     g.local_world = devices;
-    return std::make_unique<NcclCommunicator>(g, this, timeout_);
+    auto d = std::make_unique<NcclCommunicator>(g, this, timeout_);
+    // Its abort ends the run through this one's bootstrap (MPI), never through this communicator,
+    // which another thread may be using.
+    d->bootstrap_ = bootstrap_;
+    return d;
   }
+  bool runs_beside_duplicate() const override { return false; }
 
   void abort(int code) noexcept override {
+    // One thread ends the process; another that fails meanwhile (the bucketed all-reduce's
+    // worker, or the main thread) waits for it.
+    static std::atomic<bool> aborting{false};
+    if (aborting.exchange(true))
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     std::fflush(stdout);
     std::fflush(stderr);
     if (comm_ != nullptr) ncclCommAbort(comm_);
