@@ -16,12 +16,15 @@
 #    for 2 GPUs with fp32 tables and tf32 dense math), its AUC beside one process's.
 # A table is printed last; logs go to $OUT (default out/dist-one-gpu).
 #
-# Environment: PARITY_PREBUILT or a cmake build, MODEL (mlperf-dlrmv2), DEVICE (h200), STEPS
+# Environment: PARITY_PREBUILT or a cmake build, MODEL (mlperf-dlrmv2), DEVICE (this GPU's), STEPS
 # (200), RUNS (2), SKIP_MPI (set: no mpirun steps).
 set -uo pipefail
 # shellcheck source=bench/common.sh
 . "$(dirname "$0")/common.sh" dist-one-gpu
 MODEL=${MODEL:-mlperf-dlrmv2}
+# The catalog's name of this machine's GPU (h100, h200, ...), unless DEVICE names one.
+DEVICE=${DEVICE:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 |
+  grep -oiE 'h100|h200|b200|gb200' | tr '[:upper:]' '[:lower:]' || true)}
 DEVICE=${DEVICE:-h200}
 STEPS=${STEPS:-200}
 RUNS=${RUNS:-2}
