@@ -26,19 +26,10 @@ P=$PWD/$BIN/parity
 [ -x "$P" ] || { echo "dist-routing: no parity binary at $P (scripts/build.sh)" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-awk -v cap="$ROWS" '{
-    line = $0; out = ""
-    while (match(line, /rows: *[0-9]+/)) {
-      n = substr(line, RSTART, RLENGTH); sub(/rows: */, "", n)
-      out = out substr(line, 1, RSTART - 1) "rows: " (n + 0 > cap + 0 ? cap : n)
-      line = substr(line, RSTART + RLENGTH)
-    }
-    print out line
-  }' configs/models/mlperf-dlrmv2.yaml |
-  sed -e 's/^name: .*/name: routing-check/' -e "s/batch_size: .*/batch_size: $BATCH/" \
-    -e 's/dim: 128/dim: 16/' -e 's/^bottom_mlp:.*/bottom_mlp: [16]/' \
-    -e 's/^top_mlp:.*/top_mlp: [16, 1]/' -e 's/^interaction:.*/interaction: {kind: dot}/' \
-    >"$SCRATCH/model.yaml"
+sed -e 's/^name: .*/name: routing-check/' -e "s/batch_size: .*/batch_size: $BATCH/" \
+  -e 's/dim: 128/dim: 16/' -e 's/^bottom_mlp:.*/bottom_mlp: [16]/' \
+  -e 's/^top_mlp:.*/top_mlp: [16, 1]/' -e 's/^interaction:.*/interaction: {kind: dot}/' \
+  "$(capped mlperf-dlrmv2 "$ROWS")" >"$SCRATCH/model.yaml"
 "$P" plan --model "$SCRATCH/model.yaml" --device h200 --gpus 1 --out "$SCRATCH/plan1.json" >/dev/null
 python3 - "$SCRATCH/plan1.json" "$SCRATCH/plan.json" "$PIECES" <<'EOF'
 import json, sys

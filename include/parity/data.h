@@ -54,6 +54,9 @@ struct Batch {
   std::int64_t events() const { return history_offsets.empty() ? 0 : history_offsets.back(); }
 };
 
+// Examples [first, first + count) of a DLRM batch: their dense features, labels, teacher and bags.
+Batch slice_of(const Batch& b, std::int64_t first, std::int64_t count);
+
 enum class Split : std::uint8_t { train, eval };
 
 // Synthetic data with a planted teacher.

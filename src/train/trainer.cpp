@@ -129,28 +129,6 @@ std::pair<std::int64_t, std::int64_t> rank_slice(const TrainConfig& cfg, std::in
   return {first, n * (r + 1) / W - first};
 }
 
-// Examples [first, first + count) of a batch.
-Batch slice_of(const Batch& b, std::int64_t first, std::int64_t count) {
-  Batch out;
-  out.size = count;
-  out.num_dense = b.num_dense;
-  out.num_tables = b.num_tables;
-  out.dense.assign(b.dense.begin() + static_cast<std::ptrdiff_t>(first * b.num_dense),
-                   b.dense.begin() + static_cast<std::ptrdiff_t>((first + count) * b.num_dense));
-  out.labels.assign(b.labels.begin() + first, b.labels.begin() + first + count);
-  if (!b.teacher_prob.empty())
-    out.teacher_prob.assign(b.teacher_prob.begin() + first, b.teacher_prob.begin() + first + count);
-  out.offsets.push_back(0);
-  for (int t = 0; t < b.num_tables; ++t)
-    for (std::int64_t i = first; i < first + count; ++i) {
-      const std::int64_t lo = b.offsets[static_cast<std::size_t>(t * b.size + i)];
-      const std::int64_t hi = b.offsets[static_cast<std::size_t>(t * b.size + i + 1)];
-      out.ids.insert(out.ids.end(), b.ids.begin() + lo, b.ids.begin() + hi);
-      out.offsets.push_back(static_cast<std::int64_t>(out.ids.size()));
-    }
-  return out;
-}
-
 // Every rank's values, in rank order, on every rank.
 std::vector<float> gather_all(Communicator& comm, const std::vector<float>& mine) {
   const auto P = static_cast<std::size_t>(comm.size());

@@ -130,27 +130,6 @@ TEST_F(Shards, WrapsIntoTheNextEpochAndSeeks) {
   EXPECT_EQ(t1(got), want);
 }
 
-// Examples [first, first + count) of a batch.
-Batch slice(const Batch& b, std::int64_t first, std::int64_t count) {
-  Batch out;
-  out.size = count;
-  out.num_dense = b.num_dense;
-  out.num_tables = b.num_tables;
-  out.dense.assign(b.dense.begin() + first * b.num_dense,
-                   b.dense.begin() + (first + count) * b.num_dense);
-  out.labels.assign(b.labels.begin() + first, b.labels.begin() + first + count);
-  if (!b.teacher_prob.empty())
-    out.teacher_prob.assign(b.teacher_prob.begin() + first, b.teacher_prob.begin() + first + count);
-  out.offsets.push_back(0);
-  for (int t = 0; t < b.num_tables; ++t)
-    for (std::int64_t i = first; i < first + count; ++i) {
-      out.ids.insert(out.ids.end(), b.ids.begin() + b.offsets[t * b.size + i],
-                     b.ids.begin() + b.offsets[t * b.size + i + 1]);
-      out.offsets.push_back(static_cast<std::int64_t>(out.ids.size()));
-    }
-  return out;
-}
-
 // A rank of a sharded run reads only its slice of each global batch (BatchSource::next_slice):
 // for shards (one pass, and epochs that wrap inside a batch) and synthetic data, after a seek,
 // every rank's slice is the slice of the batch next() gives, bit for bit, and the sources move
@@ -182,7 +161,7 @@ TEST_F(Shards, ARanksSliceIsThatSliceOfTheWholeBatch) {
           ++batches;
           const std::int64_t first = n * r / kRanks, count = n * (r + 1) / kRanks - first;
           SCOPED_TRACE(kind + " rank " + std::to_string(r) + " step " + std::to_string(step));
-          expect_same(s, slice(w, first, count));
+          expect_same(s, slice_of(w, first, count));
           EXPECT_EQ(sliced->epoch(), whole->epoch());
         }
         // One pass from 150: 300, 300, 250 examples; from 0: four of 250; wrapped and synthetic:
