@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -245,6 +246,9 @@ class HstuModel {
     std::vector<std::int64_t> seq, times, token_ids, token_offsets, ctx_rows, target_rows;
     std::vector<std::int64_t> blocks;  // sequence_blocks(seq)
     std::int64_t packed_blocks = 0;    // of them, the runs of short sequences that end it
+    // Under shard(): the examples of the step over every rank, whose mean loss the ranks' summed
+    // gradients are (the caller knows it; 0: summed over the ranks at each step).
+    std::int64_t global_batch = 0;
   };
   // Throws InputError naming the example and field, as train_step does. Const and thread-safe.
   void layout(const Batch& batch, Layout& out) const;
@@ -254,6 +258,26 @@ class HstuModel {
   float last_loss();
   // Forward only: probs [batch.size, targets, tasks] (host memory) gets sigmoid of each logit.
   void predict(const Batch& batch, float* probs);
+
+  // Several processes, as Model::shard: the tables as an HSTU plan lays them out over `comm`'s
+  // ranks (split by rows, whole on one rank or replicated; ShardedEmbedding), the sequence
+  // features' per-token lookups and the contextual tables' per-example ones exchanged with their
+  // owners; the dense layers data-parallel, their gradients summed over the ranks before the
+  // optimizer step, and each rank's loss gradient scaled by its share of the step's examples
+  // (Layout::global_batch), so that the ranks' step is one process's step on the whole batch (to
+  // rounding). Call once, before the first step, on every rank with the same plan (plan.gpus ==
+  // comm.size()). fp32 tables only so far (refused by name otherwise). A rank whose plan holds
+  // every table whole keeps its tables. Checkpoints then go through checkpoint_layout(); tensors()
+  // is refused where the tables are sharded.
+  void shard(const Plan& plan, Communicator& comm);
+  bool sharded() const;
+  // As Model's: whole tensors, or the dense tensors (rank 0 writes them) and this rank's shards.
+  CheckpointLayout checkpoint_layout();
+  // The dense parameters and their optimizer state (tensors() without the tables).
+  std::vector<TensorRef> dense_tensors();
+  // Table t's element (row, col) (t counts the sequence features, then the contextual tables)
+  // where this process holds it, else nullopt (one value copied from backend memory: for tests).
+  std::optional<float> table_value(int t, std::int64_t row, int col);
 
   std::int64_t step() const;
   void set_step(std::int64_t s);  // resuming: the step a checkpoint was written at

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <exception>
 
+#include "parity/engine.h"
+
 namespace parity {
 namespace {
 
@@ -44,34 +46,58 @@ class Reader {
   std::size_t at_ = 0;
 };
 
-}  // namespace
-
-ShardedEmbedding::ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communicator& comm,
-                                   Backend& backend)
-    : m_(m),
-      comm_(comm),
-      backend_(backend),
-      coll_(comm, backend),
-      optimizer_(plan.embedding_optimizer) {
+// The DLRM constructor's checks: the plan is for this many ranks and covers the model's tables.
+std::vector<TableSpec> checked_tables(const ModelSpec& m, const Plan& plan,
+                                      const Communicator& comm) {
   if (plan.gpus != comm.size())
     throw InputError(
         fmt::format("the plan is for {} GPUs and this run has {} ranks", plan.gpus, comm.size()));
   (void)apply_plan(m, plan);  // the tables match the model; shards are well formed
+  return m.tables;
+}
+
+}  // namespace
+
+ShardedEmbedding::ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communicator& comm,
+                                   Backend& backend)
+    : ShardedEmbedding(checked_tables(m, plan, comm), plan.tables, plan.embedding_optimizer, comm,
+                       backend) {}
+
+ShardedEmbedding::ShardedEmbedding(std::vector<TableSpec> tables, std::vector<TablePlan> plans,
+                                   OptimizerKind optimizer, Communicator& comm, Backend& backend)
+    : tables_(std::move(tables)),
+      comm_(comm),
+      backend_(backend),
+      coll_(comm, backend),
+      optimizer_(optimizer) {
+  if (plans.size() != tables_.size())
+    throw Error(fmt::format("ShardedEmbedding: {} table plans for {} tables", plans.size(),
+                            tables_.size()));
+  const int T = static_cast<int>(tables_.size());
   owner_width_.assign(static_cast<std::size_t>(comm.size()), 0);
+  compactable_.assign(static_cast<std::size_t>(comm.size()), 1);
   std::int64_t col = 0;
-  for (int t = 0; t < m.num_tables(); ++t) {
+  for (int t = 0; t < T; ++t) {
     table_routes_.push_back(static_cast<std::int64_t>(routes_.size()));
-    const TablePlan& tp = plan.tables[static_cast<std::size_t>(t)];
+    const TablePlan& tp = plans[static_cast<std::size_t>(t)];
     if (tp.dtype != DType::f32 || tp.placement != Placement::hbm)
       throw InputError(fmt::format(
           "plan table '{}': the sharded tables are fp32 and in device memory so far", tp.name));
     out_col_.push_back(col);
-    const TableSpec& ts = m.tables[static_cast<std::size_t>(t)];
+    const TableSpec& ts = tables_[static_cast<std::size_t>(t)];
+    if (tp.name != ts.name)
+      throw InputError(
+          fmt::format("plan table {} is '{}', the model's is '{}'", t, tp.name, ts.name));
     col += ts.dim;
     // Each shard of the shape its table's sharding names (apply_plan checked the covering): a
     // row shard every column, a column shard every row, a table or replicated shard the whole
     // table. Mean bags are divided where rows are split, and only there.
     for (const ShardPlan& s : tp.shards) {
+      if (s.device < 0 || s.device >= comm.size())
+        throw InputError(
+            fmt::format("plan table '{}': a shard on device {}, and this run has {} "
+                        "ranks",
+                        tp.name, s.device, comm.size()));
       const bool all_rows = s.row_begin == 0 && s.row_end == ts.rows;
       const bool all_cols = s.col_begin == 0 && s.col_end == ts.dim;
       const bool ok = tp.sharding == Sharding::row      ? all_cols
@@ -116,7 +142,10 @@ ShardedEmbedding::ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communi
       state_floats_ += rows * cache_state_per_row(optimizer_, static_cast<int>(cols_of(s)));
       (replicated ? replicas_ : owned_).push_back(sh);
     }
-    if (split && ts.pooling == Pooling::mean) mean_split_.push_back(t);
+    if (split && ts.pooling == Pooling::mean) {
+      mean_split_.push_back(t);
+      for (const ShardPlan& s : tp.shards) compactable_[static_cast<std::size_t>(s.device)] = 0;
+    }
   }
   table_routes_.push_back(static_cast<std::int64_t>(routes_.size()));
   weights_ = Buffer(backend, static_cast<std::size_t>(weight_floats_) * sizeof(float));
@@ -167,7 +196,7 @@ TableLayout ShardedEmbedding::layout_of(const Shard& s) const {
   TableLayout l;
   l.rows = s.where.row_end - s.where.row_begin;
   l.dim = static_cast<int>(cols_of(s.where));
-  const TableSpec& ts = m_.tables[static_cast<std::size_t>(s.table)];
+  const TableSpec& ts = tables_[static_cast<std::size_t>(s.table)];
   // A row shard's owner returns partial sums; a mean bag is divided by its whole size on the
   // requester.
   const bool row_split = l.rows != ts.rows && !s.replicated;
@@ -242,7 +271,7 @@ void ShardedEmbedding::exchange(std::span<const std::int64_t> send_bytes) {
 }
 
 void ShardedEmbedding::route_ids(std::int64_t b) {
-  const int T = m_.num_tables();
+  const int T = static_cast<int>(tables_.size());
   std::vector<std::vector<std::byte>>& blocks = blocks_;
   blocks.resize(routes_.size());
   for (auto& block : blocks) block.clear();  // their capacity kept from step to step
@@ -266,7 +295,7 @@ void ShardedEmbedding::route_table(int t, std::int64_t b,
   if (r0 == r1) return;
   const std::int64_t* off = local_offsets_.data() + t * b;
   const std::int64_t lo = off[0], hi = off[b];
-  const TableSpec& ts = m_.tables[static_cast<std::size_t>(t)];
+  const TableSpec& ts = tables_[static_cast<std::size_t>(t)];
   if (routes_[r0].where.row_end - routes_[r0].where.row_begin == ts.rows) {
     // Table or column shards: every id of every bag, to each of the table's owners.
     std::vector<std::byte>& first = blocks[r0];
@@ -330,10 +359,72 @@ void ShardedEmbedding::route_table(int t, std::int64_t b,
     }
 }
 
-void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
-  const int T = m_.num_tables();
+void ShardedEmbedding::choose_bags(std::int64_t b) {
   const auto P = static_cast<std::size_t>(comm_.size());
-  const std::int64_t width = out_col_.back() + m_.tables.back().dim;
+  compact_.assign(P, 0);
+  kept_.resize(P);
+  sent_.assign(P, b);
+  kept_at_.assign(P, 0);
+  expand_at_.assign(P, 0);
+  std::vector<std::int64_t>& index = csr_sizes_;  // each compacted owner's kept bags, expansion
+  index.clear();
+  std::vector<char> any;
+  constexpr std::size_t kW = sizeof(std::int64_t);
+  for (std::size_t q = 0; q < P; ++q) {
+    kept_[q].clear();
+    if (!compactable_[q] || b == 0) continue;
+    any.assign(static_cast<std::size_t>(b), 0);
+    bool routed = false;
+    for (std::size_t r = 0; r < routes_.size(); ++r) {
+      if (static_cast<std::size_t>(routes_[r].where.device) != q) continue;
+      routed = true;
+      const std::byte* sizes = blocks_[r].data() + kW;  // after the bag count
+      for (std::int64_t i = 0; i < b; ++i) {
+        std::int64_t n = 0;
+        std::memcpy(&n, sizes + static_cast<std::size_t>(i) * kW, kW);
+        any[static_cast<std::size_t>(i)] |= static_cast<char>(n > 0);
+      }
+    }
+    if (!routed) continue;
+    for (std::int64_t i = 0; i < b; ++i)
+      if (any[static_cast<std::size_t>(i)]) kept_[q].push_back(i);
+    const auto u = static_cast<std::int64_t>(kept_[q].size());
+    if (u == b) continue;  // every bag travels
+    compact_[q] = 1;
+    sent_[q] = u + 1;
+    bags_left_out_ += b - u;
+    kept_at_[q] = static_cast<std::int64_t>(index.size());
+    index.insert(index.end(), kept_[q].begin(), kept_[q].end());
+    index.push_back(0);  // the empty bag's gradient row: any row (its bag has no ids)
+    expand_at_[q] = static_cast<std::int64_t>(index.size());
+    std::int64_t j = 0;
+    for (std::int64_t i = 0; i < b; ++i)
+      index.push_back(j < u && kept_[q][static_cast<std::size_t>(j)] == i ? j++ : u);
+  }
+  if (!index.empty()) {
+    grow(route_index_, index.size() * sizeof(std::int64_t));
+    backend_.copy_to_device(route_index_.get(), index.data(), index.size() * sizeof(std::int64_t));
+  }
+}
+
+bool ShardedEmbedding::keep_received(std::size_t q, std::int64_t n, std::vector<char>& keep) const {
+  const auto P = static_cast<std::size_t>(comm_.size());
+  keep.assign(static_cast<std::size_t>(n), 1);
+  if (!compactable_[static_cast<std::size_t>(comm_.rank())] || n == 0 || owned_.empty())
+    return false;
+  std::fill(keep.begin(), keep.end(), 0);
+  for (std::size_t k = 0; k < owned_.size(); ++k) {
+    const std::vector<std::int64_t>& sizes = recv_sizes_[k * P + q];
+    for (std::size_t i = 0; i < sizes.size(); ++i) keep[i] |= static_cast<char>(sizes[i] > 0);
+  }
+  if (std::all_of(keep.begin(), keep.end(), [](char c) { return c != 0; })) return false;
+  return true;
+}
+
+void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
+  const int T = static_cast<int>(tables_.size());
+  const auto P = static_cast<std::size_t>(comm_.size());
+  const std::int64_t width = out_col_.back() + tables_.back().dim;
   if (in.num_tables != T || out.rows != in.batch || out.cols != width)
     throw Error(fmt::format(
         "ShardedEmbedding::forward: {} tables of {} bags into [{}, {}]; the model has {} tables "
@@ -358,6 +449,7 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
   std::vector<std::int64_t>& sizes = csr_sizes_;  // kept from step to step
   std::vector<std::int64_t>& ids = csr_ids_;
   route_ids(b);
+  choose_bags(b);
   std::vector<std::byte> rep;  // the replicated tables' bags, to every rank
   if (!replicas_.empty()) {
     put(rep, b);
@@ -402,28 +494,47 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
   for (std::size_t q = 0; q < P; ++q)
     readers.emplace_back(std::span<const std::byte>(host_recv_.data() + host_from_[q],
                                                     host_from_[q + 1] - host_from_[q]));
+  // Every owned shard's block from every rank first, then the bags this rank looks up (those
+  // the requester sends back rows for: keep_received), with the empty bag where some are left out.
+  std::vector<std::int64_t> from(P, 0);
+  recv_sizes_.resize(owned_.size() * P);
+  recv_ids_.resize(owned_.size() * P);
+  for (std::size_t k = 0; k < owned_.size(); ++k)
+    for (std::size_t q = 0; q < P; ++q) {
+      const auto n = readers[q].get<std::int64_t>();
+      if (k > 0 && n != from[q])
+        throw Error(
+            fmt::format("ShardedEmbedding: rank {} sent {} bags for one shard and {} for another",
+                        q, from[q], n));
+      from[q] = n;
+      std::vector<std::int64_t>& z = recv_sizes_[k * P + q];
+      z.resize(static_cast<std::size_t>(n));
+      readers[q].read(z.data(), z.size());
+      std::int64_t total = 0;
+      for (const std::int64_t c : z) total += c;
+      std::vector<std::int64_t>& v = recv_ids_[k * P + q];
+      v.resize(static_cast<std::size_t>(total));
+      readers[q].read(v.data(), v.size());
+    }
+  std::vector<std::vector<char>> keep(P);
+  std::vector<char> padded(P, 0);
   bags_from_.assign(P, 0);
+  for (std::size_t q = 0; q < P; ++q) {
+    padded[q] = static_cast<char>(keep_received(q, from[q], keep[q]));
+    for (const char c : keep[q]) bags_from_[q] += c;
+    bags_from_[q] += padded[q];
+  }
   std::vector<std::int64_t>& offsets = csr_offsets_;
   offsets.assign(1, 0);
   ids.clear();
   for (std::size_t k = 0; k < owned_.size(); ++k)
     for (std::size_t q = 0; q < P; ++q) {
-      const auto n = readers[q].get<std::int64_t>();
-      if (k > 0 && n != bags_from_[q])
-        throw Error(
-            fmt::format("ShardedEmbedding: rank {} sent {} bags for one shard and {} for another",
-                        q, bags_from_[q], n));
-      bags_from_[q] = n;
-      sizes.resize(static_cast<std::size_t>(n));
-      readers[q].read(sizes.data(), sizes.size());
-      std::int64_t total = 0;
-      for (const std::int64_t z : sizes) {
-        total += z;
-        offsets.push_back(offsets.back() + z);
-      }
-      const std::size_t at = ids.size();
-      ids.resize(at + static_cast<std::size_t>(total));
-      readers[q].read(ids.data() + at, static_cast<std::size_t>(total));
+      const std::vector<std::int64_t>& z = recv_sizes_[k * P + q];
+      for (std::size_t i = 0; i < z.size(); ++i)
+        if (keep[q][i]) offsets.push_back(offsets.back() + z[i]);
+      if (padded[q]) offsets.push_back(offsets.back());
+      const std::vector<std::int64_t>& v = recv_ids_[k * P + q];
+      ids.insert(ids.end(), v.begin(), v.end());
     }
   std::int64_t G = 0;
   for (const std::int64_t n : bags_from_) G += n;
@@ -470,27 +581,37 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
   std::vector<std::int64_t> send_bytes(P), recv_bytes(P);
   for (std::size_t q = 0; q < P; ++q) {
     send_bytes[q] = bags_from_[q] * owned_width_ * 4;
-    recv_bytes[q] = b * owner_width_[q] * 4;
-    recv_floats += b * owner_width_[q];
+    recv_bytes[q] = sent_[q] * owner_width_[q] * 4;
+    recv_floats += sent_[q] * owner_width_[q];
   }
   auto* got = static_cast<float*>(grow(recv_, static_cast<std::size_t>(recv_floats) * 4));
   mark("embedding_exchange");
   agree_on_size(G * owned_width_ * 4, recv_floats * 4);
   coll_.all_to_all_v(rows, send_bytes, got, recv_bytes);
   mark("embedding_forward");
-  // ---- the pooled rows into this rank's output: columns placed, row partials added ----
+  // ---- the pooled rows into this rank's output: columns placed, row partials added (from a
+  // compacted owner: the left-out bags take its empty bag's zero row, and only the kept bags'
+  // partials are added) ----
   std::vector<std::int64_t> block(P);  // where each owner's block starts in `got`
-  for (std::size_t q = 1; q < P; ++q) block[q] = block[q - 1] + b * owner_width_[q - 1];
+  for (std::size_t q = 1; q < P; ++q) block[q] = block[q - 1] + sent_[q - 1] * owner_width_[q - 1];
+  const std::int64_t* route_index = route_index_.as<const std::int64_t>();
   if (b > 0)
     for (const Route& r : routes_) {
       const auto q = static_cast<std::size_t>(r.where.device);
-      const CMat part(got + block[q] + r.col, b, cols_of(r.where), owner_width_[q]);
+      const CMat part(got + block[q] + r.col, sent_[q], cols_of(r.where), owner_width_[q]);
       const Mat dst = out.cols_slice(
           out_col_[static_cast<std::size_t>(r.table)] + r.where.col_begin, cols_of(r.where));
-      if (r.add)
-        backend_.add_into(part, dst);
-      else
-        backend_.gather_rows(part, identity(b), dst);
+      if (!compact_[q]) {
+        if (r.add)
+          backend_.add_into(part, dst);
+        else
+          backend_.gather_rows(part, identity(b), dst);
+      } else if (!r.add) {
+        backend_.gather_rows(part, route_index + expand_at_[q], dst);
+      } else if (sent_[q] > 1) {
+        backend_.scatter_add_rows(CMat(part.data, sent_[q] - 1, part.cols, part.ld),
+                                  route_index + kept_at_[q], dst);
+      }
     }
   // Mean bags of row-split tables: the summed partials over the whole bag's size (the same
   // factors scale the gradients in the backward).
@@ -507,7 +628,7 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
       const int t = mean_split_[k];
       backend_.scale_rows(inv_sizes_.as<const float>() + static_cast<std::int64_t>(k) * b, 1.0f,
                           out.cols_slice(out_col_[static_cast<std::size_t>(t)],
-                                         m_.tables[static_cast<std::size_t>(t)].dim));
+                                         tables_[static_cast<std::size_t>(t)].dim));
     }
   }
   // Replicated tables: this rank's bags, looked up here.
@@ -545,18 +666,18 @@ void ShardedEmbedding::backward_update(CMat dout, const OptimizerParams& opt) {
   std::int64_t send_floats = 0;
   for (std::size_t q = 0; q < P; ++q) {
     block[q] = send_floats;
-    send_floats += b * owner_width_[q];
-    send_bytes[q] = b * owner_width_[q] * 4;
+    send_floats += sent_[q] * owner_width_[q];
+    send_bytes[q] = sent_[q] * owner_width_[q] * 4;
   }
   auto* out = static_cast<float*>(grow(send_, static_cast<std::size_t>(send_floats) * 4));
   if (b > 0)
     for (const Route& r : routes_) {
       const auto q = static_cast<std::size_t>(r.where.device);
-      const Mat dst(out + block[q] + r.col, b, cols_of(r.where), owner_width_[q]);
+      const Mat dst(out + block[q] + r.col, sent_[q], cols_of(r.where), owner_width_[q]);
       backend_.gather_rows(
           dout.cols_slice(out_col_[static_cast<std::size_t>(r.table)] + r.where.col_begin,
                           cols_of(r.where)),
-          identity(b), dst);
+          compact_[q] ? route_index_.as<const std::int64_t>() + kept_at_[q] : identity(b), dst);
       const auto k = std::find(mean_split_.begin(), mean_split_.end(), r.table);
       if (k != mean_split_.end())
         backend_.scale_rows(inv_sizes_.as<const float>() + (k - mean_split_.begin()) * b, 1.0f,
@@ -583,7 +704,7 @@ void ShardedEmbedding::backward_update(CMat dout, const OptimizerParams& opt) {
       static_cast<float*>(grow(send_, static_cast<std::size_t>(widest_ * replica_width_) * 4));
   for (std::size_t k = 0; k < replicas_.size() && b > 0; ++k) {
     const Shard& s = replicas_[k];
-    const int D = m_.tables[static_cast<std::size_t>(s.table)].dim;
+    const int D = tables_[static_cast<std::size_t>(s.table)].dim;
     backend_.gather_rows(dout.cols_slice(out_col_[static_cast<std::size_t>(s.table)], D),
                          identity(b),
                          Mat(mine + replica_block_layouts_[k].out_col, b, D, replica_width_));
@@ -619,6 +740,42 @@ std::vector<ShardedEmbedding::View> ShardedEmbedding::shards() {
   return out;
 }
 
+std::vector<CheckpointPiece> ShardedEmbedding::checkpoint_pieces() {
+  std::vector<CheckpointPiece> out;
+  for (const View& v : shards()) {
+    const TableSpec& ts = tables_[static_cast<std::size_t>(v.table)];
+    const ShardPlan& w = v.where;
+    const std::int64_t rows = w.row_end - w.row_begin, cols = w.col_end - w.col_begin;
+    CheckpointPiece p;
+    p.write = v.writer;
+    p.row_begin = w.row_begin;
+    p.row_end = w.row_end;
+    p.col_begin = w.col_begin;
+    p.col_end = w.col_end;
+    p.name = fmt::format("embedding.{}.weight", ts.name);
+    p.local = TensorRef{p.name, DType::f32, {rows, cols}, v.weights};
+    out.push_back(p);
+    p.name = fmt::format("optimizer.embedding.{}.state", ts.name);
+    switch (v.state == nullptr ? OptimizerKind::sgd : optimizer_) {
+      case OptimizerKind::adagrad:
+        p.local = TensorRef{p.name, DType::f32, {rows, cols}, v.state};
+        out.push_back(p);
+        break;
+      case OptimizerKind::rowwise_adagrad:
+        // One value a row, kept over the shard's columns (checkpoint.h: state_columns).
+        p.col_begin = 0;
+        p.col_end = 1;
+        if (cols != ts.dim) p.state_columns = {w.col_begin, w.col_end, ts.dim};
+        p.local = TensorRef{p.name, DType::f32, {rows}, v.state};
+        out.push_back(p);
+        break;
+      default:
+        break;
+    }
+  }
+  return out;
+}
+
 std::size_t ShardedEmbedding::weight_bytes() const {
   return static_cast<std::size_t>(weight_floats_) * sizeof(float);
 }
@@ -628,8 +785,9 @@ std::size_t ShardedEmbedding::state_bytes() const {
 
 std::size_t ShardedEmbedding::exchange_bytes() const {
   std::size_t n = 0;
-  for (const Buffer* b : {&owned_offsets_, &owned_ids_, &replica_offsets_, &replica_ids_,
-                          &local_offsets_d_, &local_ids_d_, &send_, &recv_, &inv_sizes_, &index_})
+  for (const Buffer* b :
+       {&owned_offsets_, &owned_ids_, &replica_offsets_, &replica_ids_, &local_offsets_d_,
+        &local_ids_d_, &send_, &recv_, &inv_sizes_, &index_, &route_index_})
     n += b->bytes();
   return n;
 }

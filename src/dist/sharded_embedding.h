@@ -17,6 +17,12 @@
 // - replicated: every rank looks its own bags up; for the update every rank receives every rank's
 //   bags and gradients and applies the same fused update over the whole batch, so the replicas
 //   stay identical (the planner's model counts an all-reduce of the table's gradient instead).
+// Only the bags that hold an id of some shard of an owner travel to it and back: where a rank's
+// batch has bags that are empty in every shard an owner holds (a one-hot table split by rows, an
+// HSTU model's per-token lookups, where each token's id lies in one row shard), the owner looks
+// up and returns the others, plus one empty bag whose zero row stands for the left-out bags on
+// the requester (placed by gather_rows, row partials added by scatter_add_rows). Owners that hold
+// a row piece of a mean-pooled table always take every bag (its bag sizes scale the whole rows).
 // Ids are routed on the host (a rank's batch is in host memory before it is staged); rows and
 // gradients stay in backend memory, exchanged in place where the communicator takes it (NCCL),
 // else through host memory (BackendCollectives).
@@ -40,19 +46,26 @@
 
 namespace parity {
 
+struct CheckpointPiece;  // parity/engine.h
+
 class ShardedEmbedding {
  public:
-  // The plan's tables (their shards) for `m`, on the communicator's rank; plan.gpus must equal
-  // the communicator's size. The shards are fp32, in the backend's memory.
+  // The plan's tables (their shards) for DLRM model `m`, on the communicator's rank; plan.gpus
+  // must equal the communicator's size. The shards are fp32, in the backend's memory.
   ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communicator& comm, Backend& backend);
+  // A set of tables and their plans (checked by the caller's apply_plan to cover each table),
+  // table t of the set being tables[t] and plans[t]: an HSTU model's sequence features (a bag a
+  // token) or its contextual tables (a bag an example).
+  ShardedEmbedding(std::vector<TableSpec> tables, std::vector<TablePlan> plans,
+                   OptimizerKind optimizer, Communicator& comm, Backend& backend);
 
   // Every shard this rank holds filled from init(table, row, column) (the value a single
-  // process's table would hold there), and its optimizer state zeroed.
+  // process's table would hold there; table: in the set), and its optimizer state zeroed.
   void fill(const std::function<float(int table, std::int64_t row, int col)>& init);
 
   // in: this rank's bags, every table, in host memory (table-major CSR of global row ids,
-  // in.batch bags a table); out: backend memory [in.batch, sum of dims] fp32, table t at its model
-  // column offset.
+  // in.batch bags a table); out: backend memory [in.batch, sum of dims] fp32, table t at its
+  // column offset (the sum of the dims before it).
   void forward(const SparseInput& in, Mat out);
   // The gradient of the last forward's outputs, backend memory [batch, sum of dims]: every shard's
   // rows updated by the backend's fused backward with `opt` (after the exchange).
@@ -73,6 +86,12 @@ class ShardedEmbedding {
     float* state = nullptr;
   };
   std::vector<View> shards();
+  // The shards as checkpoint pieces: embedding.{table}.weight and, with the optimizer's state,
+  // optimizer.embedding.{table}.state (a rowwise state over a column shard's own columns).
+  std::vector<CheckpointPiece> checkpoint_pieces();
+  // Bags of this rank's batches that were not sent to an owner (their rows not exchanged), summed
+  // over owners and forwards.
+  std::int64_t bags_left_out() const { return bags_left_out_; }
   // Bytes of the shards' weights and of their optimizer state.
   std::size_t weight_bytes() const;
   std::size_t state_bytes() const;
@@ -110,6 +129,13 @@ class ShardedEmbedding {
   // host_send_'s blocks (send_bytes[q] to rank q, in rank order) exchanged: every rank's block
   // for this one in host_recv_, rank q's from host_from_[q] to host_from_[q + 1].
   void exchange(std::span<const std::int64_t> send_bytes);
+  // Per rank q, which of this rank's b bags travel to q (compact_): none of q's routes is of a
+  // mean-split table and some bag is empty in all of them; kept_[q] the bags that do (those with
+  // an id in some route to q), sent_[q] their count plus the empty bag. From blocks_.
+  void choose_bags(std::int64_t b);
+  // The owner's side of the same choice, from the blocks received (recv_sizes_): which of rank
+  // q's n bags this rank looks up, and whether some are left out (the empty bag then follows).
+  bool keep_received(std::size_t q, std::int64_t n, std::vector<char>& keep) const;
   // Every rank learns whether any rank's exchange would reach MPI's 2^31-byte counts, so that all
   // refuse together instead of some waiting for the rest.
   void agree_on_size(std::int64_t out_bytes, std::int64_t in_bytes);
@@ -121,7 +147,7 @@ class ShardedEmbedding {
   SparseInput upload(const std::vector<std::int64_t>& offsets, const std::vector<std::int64_t>& ids,
                      std::int64_t batch, int tables, Buffer& d_offsets, Buffer& d_ids);
 
-  const ModelSpec& m_;
+  std::vector<TableSpec> tables_;
   Communicator& comm_;
   Backend& backend_;
   BackendCollectives coll_;
@@ -132,6 +158,7 @@ class ShardedEmbedding {
   std::vector<std::int64_t> owner_width_;   // per rank: the columns of the routes it owns
   std::vector<Shard> owned_, replicas_;     // shards this rank holds, each in table order
   std::vector<int> mean_split_;             // mean-pooled tables split by rows
+  std::vector<char> compactable_;           // per rank: no route of a mean-split table
   // owned_ as the backend sees them: out_col is the column in this rank's block; replicas_ with
   // out_col the model's column (forward) and the column in the gathered gradients (backward).
   std::vector<TableLayout> owned_layouts_, replica_out_layouts_, replica_block_layouts_;
@@ -148,6 +175,17 @@ class ShardedEmbedding {
   std::int64_t widest_ = 0;
   SparseInput owned_in_, replica_in_;
   Buffer owned_offsets_, owned_ids_, replica_offsets_, replica_ids_, local_offsets_d_, local_ids_d_;
+  // The bags this rank sends each owner (choose_bags): per rank whether they are compacted, the
+  // kept bags, their count with the empty bag (every bag where not compacted); in backend memory
+  // for each compacted owner its kept bags and the empty bag's index 0 (sent_[q] entries, from
+  // kept_at_[q]), and each local bag's row in what q returns (b entries, from expand_at_[q]).
+  std::vector<char> compact_;
+  std::vector<std::vector<std::int64_t>> kept_;
+  std::vector<std::int64_t> sent_, kept_at_, expand_at_;
+  std::int64_t bags_left_out_ = 0;
+  Buffer route_index_;
+  // The owner's received blocks, per (owned shard k, rank q) at k * ranks + q: bag sizes, ids.
+  std::vector<std::vector<std::int64_t>> recv_sizes_, recv_ids_;
   // Exchange and scratch buffers (backend memory): pooled rows or gradients out and in, the mean
   // bags' inverse sizes, the identity index.
   Buffer send_, recv_, inv_sizes_, index_;

@@ -23,10 +23,15 @@
 #include <utility>
 #include <vector>
 
+#include "dist/backend_collectives.h"
+#include "dist/sharded_embedding.h"
 #include "engine/layout.h"
 #include "engine/step_profiler.h"
+#include "parity/checkpoint.h"
 #include "parity/engine.h"
 #include "parity/error.h"
+#include "parity/plan.h"
+#include "parity/random.h"
 
 namespace parity {
 namespace {
@@ -111,7 +116,21 @@ struct HstuModel::Impl {
   engine::StepProfiler profiler;
   std::vector<std::string> op_names;  // "layer.{l} {what}", made once
 
+  // ---- set by shard(): the ranks' communicator, and where the tables are sharded this rank's
+  // pieces of the sequence features (a bag a token) and of the contextual tables (a bag an
+  // example); with summed features, their lookups side by side [tokens, F d] and its gradient,
+  // and the identity index that copies a column block ----
+  Communicator* comm = nullptr;
+  std::unique_ptr<BackendCollectives> collectives;
+  std::unique_ptr<ShardedEmbedding> feature_shards, context_shards;
+  Buffer feature_rows, dfeature_rows, identity;
+  bool sum_shards() const {  // one feature's rows are x_0's as they are
+    return feature_shards && h.sequence.combine == EventCombine::sum && features > 1;
+  }
+
   // ---- the current batch (host) ----
+  const Batch* host_batch = nullptr;  // the batch and layout of the step (upload())
+  const Layout* host_layout = nullptr;
   std::int64_t batch = 0, tokens = 0;
   std::int64_t event_nnz = 0, block_count = 0, packed_blocks = 0;
   std::int64_t ctx_lookups = 0;  // contextual ids per example (the tables' pooling sizes)
@@ -279,6 +298,17 @@ struct HstuModel::Impl {
       mean2.push_back(bytes_of(be, T, 4));
       rstd2.push_back(bytes_of(be, T, 4));
     }
+    if (sum_shards()) {
+      feature_rows.reset();
+      dfeature_rows.reset();
+      feature_rows = bytes_of(be, T * features * d, 4);
+      dfeature_rows = bytes_of(be, T * features * d, 4);
+      std::vector<std::int64_t> v(static_cast<std::size_t>(T));
+      for (std::int64_t i = 0; i < T; ++i) v[static_cast<std::size_t>(i)] = i;
+      identity.reset();
+      identity = bytes_of(be, T, 8);
+      be.copy_to_device(identity.get(), v.data(), v.size() * 8);
+    }
     dx_a = bytes_of(be, T * d, 4);
     dx_b = bytes_of(be, T * d, 4);
     dn = bytes_of(be, T * d, 4);
@@ -441,6 +471,8 @@ struct HstuModel::Impl {
   // The layout's arrays and the batch's own into the step's buffers (grown when the batch has more
   // tokens than they hold: rare where a plan sized them, then an eighth more than asked).
   void upload(const Batch& b, const Layout& L) {
+    host_batch = &b;
+    host_layout = &L;
     batch = L.batch;
     tokens = L.tokens;
     event_nnz = static_cast<std::int64_t>(L.token_ids.size());
@@ -464,6 +496,9 @@ struct HstuModel::Impl {
     packed_blocks = L.packed_blocks;
     copy(labels, b.labels.data(), b.labels.size() * 4);
   }
+
+  // tensors()'s list; without the tables: dense_tensors()'s.
+  std::vector<TensorRef> tensor_refs(bool with_tables);
 
   void stage(const Batch& b) {
     build(b, own);
@@ -521,14 +556,30 @@ struct HstuModel::Impl {
     const std::int64_t T = tokens, BT = batch * targets;
     profiler.section("embedding_forward");
     Mat x0 = mat(x[0], T, d);
-    if (h.sequence.combine == EventCombine::sum) {
+    if (feature_shards) {
+      const Layout& L = *host_layout;
+      const SparseInput in{T, features, L.token_ids.data(), L.token_offsets.data(), event_nnz};
+      if (sum_shards()) {  // the features' rows side by side, then summed per token
+        const Mat rows = mat(feature_rows, T, static_cast<std::int64_t>(features) * d);
+        feature_shards->forward(in, rows);
+        be.gather_rows(rows.cols_slice(0, d), identity.as<const std::int64_t>(), x0);
+        for (int f = 1; f < features; ++f) be.add_into(rows.cols_slice(f * d, d), x0);
+      } else {
+        feature_shards->forward(in, x0);
+      }
+    } else if (h.sequence.combine == EventCombine::sum) {
       be.embedding_sum_forward(feature_tables, tables(), event_input(), x0);
     } else {
       be.embedding_forward(feature_tables, tables(), event_input(), x0);
     }
     if (contexts > 0) {
-      be.embedding_forward(context_tables, tables(), context_input(),
-                           mat(ctx_out, batch, static_cast<std::int64_t>(contexts) * d));
+      const Mat pooled = mat(ctx_out, batch, static_cast<std::int64_t>(contexts) * d);
+      if (context_shards)
+        context_shards->forward(
+            SparseInput{batch, contexts, host_batch->ids.data(), host_batch->offsets.data(), -1},
+            pooled);
+      else
+        be.embedding_forward(context_tables, tables(), context_input(), pooled);
       be.scatter_add_rows(mat(ctx_out, batch * contexts, d), ctx_rows.as<const std::int64_t>(), x0);
     }
     const SequenceBatch seq = sequences();
@@ -592,6 +643,17 @@ struct HstuModel::Impl {
     profiler.section("head");
     be.bce_with_logits(logits.as<float>(), labels.as<float>(), BT * tasks, dlogits.as<float>(),
                        loss.as<float>());
+    if (comm != nullptr && comm->size() > 1) {
+      // This rank's mean-loss gradient scaled by its share of the step's examples: the ranks'
+      // summed gradients are then the mean loss's over all of them.
+      double global = static_cast<double>(host_layout->global_batch);
+      if (global <= 0) {
+        global = static_cast<double>(batch);
+        comm->all_reduce_sum(std::span<double>(&global, 1));
+      }
+      be.scale_rows(nullptr, static_cast<float>(static_cast<double>(batch) / global),
+                    mat(dlogits, BT * tasks, 1));
+    }
     be.linear_backward(mat(final_out, BT, d), weight(head_w, tasks, d), mat(logits, BT, tasks),
                        mat(dlogits, BT, tasks), Activation::none, mat(dfinal, BT, d),
                        Mat(g + head_w, tasks, d), g + head_b);
@@ -641,16 +703,33 @@ struct HstuModel::Impl {
     const OptimizerParams emb = engine::optimizer_params(spec.embedding_optimizer, lr_factor);
     ++step;
     const StochasticRounding rounding{seed, static_cast<std::uint64_t>(step)};
+    if (comm != nullptr) {  // data-parallel dense layers: every rank's gradients summed
+      profiler.section("dense_allreduce_exposed");
+      collectives->all_reduce_sum(g, static_cast<std::size_t>(dense_count));
+    }
     profiler.section("embedding_backward");
-    be.embedding_backward_update(feature_tables, tables(), emb_state.as<float>(), event_input(),
-                                 mat(*dx, T, d), emb, rounding);
+    if (sum_shards()) {  // each feature's rows had the token's gradient
+      const Mat rows = mat(dfeature_rows, T, static_cast<std::int64_t>(features) * d);
+      for (int f = 0; f < features; ++f)
+        be.gather_rows(mat(*dx, T, d), identity.as<const std::int64_t>(),
+                       rows.cols_slice(f * d, d));
+      feature_shards->backward_update(rows, emb);
+    } else if (feature_shards) {
+      feature_shards->backward_update(mat(*dx, T, d), emb);
+    } else {
+      be.embedding_backward_update(feature_tables, tables(), emb_state.as<float>(), event_input(),
+                                   mat(*dx, T, d), emb, rounding);
+    }
     if (contexts > 0) {
       be.gather_rows(mat(*dx, T, d), ctx_rows.as<const std::int64_t>(),
                      mat(dctx, batch * contexts, d));
+      const Mat dpooled = mat(dctx, batch, static_cast<std::int64_t>(contexts) * d);
       const StochasticRounding ctx_rounding{rounding.seed ^ 0xc0, rounding.step};
-      be.embedding_backward_update(context_tables, tables(), emb_state.as<float>(), context_input(),
-                                   mat(dctx, batch, static_cast<std::int64_t>(contexts) * d), emb,
-                                   ctx_rounding);
+      if (context_shards)
+        context_shards->backward_update(dpooled, emb);
+      else
+        be.embedding_backward_update(context_tables, tables(), emb_state.as<float>(),
+                                     context_input(), dpooled, emb, ctx_rounding);
     }
     profiler.section("dense_optimizer");
     be.dense_optimizer_step(p, g, dense_state.as<float>(), dense_count,
@@ -744,6 +823,13 @@ std::map<std::string, std::size_t> HstuModel::allocated_bytes_by_category() cons
   };
   add("embedding_weights", {&m.emb_weights[0], &m.emb_weights[1], &m.emb_weights[2]});
   add("embedding_optimizer_state", {&m.emb_state});
+  for (const ShardedEmbedding* sh : {m.feature_shards.get(), m.context_shards.get()})
+    if (sh != nullptr) {  // this rank's pieces, in the backend's memory
+      out["embedding_weights"] += sh->weight_bytes();
+      out["embedding_optimizer_state"] += sh->state_bytes();
+      out["embedding_exchange"] += sh->exchange_bytes();
+    }
+  if (m.feature_shards) add("embedding_exchange", {&m.feature_rows, &m.dfeature_rows, &m.identity});
   add("dense_parameters_and_state", {&m.dense, &m.grads, &m.dense_state});
   add("input_slots", {&m.token_ids, &m.token_offsets, &m.times, &m.ctx_ids, &m.ctx_offsets,
                       &m.seq_offsets, &m.blocks, &m.ctx_rows, &m.target_rows, &m.labels});
@@ -770,8 +856,8 @@ int HstuModel::token_capacity_growths() const {
   return impl_->capacity_growths;
 }
 
-std::vector<TensorRef> HstuModel::tensors() {
-  Impl& m = *impl_;
+std::vector<TensorRef> HstuModel::Impl::tensor_refs(bool with_tables) {
+  Impl& m = *this;
   std::vector<TensorRef> out;
   float* p = m.params();
   auto f32 = [&](std::string name, std::vector<std::int64_t> shape, float* at) {
@@ -793,25 +879,137 @@ std::vector<TensorRef> HstuModel::tensors() {
   f32("final_norm.beta", {d}, p + m.final_beta);
   f32("head.weight", {m.tasks, d}, p + m.head_w);
   f32("head.bias", {m.tasks}, p + m.head_b);
+  // Where the tables are sharded the whole tables are gone: their names and shapes only.
+  const bool sharded_tables = feature_shards != nullptr;
   auto tables = [&](const std::vector<TableLayout>& set, const std::vector<TableSpec>& specs) {
     for (std::size_t t = 0; t < set.size(); ++t) {
       const TableLayout& l = set[t];
       out.push_back(TensorRef{fmt::format("embedding.{}.weight", specs[t].name),
                               l.dtype,
                               {l.rows, l.dim},
-                              engine::table_rows(m.tables(), l)});
-      float* state = engine::table_state(m.emb_state.as<float>(), l);
+                              sharded_tables ? nullptr : engine::table_rows(m.tables(), l)});
+      float* state = sharded_tables ? nullptr : engine::table_state(m.emb_state.as<float>(), l);
       if (m.emb_opt.kind == OptimizerKind::adagrad)
         f32(fmt::format("optimizer.embedding.{}.state", specs[t].name), {l.rows, l.dim}, state);
       if (m.emb_opt.kind == OptimizerKind::rowwise_adagrad)
         f32(fmt::format("optimizer.embedding.{}.state", specs[t].name), {l.rows}, state);
     }
   };
-  tables(m.feature_tables, m.h.sequence.features);
-  tables(m.context_tables, m.spec.tables);
+  if (with_tables) {
+    tables(m.feature_tables, m.h.sequence.features);
+    tables(m.context_tables, m.spec.tables);
+  }
   const int k = optimizer_state_per_element(m.dense_opt.kind);
   if (k > 0) f32("optimizer.dense.state", {k, m.dense_count}, m.dense_state.as<float>());
   return out;
+}
+
+std::vector<TensorRef> HstuModel::tensors() {
+  if (impl_->feature_shards)
+    throw Error(
+        "HstuModel::tensors: the tables of a sharded model live in its shards; checkpoints of a "
+        "sharded model go through HstuModel::checkpoint_layout");
+  return impl_->tensor_refs(true);
+}
+
+std::vector<TensorRef> HstuModel::dense_tensors() {
+  return impl_->tensor_refs(false);
+}
+
+void HstuModel::shard(const Plan& plan, Communicator& comm) {
+  Impl& m = *impl_;
+  if (m.step > 0 || m.comm != nullptr)
+    throw Error("HstuModel::shard: call it once, before the first step");
+  if (plan.gpus != comm.size())
+    throw InputError(
+        fmt::format("the plan is for {} GPUs and this run has {} ranks", plan.gpus, comm.size()));
+  (void)apply_plan(m.spec, plan);  // the plan's tables are the model's, their shards well formed
+  const auto F = static_cast<std::size_t>(m.features);
+  const bool whole =
+      comm.size() == 1 && std::all_of(plan.tables.begin(), plan.tables.end(),
+                                      [](const TablePlan& tp) { return tp.shards.size() == 1; });
+  if (!whole) {
+    std::vector<const TableLayout*> layouts;
+    for (const auto* set : {&m.feature_tables, &m.context_tables})
+      for (const TableLayout& l : *set) layouts.push_back(&l);
+    for (std::size_t t = 0; t < plan.tables.size(); ++t)
+      if (plan.tables[t].dtype != DType::f32 || layouts[t]->dtype != DType::f32)
+        throw InputError(fmt::format(
+            "plan table '{}' is {}; sharded tables are fp32 so far (edit the plan's dtype)",
+            plan.tables[t].name,
+            dtype_name(plan.tables[t].dtype != DType::f32 ? plan.tables[t].dtype
+                                                          : layouts[t]->dtype)));
+    const std::vector<TablePlan> features(plan.tables.begin(),
+                                          plan.tables.begin() + static_cast<std::ptrdiff_t>(F));
+    const std::vector<TablePlan> contexts(plan.tables.begin() + static_cast<std::ptrdiff_t>(F),
+                                          plan.tables.end());
+    // The pieces start from the values the whole tables start from (initialise(): stream t over
+    // the sequence features, then the contextual tables), computed for their own rows and columns.
+    auto init = [&m](std::uint64_t first) {
+      return [&m, first](int t, std::int64_t r, int c) {
+        const TableLayout& l = first == 0 ? m.feature_tables[static_cast<std::size_t>(t)]
+                                          : m.context_tables[static_cast<std::size_t>(t)];
+        const float a = 1.0f / std::sqrt(static_cast<float>(l.dim));
+        const std::uint64_t key =
+            rng::key(m.seed, kTables << 32 | (first + static_cast<std::uint64_t>(t)));
+        const auto i = static_cast<std::uint64_t>(r * l.dim + c);
+        return static_cast<float>(-a + (a - -a) * rng::uniform01(key, i));  // as fill_uniform
+      };
+    };
+    auto mark = [&m](const char* category) { m.profiler.section(category); };
+    m.feature_shards = std::make_unique<ShardedEmbedding>(m.h.sequence.features, features,
+                                                          m.emb_opt.kind, comm, m.be);
+    m.feature_shards->fill(init(0));
+    m.feature_shards->set_marker(mark);
+    if (m.contexts > 0) {
+      m.context_shards =
+          std::make_unique<ShardedEmbedding>(m.spec.tables, contexts, m.emb_opt.kind, comm, m.be);
+      m.context_shards->fill(init(F));
+      m.context_shards->set_marker(mark);
+    }
+    for (Buffer& b : m.emb_weights) b = Buffer();
+    m.emb_state = Buffer();
+    m.allocate_tokens(m.token_capacity);  // with the summed features' side-by-side rows
+  }
+  m.comm = &comm;
+  m.collectives = std::make_unique<BackendCollectives>(comm, m.be);
+}
+
+bool HstuModel::sharded() const {
+  return impl_->feature_shards != nullptr;
+}
+
+CheckpointLayout HstuModel::checkpoint_layout() {
+  Impl& m = *impl_;
+  if (!m.feature_shards) return whole_tensor_layout(tensors());
+  CheckpointLayout out;
+  for (const TensorRef& t : m.tensor_refs(true)) out.tensors.push_back({t.name, t.dtype, t.shape});
+  // Dense tensors are the same on every rank: rank 0 writes them, every rank loads them.
+  CheckpointLayout dense = whole_tensor_layout(dense_tensors());
+  for (CheckpointPiece& p : dense.pieces) {
+    p.write = m.comm->rank() == 0;
+    out.pieces.push_back(std::move(p));
+  }
+  for (ShardedEmbedding* sh : {m.feature_shards.get(), m.context_shards.get()})
+    if (sh != nullptr)
+      for (CheckpointPiece& p : sh->checkpoint_pieces()) out.pieces.push_back(std::move(p));
+  return out;
+}
+
+std::optional<float> HstuModel::table_value(int t, std::int64_t row, int col) {
+  Impl& m = *impl_;
+  if (m.feature_shards)
+    return t < m.features ? m.feature_shards->weight(t, row, col)
+                          : m.context_shards->weight(t - m.features, row, col);
+  const TableLayout& l = t < m.features
+                             ? m.feature_tables[static_cast<std::size_t>(t)]
+                             : m.context_tables[static_cast<std::size_t>(t - m.features)];
+  if (l.dtype != DType::f32) throw Error("HstuModel::table_value: an fp32 table's values only");
+  float v = 0;
+  m.be.copy_to_host(
+      &v, static_cast<const float*>(engine::table_rows(m.tables(), l)) + row * l.dim + col,
+      sizeof v);
+  return v;
 }
 
 }  // namespace parity

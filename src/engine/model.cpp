@@ -631,37 +631,7 @@ CheckpointLayout Model::checkpoint_layout() {
     p.write = m.comm->rank() == 0;
     out.pieces.push_back(std::move(p));
   }
-  for (const ShardedEmbedding::View& v : m.sharded->shards()) {
-    const TableSpec& ts = m.spec.tables[static_cast<std::size_t>(v.table)];
-    const ShardPlan& w = v.where;
-    const std::int64_t rows = w.row_end - w.row_begin, cols = w.col_end - w.col_begin;
-    CheckpointPiece p;
-    p.write = v.writer;
-    p.row_begin = w.row_begin;
-    p.row_end = w.row_end;
-    p.col_begin = w.col_begin;
-    p.col_end = w.col_end;
-    p.name = fmt::format("embedding.{}.weight", ts.name);
-    p.local = TensorRef{p.name, DType::f32, {rows, cols}, v.weights};
-    out.pieces.push_back(p);
-    p.name = fmt::format("optimizer.embedding.{}.state", ts.name);
-    switch (v.state == nullptr ? OptimizerKind::sgd : m.layout.emb_opt.kind) {
-      case OptimizerKind::adagrad:
-        p.local = TensorRef{p.name, DType::f32, {rows, cols}, v.state};
-        out.pieces.push_back(p);
-        break;
-      case OptimizerKind::rowwise_adagrad:
-        // One value a row, kept over the shard's columns (checkpoint.h: state_columns).
-        p.col_begin = 0;
-        p.col_end = 1;
-        if (cols != ts.dim) p.state_columns = {w.col_begin, w.col_end, ts.dim};
-        p.local = TensorRef{p.name, DType::f32, {rows}, v.state};
-        out.pieces.push_back(p);
-        break;
-      default:
-        break;
-    }
-  }
+  for (CheckpointPiece& p : m.sharded->checkpoint_pieces()) out.pieces.push_back(std::move(p));
   return out;
 }
 

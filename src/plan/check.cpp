@@ -58,10 +58,13 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
   const bool sharded = target.gpus > 1;
   if (sharded) {
     if (model.kind == ModelKind::hstu)
-      refuse("gpus",
-             fmt::format("an HSTU plan for {} GPUs; HSTU models train on one process so far",
-                         plan.gpus),
-             "make a plan for 1 GPU (parity plan --gpus 1) and train it alone");
+      for (const TablePlan& tp : plan.tables)
+        if (tp.dtype != DType::f32)
+          refuse("tables",
+                 fmt::format("table '{}' is {} in an HSTU plan for {} GPUs, and sharded tables "
+                             "are fp32 so far",
+                             tp.name, dtype_name(tp.dtype), plan.gpus),
+                 "edit the plan's table dtypes to fp32");
     if (target.gpu_backend && model.interaction.kind == InteractionKind::dcnv2 &&
         plan.dense_math == DenseMath::bf16)
       refuse("dense_math",

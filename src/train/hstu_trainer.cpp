@@ -1,7 +1,9 @@
 // The training loop of HSTU models (train() hands them here): synthetic sequences or a sequence
 // shard dataset (or batch sources of the user's own) in, steps,
 // evaluation (AUC per task) and checkpoints out, through the same events, checkpoint format and
-// resume rules as the DLRM loop.
+// resume rules as the DLRM loop. Over several ranks (TrainConfig::comm, with the plan that shards
+// the tables) each rank reads its slice of every global batch and of every evaluation batch, the
+// predictions are gathered for the AUC, and checkpoints are sets (one file a rank and an index).
 //
 // Why a loop of its own: the DLRM loop is built around Model (device-made synthetic data,
 // host-placed tables, file data), none of which an HSTU model has yet. What the two share (the
@@ -23,6 +25,8 @@
 #include "parity/engine.h"
 #include "parity/error.h"
 #include "parity/metrics.h"
+#include "parity/plan.h"
+#include "ranks.h"
 #include "run_record.h"
 #include "sources.h"
 
@@ -33,6 +37,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The most examples a rank's slice of a batch of n holds.
+std::int64_t widest_slice(const TrainConfig& cfg, std::int64_t n) {
+  const std::int64_t W = cfg.comm != nullptr ? cfg.comm->size() : 1;
+  return (n + W - 1) / W;
 }
 
 HstuModel::Options model_options(const TrainConfig& cfg) {
@@ -48,12 +58,22 @@ class HstuTrainer {
       : cfg_(cfg),
         observer_(observer),
         backend_(make_train_backend(cfg)),
-        lock_(cfg.checkpoint_dir.empty() ? nullptr
-                                         : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
+        // The ranks of a sharded run write one directory together: rank 0 holds it for them.
+        lock_(cfg.checkpoint_dir.empty() || (cfg.comm != nullptr && cfg.comm->rank() != 0)
+                  ? nullptr
+                  : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
         train_data_(std::move(data.train)),
         eval_data_(std::move(data.eval)),
-        model_(cfg.model, *backend_, cfg.batch, cfg.seed, model_options(cfg)),
-        record_(run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math, train_data_->kind())) {}
+        model_(cfg.model, *backend_, widest_slice(cfg, cfg.batch), cfg.seed, model_options(cfg)),
+        record_(run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math, train_data_->kind())) {
+    if (cfg.comm == nullptr) return;
+    if (!train_data_->reads_slices() || !eval_data_->reads_slices())
+      throw InputError(fmt::format(
+          "a run over several ranks reads each rank's slice of every batch, and {} reads whole "
+          "batches only (BatchSource::reads_slices)",
+          train_data_->reads_slices() ? eval_data_->describe() : train_data_->describe()));
+    model_.shard(*cfg.shard_plan, *cfg.comm);
+  }
 
   TrainResult run() {
     resume();
@@ -86,6 +106,10 @@ class HstuTrainer {
             ? fmt::format("{} (seed {})", train_data_->describe(), cfg_.seed)
             : train_data_->describe(),
         start > 0 ? fmt::format(", resumed at step {}", start) : "");
+    if (cfg_.comm != nullptr)
+      s.message += fmt::format("; over {} ranks ({}), each on its slice of every batch{}",
+                               cfg_.comm->size(), cfg_.comm->engine(),
+                               model_.sharded() ? ", the tables sharded by the plan" : "");
     emit(s);
 
     // The batch of the next step is made and laid out as tokens on a worker thread while this
@@ -97,7 +121,7 @@ class HstuTrainer {
     const auto t0 = Clock::now();
     train_data_->seek(start * cfg_.batch);
     next_batch(b);
-    model_.layout(b, layout);
+    lay_out(b, layout);
     auto last_report = t0;
     double paused = 0.0, smoothed = NAN;
     std::int64_t window_start = start;
@@ -107,7 +131,7 @@ class HstuTrainer {
       if (step + 1 < cfg_.steps)
         ahead = std::async(std::launch::async, [this, &next, &next_layout] {
           next_batch(next);
-          model_.layout(next, next_layout);
+          lay_out(next, next_layout);
         });
       model_.train_step(b, layout);
       if (ahead.valid()) {
@@ -150,6 +174,12 @@ class HstuTrainer {
     }
     const double train_s = seconds_since(t0) - paused;
     result_.steps = model_.step();
+    if (cfg_.comm != nullptr && result_.steps > start) {  // the mean over the global batch
+      double loss = static_cast<double>(model_.last_loss()) * static_cast<double>(b.size) /
+                    static_cast<double>(cfg_.batch);
+      cfg_.comm->all_reduce_sum(std::span<double>(&loss, 1));
+      result_.final_loss = loss;
+    }
     result_.examples_per_s =
         train_s > 0 ? static_cast<double>((result_.steps - start) * cfg_.batch) / train_s : 0;
     result_.steady_examples_per_s = result_.examples_per_s;
@@ -188,11 +218,25 @@ class HstuTrainer {
     if (observer_ != nullptr) observer_->on_event(e);
   }
 
-  // The next training batch: always a full one (shard datasets repeat their examples).
+  // The next training batch (this rank's slice of it over several ranks): always a full one
+  // (shard datasets repeat their examples).
   void next_batch(Batch& b) {
+    if (cfg_.comm != nullptr) {
+      const std::int64_t n =
+          train_data_->next_slice(cfg_.batch, cfg_.comm->rank(), cfg_.comm->size(), b);
+      if (n != cfg_.batch)
+        throw InputError(fmt::format("{} gave {} examples where a batch of {} was asked for",
+                                     train_data_->describe(), n, cfg_.batch));
+      return;
+    }
     if (!train_data_->next(cfg_.batch, b) || b.size != cfg_.batch)
       throw InputError(fmt::format("{} gave {} examples where a batch of {} was asked for",
                                    train_data_->describe(), b.size, cfg_.batch));
+  }
+  // The batch laid out as tokens; the step's examples over every rank are the global batch.
+  void lay_out(const Batch& b, HstuModel::Layout& layout) const {
+    model_.layout(b, layout);
+    layout.global_batch = cfg_.batch;
   }
 
   // The newest good checkpoint, as the DLRM loop takes it: a damaged one is set aside and the
@@ -200,6 +244,7 @@ class HstuTrainer {
   void resume() {
     if (!cfg_.resume) return;
     const auto steps = list_checkpoints(cfg_.checkpoint_dir);
+    if (cfg_.comm != nullptr) same_checkpoints_on_every_rank(steps);
     if (steps.empty()) {
       TrainEvent w = event(TrainEvent::Kind::warning, 0);
       w.message =
@@ -209,20 +254,42 @@ class HstuTrainer {
     }
     for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
       const auto path = find_checkpoint(cfg_.checkpoint_dir, *it);
+      std::int64_t step = -1;
+      std::string corrupt;
+      std::exception_ptr failed;
       try {
-        const std::int64_t step = resumable_step(path, record_);
-        load_safetensors(path, model_.tensors(), *backend_, /*allow_extra=*/false,
-                         TensorValues::finite);
+        step = resumable_step(path, record_);
+        load_checkpoint(path, model_.checkpoint_layout(), *backend_, TensorValues::finite);
+      } catch (const CheckpointCorrupt& e) {
+        corrupt = e.what();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      // The ranks agree: any rank's failure stops them all, any rank's damaged piece sets the
+      // checkpoint aside for all.
+      double flags[2] = {failed ? 1.0 : 0.0, corrupt.empty() ? 0.0 : 1.0};
+      if (cfg_.comm != nullptr) cfg_.comm->all_reduce_sum(std::span<double>(flags, 2));
+      if (flags[0] > 0) {
+        if (failed) std::rethrow_exception(failed);
+        throw InputError(fmt::format(
+            "another rank could not resume from '{}' (its message says why)", path.string()));
+      }
+      if (flags[1] == 0) {
         model_.set_step(step);
         result_.last_checkpoint = path;
         return;
-      } catch (const CheckpointCorrupt& e) {
-        const auto aside = set_aside_checkpoint(path);
-        TrainEvent w = event(TrainEvent::Kind::warning, 0);
-        w.message = fmt::format("{}; set aside as '{}', trying the one before it", e.what(),
-                                aside.string());
-        emit(w);
       }
+      const bool mover = cfg_.comm == nullptr || cfg_.comm->rank() == 0;
+      const auto aside =
+          mover ? set_aside_checkpoint(path) : std::filesystem::path(path.string() + ".corrupt");
+      if (cfg_.comm != nullptr) cfg_.comm->barrier();  // moved before any rank looks again
+      TrainEvent w = event(TrainEvent::Kind::warning, 0);
+      w.message = fmt::format("{}; set aside as '{}', trying the one before it",
+                              corrupt.empty()
+                                  ? "another rank found checkpoint '" + path.string() + "' damaged"
+                                  : corrupt,
+                              aside.string());
+      emit(w);
     }
     throw InputError(fmt::format(
         "every checkpoint in '{}' is damaged; nothing to resume from: remove --resume to start "
@@ -230,21 +297,52 @@ class HstuTrainer {
         cfg_.checkpoint_dir.string()));
   }
 
-  // AUC per task on the held-out split, their mean reported as the AUC.
+  // The ranks share the checkpoint directory; one that lists other checkpoints is not sharing it.
+  void same_checkpoints_on_every_rank(const std::vector<std::int64_t>& steps) {
+    const double mine[2] = {static_cast<double>(steps.size()),
+                            steps.empty() ? -1.0 : static_cast<double>(steps.back())};
+    std::vector<double> all(static_cast<std::size_t>(2 * cfg_.comm->size()));
+    cfg_.comm->all_gather(std::as_bytes(std::span<const double>(mine, 2)),
+                          std::as_writable_bytes(std::span<double>(all)));
+    for (int q = 0; q < cfg_.comm->size(); ++q)
+      if (all[static_cast<std::size_t>(2 * q)] != mine[0] ||
+          all[static_cast<std::size_t>(2 * q + 1)] != mine[1])
+        throw InputError(fmt::format(
+            "rank {} sees {} checkpoints in '{}' (newest step {}) and rank {} sees {} (newest {}): "
+            "the ranks of a run must share one checkpoint directory",
+            cfg_.comm->rank(), mine[0], cfg_.checkpoint_dir.string(), mine[1], q,
+            all[static_cast<std::size_t>(2 * q)], all[static_cast<std::size_t>(2 * q + 1)]));
+  }
+
+  // AUC per task on the held-out split, their mean reported as the AUC (over several ranks each
+  // predicts its slice of every evaluation batch, and every rank gathers every prediction).
   void evaluate(std::int64_t step) {
     backend_->raise_input_errors();  // a bad id a GPU kernel skipped stops the run here
     const int tasks = static_cast<int>(cfg_.model.hstu->tasks.size());
     std::vector<float> probs, labels, teacher, p;
     Batch b;
     eval_data_->seek(0);
-    for (std::int64_t seen = 0; seen < cfg_.eval_examples; seen += b.size) {
-      if (!eval_data_->next(std::min(cfg_.batch, cfg_.eval_examples - seen), b) || b.size == 0)
-        break;
+    for (std::int64_t seen = 0; seen < cfg_.eval_examples;) {
+      const std::int64_t want = std::min(cfg_.batch, cfg_.eval_examples - seen);
+      std::int64_t n = 0;
+      if (cfg_.comm != nullptr) {
+        n = eval_data_->next_slice(want, cfg_.comm->rank(), cfg_.comm->size(), b);
+      } else if (eval_data_->next(want, b)) {
+        n = b.size;
+      }
+      if (n == 0) break;
+      seen += n;
+      if (b.size == 0) continue;  // no slice for this rank
       p.resize(b.labels.size());
       model_.predict(b, p.data());
       probs.insert(probs.end(), p.begin(), p.end());
       labels.insert(labels.end(), b.labels.begin(), b.labels.end());
       teacher.insert(teacher.end(), b.teacher_prob.begin(), b.teacher_prob.end());
+    }
+    if (cfg_.comm != nullptr) {
+      probs = gather_all(*cfg_.comm, probs);
+      labels = gather_all(*cfg_.comm, labels);
+      teacher = gather_all(*cfg_.comm, teacher);
     }
     if (probs.empty())
       throw InputError(fmt::format("{} holds no examples to evaluate on", eval_data_->describe()));
@@ -279,10 +377,17 @@ class HstuTrainer {
 
   void checkpoint(std::int64_t step) {
     backend_->raise_input_errors();  // never a checkpoint after a step that met bad input
-    const auto path = checkpoint_path(cfg_.checkpoint_dir, step);
-    save_safetensors(path, model_.tensors(), checkpoint_metadata(record_, step), *backend_,
-                     TensorValues::finite);
-    prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep_checkpoints);
+    auto path = checkpoint_path(cfg_.checkpoint_dir, step);
+    const auto metadata = checkpoint_metadata(record_, step);
+    // One process holding its tables whole writes one file; sharded ranks write a set, each its
+    // pieces.
+    if (model_.sharded())
+      path = save_checkpoint_set(cfg_.checkpoint_dir, step, model_.checkpoint_layout(), metadata,
+                                 *cfg_.comm, *backend_, TensorValues::finite);
+    else
+      save_safetensors(path, model_.tensors(), metadata, *backend_, TensorValues::finite);
+    if (cfg_.comm == nullptr || cfg_.comm->rank() == 0)
+      prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep_checkpoints);
     result_.last_checkpoint = path;
     TrainEvent e = event(TrainEvent::Kind::checkpoint, step);
     e.message = path.string();
@@ -331,6 +436,11 @@ TrainResult train_hstu(const TrainConfig& in, TrainObserver* observer) {
   if (cfg.keep_checkpoints < 1)
     throw InputError(fmt::format(
         "checkpoints kept must be at least 1 (the newest good one), got {}", cfg.keep_checkpoints));
+  if ((cfg.comm == nullptr) != (cfg.shard_plan == nullptr))
+    throw InputError("a sharded run needs both its plan and its communicator");
+  if (cfg.comm != nullptr && cfg.batch < cfg.comm->size())
+    throw InputError(fmt::format("a batch of {} examples cannot be split over {} ranks", cfg.batch,
+                                 cfg.comm->size()));
   HstuTrainer trainer(cfg, make_sources(cfg), observer);
   return trainer.run();
 }

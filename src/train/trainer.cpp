@@ -32,6 +32,7 @@
 #include "parity/plan.h"
 #include "parity/train.h"
 #include "prefetch.h"
+#include "ranks.h"
 #include "run_record.h"
 #include "sources.h"
 
@@ -127,25 +128,6 @@ std::pair<std::int64_t, std::int64_t> rank_slice(const TrainConfig& cfg, std::in
   const std::int64_t W = cfg.comm->size(), r = cfg.comm->rank();
   const std::int64_t first = n * r / W;
   return {first, n * (r + 1) / W - first};
-}
-
-// Every rank's values, in rank order, on every rank.
-std::vector<float> gather_all(Communicator& comm, const std::vector<float>& mine) {
-  const auto P = static_cast<std::size_t>(comm.size());
-  std::vector<std::int64_t> bytes(P, static_cast<std::int64_t>(mine.size() * sizeof(float)));
-  std::vector<std::int64_t> counts(P), eight(P, 8);
-  comm.all_to_all_v(std::as_bytes(std::span<const std::int64_t>(bytes)), eight,
-                    std::as_writable_bytes(std::span<std::int64_t>(counts)), eight);
-  std::vector<std::byte> send;
-  for (std::size_t q = 0; q < P; ++q) {
-    const auto* p = reinterpret_cast<const std::byte*>(mine.data());
-    send.insert(send.end(), p, p + mine.size() * sizeof(float));
-  }
-  std::int64_t total = 0;
-  for (const std::int64_t c : counts) total += c;
-  std::vector<float> all(static_cast<std::size_t>(total) / sizeof(float));
-  comm.all_to_all_v(send, bytes, std::as_writable_bytes(std::span<float>(all)), counts);
-  return all;
 }
 
 // Wall-clock accounting of the step loop. Time spent outside training steps (Model::prepare,
@@ -674,9 +656,9 @@ class Trainer {
       teacher.insert(teacher.end(), b.teacher_prob.begin(), b.teacher_prob.end());
     }
     if (cfg_.comm != nullptr) {
-      probs = gather_all(*cfg_.comm, probs);
-      labels = gather_all(*cfg_.comm, labels);
-      teacher = gather_all(*cfg_.comm, teacher);
+      probs = train_detail::gather_all(*cfg_.comm, probs);
+      labels = train_detail::gather_all(*cfg_.comm, labels);
+      teacher = train_detail::gather_all(*cfg_.comm, teacher);
     }
     backend_->raise_input_errors();  // nor after evaluation data that was bad
     if (probs.empty())

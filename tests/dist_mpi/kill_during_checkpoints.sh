@@ -16,8 +16,10 @@ for round in 1 2 3; do
     --keep-checkpoints 3 --eval-examples 1024 --resume >run$round.log 2>&1 &
   launcher=$!
   for _ in $(seq 100); do [ -s pid.1 ] && break; sleep 0.1; done
-  # Past start-up and the first sets, then a moment that falls anywhere in a step or a write.
-  sleep "$(awk -v s=$RANDOM 'BEGIN { print 1.5 + (s % 1000) / 1000 }')"
+  # Past start-up (however long a loaded machine takes) and this run's first set, then a moment
+  # that falls anywhere in a step or a write.
+  for _ in $(seq 600); do grep -q '^checkpoint' run$round.log && break; sleep 0.1; done
+  sleep "$(awk -v s=$RANDOM 'BEGIN { print (s % 1000) / 1000 }')"
   kill -9 "$(cat pid.1)"
   for _ in $(seq 600); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
   if kill -0 $launcher 2>/dev/null; then

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# resume_chain.sh PARITY MPIEXEC NP_FLAG DIR: the tiny model trained 20 steps over 4 ranks
+# resume_chain.sh PARITY MPIEXEC NP_FLAG DIR [MODEL]: MODEL (tiny; hstu-tiny too) trained 20 steps over 4 ranks
 # (checkpoint sets every 10 steps), resumed over 2 ranks to step 30, by one process to step 40
 # (a single file), and over 4 ranks again to step 50, each with the planner's plan for its GPU
 # count (fp32 tables); against one process training 40 steps without a stop. Passes when every
 # stage resumes where the last one stopped and the run that stopped three times ends step 40 with
 # the uninterrupted run's printed loss and AUC.
 set -euo pipefail
-parity=$1 mpiexec=$2 np=$3 dir=$4
+parity=$1 mpiexec=$2 np=$3 dir=$4 model=${5:-tiny}
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
 for g in 1 2 4; do
-  "$parity" plan --model tiny --device h200 --gpus $g --out p$g.json >/dev/null
-  sed 's/"fp16"/"fp32"/g' p$g.json >p$g-fp32.json
+  "$parity" plan --model "$model" --device h200 --gpus $g --out p$g.json >/dev/null
+  sed -E 's/"dtype": "(fp16|bf16)"/"dtype": "fp32"/g' p$g.json >p$g-fp32.json
 done
 common=(--checkpoint ck --checkpoint-every 10 --eval-examples 1024)
 "$mpiexec" "$np" 4 "$parity" train --plan p4-fp32.json --steps 20 "${common[@]}" >s1.log 2>&1
