@@ -377,7 +377,8 @@ class Backend {
   // y += x (a residual connection, or a gradient that two paths share).  x, y [R, C].
   virtual void add_into(CAMat x, AMat y);
   // dst(i, ·) = src(index[i], ·) for i < dst.rows; index backend memory [dst.rows], each in
-  // [0, src.rows).  src [S, C], dst [R, C].
+  // [0, src.rows).  src [S, C], dst [R, C], each fp32 or bf16 (a bf16 dst of an fp32 src rounded
+  // to nearest even).
   virtual void gather_rows(CAMat src, const std::int64_t* index, AMat dst);
   // dst(index[i], ·) += src(i, ·) for i < src.rows: the backward of gather_rows, indices distinct.
   virtual void scatter_add_rows(CAMat src, const std::int64_t* index, AMat dst);

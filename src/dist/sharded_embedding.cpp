@@ -421,7 +421,25 @@ bool ShardedEmbedding::keep_received(std::size_t q, std::int64_t n, std::vector<
   return true;
 }
 
-void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
+void ShardedEmbedding::forward(const SparseInput& in, AMat out) {
+  if (out.is_f32()) return forward_f32(in, out.f32());
+  const Mat rows(static_cast<float*>(grow(
+                     rows_f32_, static_cast<std::size_t>(out.rows * out.cols) * sizeof(float))),
+                 out.rows, out.cols);
+  forward_f32(in, rows);
+  if (out.rows > 0) backend_.gather_rows(rows, identity(out.rows), out);
+}
+
+void ShardedEmbedding::backward_update(CAMat dout, const OptimizerParams& opt) {
+  if (dout.is_f32()) return backward_update_f32(dout.f32(), opt);
+  const Mat rows(static_cast<float*>(grow(
+                     rows_f32_, static_cast<std::size_t>(dout.rows * dout.cols) * sizeof(float))),
+                 dout.rows, dout.cols);
+  if (dout.rows > 0) backend_.gather_rows(dout, identity(dout.rows), rows);
+  backward_update_f32(rows, opt);
+}
+
+void ShardedEmbedding::forward_f32(const SparseInput& in, Mat out) {
   const int T = static_cast<int>(tables_.size());
   const auto P = static_cast<std::size_t>(comm_.size());
   const std::int64_t width = out_col_.back() + tables_.back().dim;
@@ -649,7 +667,7 @@ void ShardedEmbedding::forward(const SparseInput& in, Mat out) {
   }
 }
 
-void ShardedEmbedding::backward_update(CMat dout, const OptimizerParams& opt) {
+void ShardedEmbedding::backward_update_f32(CMat dout, const OptimizerParams& opt) {
   const auto P = static_cast<std::size_t>(comm_.size());
   const std::int64_t b = batch_;
   if (dout.rows != b)
@@ -787,7 +805,7 @@ std::size_t ShardedEmbedding::exchange_bytes() const {
   std::size_t n = 0;
   for (const Buffer* b :
        {&owned_offsets_, &owned_ids_, &replica_offsets_, &replica_ids_, &local_offsets_d_,
-        &local_ids_d_, &send_, &recv_, &inv_sizes_, &index_, &route_index_})
+        &local_ids_d_, &send_, &recv_, &inv_sizes_, &index_, &route_index_, &rows_f32_})
     n += b->bytes();
   return n;
 }

@@ -64,12 +64,14 @@ class ShardedEmbedding {
   void fill(const std::function<float(int table, std::int64_t row, int col)>& init);
 
   // in: this rank's bags, every table, in host memory (table-major CSR of global row ids,
-  // in.batch bags a table); out: backend memory [in.batch, sum of dims] fp32, table t at its
-  // column offset (the sum of the dims before it).
-  void forward(const SparseInput& in, Mat out);
-  // The gradient of the last forward's outputs, backend memory [batch, sum of dims]: every shard's
-  // rows updated by the backend's fused backward with `opt` (after the exchange).
-  void backward_update(CMat dout, const OptimizerParams& opt);
+  // in.batch bags a table); out: backend memory [in.batch, sum of dims], table t at its column
+  // offset (the sum of the dims before it). fp32, or bf16 (a bf16 interaction input): the rows
+  // are made in fp32 and rounded once to nearest even, as the backend's own lookup rounds them.
+  void forward(const SparseInput& in, AMat out);
+  // The gradient of the last forward's outputs, backend memory [batch, sum of dims], fp32 or
+  // bf16: every shard's rows updated by the backend's fused backward with `opt` (after the
+  // exchange).
+  void backward_update(CAMat dout, const OptimizerParams& opt);
 
   // Table t's element (row, col) where this rank holds it, else nullopt (one value copied from
   // backend memory: for tests).
@@ -129,6 +131,8 @@ class ShardedEmbedding {
   // host_send_'s blocks (send_bytes[q] to rank q, in rank order) exchanged: every rank's block
   // for this one in host_recv_, rank q's from host_from_[q] to host_from_[q + 1].
   void exchange(std::span<const std::int64_t> send_bytes);
+  void forward_f32(const SparseInput& in, Mat out);
+  void backward_update_f32(CMat dout, const OptimizerParams& opt);
   // Per rank q, which of this rank's b bags travel to q (compact_): none of q's routes is of a
   // mean-split table and some bag is empty in all of them; kept_[q] the bags that do (those with
   // an id in some route to q), sent_[q] their count plus the empty bag. From blocks_.
@@ -189,6 +193,7 @@ class ShardedEmbedding {
   // Exchange and scratch buffers (backend memory): pooled rows or gradients out and in, the mean
   // bags' inverse sizes, the identity index.
   Buffer send_, recv_, inv_sizes_, index_;
+  Buffer rows_f32_;  // the fp32 rows (or gradients) of a bf16 output
   std::int64_t index_rows_ = 0;
 
   // The ids' exchange on the host: each route's block, the send and receive buffers (kept from

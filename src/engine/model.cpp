@@ -258,7 +258,7 @@ void Model::Impl::forward(const InputSlot& in, std::int64_t n, bool counting) {
       throw Error(
           "Model: a sharded model routes its batch's ids on the host, and this batch was made on "
           "the device (stage batches from host memory)");
-    sharded->forward(in.host_sparse, x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out).f32());
+    sharded->forward(in.host_sparse, x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out));
   } else
     backend.embedding_forward(L.tables, params.tables(), in.sparse,
                               x0.cols_slice(L.bottom_out, L.x0_cols - L.bottom_out));
@@ -391,7 +391,7 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
     profiler.section("embedding_backward");
   }
   if (sharded)
-    sharded->backward_update(dx0.cols_slice(D, E).f32(),
+    sharded->backward_update(dx0.cols_slice(D, E),
                              engine::optimizer_params(spec.embedding_optimizer, lr_factor));
   else
     backend.embedding_backward_update(
@@ -587,11 +587,6 @@ void Model::shard(const Plan& plan, Communicator& comm, std::size_t dense_bucket
       if (t.dtype != DType::f32)
         refuse(fmt::format("table '{}' is {}; sharded tables are fp32 so far", t.name,
                            dtype_name(t.dtype)));
-    if (m.acts.x0_dtype != DType::f32)
-      refuse(
-          fmt::format("the interaction's input is {} on this backend, and sharded tables write "
-                      "fp32 rows so far (train with --dense-math tf32 or fp32)",
-                      dtype_name(m.acts.x0_dtype)));
     auto sh = std::make_unique<ShardedEmbedding>(m.spec, plan, comm, m.backend);
     // The shards start from the values this model's tables start from, computed for their own
     // rows and columns: no rank needs memory for the whole tables.

@@ -65,12 +65,6 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                              "are fp32 so far",
                              tp.name, dtype_name(tp.dtype), plan.gpus),
                  "edit the plan's table dtypes to fp32");
-    if (target.gpu_backend && model.interaction.kind == InteractionKind::dcnv2 &&
-        plan.dense_math == DenseMath::bf16)
-      refuse("dense_math",
-             "bf16 with cross layers keeps the interaction's input in bf16, and sharded tables "
-             "write fp32 rows so far",
-             "edit the plan's dense_math to tf32 (or fp32)");
   }
   if (model.kind == ModelKind::hstu) {
     detail::add_hstu_decisions(plan, out);

@@ -119,6 +119,30 @@ TEST(SequenceGpu, RowCopiesAndSummedLookupsMatchCpu) {
   DevMat grows(gpu, rows.poisoned());
   gpu.gather_rows(gsrc.view(), gi.as<const std::int64_t>(), grows.view());
   expect_near_ref("gather_rows", grows.download(), rows);
+  // Between element types: the rows into a bf16 view, each rounded to nearest even (poisoned
+  // first), and back into fp32, exactly.
+  {
+    std::vector<std::uint16_t> bits(static_cast<std::size_t>(n * 24), 0x7fc1);
+    Buffer g16(gpu, bits.size() * 2);
+    gpu.copy_to_device(g16.get(), bits.data(), bits.size() * 2);
+    gpu.gather_rows(gsrc.view(), gi.as<const std::int64_t>(), AMat(g16.get(), DType::bf16, n, 24));
+    gpu.copy_to_host(bits.data(), g16.get(), bits.size() * 2);
+    std::vector<std::int64_t> identity(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) identity[static_cast<std::size_t>(i)] = i;
+    Buffer gid(gpu, identity.size() * 8);
+    gpu.copy_to_device(gid.get(), identity.data(), identity.size() * 8);
+    DevMat back(gpu, rows.poisoned());
+    gpu.gather_rows(CAMat(g16.get(), DType::bf16, n, 24), gid.as<const std::int64_t>(),
+                    back.view());
+    const HostMat got = back.download();
+    int wrong = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t c = 0; c < 24; ++c) {
+        const std::uint16_t b = bits[static_cast<std::size_t>(i * 24 + c)];
+        wrong += b != bf16_bits(rows.at(i, c)) || got.at(i, c) != bf16_to_float(b);
+      }
+    EXPECT_EQ(wrong, 0) << "gather_rows between fp32 and bf16";
+  }
   HostMat full = src;
   DevMat gfull(gpu, src);
   cpu.scatter_add_rows(rows.cview(), index.data(), full.view());

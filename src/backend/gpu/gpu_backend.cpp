@@ -847,10 +847,9 @@ void GpuBackend::add_into(CAMat x, AMat y) {
 }
 
 void GpuBackend::gather_rows(CAMat src, const std::int64_t* index, AMat dst) {
-  const CMat sf = f32_in("gather_rows", "src", src);
-  const Mat df = f32_out("gather_rows", "dst", dst);
-  backend_checks::check_rows_copy("gather_rows", df, sf, index);
-  gpu::gather_rows(impl_->s(), sf, index, df);
+  // Between element types too: the sharded step's fp32 rows into bf16 activations and back.
+  backend_checks::check_rows_copy("gather_rows", dst, src, index);
+  gpu::gather_rows(impl_->s(), src, index, dst);
 }
 
 void GpuBackend::scale_rows(const float* scale, float alpha, Mat x) {

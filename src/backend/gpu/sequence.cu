@@ -190,6 +190,22 @@ __global__ __launch_bounds__(kRowBlock) void rows_kernel(int scatter, CMat src,
   }
 }
 
+// dst(i) = src(index[i]) between element types (each element through float, stored rounded to
+// nearest even): fp32 rows into bf16 activations and back.
+template <class S, class D>
+__global__ __launch_bounds__(kRowBlock) void gather_convert_kernel(
+    const S* src, std::int64_t src_rows, std::int64_t src_ld, const std::int64_t* index, D* dst,
+    std::int64_t dst_ld, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * kRowBlock + threadIdx.x; e < n;
+       e += static_cast<std::int64_t>(gridDim.x) * kRowBlock) {
+    const std::int64_t i = e / cols, c = e - i * cols;
+    const std::int64_t r = index[i];
+    if (r >= 0 && r < src_rows)
+      dst[i * dst_ld + c] = from_float_rn<D>(to_float(src[r * src_ld + c]));
+  }
+}
+
 __global__ __launch_bounds__(kRowBlock) void scale_rows_kernel(const float* scale, float alpha,
                                                                Mat x) {
   const std::int64_t n = x.rows * x.cols;
@@ -572,6 +588,39 @@ void gather_rows(Stream_t s, CMat src, const std::int64_t* index, Mat dst) {
   launch("gather_rows", rows_kernel, {grid_of(dst.rows * dst.cols, kRowBlock), kRowBlock, 0}, s, 0,
          src, index, dst, dst.rows, dst.cols);
 }
+namespace {
+// f(T{}) with T the element type of dtype t (fp32, fp16 or bf16).
+template <class F>
+void with_element(DType t, F&& f) {
+  switch (t) {
+    case DType::f32:
+      return f(float{});
+    case DType::f16:
+      return f(F16{});
+    case DType::bf16:
+      return f(Bf16{});
+    default:
+      throw Error("gather_rows: rows of " + std::string(dtype_name(t)) +
+                  ", where fp32, fp16 or bf16 were expected");
+  }
+}
+}  // namespace
+
+void gather_rows(Stream_t s, CAMat src, const std::int64_t* index, AMat dst) {
+  if (src.is_f32() && dst.is_f32()) return gather_rows(s, src.f32(), index, dst.f32());
+  if (dst.rows * dst.cols == 0) return;
+  with_element(src.dtype, [&](auto from) {
+    with_element(dst.dtype, [&](auto to) {
+      using S = decltype(from);
+      using D = decltype(to);
+      launch("gather_rows", gather_convert_kernel<S, D>,
+             {grid_of(dst.rows * dst.cols, kRowBlock), kRowBlock, 0}, s,
+             static_cast<const S*>(src.data), src.rows, src.ld, index, static_cast<D*>(dst.data),
+             dst.ld, dst.rows, dst.cols);
+    });
+  });
+}
+
 void scale_rows(Stream_t s, const float* scale, float alpha, Mat x) {
   if (x.rows * x.cols == 0) return;
   launch("scale_rows", scale_rows_kernel, {grid_of(x.rows * x.cols, kRowBlock), kRowBlock, 0}, s,

@@ -28,6 +28,8 @@ void silu_backward(Stream_t s, CMat x, CMat dy, Mat dx);
 void add_into(Stream_t s, CMat x, Mat y);
 // Rows whose index is outside the matrix are skipped (the engine makes the indices).
 void gather_rows(Stream_t s, CMat src, const std::int64_t* index, Mat dst);
+// The same between element types (fp32, fp16, bf16; each element rounded to nearest even).
+void gather_rows(Stream_t s, CAMat src, const std::int64_t* index, AMat dst);
 void scale_rows(Stream_t s, const float* scale, float alpha, Mat x);
 void scatter_add_rows(Stream_t s, CMat src, const std::int64_t* index, Mat dst);
 // Every table of dim out.cols, in device memory (not host-placed); ids outside a table skipped.
