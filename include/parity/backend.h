@@ -52,6 +52,12 @@ struct TableLayout {
   // About how many ids a bag holds (the model's pooling size; 0: unknown). A hint for how the
   // kernels share work, never a bound: any bag may hold any number.
   double ids_per_bag = 0;
+  // Stochastic rounding (StochasticRounding) keys element (r, c) of this table as element
+  // (r + round_row, c + round_col) of table round_table: a piece of a larger table (a shard)
+  // then rounds as the whole table does. round_table < 0: the table's own index in the call.
+  std::int64_t round_table = -1;
+  std::int64_t round_row = 0;
+  std::int64_t round_col = 0;
 
   // Host placement. A table whose `host.weights` is set keeps all its rows in host memory that
   // the backend's kernels reach directly (Backend::allocate_host_resident), and the buffers at

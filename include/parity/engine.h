@@ -132,7 +132,8 @@ class Model {
   // share of the global batch, so the ranks' step is one process's step on the whole batch (to
   // rounding). Call before the first step, on every rank, with the same plan; the shards start
   // from the values this model's tables started from, and the whole tables are freed (each rank
-  // holds its shards only). fp32 tables in device memory only so far; refused by name otherwise.
+  // holds its shards only). Tables in device memory only so far (any storage type); host-placed
+  // ones are refused by name.
   // Checkpoints go through checkpoint_layout(); tensors() is refused. One rank whose plan holds
   // every table whole keeps its tables (nothing is exchanged). The dense gradients are summed in
   // buckets of at least dense_bucket_bytes, each as soon as the backward has made it, on a worker
@@ -266,9 +267,9 @@ class HstuModel {
   // optimizer step, and each rank's loss gradient scaled by its share of the step's examples
   // (Layout::global_batch), so that the ranks' step is one process's step on the whole batch (to
   // rounding). Call once, before the first step, on every rank with the same plan (plan.gpus ==
-  // comm.size()). fp32 tables only so far (refused by name otherwise). A rank whose plan holds
-  // every table whole keeps its tables. Checkpoints then go through checkpoint_layout(); tensors()
-  // is refused where the tables are sharded.
+  // comm.size()). The tables' storage types are the plan's (the model built from apply_plan). A
+  // rank whose plan holds every table whole keeps its tables. Checkpoints then go through
+  // checkpoint_layout(); tensors() is refused where the tables are sharded.
   void shard(const Plan& plan, Communicator& comm);
   bool sharded() const;
   // As Model's: whole tensors, or the dense tensors (rank 0 writes them) and this rank's shards.

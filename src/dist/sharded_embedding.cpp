@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 
+#include "parity/dtype.h"
 #include "parity/engine.h"
 
 namespace parity {
@@ -80,9 +81,12 @@ ShardedEmbedding::ShardedEmbedding(std::vector<TableSpec> tables, std::vector<Ta
   for (int t = 0; t < T; ++t) {
     table_routes_.push_back(static_cast<std::int64_t>(routes_.size()));
     const TablePlan& tp = plans[static_cast<std::size_t>(t)];
-    if (tp.dtype != DType::f32 || tp.placement != Placement::hbm)
-      throw InputError(fmt::format(
-          "plan table '{}': the sharded tables are fp32 and in device memory so far", tp.name));
+    if (tp.placement != Placement::hbm)
+      throw InputError(
+          fmt::format("plan table '{}': the sharded tables are in device memory so far", tp.name));
+    if (!is_table_dtype(tp.dtype))
+      throw InputError(fmt::format("plan table '{}' is {}; tables are fp32, fp16 or bf16", tp.name,
+                                   dtype_name(tp.dtype)));
     out_col_.push_back(col);
     const TableSpec& ts = tables_[static_cast<std::size_t>(t)];
     if (tp.name != ts.name)
@@ -135,10 +139,14 @@ ShardedEmbedding::ShardedEmbedding(std::vector<TableSpec> tables, std::vector<Ta
       sh.index = static_cast<int>(j);
       sh.where = s;
       sh.replicated = replicated;
+      sh.dtype = tp.dtype;
       const std::int64_t rows = s.row_end - s.row_begin;
-      sh.weight_offset = weight_floats_;
+      // Each piece at a 16-byte boundary of its type's buffer (the kernels' vector accesses).
+      std::int64_t& n = weight_elements_[buffer_of(tp.dtype)];
+      const auto per16 = static_cast<std::int64_t>(16 / dtype_size(tp.dtype));
+      sh.weight_offset = n;
       sh.state_offset = state_floats_;
-      weight_floats_ += rows * cols_of(s);
+      n = (n + rows * cols_of(s) + per16 - 1) / per16 * per16;
       state_floats_ += rows * cache_state_per_row(optimizer_, static_cast<int>(cols_of(s)));
       (replicated ? replicas_ : owned_).push_back(sh);
     }
@@ -148,7 +156,10 @@ ShardedEmbedding::ShardedEmbedding(std::vector<TableSpec> tables, std::vector<Ta
     }
   }
   table_routes_.push_back(static_cast<std::int64_t>(routes_.size()));
-  weights_ = Buffer(backend, static_cast<std::size_t>(weight_floats_) * sizeof(float));
+  for (const DType t : {DType::f32, DType::f16, DType::bf16})
+    if (weight_elements_[buffer_of(t)] > 0)
+      weights_[buffer_of(t)] =
+          Buffer(backend, static_cast<std::size_t>(weight_elements_[buffer_of(t)]) * dtype_size(t));
   state_ = Buffer(backend, static_cast<std::size_t>(state_floats_) * sizeof(float));
   for (const Shard& s : owned_) {
     TableLayout l = layout_of(s);
@@ -170,6 +181,7 @@ void ShardedEmbedding::fill(const std::function<float(int, std::int64_t, int)>& 
   // Computed on the host a block of rows at a time and copied in.
   constexpr std::int64_t kBlockFloats = std::int64_t{1} << 22;
   std::vector<float> block;
+  std::vector<std::uint16_t> narrow;  // a 16-bit piece's values, rounded once to nearest even
   auto fill_shard = [&](const Shard& s) {
     const std::int64_t cols = cols_of(s.where);
     if (cols == 0) return;
@@ -181,9 +193,17 @@ void ShardedEmbedding::fill(const std::function<float(int, std::int64_t, int)>& 
         for (std::int64_t c = 0; c < cols; ++c)
           block[static_cast<std::size_t>((r - r0) * cols + c)] =
               init(s.table, r, static_cast<int>(s.where.col_begin + c));
-      backend_.copy_to_device(
-          weights_.as<float>() + s.weight_offset + (r0 - s.where.row_begin) * cols, block.data(),
-          block.size() * sizeof(float));
+      const std::int64_t at = s.weight_offset + (r0 - s.where.row_begin) * cols;
+      if (s.dtype == DType::f32) {
+        backend_.copy_to_device(weights_[0].as<float>() + at, block.data(),
+                                block.size() * sizeof(float));
+        continue;
+      }
+      narrow.resize(block.size());
+      for (std::size_t i = 0; i < block.size(); ++i)
+        narrow[i] = s.dtype == DType::f16 ? half_bits(block[i]) : bf16_bits(block[i]);
+      backend_.copy_to_device(weights_[buffer_of(s.dtype)].as<std::uint16_t>() + at, narrow.data(),
+                              narrow.size() * sizeof(std::uint16_t));
     }
   };
   for (const Shard& s : owned_) fill_shard(s);
@@ -204,6 +224,11 @@ TableLayout ShardedEmbedding::layout_of(const Shard& s) const {
   l.ids_per_bag = ts.pooling_size;
   l.weight_offset = s.weight_offset;
   l.state_offset = s.state_offset;
+  l.dtype = s.dtype;
+  // A 16-bit piece rounds each element as the whole table's element (StochasticRounding).
+  l.round_table = s.table;
+  l.round_row = s.where.row_begin;
+  l.round_col = s.where.col_begin;
   return l;
 }
 
@@ -430,13 +455,14 @@ void ShardedEmbedding::forward(const SparseInput& in, AMat out) {
   if (out.rows > 0) backend_.gather_rows(rows, identity(out.rows), out);
 }
 
-void ShardedEmbedding::backward_update(CAMat dout, const OptimizerParams& opt) {
-  if (dout.is_f32()) return backward_update_f32(dout.f32(), opt);
+void ShardedEmbedding::backward_update(CAMat dout, const OptimizerParams& opt,
+                                       const StochasticRounding& rounding) {
+  if (dout.is_f32()) return backward_update_f32(dout.f32(), opt, rounding);
   const Mat rows(static_cast<float*>(grow(
                      rows_f32_, static_cast<std::size_t>(dout.rows * dout.cols) * sizeof(float))),
                  dout.rows, dout.cols);
   if (dout.rows > 0) backend_.gather_rows(dout, identity(dout.rows), rows);
-  backward_update_f32(rows, opt);
+  backward_update_f32(rows, opt, rounding);
 }
 
 void ShardedEmbedding::forward_f32(const SparseInput& in, Mat out) {
@@ -591,7 +617,7 @@ void ShardedEmbedding::forward_f32(const SparseInput& in, Mat out) {
                          static_cast<int>(replicas_.size()), replica_offsets_, replica_ids_);
   }
   // ---- every owned shard looks up every rank's bags at once; rank q's rows are consecutive ----
-  const TableWeights weights = TableWeights::all(DType::f32, weights_.get());
+  const TableWeights weights{weights_[0].get(), weights_[1].get(), weights_[2].get()};
   auto* rows = static_cast<float*>(grow(send_, static_cast<std::size_t>(G * owned_width_) * 4));
   if (K > 0 && G > 0)
     backend_.embedding_forward(owned_layouts_, weights, owned_in_, Mat(rows, G, owned_width_));
@@ -667,7 +693,8 @@ void ShardedEmbedding::forward_f32(const SparseInput& in, Mat out) {
   }
 }
 
-void ShardedEmbedding::backward_update_f32(CMat dout, const OptimizerParams& opt) {
+void ShardedEmbedding::backward_update_f32(CMat dout, const OptimizerParams& opt,
+                                           const StochasticRounding& rounding) {
   const auto P = static_cast<std::size_t>(comm_.size());
   const std::int64_t b = batch_;
   if (dout.rows != b)
@@ -675,8 +702,7 @@ void ShardedEmbedding::backward_update_f32(CMat dout, const OptimizerParams& opt
         fmt::format("ShardedEmbedding::backward_update: {} rows of gradient for the last "
                     "forward's {} bags",
                     dout.rows, b));
-  const TableWeights weights = TableWeights::all(DType::f32, weights_.get());
-  const StochasticRounding rounding{};  // fp32 tables: no rounding
+  const TableWeights weights{weights_[0].get(), weights_[1].get(), weights_[2].get()};
   // ---- each route's gradient columns to its owner: [b, owner's columns] a rank (a row shard
   // gets whole rows; a mean bag's divided by its whole size) ----
   mark("embedding_exchange");
@@ -745,7 +771,9 @@ std::vector<ShardedEmbedding::View> ShardedEmbedding::shards() {
                 s.where,
                 s.replicated,
                 !s.replicated || s.index == 0,
-                weights_.as<float>() + s.weight_offset,
+                s.dtype,
+                static_cast<std::byte*>(weights_[buffer_of(s.dtype)].get()) +
+                    s.weight_offset * static_cast<std::int64_t>(dtype_size(s.dtype)),
                 state_floats_ == 0 ? nullptr : state_.as<float>() + s.state_offset};
   };
   // In table order.
@@ -771,7 +799,7 @@ std::vector<CheckpointPiece> ShardedEmbedding::checkpoint_pieces() {
     p.col_begin = w.col_begin;
     p.col_end = w.col_end;
     p.name = fmt::format("embedding.{}.weight", ts.name);
-    p.local = TensorRef{p.name, DType::f32, {rows, cols}, v.weights};
+    p.local = TensorRef{p.name, v.dtype, {rows, cols}, v.weights};
     out.push_back(p);
     p.name = fmt::format("optimizer.embedding.{}.state", ts.name);
     switch (v.state == nullptr ? OptimizerKind::sgd : optimizer_) {
@@ -795,7 +823,9 @@ std::vector<CheckpointPiece> ShardedEmbedding::checkpoint_pieces() {
 }
 
 std::size_t ShardedEmbedding::weight_bytes() const {
-  return static_cast<std::size_t>(weight_floats_) * sizeof(float);
+  std::size_t n = 0;
+  for (const Buffer& b : weights_) n += b.bytes();
+  return n;
 }
 std::size_t ShardedEmbedding::state_bytes() const {
   return static_cast<std::size_t>(state_floats_) * sizeof(float);
@@ -815,13 +845,17 @@ std::optional<float> ShardedEmbedding::weight(int t, std::int64_t row, int col) 
     for (const Shard& s : *group)
       if (s.table == t && row >= s.where.row_begin && row < s.where.row_end &&
           col >= s.where.col_begin && col < s.where.col_end) {
-        float v = 0;
-        backend_.copy_to_host(&v,
-                              weights_.as<const float>() + s.weight_offset +
-                                  (row - s.where.row_begin) * cols_of(s.where) + col -
-                                  s.where.col_begin,
-                              sizeof v);
-        return v;
+        const std::int64_t at = s.weight_offset + (row - s.where.row_begin) * cols_of(s.where) +
+                                col - s.where.col_begin;
+        const std::byte* base = static_cast<const std::byte*>(weights_[buffer_of(s.dtype)].get());
+        if (s.dtype == DType::f32) {
+          float v = 0;
+          backend_.copy_to_host(&v, base + at * 4, sizeof v);
+          return v;
+        }
+        std::uint16_t h = 0;
+        backend_.copy_to_host(&h, base + at * 2, sizeof h);
+        return s.dtype == DType::f16 ? half_to_float(h) : bf16_to_float(h);
       }
   return std::nullopt;
 }

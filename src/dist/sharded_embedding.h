@@ -51,7 +51,8 @@ struct CheckpointPiece;  // parity/engine.h
 class ShardedEmbedding {
  public:
   // The plan's tables (their shards) for DLRM model `m`, on the communicator's rank; plan.gpus
-  // must equal the communicator's size. The shards are fp32, in the backend's memory.
+  // must equal the communicator's size. The shards are stored as the plan's tables are (fp32,
+  // fp16 or bf16), in the backend's memory.
   ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communicator& comm, Backend& backend);
   // A set of tables and their plans (checked by the caller's apply_plan to cover each table),
   // table t of the set being tables[t] and plans[t]: an HSTU model's sequence features (a bag a
@@ -70,8 +71,10 @@ class ShardedEmbedding {
   void forward(const SparseInput& in, AMat out);
   // The gradient of the last forward's outputs, backend memory [batch, sum of dims], fp32 or
   // bf16: every shard's rows updated by the backend's fused backward with `opt` (after the
-  // exchange).
-  void backward_update(CAMat dout, const OptimizerParams& opt);
+  // exchange). A 16-bit piece's elements are rounded by `rounding` as the whole table's elements
+  // would be (TableLayout::round_*): its table's index in the set, its rows and columns.
+  void backward_update(CAMat dout, const OptimizerParams& opt,
+                       const StochasticRounding& rounding = {});
 
   // Table t's element (row, col) where this rank holds it, else nullopt (one value copied from
   // backend memory: for tests).
@@ -84,7 +87,8 @@ class ShardedEmbedding {
     int table = 0;
     ShardPlan where;
     bool replicated = false, writer = true;
-    float* weights = nullptr;
+    DType dtype = DType::f32;  // of the weights
+    void* weights = nullptr;
     float* state = nullptr;
   };
   std::vector<View> shards();
@@ -111,7 +115,9 @@ class ShardedEmbedding {
     int index = 0;  // within the table's shards
     ShardPlan where;
     bool replicated = false;
-    std::int64_t weight_offset = 0, state_offset = 0;  // floats into weights_, state_
+    DType dtype = DType::f32;
+    std::int64_t weight_offset = 0;  // elements into weights_[buffer_of(dtype)]
+    std::int64_t state_offset = 0;   // floats into state_
   };
   // A shard that is exchanged (not replicated), in the global order every rank walks.
   struct Route {
@@ -132,7 +138,8 @@ class ShardedEmbedding {
   // for this one in host_recv_, rank q's from host_from_[q] to host_from_[q + 1].
   void exchange(std::span<const std::int64_t> send_bytes);
   void forward_f32(const SparseInput& in, Mat out);
-  void backward_update_f32(CMat dout, const OptimizerParams& opt);
+  void backward_update_f32(CMat dout, const OptimizerParams& opt,
+                           const StochasticRounding& rounding);
   // Per rank q, which of this rank's b bags travel to q (compact_): none of q's routes is of a
   // mean-split table and some bag is empty in all of them; kept_[q] the bags that do (those with
   // an id in some route to q), sent_[q] their count plus the empty bag. From blocks_.
@@ -167,8 +174,11 @@ class ShardedEmbedding {
   // out_col the model's column (forward) and the column in the gathered gradients (backward).
   std::vector<TableLayout> owned_layouts_, replica_out_layouts_, replica_block_layouts_;
   std::int64_t owned_width_ = 0, replica_width_ = 0;
-  Buffer weights_, state_;
-  std::int64_t weight_floats_ = 0, state_floats_ = 0;
+  // The pieces' weights, a buffer per storage type (TableWeights' order: fp32, fp16, bf16), and
+  // their optimizer state (fp32).
+  static int buffer_of(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
+  Buffer weights_[3], state_;
+  std::int64_t weight_elements_[3] = {}, state_floats_ = 0;
 
   // The last forward's: local bags, per table, per bag (for mean pooling); every rank's bag count
   // (each owned shard sees each rank's whole batch), the widest; the owned shards' bags of every

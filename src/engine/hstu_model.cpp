@@ -713,9 +713,9 @@ struct HstuModel::Impl {
       for (int f = 0; f < features; ++f)
         be.gather_rows(mat(*dx, T, d), identity.as<const std::int64_t>(),
                        rows.cols_slice(f * d, d));
-      feature_shards->backward_update(rows, emb);
+      feature_shards->backward_update(rows, emb, rounding);
     } else if (feature_shards) {
-      feature_shards->backward_update(mat(*dx, T, d), emb);
+      feature_shards->backward_update(mat(*dx, T, d), emb, rounding);
     } else {
       be.embedding_backward_update(feature_tables, tables(), emb_state.as<float>(), event_input(),
                                    mat(*dx, T, d), emb, rounding);
@@ -726,7 +726,7 @@ struct HstuModel::Impl {
       const Mat dpooled = mat(dctx, batch, static_cast<std::int64_t>(contexts) * d);
       const StochasticRounding ctx_rounding{rounding.seed ^ 0xc0, rounding.step};
       if (context_shards)
-        context_shards->backward_update(dpooled, emb);
+        context_shards->backward_update(dpooled, emb, ctx_rounding);
       else
         be.embedding_backward_update(context_tables, tables(), emb_state.as<float>(),
                                      context_input(), dpooled, emb, ctx_rounding);
@@ -933,12 +933,11 @@ void HstuModel::shard(const Plan& plan, Communicator& comm) {
     for (const auto* set : {&m.feature_tables, &m.context_tables})
       for (const TableLayout& l : *set) layouts.push_back(&l);
     for (std::size_t t = 0; t < plan.tables.size(); ++t)
-      if (plan.tables[t].dtype != DType::f32 || layouts[t]->dtype != DType::f32)
+      if (plan.tables[t].dtype != layouts[t]->dtype)
         throw InputError(fmt::format(
-            "plan table '{}' is {}; sharded tables are fp32 so far (edit the plan's dtype)",
-            plan.tables[t].name,
-            dtype_name(plan.tables[t].dtype != DType::f32 ? plan.tables[t].dtype
-                                                          : layouts[t]->dtype)));
+            "plan table '{}' is {} and the model's is {} (build the model from apply_plan(model, "
+            "plan))",
+            plan.tables[t].name, dtype_name(plan.tables[t].dtype), dtype_name(layouts[t]->dtype)));
     const std::vector<TablePlan> features(plan.tables.begin(),
                                           plan.tables.begin() + static_cast<std::ptrdiff_t>(F));
     const std::vector<TablePlan> contexts(plan.tables.begin() + static_cast<std::ptrdiff_t>(F),

@@ -392,7 +392,8 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   }
   if (sharded)
     sharded->backward_update(dx0.cols_slice(D, E),
-                             engine::optimizer_params(spec.embedding_optimizer, lr_factor));
+                             engine::optimizer_params(spec.embedding_optimizer, lr_factor),
+                             rounding);
   else
     backend.embedding_backward_update(
         L.tables, params.tables(), params.emb_state.as<float>(), in.sparse, dx0.cols_slice(D, E),
@@ -583,10 +584,13 @@ void Model::shard(const Plan& plan, Communicator& comm, std::size_t dense_bucket
         fmt::format("the plan is for {} GPUs and this run has {} ranks", plan.gpus, comm.size()));
   if (!holds_every_table_whole(plan, comm)) {
     if (!m.host.empty()) refuse("host-placed tables are not sharded yet");
-    for (const TableSpec& t : m.spec.tables)
-      if (t.dtype != DType::f32)
-        refuse(fmt::format("table '{}' is {}; sharded tables are fp32 so far", t.name,
-                           dtype_name(t.dtype)));
+    for (std::size_t t = 0; t < plan.tables.size() && t < m.spec.tables.size(); ++t)
+      if (plan.tables[t].dtype != m.spec.tables[t].dtype)
+        refuse(
+            fmt::format("plan table '{}' is {} and the model's is {} (build the model from "
+                        "apply_plan(model, plan))",
+                        plan.tables[t].name, dtype_name(plan.tables[t].dtype),
+                        dtype_name(m.spec.tables[t].dtype)));
     auto sh = std::make_unique<ShardedEmbedding>(m.spec, plan, comm, m.backend);
     // The shards start from the values this model's tables start from, computed for their own
     // rows and columns: no rank needs memory for the whole tables.

@@ -56,16 +56,6 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                                       "product in fp32 with double accumulation)",
                                       dense_math_name(plan.dense_math))};
   const bool sharded = target.gpus > 1;
-  if (sharded) {
-    if (model.kind == ModelKind::hstu)
-      for (const TablePlan& tp : plan.tables)
-        if (tp.dtype != DType::f32)
-          refuse("tables",
-                 fmt::format("table '{}' is {} in an HSTU plan for {} GPUs, and sharded tables "
-                             "are fp32 so far",
-                             tp.name, dtype_name(tp.dtype), plan.gpus),
-                 "edit the plan's table dtypes to fp32");
-  }
   if (model.kind == ModelKind::hstu) {
     detail::add_hstu_decisions(plan, out);
     out.push_back(dense_math);
@@ -98,12 +88,12 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                            model.tables[t].rows),
                "place it in HBM, or shard it over more GPUs");
     }
-    if (sharded && (tp.dtype != DType::f32 || tp.placement != Placement::hbm))
-      refuse(field + (tp.dtype != DType::f32 ? ".dtype" : ".placement"),
-             fmt::format("{} {}; a run over several ranks shards fp32 tables in device memory "
-                         "only so far",
-                         dtype_name(tp.dtype), placement_name(tp.placement)),
-             "plan with recipe.table_dtypes [fp32] (or edit the plan's tables to fp32, hbm)");
+    if (sharded && tp.placement != Placement::hbm)
+      refuse(field + ".placement",
+             fmt::format("{}; a run over several ranks shards tables in device memory only so far",
+                         placement_name(tp.placement)),
+             "edit the plan's table placement to hbm (the planner places a table in host memory "
+             "where the GPUs' memory does not hold it: plan for more GPUs)");
     if (tp.dtype != DType::f32 && tp.dtype != DType::f16 && tp.dtype != DType::bf16)
       refuse(field + ".dtype",
              fmt::format("{} tables are not implemented (fp32, fp16 and bf16 are)",

@@ -7,12 +7,11 @@ set -uo pipefail
 parity=$1 mpiexec=$2 np=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
 "$parity" plan --model tiny --device h200 --gpus 2 --out p2.json >/dev/null || exit 1
-sed 's/"fp16"/"fp32"/g' p2.json >p2-fp32.json
 last=0
 for round in 1 2 3; do
   rm -f pid.*
   "$mpiexec" "$np" 2 bash -c 'echo $$ >pid.$OMPI_COMM_WORLD_RANK; exec "$0" "$@"' "$parity" \
-    train --plan p2-fp32.json --steps 1000000 --checkpoint ck --checkpoint-every 2 \
+    train --plan p2.json --steps 1000000 --checkpoint ck --checkpoint-every 2 \
     --keep-checkpoints 3 --eval-examples 1024 --resume >run$round.log 2>&1 &
   launcher=$!
   for _ in $(seq 100); do [ -s pid.1 ] && break; sleep 0.1; done

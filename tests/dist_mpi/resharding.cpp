@@ -6,9 +6,11 @@
 //   dist_reshard_check copy   HOW FROM DIR   load FROM's newest checkpoint sharded by HOW (one
 //                                            process: unsharded, as one file), save it in DIR
 //   dist_reshard_check same   A B            one process: A's newest and B's newest are equal
-// HOW as tests/dist_mpi/plans.h names the layouts. Exit 0 when it worked (same: when equal).
+// HOW as tests/dist_mpi/plans.h names the layouts. The tables are fp32, or as RESHARD_TABLE_DTYPE
+// says (fp16, bf16: pieces of 16-bit tables). Exit 0 when it worked (same: when equal).
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -33,7 +35,11 @@ ModelSpec model() {
   ModelSpec m = load_model_spec(fs::path(PARITY_SOURCE_DIR) / "configs" / "models" / "tiny.yaml");
   m.embedding_optimizer.kind = OptimizerKind::adagrad;
   m.dense_optimizer.kind = OptimizerKind::adagrad;
-  for (TableSpec& t : m.tables) t.dtype = DType::f32;
+  const char* dtype = std::getenv("RESHARD_TABLE_DTYPE");
+  const auto dt = parse_dtype(dtype != nullptr ? dtype : "fp32");
+  if (!dt || !is_table_dtype(*dt))
+    throw InputError(fmt::format("RESHARD_TABLE_DTYPE '{}': expected fp32, fp16 or bf16", dtype));
+  for (TableSpec& t : m.tables) t.dtype = *dt;
   return m;
 }
 
@@ -72,7 +78,8 @@ int run(int argc, char** argv) {
   const ProcessGroupInfo g = detect_process_group();
   const auto comm = g.world > 1 ? make_mpi_communicator(&g) : make_self_communicator();
   const int P = comm->size(), me = comm->rank();
-  const Plan plan = test::plan_for(m, P, how, m.embedding_optimizer.kind);
+  Plan plan = test::plan_for(m, P, how, m.embedding_optimizer.kind);
+  for (std::size_t t = 0; t < plan.tables.size(); ++t) plan.tables[t].dtype = m.tables[t].dtype;
   const ModelSpec planned = apply_plan(m, plan, kBatch);
   Model model(planned, *backend, kBatch, 11);
   if (P > 1) model.shard(plan, *comm);

@@ -10,7 +10,10 @@
 // 0.1), the values being of order 0.1 to 1. On a GPU (`dist_sharded_check gpu [mpi|nccl|self]`:
 // the shards in device memory, exchanged through the host by the MPI engine or the self
 // communicator, or in place by NCCL's) within 1e-5 of the cpu's whole tables. Rowwise Adagrad over
-// column shards keeps a shard's own row state, so it is not compared there. Exit 0 when every check
+// column shards keeps a shard's own row state, so it is not compared there. With SGD, also bf16
+// outputs and gradients (a bf16 interaction input: the fp32 rows rounded once), and fp16 and
+// bf16 tables (each piece's elements stochastically rounded as the whole table's: bit for bit
+// where the sums are the same, else within one step of the storage type). Exit 0 when every check
 // holds.
 #include <fmt/format.h>
 
@@ -58,9 +61,10 @@ float uniform(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
 // ShardedEmbedding's routing and packing.
 class WholeTables {
  public:
-  WholeTables(const ModelSpec& m, OptimizerKind opt, Backend& backend,
+  // Every table stored as dt (fp32, fp16 or bf16; the initial values rounded to nearest even).
+  WholeTables(const ModelSpec& m, OptimizerKind opt, DType dt, Backend& backend,
               const std::function<float(int, std::int64_t, int)>& init)
-      : backend_(backend) {
+      : backend_(backend), dt_(dt) {
     std::int64_t w = 0, st = 0, col = 0;
     for (int t = 0; t < m.num_tables(); ++t) {
       const TableSpec& ts = m.tables[static_cast<std::size_t>(t)];
@@ -72,36 +76,50 @@ class WholeTables {
       l.state_offset = st;
       l.out_col = col;
       l.ids_per_bag = ts.pooling_size;
+      l.dtype = dt;
       layouts_.push_back(l);
       w += ts.rows * ts.dim;
       st += ts.rows * cache_state_per_row(opt, ts.dim);
       col += ts.dim;
     }
     weights_.resize(static_cast<std::size_t>(w));
+    narrow_.resize(static_cast<std::size_t>(w));
     state_.assign(static_cast<std::size_t>(st), 0.0f);
     for (int t = 0; t < m.num_tables(); ++t) {
       const TableLayout& l = layouts_[static_cast<std::size_t>(t)];
       for (std::int64_t r = 0; r < l.rows; ++r)
-        for (int c = 0; c < l.dim; ++c)
-          weights_[static_cast<std::size_t>(l.weight_offset + r * l.dim + c)] = init(t, r, c);
+        for (int c = 0; c < l.dim; ++c) {
+          const auto i = static_cast<std::size_t>(l.weight_offset + r * l.dim + c);
+          weights_[i] = init(t, r, c);
+          narrow_[i] = dt == DType::f16 ? half_bits(weights_[i]) : bf16_bits(weights_[i]);
+        }
     }
   }
   void forward(const SparseInput& in, Mat out) {
-    backend_.embedding_forward(layouts_, TableWeights::all(DType::f32, weights_.data()), in, out);
+    backend_.embedding_forward(layouts_, tables(), in, out);
   }
-  void update(const SparseInput& in, CMat dout, const OptimizerParams& op) {
-    backend_.embedding_backward_update(layouts_, TableWeights::all(DType::f32, weights_.data()),
-                                       state_.data(), in, dout, op, StochasticRounding{});
+  void update(const SparseInput& in, CMat dout, const OptimizerParams& op,
+              const StochasticRounding& rounding) {
+    backend_.embedding_backward_update(layouts_, tables(), state_.data(), in, dout, op, rounding);
   }
   float weight(int t, std::int64_t r, int c) const {
     const TableLayout& l = layouts_[static_cast<std::size_t>(t)];
-    return weights_[static_cast<std::size_t>(l.weight_offset + r * l.dim + c)];
+    const auto i = static_cast<std::size_t>(l.weight_offset + r * l.dim + c);
+    return dt_ == DType::f32   ? weights_[i]
+           : dt_ == DType::f16 ? half_to_float(narrow_[i])
+                               : bf16_to_float(narrow_[i]);
   }
 
  private:
+  TableWeights tables() {
+    return TableWeights::all(
+        dt_, dt_ == DType::f32 ? static_cast<void*>(weights_.data()) : narrow_.data());
+  }
   Backend& backend_;
+  DType dt_;
   std::vector<TableLayout> layouts_;
   std::vector<float> weights_, state_;
+  std::vector<std::uint16_t> narrow_;
 };
 
 // Rank q's bags at a step: 5 + q examples, each table's bags of 0 to 2 x its pooling size ids.
@@ -176,111 +194,132 @@ int main(int argc, char** argv) {
     for (const std::string how : {"table", "column", "row", "replicated", "mixed", "sum-rows"})
       for (const OptimizerKind opt :
            {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::rowwise_adagrad})
-        for (const DType io : {DType::f32, DType::bf16}) {
-          const bool columns = how == "column" || how == "mixed";
-          if (columns && opt == OptimizerKind::rowwise_adagrad) continue;
-          if (io == DType::bf16 && opt != OptimizerKind::sgd) continue;
-          const bool bf16 = io == DType::bf16;  // a bf16 interaction input and its gradient
-          const bool exact = on_cpu && how != "row" && how != "mixed" && how != "sum-rows";
-          const double tolerance = on_cpu ? 1e-6 : 1e-5;
-          m.embedding_optimizer.kind = opt;
-          ShardedEmbedding sharded(m, test::plan_for(m, P, how, opt, P + 1), *comm, *backend);
-          WholeTables whole(m, opt, *cpu, init);
-          sharded.fill(init);
-          const OptimizerParams op{opt, 0.05f, 1e-8f};
-          double worst = 0;
-          auto compare = [&](float got, float want, const std::string& what) {
-            // Relative to the value, floored at 0.1: the weights, gradients and their sums are of
-            // order 0.1 to 1, so a few fp32 roundings of the partial sums stay below 1e-6.
-            const double err = std::abs(static_cast<double>(got) - want) / (std::abs(want) + 0.1);
-            worst = std::max(worst, err);
-            if (exact ? !(got == want) : !(err <= tolerance)) {  // a NaN fails either way
-              if (++failures <= 10)
-                fmt::print(stderr, "rank {}: {} {}: {}: {} against {}\n", me, how,
-                           optimizer_name(opt), what, got, want);
-            }
-          };
-          for (int step = 1; step <= 3; ++step) {
-            std::vector<Batch> parts;
-            for (int q = 0; q < P; ++q) parts.push_back(batch_of(m, step, q));
-            const Batch all = concat(m, parts);
-            std::int64_t first = 0;
-            for (int q = 0; q < me; ++q) first += parts[static_cast<std::size_t>(q)].n;
-            const Batch& mine = parts[static_cast<std::size_t>(me)];
-            const auto out_floats = static_cast<std::size_t>(mine.n * width);
-            Buffer d_out(*backend, out_floats * 4), d_dout(*backend, out_floats * 4);
-            backend->fill(d_out.as<float>(), mine.n * width, NAN);  // every output written
-            std::vector<float> out(out_floats);
-            std::vector<float> ref(static_cast<std::size_t>(all.n * width), NAN);
-            sharded.forward({mine.n, m.num_tables(), mine.ids.data(), mine.offsets.data(),
-                             static_cast<std::int64_t>(mine.ids.size())},
-                            AMat(d_out.get(), io, mine.n, width));
-            if (bf16) {  // the rows rounded once to bf16
-              std::vector<std::uint16_t> bits(out_floats);
-              backend->copy_to_host(bits.data(), d_out.get(), out_floats * 2);
-              for (std::size_t i = 0; i < out_floats; ++i) out[i] = bf16_to_float(bits[i]);
-            } else {
-              backend->copy_to_host(out.data(), d_out.get(), out_floats * 4);
-            }
-            const SparseInput all_in{all.n, m.num_tables(), all.ids.data(), all.offsets.data(),
-                                     static_cast<std::int64_t>(all.ids.size())};
-            whole.forward(all_in, Mat(ref.data(), all.n, width));
-            if (bf16)
-              for (float& v : ref) v = bf16_to_float(bf16_bits(v));
-            for (std::int64_t i = 0; i < mine.n; ++i)
-              for (int c = 0; c < width; ++c) {
-                const float got = out[static_cast<std::size_t>(i * width + c)];
-                const float want = ref[static_cast<std::size_t>((first + i) * width + c)];
-                const std::string what = fmt::format("step {} output ({}, {})", step, i, c);
-                // Row partial sums may round to the neighbouring bf16 value (2^-8 apart).
-                if (bf16 && !exact) {
-                  if (!(std::abs(got - want) <= 0x1p-8 * (std::abs(want) + 0.1)) &&
-                      ++failures <= 10)
-                    fmt::print(stderr, "rank {}: {} bf16: {}: {} against {}\n", me, how, what, got,
-                               want);
-                } else {
-                  compare(got, want, what);
-                }
+        for (const DType io : {DType::f32, DType::bf16})
+          for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+            const bool columns = how == "column" || how == "mixed";
+            if (columns && opt == OptimizerKind::rowwise_adagrad) continue;
+            if (io == DType::bf16 && opt != OptimizerKind::sgd) continue;
+            if (dt != DType::f32 && io != DType::f32) continue;  // 16-bit tables: fp32 outputs
+            const bool bf16 = io == DType::bf16;  // a bf16 interaction input and its gradient
+            const bool exact = on_cpu && how != "row" && how != "mixed" && how != "sum-rows";
+            const double tolerance = on_cpu ? 1e-6 : 1e-5;
+            m.embedding_optimizer.kind = opt;
+            Plan plan = test::plan_for(m, P, how, opt, P + 1);
+            for (TablePlan& tp : plan.tables) tp.dtype = dt;
+            ShardedEmbedding sharded(m, plan, *comm, *backend);
+            WholeTables whole(m, opt, dt, *cpu, init);
+            sharded.fill(init);
+            const OptimizerParams op{opt, 0.05f, 1e-8f};
+            double worst = 0;
+            auto compare = [&](float got, float want, const std::string& what) {
+              // Relative to the value, floored at 0.1: the weights, gradients and their sums are of
+              // order 0.1 to 1, so a few fp32 roundings of the partial sums stay below 1e-6.
+              const double err = std::abs(static_cast<double>(got) - want) / (std::abs(want) + 0.1);
+              worst = std::max(worst, err);
+              if (exact ? !(got == want) : !(err <= tolerance)) {  // a NaN fails either way
+                if (++failures <= 10)
+                  fmt::print(stderr, "rank {}: {} {} {}: {}: {} against {}\n", me, how,
+                             optimizer_name(opt), dtype_name(dt), what, got, want);
               }
-            std::vector<float> dref(static_cast<std::size_t>(all.n * width));
-            for (std::int64_t i = 0; i < all.n; ++i)
-              for (int c = 0; c < width; ++c)
-                dref[static_cast<std::size_t>(i * width + c)] =
-                    uniform(99 + static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(i),
-                            static_cast<std::uint64_t>(c));
-            if (bf16) {  // the gradients as bf16 (both sides see the rounded values)
-              std::vector<std::uint16_t> bits(out_floats);
-              for (float& v : dref) v = bf16_to_float(bf16_bits(v));
-              for (std::size_t i = 0; i < out_floats; ++i)
-                bits[i] = bf16_bits(dref[static_cast<std::size_t>(first * width) + i]);
-              backend->copy_to_device(d_dout.get(), bits.data(), out_floats * 2);
-            } else {
-              backend->copy_to_device(d_dout.get(), dref.data() + first * width, out_floats * 4);
+            };
+            // A 16-bit weight whose update saw a gradient rounded otherwise (row partials, a mean
+            // bag's scale) may round stochastically to the neighbouring value: within one step of
+            // its type. Where the sums are the same it is the whole table's, bit for bit (the
+            // pieces round each element as the whole table does).
+            auto compare_weight = [&](float got, float want, const std::string& what) {
+              if (dt == DType::f32 || exact) return compare(got, want, what);
+              const double step = dt == DType::bf16 ? 0x1p-7 : 0x1p-10;
+              if (!(std::abs(static_cast<double>(got) - want) <= step * (std::abs(want) + 0.01)) &&
+                  ++failures <= 10)
+                fmt::print(stderr, "rank {}: {} {} {}: {}: {} against {}\n", me, how,
+                           optimizer_name(opt), dtype_name(dt), what, got, want);
+            };
+            const StochasticRounding rounding{5, 0};
+            for (int step = 1; step <= 3; ++step) {
+              std::vector<Batch> parts;
+              for (int q = 0; q < P; ++q) parts.push_back(batch_of(m, step, q));
+              const Batch all = concat(m, parts);
+              std::int64_t first = 0;
+              for (int q = 0; q < me; ++q) first += parts[static_cast<std::size_t>(q)].n;
+              const Batch& mine = parts[static_cast<std::size_t>(me)];
+              const auto out_floats = static_cast<std::size_t>(mine.n * width);
+              Buffer d_out(*backend, out_floats * 4), d_dout(*backend, out_floats * 4);
+              backend->fill(d_out.as<float>(), mine.n * width, NAN);  // every output written
+              std::vector<float> out(out_floats);
+              std::vector<float> ref(static_cast<std::size_t>(all.n * width), NAN);
+              sharded.forward({mine.n, m.num_tables(), mine.ids.data(), mine.offsets.data(),
+                               static_cast<std::int64_t>(mine.ids.size())},
+                              AMat(d_out.get(), io, mine.n, width));
+              if (bf16) {  // the rows rounded once to bf16
+                std::vector<std::uint16_t> bits(out_floats);
+                backend->copy_to_host(bits.data(), d_out.get(), out_floats * 2);
+                for (std::size_t i = 0; i < out_floats; ++i) out[i] = bf16_to_float(bits[i]);
+              } else {
+                backend->copy_to_host(out.data(), d_out.get(), out_floats * 4);
+              }
+              const SparseInput all_in{all.n, m.num_tables(), all.ids.data(), all.offsets.data(),
+                                       static_cast<std::int64_t>(all.ids.size())};
+              whole.forward(all_in, Mat(ref.data(), all.n, width));
+              if (bf16)
+                for (float& v : ref) v = bf16_to_float(bf16_bits(v));
+              for (std::int64_t i = 0; i < mine.n; ++i)
+                for (int c = 0; c < width; ++c) {
+                  const float got = out[static_cast<std::size_t>(i * width + c)];
+                  const float want = ref[static_cast<std::size_t>((first + i) * width + c)];
+                  const std::string what = fmt::format("step {} output ({}, {})", step, i, c);
+                  // Row partial sums may round to the neighbouring bf16 value (2^-8 apart).
+                  if (bf16 && !exact) {
+                    if (!(std::abs(got - want) <= 0x1p-8 * (std::abs(want) + 0.1)) &&
+                        ++failures <= 10)
+                      fmt::print(stderr, "rank {}: {} bf16: {}: {} against {}\n", me, how, what,
+                                 got, want);
+                  } else {
+                    compare(got, want, what);
+                  }
+                }
+              std::vector<float> dref(static_cast<std::size_t>(all.n * width));
+              for (std::int64_t i = 0; i < all.n; ++i)
+                for (int c = 0; c < width; ++c)
+                  dref[static_cast<std::size_t>(i * width + c)] =
+                      uniform(99 + static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(i),
+                              static_cast<std::uint64_t>(c));
+              if (bf16) {  // the gradients as bf16 (both sides see the rounded values)
+                std::vector<std::uint16_t> bits(out_floats);
+                for (float& v : dref) v = bf16_to_float(bf16_bits(v));
+                for (std::size_t i = 0; i < out_floats; ++i)
+                  bits[i] = bf16_bits(dref[static_cast<std::size_t>(first * width) + i]);
+                backend->copy_to_device(d_dout.get(), bits.data(), out_floats * 2);
+              } else {
+                backend->copy_to_device(d_dout.get(), dref.data() + first * width, out_floats * 4);
+              }
+              sharded.backward_update(CAMat(d_dout.get(), io, mine.n, width), op,
+                                      {rounding.seed, static_cast<std::uint64_t>(step)});
+              whole.update(all_in, CMat(dref.data(), all.n, width), op,
+                           {rounding.seed, static_cast<std::uint64_t>(step)});
+              for (int t = 0; t < m.num_tables(); ++t) {
+                const TableSpec& ts = m.tables[static_cast<std::size_t>(t)];
+                for (std::int64_t r = 0; r < ts.rows; ++r)
+                  for (int c = 0; c < ts.dim; ++c)
+                    if (const auto w = sharded.weight(t, r, c))
+                      compare_weight(
+                          *w, whole.weight(t, r, c),
+                          fmt::format("step {} table {} weight ({}, {})", step, ts.name, r, c));
+              }
             }
-            sharded.backward_update(CAMat(d_dout.get(), io, mine.n, width), op);
-            whole.update(all_in, CMat(dref.data(), all.n, width), op);
-            for (int t = 0; t < m.num_tables(); ++t) {
-              const TableSpec& ts = m.tables[static_cast<std::size_t>(t)];
-              for (std::int64_t r = 0; r < ts.rows; ++r)
-                for (int c = 0; c < ts.dim; ++c)
-                  if (const auto w = sharded.weight(t, r, c))
-                    compare(*w, whole.weight(t, r, c),
-                            fmt::format("step {} table {} weight ({}, {})", step, ts.name, r, c));
-            }
+            // Where ranks hold row pieces of sum tables alone, a bag with no id in a rank's pieces
+            // is not exchanged with it: the check above covered that path.
+            double left_out = static_cast<double>(sharded.bags_left_out());
+            comm->all_reduce_sum(std::span<double>(&left_out, 1));
+            if (how == "sum-rows" && P > 1 && left_out == 0 && ++failures <= 10)
+              fmt::print(stderr, "{} {}: every bag went to every owner\n", how,
+                         optimizer_name(opt));
+            if (me == 0)
+              fmt::print(
+                  "{:<10} {:<16} {:<4} tables {:<4} {} ranks ({}, {}): largest relative difference "
+                  "{:.2e}{}; {} bags not sent\n",
+                  how, optimizer_name(opt), dtype_name(io), dtype_name(dt), P, backend->name(),
+                  comm->engine(), worst, exact ? " (bit for bit)" : "", left_out);
           }
-          // Where ranks hold row pieces of sum tables alone, a bag with no id in a rank's pieces
-          // is not exchanged with it: the check above covered that path.
-          double left_out = static_cast<double>(sharded.bags_left_out());
-          comm->all_reduce_sum(std::span<double>(&left_out, 1));
-          if (how == "sum-rows" && P > 1 && left_out == 0 && ++failures <= 10)
-            fmt::print(stderr, "{} {}: every bag went to every owner\n", how, optimizer_name(opt));
-          if (me == 0)
-            fmt::print(
-                "{:<10} {:<16} {:<4} {} ranks ({}, {}): largest relative difference {:.2e}{}; {} "
-                "bags not sent\n",
-                how, optimizer_name(opt), dtype_name(io), P, backend->name(), comm->engine(), worst,
-                exact ? " (bit for bit)" : "", left_out);
-        }
     // An id outside its table, under row sharding (the routing finds no shard for it): an
     // InputError naming the table and the id, on the rank whose batch holds it.
     {

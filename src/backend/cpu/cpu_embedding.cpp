@@ -137,7 +137,7 @@ class TableRows {
       return;
     }
     const float f = static_cast<float>(v);
-    const std::uint32_t r = rng::bits16(row_key, static_cast<std::uint64_t>(d));
+    const std::uint32_t r = rng::bits16(row_key, static_cast<std::uint64_t>(d + tl_.round_col));
     reinterpret_cast<std::uint16_t*>(row.w)[d] =
         tl_.dtype == DType::f16 ? half_bits_sr(f, r) : bf16_bits_sr(f, r);
   }
@@ -402,8 +402,9 @@ void embedding_backward_update(std::span<const TableLayout> tables, const TableW
         case OptimizerKind::adam:
           break;  // rejected above
       }
-      const std::uint64_t row_key =
-          rng::row_key(step_key, static_cast<std::uint64_t>(t), static_cast<std::uint64_t>(row));
+      const std::uint64_t row_key = rng::row_key(
+          step_key, static_cast<std::uint64_t>(tl.round_table >= 0 ? tl.round_table : t),
+          static_cast<std::uint64_t>(row + tl.round_row));
       for (int d = 0; d < dim; ++d) rows.set(at, d, w[d], row_key);
     }
   }

@@ -203,6 +203,9 @@ EmbeddingTables::EmbeddingTables(std::span<const TableLayout> tables)
       m.dim = tl.dim;
       m.pooling = tl.pooling == Pooling::mean ? 1 : 0;
       m.input = t;
+      m.round_table = tl.round_table >= 0 ? tl.round_table : t;
+      m.round_row = tl.round_row;
+      m.round_col = tl.round_col;
       m.slot = tl.host.slot;
       if (tl.host_placed()) {
         g.host_placed = true;

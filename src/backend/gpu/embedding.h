@@ -60,6 +60,9 @@ struct TableMeta {
   const std::uint32_t* slot;
   std::int64_t host_weight_offset;
   std::int64_t host_state_offset;
+  // Stochastic rounding's table, first row and first column (TableLayout::round_*; round_table
+  // resolved: never negative).
+  std::int64_t round_table, round_row, round_col;
 };
 // The first bad input a kernel met (code 0: none).
 struct InputErrorRecord {

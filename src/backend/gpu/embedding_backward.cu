@@ -522,18 +522,29 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
   if constexpr (std::is_same_v<W, float>) {
     store_row_f32<kVecs, V, kFit>(w, wv, r.vec, L.glane, group, dim);
   } else {
+    // Keyed as the whole table's element where this table is a piece of it (TableMeta::round_*).
     const std::uint64_t row_key =
-        rng::row_key(a.sr_key, static_cast<std::uint64_t>(r.t), static_cast<std::uint64_t>(r.row));
-    // A vector group's random bits: one 32-bit hash per 2 columns (c is even here).
+        rng::row_key(a.sr_key, static_cast<std::uint64_t>(r.m.round_table),
+                     static_cast<std::uint64_t>(r.row + r.m.round_row));
+    const std::int64_t c0 = r.m.round_col;
+    // A vector group's random bits: one 32-bit hash per 2 columns (c is even here; c + c0 too but
+    // for a piece that starts at an odd column, whose elements draw their 16 bits one by one).
     auto put = [&](W* p, const float(&x)[V], int c) {
       std::uint16_t h[V];
-      if (a.sr) {
+      if (a.sr && (c0 & 1) == 0) {
 #pragma unroll
         for (int e = 0; e < V; e += 2) {
-          const std::uint32_t bits = rng::bits32(row_key, static_cast<std::uint64_t>(c + e) >> 1);
+          const std::uint32_t bits =
+              rng::bits32(row_key, static_cast<std::uint64_t>(c0 + c + e) >> 1);
           h[e] = from_float_sr<W>(x[e], bits & 0xffffu).bits;
           h[e + 1] = from_float_sr<W>(x[e + 1], bits >> 16).bits;
         }
+      } else if (a.sr) {
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          h[e] =
+              from_float_sr<W>(x[e], rng::bits16(row_key, static_cast<std::uint64_t>(c0 + c + e)))
+                  .bits;
       } else {
 #pragma unroll
         for (int e = 0; e < V; ++e) h[e] = from_float_rn<W>(x[e]).bits;
@@ -541,7 +552,7 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
       store_vec16<V, W, true>(p, h);
     };
     auto put_one = [&](W* p, float x, int c) {
-      *p = a.sr ? from_float_sr<W>(x, rng::bits16(row_key, static_cast<std::uint64_t>(c)))
+      *p = a.sr ? from_float_sr<W>(x, rng::bits16(row_key, static_cast<std::uint64_t>(c0 + c)))
                 : from_float_rn<W>(x);
     };
     detail::store_row<kVecs, V, kFit>(w, wv, r.vec, L.glane, group, dim, put, put_one);
