@@ -12,8 +12,9 @@
 #    the device, trained alone and with --collectives nccl (the tables stay whole; the dense
 #    gradients go through NCCL in place), alternating RUNS times each; the steady examples/s of
 #    each and the ratio. The bound: at most 3% below.
-# 3. Where mpirun works: the tiny model over 2 ranks sharing the GPU (--collectives mpi, a plan
-#    for 2 GPUs with fp32 tables and tf32 dense math), its AUC beside one process's.
+# 3. Where mpirun works: tiny and hstu-tiny over 2 ranks sharing the GPU (--collectives mpi, the
+#    planner's plans for 2 GPUs as they are: fp16 tables, bf16 dense math), their loss and AUC
+#    beside one process's.
 # A table is printed last; logs go to $OUT (default out/dist-one-gpu).
 #
 # Environment: PARITY_PREBUILT or a cmake build, MODEL (mlperf-dlrmv2), DEVICE (this GPU's), STEPS
@@ -74,22 +75,22 @@ row "$MODEL, 1 GPU, --collectives nccl: examples/s" "$n"
 [ "${a:-0}" -gt 0 ] && row "nccl / alone" "$(awk -v a="$a" -v n="$n" 'BEGIN {printf "%.4f", n / a}')"
 
 if [ -z "${SKIP_MPI:-}" ] && command -v mpirun >/dev/null; then
-  say "3. the tiny model over 2 ranks sharing the GPU (MPI through the host)"
-  run_bin "$P" plan --model tiny --device "$DEVICE" --gpus 2 --out "$SCRATCH/tiny2.json" >/dev/null 2>&1
-  sed -e 's/"fp16"/"fp32"/g' -e 's/"dense_math": *"bf16"/"dense_math": "tf32"/' \
-    "$SCRATCH/tiny2.json" >"$SCRATCH/tiny2-fp32.json"
-  if run_bin "${MPIRUN[@]}" "$P" train --plan "$SCRATCH/tiny2-fp32.json" --collectives mpi \
-    --steps 200 --eval-examples 4096 >"$OUT/tiny-np2.log" 2>&1; then
-    row "tiny, 2 ranks on 1 GPU (mpi): final" "$(grep -m1 '^done' "$OUT/tiny-np2.log" | sed 's/.*final/final/')"
-  else
-    row "tiny, 2 ranks on 1 GPU (mpi)" "did not run (tiny-np2.log)"
-  fi
-  run_bin "$P" plan --model tiny --device "$DEVICE" --gpus 1 --out "$SCRATCH/tiny1.json" >/dev/null 2>&1
-  sed -e 's/"fp16"/"fp32"/g' -e 's/"dense_math": *"bf16"/"dense_math": "tf32"/' \
-    "$SCRATCH/tiny1.json" >"$SCRATCH/tiny1-fp32.json"
-  run_bin "$P" train --plan "$SCRATCH/tiny1-fp32.json" --steps 200 --eval-examples 4096 \
-    >"$OUT/tiny-1.log" 2>&1
-  row "tiny, 1 process: final" "$(grep -m1 '^done' "$OUT/tiny-1.log" | sed 's/.*final/final/')"
+  say "3. tiny and hstu-tiny over 2 ranks sharing the GPU (MPI through the host), plans as made"
+  # The planner's plans as they are: tiny's fp16 tables and bf16 dense math (a bf16 interaction
+  # input under sharded tables), hstu-tiny's rows split over the ranks.
+  for m in tiny hstu-tiny; do
+    run_bin "$P" plan --model "$m" --device "$DEVICE" --gpus 2 --out "$SCRATCH/$m-2.json" >/dev/null 2>&1
+    run_bin "$P" plan --model "$m" --device "$DEVICE" --gpus 1 --out "$SCRATCH/$m-1.json" >/dev/null 2>&1
+    if run_bin "${MPIRUN[@]}" "$P" train --plan "$SCRATCH/$m-2.json" --collectives mpi \
+      --steps 200 --eval-examples 4096 >"$OUT/$m-np2.log" 2>&1; then
+      row "$m, 2 ranks on 1 GPU (mpi): final" "$(grep -m1 '^done' "$OUT/$m-np2.log" | sed 's/.*final/final/')"
+    else
+      row "$m, 2 ranks on 1 GPU (mpi)" "did not run ($m-np2.log)"
+    fi
+    run_bin "$P" train --plan "$SCRATCH/$m-1.json" --steps 200 --eval-examples 4096 \
+      >"$OUT/$m-1.log" 2>&1
+    row "$m, 1 process: final" "$(grep -m1 '^done' "$OUT/$m-1.log" | sed 's/.*final/final/')"
+  done
 fi
 device_after
 printf '%s\n' "${rows[@]}" | tee "$OUT/summary.txt"

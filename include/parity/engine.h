@@ -86,7 +86,10 @@ class Model {
   // update on the oldest staged batch. Staging batch k+1 right after enqueuing step k hides both
   // copies behind step k. At most kInputSlots batches may be staged at once.
   static constexpr int kInputSlots = 2;
-  void stage(const Batch& batch);
+  // global_examples: where the batch is this rank's slice of a step over several ranks (shard()),
+  // the step's examples over every rank, whose mean loss the ranks' summed gradients are (the
+  // caller knows it); 0: the ranks sum their batch sizes at the step, one collective more.
+  void stage(const Batch& batch, std::int64_t global_examples = 0);
   // Stages examples [first, first + count) of a split of synthetic data made on the device, where
   // the backend makes synthetic data (Backend::makes_synthetic_data): the batch
   // stage(data.make(split, first, count)) would stage, bit for bit, with no host work and no copy.
@@ -229,8 +232,11 @@ class HstuModel {
     // formed again in its backward (one buffer each for all layers), with the same bits.
     bool recompute = false;
   };
+  // With a plan and a communicator the model is sharded from the start (shard()), and holds no
+  // whole table at any point.
   HstuModel(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed,
-            Options options);
+            Options options, const Plan* shard_plan = nullptr, Communicator* comm = nullptr,
+            std::size_t dense_bucket_bytes = Model::kDenseBucket);
   HstuModel(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed)
       : HstuModel(spec, backend, max_batch, seed, Options{}) {}
   ~HstuModel();
@@ -269,9 +275,12 @@ class HstuModel {
   // rounding). Call once, before the first step, on every rank with the same plan (plan.gpus ==
   // comm.size()). The tables' storage types are the plan's (the model built from apply_plan). A
   // rank whose plan holds every table whole keeps its tables. Checkpoints then go through
-  // checkpoint_layout(); tensors() is refused where the tables are sharded.
-  void shard(const Plan& plan, Communicator& comm);
+  // checkpoint_layout(); tensors() is refused where the tables are sharded. The dense gradients
+  // are summed in buckets of at least dense_bucket_bytes while the backward goes on, as Model's.
+  void shard(const Plan& plan, Communicator& comm,
+             std::size_t dense_bucket_bytes = Model::kDenseBucket);
   bool sharded() const;
+  bool dense_allreduce_overlapped() const;
   // As Model's: whole tensors, or the dense tensors (rank 0 writes them) and this rank's shards.
   CheckpointLayout checkpoint_layout();
   // The dense parameters and their optimizer state (tensors() without the tables).

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "dist/backend_collectives.h"
+#include "dist/collective_queue.h"
 #include "dist/sharded_embedding.h"
 #include "engine/layout.h"
 #include "engine/step_profiler.h"
@@ -77,6 +78,7 @@ Buffer bytes_of(Backend& backend, std::int64_t n, std::size_t each) {
 }  // namespace
 
 struct HstuModel::Impl {
+  bool whole_tables = true;  // false: built for a plan that shards them (no whole table, ever)
   ModelSpec spec;
   HstuSpec h;
   Backend& be;
@@ -123,6 +125,20 @@ struct HstuModel::Impl {
   Communicator* comm = nullptr;
   std::unique_ptr<BackendCollectives> collectives;
   std::unique_ptr<ShardedEmbedding> feature_shards, context_shards;
+  // The dense gradients' all-reduce in buckets while the backward goes on, as Model's: a
+  // duplicate of comm and the worker that runs it (declared last: the worker stops first).
+  std::unique_ptr<Communicator> dense_comm;
+  std::unique_ptr<BackendCollectives> dense_collectives;
+  std::unique_ptr<CollectiveQueue> dense_queue;
+  std::int64_t bucket_floats = 0;
+  // Queues the all-reduce of the dense gradients [from, to) once the backend's work so far is done.
+  void send_bucket(std::int64_t from, std::int64_t to) {
+    dense_queue->submit([this, done = be.fence(), from, to] {
+      if (done) done();
+      dense_collectives->all_reduce_sum(grads.as<float>() + from,
+                                        static_cast<std::size_t>(to - from), /*ready=*/true);
+    });
+  }
   Buffer feature_rows, dfeature_rows, identity;
   bool sum_shards() const {  // one feature's rows are x_0's as they are
     return feature_shards && h.sequence.combine == EventCombine::sum && features > 1;
@@ -136,8 +152,10 @@ struct HstuModel::Impl {
   std::int64_t ctx_lookups = 0;  // contextual ids per example (the tables' pooling sizes)
   Layout own;                    // the layout stage() builds
 
-  Impl(const ModelSpec& s, Backend& backend, std::int64_t max_b, std::uint64_t init_seed, Options o)
-      : spec(s),
+  Impl(const ModelSpec& s, Backend& backend, std::int64_t max_b, std::uint64_t init_seed, Options o,
+       bool with_tables)
+      : whole_tables(with_tables),
+        spec(s),
         h(*s.hstu),
         be(backend),
         options(o),
@@ -245,9 +263,10 @@ struct HstuModel::Impl {
     }
     for (const DType t : {DType::f32, DType::f16, DType::bf16}) {
       const int i = engine::ModelLayout::buffer_index(t);
-      if (emb_elements[i] > 0) emb_weights[i] = bytes_of(be, emb_elements[i], dtype_size(t));
+      if (whole_tables && emb_elements[i] > 0)
+        emb_weights[i] = bytes_of(be, emb_elements[i], dtype_size(t));
     }
-    if (emb_state_count > 0) {
+    if (whole_tables && emb_state_count > 0) {
       emb_state = bytes_of(be, emb_state_count, 4);
       be.fill(emb_state.as<float>(), emb_state_count, 0.0f);
     }
@@ -346,6 +365,7 @@ struct HstuModel::Impl {
     }
     be.fill(p + final_gamma, d, 1.0f);
     glorot(head_w, tasks, d, kHead << 32);
+    if (!whole_tables) return;  // the pieces fill themselves (shard())
     std::uint64_t t = 0;
     for (const auto* set : {&feature_tables, &context_tables})
       for (const TableLayout& tl : *set) {
@@ -660,6 +680,16 @@ struct HstuModel::Impl {
     be.layer_norm_backward(mat(final_in, BT, d), p + final_gamma, final_mean.as<float>(),
                            final_rstd.as<float>(), mat(dfinal, BT, d), mat(final_out, BT, d),
                            g + final_gamma, g + final_beta);
+    // The dense gradients are final as a tail of the buffer (the head and final norm, then layer
+    // by layer from the last): each bucket goes to the all-reduce once the backward has made it.
+    std::int64_t unsent = dense_count;  // gradients [from, unsent) final and not yet sent
+    auto final_from = [&](std::int64_t from) {
+      if (dense_queue && unsent - from >= bucket_floats) {
+        send_bucket(from, unsent);
+        unsent = from;
+      }
+    };
+    final_from(final_gamma);
     Buffer* dx = &dx_a;  // the gradient of the current layer's output
     Buffer* other = &dx_b;
     be.fill(dx->as<float>(), T * d, 0.0f);
@@ -696,6 +726,7 @@ struct HstuModel::Impl {
                              g + L.beta);
       be.add_into(mat(*dx, T, d), mat(*other, T, d));  // the residual's gradient
       std::swap(dx, other);
+      final_from(L.gamma);
     }
     // *dx is the gradient of x_0: the tables' updates, fused with their optimizer.
     // This step's learning rates: the recipe's warm-up after a larger batch.
@@ -704,8 +735,18 @@ struct HstuModel::Impl {
     ++step;
     const StochasticRounding rounding{seed, static_cast<std::uint64_t>(step)};
     if (comm != nullptr) {  // data-parallel dense layers: every rank's gradients summed
-      profiler.section("dense_allreduce_exposed");
-      collectives->all_reduce_sum(g, static_cast<std::size_t>(dense_count));
+      if (dense_queue) {
+        if (unsent > 0) send_bucket(0, unsent);
+        if (!comm->runs_beside_duplicate()) {
+          // NCCL: the buckets finish before the exchange's collectives start (two communicators'
+          // kernels must not wait on each other on the GPU).
+          profiler.section("dense_allreduce_exposed");
+          dense_queue->wait_all();
+        }
+      } else {
+        profiler.section("dense_allreduce_exposed");
+        collectives->all_reduce_sum(g, static_cast<std::size_t>(dense_count));
+      }
     }
     profiler.section("embedding_backward");
     if (sum_shards()) {  // each feature's rows had the token's gradient
@@ -731,18 +772,36 @@ struct HstuModel::Impl {
         be.embedding_backward_update(context_tables, tables(), emb_state.as<float>(),
                                      context_input(), dpooled, emb, ctx_rounding);
     }
+    if (dense_queue) {  // what the embedding backward did not hide
+      profiler.section("dense_allreduce_exposed");
+      dense_queue->wait_all();
+    }
     profiler.section("dense_optimizer");
     be.dense_optimizer_step(p, g, dense_state.as<float>(), dense_count,
                             engine::optimizer_params(spec.dense_optimizer, lr_factor), step);
   }
 };
 
+namespace {
+// Whether one rank's plan keeps every table whole (nothing to shard).
+bool keeps_every_table_whole(const Plan& plan, const Communicator& comm) {
+  return comm.size() == 1 && std::all_of(plan.tables.begin(), plan.tables.end(),
+                                         [](const TablePlan& tp) { return tp.shards.size() == 1; });
+}
+}  // namespace
+
 HstuModel::HstuModel(const ModelSpec& spec, Backend& backend, std::int64_t max_batch,
-                     std::uint64_t seed, Options options) {
+                     std::uint64_t seed, Options options, const Plan* shard_plan,
+                     Communicator* comm, std::size_t dense_bucket_bytes) {
   if (spec.kind != ModelKind::hstu || !spec.hstu)
     throw InputError(fmt::format("model '{}' is a {} model; HstuModel runs HSTU models", spec.name,
                                  model_kind_name(spec.kind)));
-  impl_ = std::make_unique<Impl>(spec, backend, max_batch, seed, options);
+  if ((shard_plan == nullptr) != (comm == nullptr))
+    throw Error("HstuModel: a sharded model needs both its plan and its communicator");
+  impl_ =
+      std::make_unique<Impl>(spec, backend, max_batch, seed, options,
+                             shard_plan == nullptr || keeps_every_table_whole(*shard_plan, *comm));
+  if (shard_plan != nullptr) shard(*shard_plan, *comm, dense_bucket_bytes);
 }
 
 HstuModel::~HstuModel() = default;
@@ -916,7 +975,7 @@ std::vector<TensorRef> HstuModel::dense_tensors() {
   return impl_->tensor_refs(false);
 }
 
-void HstuModel::shard(const Plan& plan, Communicator& comm) {
+void HstuModel::shard(const Plan& plan, Communicator& comm, std::size_t dense_bucket_bytes) {
   Impl& m = *impl_;
   if (m.step > 0 || m.comm != nullptr)
     throw Error("HstuModel::shard: call it once, before the first step");
@@ -925,10 +984,7 @@ void HstuModel::shard(const Plan& plan, Communicator& comm) {
         fmt::format("the plan is for {} GPUs and this run has {} ranks", plan.gpus, comm.size()));
   (void)apply_plan(m.spec, plan);  // the plan's tables are the model's, their shards well formed
   const auto F = static_cast<std::size_t>(m.features);
-  const bool whole =
-      comm.size() == 1 && std::all_of(plan.tables.begin(), plan.tables.end(),
-                                      [](const TablePlan& tp) { return tp.shards.size() == 1; });
-  if (!whole) {
+  if (!keeps_every_table_whole(plan, comm)) {
     std::vector<const TableLayout*> layouts;
     for (const auto* set : {&m.feature_tables, &m.context_tables})
       for (const TableLayout& l : *set) layouts.push_back(&l);
@@ -972,6 +1028,19 @@ void HstuModel::shard(const Plan& plan, Communicator& comm) {
   }
   m.comm = &comm;
   m.collectives = std::make_unique<BackendCollectives>(comm, m.be);
+  // The dense gradients' buckets: their own communicator and a worker thread, where the engine
+  // gives one (every rank asks here, at the same point).
+  m.dense_comm = comm.duplicate();
+  if (m.dense_comm) {
+    m.dense_collectives = std::make_unique<BackendCollectives>(*m.dense_comm, m.be);
+    m.dense_queue = std::make_unique<CollectiveQueue>([&b = m.be] { b.use_from_this_thread(); });
+  }
+  m.bucket_floats =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(dense_bucket_bytes / sizeof(float)));
+}
+
+bool HstuModel::dense_allreduce_overlapped() const {
+  return impl_->dense_queue != nullptr;
 }
 
 bool HstuModel::sharded() const {

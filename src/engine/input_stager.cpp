@@ -93,13 +93,14 @@ void InputStager::check_batch(const Batch& batch) const {
         "Model: malformed batch (dense, labels, offsets or ids have the wrong length)");
 }
 
-void InputStager::stage(const Batch& batch) {
+void InputStager::stage(const Batch& batch, std::int64_t global_examples) {
   check_batch(batch);
   if (staged_count_ >= kSlots)
     throw Error(fmt::format(
         "Model::stage: {} batches are staged already; train one (train_staged) first", kSlots));
   const int index = static_cast<int>(staged_total_ % kSlots);
   InputSlot& slot = slots_[index];
+  slot.global_examples = global_examples;
   const std::int64_t n = batch.size;
   const auto nids = static_cast<std::int64_t>(batch.ids.size());
   const std::size_t dense_bytes = batch.dense.size() * 4, label_bytes = batch.labels.size() * 4;
@@ -200,6 +201,7 @@ void InputStager::stage_synthetic(const SyntheticData& data, Split split, std::i
   }
   const int index = static_cast<int>(staged_total_ % kSlots);
   InputSlot& slot = slots_[index];
+  slot.global_examples = 0;  // one process's batch (a sharded model routes host batches)
   const std::int64_t nids = count * data.ids_per_example();
   SyntheticBatch b;
   b.generator = generator_block_.get();

@@ -35,6 +35,9 @@ struct InputSlot {
   // staging memory, or the slot itself where the backend's memory is the host's); ids and offsets
   // null for a batch made on the device.
   SparseInput host_sparse;
+  // The step's examples over every rank where this batch is a rank's slice (Model::stage); 0:
+  // unknown.
+  std::int64_t global_examples = 0;
 };
 
 class InputStager {
@@ -49,7 +52,7 @@ class InputStager {
 
   // Checks the batch against the model and stages it in the next slot (throws when all kSlots
   // are staged already).
-  void stage(const Batch& batch);
+  void stage(const Batch& batch, std::int64_t global_examples = 0);
   // Stages examples [first, first + count) of a split of the synthetic data, made by the backend
   // on the device in the next slot (Backend::makes_synthetic_data must be true): the batch
   // stage(data.make(...)) would stage, with no host work and no copy.

@@ -313,8 +313,11 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   if (comm != nullptr && comm->size() > 1) {
     // This rank's mean-loss gradient scaled by its share of the global batch: the ranks' summed
     // gradients are then the whole batch's mean-loss gradient.
-    double global = static_cast<double>(n);
-    comm->all_reduce_sum(std::span<double>(&global, 1));
+    double global = static_cast<double>(in.global_examples);
+    if (global <= 0) {
+      global = static_cast<double>(n);
+      comm->all_reduce_sum(std::span<double>(&global, 1));
+    }
     backend.scale_rows(nullptr, static_cast<float>(static_cast<double>(n) / global), Mat(a, n, 1));
   }
   // Top MLP backward; the first layer's dx is the gradient of the interaction output.
@@ -475,8 +478,8 @@ void Model::train_step(const Batch& batch) {
   train_staged();
 }
 
-void Model::stage(const Batch& batch) {
-  impl_->input.stage(batch);
+void Model::stage(const Batch& batch, std::int64_t global_examples) {
+  impl_->input.stage(batch, global_examples);
 }
 
 void Model::stage_synthetic(const SyntheticData& data, Split split, std::int64_t first,

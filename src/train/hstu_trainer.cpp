@@ -64,15 +64,14 @@ class HstuTrainer {
                   : std::make_unique<CheckpointDirLock>(cfg.checkpoint_dir)),
         train_data_(std::move(data.train)),
         eval_data_(std::move(data.eval)),
-        model_(cfg.model, *backend_, widest_slice(cfg, cfg.batch), cfg.seed, model_options(cfg)),
+        model_(cfg.model, *backend_, widest_slice(cfg, cfg.batch), cfg.seed, model_options(cfg),
+               cfg.shard_plan, cfg.comm, cfg.dense_bucket_bytes),
         record_(run_record(cfg.model, cfg.batch, cfg.seed, cfg.dense_math, train_data_->kind())) {
-    if (cfg.comm == nullptr) return;
-    if (!train_data_->reads_slices() || !eval_data_->reads_slices())
+    if (cfg.comm != nullptr && (!train_data_->reads_slices() || !eval_data_->reads_slices()))
       throw InputError(fmt::format(
           "a run over several ranks reads each rank's slice of every batch, and {} reads whole "
           "batches only (BatchSource::reads_slices)",
           train_data_->reads_slices() ? eval_data_->describe() : train_data_->describe()));
-    model_.shard(*cfg.shard_plan, *cfg.comm);
   }
 
   TrainResult run() {
@@ -332,7 +331,9 @@ class HstuTrainer {
       }
       if (n == 0) break;
       seen += n;
-      if (b.size == 0) continue;  // no slice for this rank
+      // A batch with fewer examples than ranks leaves some rank no slice, and a sharded lookup
+      // needs every rank: every rank sees its size and drops it (as the DLRM loop does).
+      if (cfg_.comm != nullptr && n < cfg_.comm->size()) continue;
       p.resize(b.labels.size());
       model_.predict(b, p.data());
       probs.insert(probs.end(), p.begin(), p.end());

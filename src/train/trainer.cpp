@@ -504,9 +504,9 @@ class Trainer {
         if (!loader->next(b, &whole)) return 0;
       if (cfg_.comm != nullptr && !loader->slices()) {  // this rank's slice of the global batch
         const auto [first, count] = rank_slice(cfg_, b.size);
-        model_.stage(slice_of(b, first, count));
+        model_.stage(slice_of(b, first, count), whole);
       } else {
-        model_.stage(b);
+        model_.stage(b, cfg_.comm != nullptr ? whole : 0);
       }
       return whole;
     };

@@ -85,7 +85,9 @@ bool same_layouts(std::span<const TableLayout> a, const std::vector<TableLayout>
     if (x.rows != y.rows || x.dim != y.dim || x.pooling != y.pooling ||
         x.weight_offset != y.weight_offset || x.state_offset != y.state_offset ||
         x.out_col != y.out_col || x.dtype != y.dtype || x.host.weights != y.host.weights ||
-        x.host.state != y.host.state || x.host.slot != y.host.slot)
+        x.host.state != y.host.state || x.host.slot != y.host.slot ||
+        x.round_table != y.round_table || x.round_row != y.round_row ||
+        x.round_col != y.round_col || x.ids_per_bag != y.ids_per_bag)
       return false;
   }
   return true;
