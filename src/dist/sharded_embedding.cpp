@@ -59,6 +59,11 @@ std::vector<TableSpec> checked_tables(const ModelSpec& m, const Plan& plan,
 
 }  // namespace
 
+bool ShardedEmbedding::every_table_whole(const Plan& plan, const Communicator& comm) {
+  return comm.size() == 1 && std::all_of(plan.tables.begin(), plan.tables.end(),
+                                         [](const TablePlan& tp) { return tp.shards.size() == 1; });
+}
+
 ShardedEmbedding::ShardedEmbedding(const ModelSpec& m, const Plan& plan, Communicator& comm,
                                    Backend& backend)
     : ShardedEmbedding(checked_tables(m, plan, comm), plan.tables, plan.embedding_optimizer, comm,

@@ -76,6 +76,10 @@ class ShardedEmbedding {
   void backward_update(CAMat dout, const OptimizerParams& opt,
                        const StochasticRounding& rounding = {});
 
+  // Whether a plan run by comm's ranks keeps every table whole on one rank (one rank, one shard a
+  // table): nothing to shard or exchange, the model keeps its own tables.
+  static bool every_table_whole(const Plan& plan, const Communicator& comm);
+
   // Table t's element (row, col) where this rank holds it, else nullopt (one value copied from
   // backend memory: for tests).
   std::optional<float> weight(int t, std::int64_t row, int col) const;

@@ -782,14 +782,6 @@ struct HstuModel::Impl {
   }
 };
 
-namespace {
-// Whether one rank's plan keeps every table whole (nothing to shard).
-bool keeps_every_table_whole(const Plan& plan, const Communicator& comm) {
-  return comm.size() == 1 && std::all_of(plan.tables.begin(), plan.tables.end(),
-                                         [](const TablePlan& tp) { return tp.shards.size() == 1; });
-}
-}  // namespace
-
 HstuModel::HstuModel(const ModelSpec& spec, Backend& backend, std::int64_t max_batch,
                      std::uint64_t seed, Options options, const Plan* shard_plan,
                      Communicator* comm, std::size_t dense_bucket_bytes) {
@@ -798,9 +790,9 @@ HstuModel::HstuModel(const ModelSpec& spec, Backend& backend, std::int64_t max_b
                                  model_kind_name(spec.kind)));
   if ((shard_plan == nullptr) != (comm == nullptr))
     throw Error("HstuModel: a sharded model needs both its plan and its communicator");
-  impl_ =
-      std::make_unique<Impl>(spec, backend, max_batch, seed, options,
-                             shard_plan == nullptr || keeps_every_table_whole(*shard_plan, *comm));
+  impl_ = std::make_unique<Impl>(
+      spec, backend, max_batch, seed, options,
+      shard_plan == nullptr || ShardedEmbedding::every_table_whole(*shard_plan, *comm));
   if (shard_plan != nullptr) shard(*shard_plan, *comm, dense_bucket_bytes);
 }
 
@@ -984,7 +976,7 @@ void HstuModel::shard(const Plan& plan, Communicator& comm, std::size_t dense_bu
         fmt::format("the plan is for {} GPUs and this run has {} ranks", plan.gpus, comm.size()));
   (void)apply_plan(m.spec, plan);  // the plan's tables are the model's, their shards well formed
   const auto F = static_cast<std::size_t>(m.features);
-  if (!keeps_every_table_whole(plan, comm)) {
+  if (!ShardedEmbedding::every_table_whole(plan, comm)) {
     std::vector<const TableLayout*> layouts;
     for (const auto* set : {&m.feature_tables, &m.context_tables})
       for (const TableLayout& l : *set) layouts.push_back(&l);

@@ -443,13 +443,6 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
                          guard.as<std::int64_t>());
 }
 
-// One rank holding every table whole has nothing to exchange: its tables stay the model's own
-// (any precision and placement), and only the dense gradients go through the communicator.
-static bool holds_every_table_whole(const Plan& plan, const Communicator& comm) {
-  return comm.size() == 1 && std::all_of(plan.tables.begin(), plan.tables.end(),
-                                         [](const TablePlan& tp) { return tp.shards.size() == 1; });
-}
-
 // ---- the public interface ----
 
 Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, std::uint64_t seed,
@@ -459,9 +452,9 @@ Model::Model(const ModelSpec& spec, Backend& backend, std::int64_t max_batch, st
     throw Error(fmt::format("Model: max_batch must be positive, got {}", max_batch));
   if ((shard_plan == nullptr) != (comm == nullptr))
     throw Error("Model: a sharded model needs both its plan and its communicator");
-  impl_ =
-      std::make_unique<Impl>(spec, backend, max_batch, seed,
-                             shard_plan == nullptr || holds_every_table_whole(*shard_plan, *comm));
+  impl_ = std::make_unique<Impl>(
+      spec, backend, max_batch, seed,
+      shard_plan == nullptr || ShardedEmbedding::every_table_whole(*shard_plan, *comm));
   if (shard_plan != nullptr) shard(*shard_plan, *comm, dense_bucket_bytes);
 }
 
@@ -585,7 +578,7 @@ void Model::shard(const Plan& plan, Communicator& comm, std::size_t dense_bucket
   if (plan.gpus != comm.size())
     throw InputError(
         fmt::format("the plan is for {} GPUs and this run has {} ranks", plan.gpus, comm.size()));
-  if (!holds_every_table_whole(plan, comm)) {
+  if (!ShardedEmbedding::every_table_whole(plan, comm)) {
     if (!m.host.empty()) refuse("host-placed tables are not sharded yet");
     for (std::size_t t = 0; t < plan.tables.size() && t < m.spec.tables.size(); ++t)
       if (plan.tables[t].dtype != m.spec.tables[t].dtype)

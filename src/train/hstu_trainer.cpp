@@ -243,7 +243,8 @@ class HstuTrainer {
   void resume() {
     if (!cfg_.resume) return;
     const auto steps = list_checkpoints(cfg_.checkpoint_dir);
-    if (cfg_.comm != nullptr) same_checkpoints_on_every_rank(steps);
+    if (cfg_.comm != nullptr)
+      same_checkpoints_on_every_rank(*cfg_.comm, steps, cfg_.checkpoint_dir);
     if (steps.empty()) {
       TrainEvent w = event(TrainEvent::Kind::warning, 0);
       w.message =
@@ -266,14 +267,14 @@ class HstuTrainer {
       }
       // The ranks agree: any rank's failure stops them all, any rank's damaged piece sets the
       // checkpoint aside for all.
-      double flags[2] = {failed ? 1.0 : 0.0, corrupt.empty() ? 0.0 : 1.0};
-      if (cfg_.comm != nullptr) cfg_.comm->all_reduce_sum(std::span<double>(flags, 2));
-      if (flags[0] > 0) {
+      const auto [any_failed, any_corrupt] =
+          agree_on_resume(cfg_.comm, failed != nullptr, !corrupt.empty());
+      if (any_failed) {
         if (failed) std::rethrow_exception(failed);
         throw InputError(fmt::format(
             "another rank could not resume from '{}' (its message says why)", path.string()));
       }
-      if (flags[1] == 0) {
+      if (!any_corrupt) {
         model_.set_step(step);
         result_.last_checkpoint = path;
         return;
@@ -294,23 +295,6 @@ class HstuTrainer {
         "every checkpoint in '{}' is damaged; nothing to resume from: remove --resume to start "
         "again from step 0",
         cfg_.checkpoint_dir.string()));
-  }
-
-  // The ranks share the checkpoint directory; one that lists other checkpoints is not sharing it.
-  void same_checkpoints_on_every_rank(const std::vector<std::int64_t>& steps) {
-    const double mine[2] = {static_cast<double>(steps.size()),
-                            steps.empty() ? -1.0 : static_cast<double>(steps.back())};
-    std::vector<double> all(static_cast<std::size_t>(2 * cfg_.comm->size()));
-    cfg_.comm->all_gather(std::as_bytes(std::span<const double>(mine, 2)),
-                          std::as_writable_bytes(std::span<double>(all)));
-    for (int q = 0; q < cfg_.comm->size(); ++q)
-      if (all[static_cast<std::size_t>(2 * q)] != mine[0] ||
-          all[static_cast<std::size_t>(2 * q + 1)] != mine[1])
-        throw InputError(fmt::format(
-            "rank {} sees {} checkpoints in '{}' (newest step {}) and rank {} sees {} (newest {}): "
-            "the ranks of a run must share one checkpoint directory",
-            cfg_.comm->rank(), mine[0], cfg_.checkpoint_dir.string(), mine[1], q,
-            all[static_cast<std::size_t>(2 * q)], all[static_cast<std::size_t>(2 * q + 1)]));
   }
 
   // AUC per task on the held-out split, their mean reported as the AUC (over several ranks each

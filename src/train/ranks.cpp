@@ -1,9 +1,13 @@
 // What the training loops of a run over several ranks share (ranks.h).
 #include "ranks.h"
 
+#include <fmt/format.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
+
+#include "parity/error.h"
 
 namespace parity::train_detail {
 
@@ -23,6 +27,30 @@ std::vector<float> gather_all(Communicator& comm, const std::vector<float>& mine
   std::vector<float> all(static_cast<std::size_t>(total) / sizeof(float));
   comm.all_to_all_v(send, bytes, std::as_writable_bytes(std::span<float>(all)), counts);
   return all;
+}
+
+void same_checkpoints_on_every_rank(Communicator& comm, const std::vector<std::int64_t>& steps,
+                                    const std::filesystem::path& dir) {
+  const double mine[2] = {static_cast<double>(steps.size()),
+                          steps.empty() ? -1.0 : static_cast<double>(steps.back())};
+  std::vector<double> all(static_cast<std::size_t>(2 * comm.size()));
+  comm.all_gather(std::as_bytes(std::span<const double>(mine, 2)),
+                  std::as_writable_bytes(std::span<double>(all)));
+  for (int q = 0; q < comm.size(); ++q)
+    if (all[static_cast<std::size_t>(2 * q)] != mine[0] ||
+        all[static_cast<std::size_t>(2 * q + 1)] != mine[1])
+      throw InputError(fmt::format(
+          "rank {} sees {} checkpoints in '{}' (newest step {}) and rank {} sees {} (newest {}): "
+          "the ranks of a run must share one checkpoint directory",
+          comm.rank(), mine[0], dir.string(), mine[1], q, all[static_cast<std::size_t>(2 * q)],
+          all[static_cast<std::size_t>(2 * q + 1)]));
+}
+
+std::pair<bool, bool> agree_on_resume(Communicator* comm, bool failed, bool corrupt) {
+  if (comm == nullptr) return {failed, corrupt};
+  double flags[2] = {failed ? 1.0 : 0.0, corrupt ? 1.0 : 0.0};
+  comm->all_reduce_sum(std::span<double>(flags, 2));
+  return {flags[0] > 0, flags[1] > 0};
 }
 
 }  // namespace parity::train_detail

@@ -291,7 +291,8 @@ class Trainer {
     }
     auto steps = list_checkpoints(cfg_.checkpoint_dir);
     if (resume_at_ >= 0) std::erase_if(steps, [&](std::int64_t c) { return c > resume_at_; });
-    if (cfg_.comm != nullptr) same_checkpoints_on_every_rank(steps);
+    if (cfg_.comm != nullptr)
+      train_detail::same_checkpoints_on_every_rank(*cfg_.comm, steps, cfg_.checkpoint_dir);
     if (steps.empty()) {
       warn(0, fmt::format("no checkpoint in '{}': starting from step 0",
                           cfg_.checkpoint_dir.string()));
@@ -311,7 +312,8 @@ class Trainer {
       } catch (...) {
         failed = std::current_exception();
       }
-      const auto [any_failed, any_corrupt] = agree_on_resume(failed != nullptr, !corrupt.empty());
+      const auto [any_failed, any_corrupt] =
+          train_detail::agree_on_resume(cfg_.comm, failed != nullptr, !corrupt.empty());
       if (any_failed) {
         if (failed) std::rethrow_exception(failed);
         throw InputError(
@@ -335,7 +337,7 @@ class Trainer {
       } catch (...) {
         move_failed = std::current_exception();
       }
-      if (agree_on_resume(move_failed != nullptr, false).first) {
+      if (train_detail::agree_on_resume(cfg_.comm, move_failed != nullptr, false).first) {
         if (move_failed) std::rethrow_exception(move_failed);
         throw Error(
             fmt::format("rank 0 could not set aside '{}' (its message says why)", path.string()));
@@ -352,30 +354,6 @@ class Trainer {
         "--resume to start again from step 0",
         cfg_.checkpoint_dir.string(), fmt::join(set_aside, ", ")));
   }
-  // Whether any rank failed, and whether any found the checkpoint damaged.
-  std::pair<bool, bool> agree_on_resume(bool failed, bool corrupt) {
-    if (cfg_.comm == nullptr) return {failed, corrupt};
-    double flags[2] = {failed ? 1.0 : 0.0, corrupt ? 1.0 : 0.0};
-    cfg_.comm->all_reduce_sum(std::span<double>(flags, 2));
-    return {flags[0] > 0, flags[1] > 0};
-  }
-  // The ranks share the checkpoint directory; one that lists other checkpoints is not sharing it.
-  void same_checkpoints_on_every_rank(const std::vector<std::int64_t>& steps) {
-    double mine[2] = {static_cast<double>(steps.size()),
-                      steps.empty() ? -1.0 : static_cast<double>(steps.back())};
-    std::vector<double> all(static_cast<std::size_t>(2 * cfg_.comm->size()));
-    cfg_.comm->all_gather(std::as_bytes(std::span<const double>(mine, 2)),
-                          std::as_writable_bytes(std::span<double>(all)));
-    for (int q = 0; q < cfg_.comm->size(); ++q)
-      if (all[static_cast<std::size_t>(2 * q)] != mine[0] ||
-          all[static_cast<std::size_t>(2 * q + 1)] != mine[1])
-        throw InputError(fmt::format(
-            "rank {} sees {} checkpoints in '{}' (newest step {}) and rank {} sees {} (newest {}): "
-            "the ranks of a run must share one checkpoint directory",
-            cfg_.comm->rank(), mine[0], cfg_.checkpoint_dir.string(), mine[1], q,
-            all[static_cast<std::size_t>(2 * q)], all[static_cast<std::size_t>(2 * q + 1)]));
-  }
-
   // The examples evaluation will read, read once before the first step: a missing, empty or
   // corrupt held-out file fails now, not after the training work is spent.
   // Stops the run once the finite-value guard has recorded a bad step (read where the host waits
