@@ -522,11 +522,13 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const RowRef& 
   if constexpr (std::is_same_v<W, float>) {
     store_row_f32<kVecs, V, kFit>(w, wv, r.vec, L.glane, group, dim);
   } else {
-    // Keyed as the whole table's element where this table is a piece of it (TableMeta::round_*).
+    // Keyed as the whole table's element where this table is a piece of it (TableMeta::round_*),
+    // read here rather than kept from the row's metadata: no registers held through the update.
+    const TableMeta& round = a.meta[r.t];
     const std::uint64_t row_key =
-        rng::row_key(a.sr_key, static_cast<std::uint64_t>(r.m.round_table),
-                     static_cast<std::uint64_t>(r.row + r.m.round_row));
-    const std::int64_t c0 = r.m.round_col;
+        rng::row_key(a.sr_key, static_cast<std::uint64_t>(round.round_table),
+                     static_cast<std::uint64_t>(r.row + round.round_row));
+    const std::int64_t c0 = round.round_col;
     // A vector group's random bits: one 32-bit hash per 2 columns (c is even here; c + c0 too but
     // for a piece that starts at an odd column, whose elements draw their 16 bits one by one).
     auto put = [&](W* p, const float(&x)[V], int c) {
