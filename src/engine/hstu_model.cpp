@@ -23,8 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/backend_collectives.h"
-#include "dist/collective_queue.h"
+#include "dist/dense_buckets.h"
 #include "dist/sharded_embedding.h"
 #include "engine/layout.h"
 #include "engine/step_profiler.h"
@@ -123,22 +122,10 @@ struct HstuModel::Impl {
   // example); with summed features, their lookups side by side [tokens, F d] and its gradient,
   // and the identity index that copies a column block ----
   Communicator* comm = nullptr;
-  std::unique_ptr<BackendCollectives> collectives;
   std::unique_ptr<ShardedEmbedding> feature_shards, context_shards;
-  // The dense gradients' all-reduce in buckets while the backward goes on, as Model's: a
-  // duplicate of comm and the worker that runs it (declared last: the worker stops first).
-  std::unique_ptr<Communicator> dense_comm;
-  std::unique_ptr<BackendCollectives> dense_collectives;
-  std::unique_ptr<CollectiveQueue> dense_queue;
-  std::int64_t bucket_floats = 0;
-  // Queues the all-reduce of the dense gradients [from, to) once the backend's work so far is done.
-  void send_bucket(std::int64_t from, std::int64_t to) {
-    dense_queue->submit([this, done = be.fence(), from, to] {
-      if (done) done();
-      dense_collectives->all_reduce_sum(grads.as<float>() + from,
-                                        static_cast<std::size_t>(to - from), /*ready=*/true);
-    });
-  }
+  // The dense gradients' all-reduce in buckets while the backward goes on, as Model's (after
+  // the gradients they read: stopped before those are freed).
+  std::unique_ptr<DenseGradientBuckets> dense_buckets;
   Buffer feature_rows, dfeature_rows, identity;
   bool sum_shards() const {  // one feature's rows are x_0's as they are
     return feature_shards && h.sequence.combine == EventCombine::sum && features > 1;
@@ -682,12 +669,9 @@ struct HstuModel::Impl {
                            g + final_gamma, g + final_beta);
     // The dense gradients are final as a tail of the buffer (the head and final norm, then layer
     // by layer from the last): each bucket goes to the all-reduce once the backward has made it.
-    std::int64_t unsent = dense_count;  // gradients [from, unsent) final and not yet sent
+    if (dense_buckets) dense_buckets->begin();
     auto final_from = [&](std::int64_t from) {
-      if (dense_queue && unsent - from >= bucket_floats) {
-        send_bucket(from, unsent);
-        unsent = from;
-      }
+      if (dense_buckets) dense_buckets->final_from(from);
     };
     final_from(final_gamma);
     Buffer* dx = &dx_a;  // the gradient of the current layer's output
@@ -734,18 +718,13 @@ struct HstuModel::Impl {
     const OptimizerParams emb = engine::optimizer_params(spec.embedding_optimizer, lr_factor);
     ++step;
     const StochasticRounding rounding{seed, static_cast<std::uint64_t>(step)};
-    if (comm != nullptr) {  // data-parallel dense layers: every rank's gradients summed
-      if (dense_queue) {
-        if (unsent > 0) send_bucket(0, unsent);
-        if (!comm->runs_beside_duplicate()) {
-          // NCCL: the buckets finish before the exchange's collectives start (two communicators'
-          // kernels must not wait on each other on the GPU).
-          profiler.section("dense_allreduce_exposed");
-          dense_queue->wait_all();
-        }
-      } else {
+    if (dense_buckets) {  // data-parallel dense layers: every rank's gradients summed
+      if (!dense_buckets->overlapped()) profiler.section("dense_allreduce_exposed");
+      dense_buckets->finish();
+      if (dense_buckets->overlapped() && !dense_buckets->beside_other_collectives()) {
+        // NCCL: the buckets finish before the exchange's collectives start.
         profiler.section("dense_allreduce_exposed");
-        collectives->all_reduce_sum(g, static_cast<std::size_t>(dense_count));
+        dense_buckets->wait();
       }
     }
     profiler.section("embedding_backward");
@@ -772,9 +751,9 @@ struct HstuModel::Impl {
         be.embedding_backward_update(context_tables, tables(), emb_state.as<float>(),
                                      context_input(), dpooled, emb, ctx_rounding);
     }
-    if (dense_queue) {  // what the embedding backward did not hide
+    if (dense_buckets && dense_buckets->overlapped()) {  // what the exchange did not hide
       profiler.section("dense_allreduce_exposed");
-      dense_queue->wait_all();
+      dense_buckets->wait();
     }
     profiler.section("dense_optimizer");
     be.dense_optimizer_step(p, g, dense_state.as<float>(), dense_count,
@@ -1019,20 +998,13 @@ void HstuModel::shard(const Plan& plan, Communicator& comm, std::size_t dense_bu
     m.allocate_tokens(m.token_capacity);  // with the summed features' side-by-side rows
   }
   m.comm = &comm;
-  m.collectives = std::make_unique<BackendCollectives>(comm, m.be);
-  // The dense gradients' buckets: their own communicator and a worker thread, where the engine
-  // gives one (every rank asks here, at the same point).
-  m.dense_comm = comm.duplicate();
-  if (m.dense_comm) {
-    m.dense_collectives = std::make_unique<BackendCollectives>(*m.dense_comm, m.be);
-    m.dense_queue = std::make_unique<CollectiveQueue>([&b = m.be] { b.use_from_this_thread(); });
-  }
-  m.bucket_floats =
-      std::max<std::int64_t>(1, static_cast<std::int64_t>(dense_bucket_bytes / sizeof(float)));
+  // Every rank builds them here, at the same point (a duplicate communicator is asked for).
+  m.dense_buckets = std::make_unique<DenseGradientBuckets>(comm, m.be, m.grads.as<float>(),
+                                                           m.dense_count, dense_bucket_bytes);
 }
 
 bool HstuModel::dense_allreduce_overlapped() const {
-  return impl_->dense_queue != nullptr;
+  return impl_->dense_buckets && impl_->dense_buckets->overlapped();
 }
 
 bool HstuModel::sharded() const {

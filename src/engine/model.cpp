@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/collective_queue.h"
+#include "dist/dense_buckets.h"
 #include "dist/sharded_embedding.h"
 #include "engine/host_tables.h"
 #include "engine/input_stager.h"
@@ -171,7 +171,7 @@ struct Model::Impl {
     clear_guard();
   }
   ~Impl() {
-    dense_queue.reset();          // its tasks read the gradients: drained before anything is freed
+    dense_buckets.reset();        // its tasks read the gradients: drained before anything is freed
     backend.release_constants();  // the activations are about to be freed
   }
 
@@ -182,23 +182,8 @@ struct Model::Impl {
   // Set by Model::shard: this rank's table shards and the ranks' communicator.
   std::unique_ptr<ShardedEmbedding> sharded;
   Communicator* comm = nullptr;
-  std::unique_ptr<BackendCollectives> collectives;  // comm over the backend's memory
-  // The dense gradients' all-reduce in buckets while the backward goes on: a duplicate of comm
-  // and the worker that runs it (null where the engine gives no duplicate: one all-reduce at the
-  // end of the backward).
-  std::unique_ptr<Communicator> dense_comm;
-  std::unique_ptr<BackendCollectives> dense_collectives;
-  std::unique_ptr<CollectiveQueue> dense_queue;
-  std::int64_t bucket_floats = 0;
-
-  // Queues the all-reduce of the dense gradients [from, to) once the backend's work so far is done.
-  void send_bucket(std::int64_t from, std::int64_t to) {
-    dense_queue->submit([this, done = backend.fence(), from, to] {
-      if (done) done();
-      dense_collectives->all_reduce_sum(grad(from), static_cast<std::size_t>(to - from),
-                                        /*ready=*/true);
-    });
-  }
+  // The dense gradients' all-reduce in buckets while the backward goes on (set by shard()).
+  std::unique_ptr<DenseGradientBuckets> dense_buckets;
   float* param(std::int64_t off) const { return params.dense.as<float>() + off; }
   float* grad(std::int64_t off) const { return params.grads.as<float>() + off; }
   void clear_guard() {
@@ -326,12 +311,9 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
                            : CAMat(rows_of(acts.cross_x.back(), acts.act_dtype, n, L.x0_cols));
   // The dense gradients are final layer by layer, from the last parameters to the first (top,
   // cross, bottom): each bucket goes to the all-reduce once the backward has made it.
-  std::int64_t unsent = L.dense_count;  // gradients [from, unsent) final and not yet sent
+  if (dense_buckets) dense_buckets->begin();
   auto final_from = [&](std::int64_t from) {
-    if (dense_queue && unsent - from >= bucket_floats) {
-      send_bucket(from, unsent);
-      unsent = from;
-    }
+    if (dense_buckets) dense_buckets->final_from(from);
   };
   for (std::size_t k = L.top.size(); k-- > 0;) {
     const Linear& l = L.top[k];
@@ -386,11 +368,10 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
   const StochasticRounding rounding{seed, static_cast<std::uint64_t>(step + 1)};
   // This step's learning rates: the recipe's warm-up after a larger batch (ModelSpec::lr_factor).
   const double lr_factor = spec.lr_factor(step);
-  if (sharded && dense_queue && !comm->runs_beside_duplicate()) {
-    // NCCL: the buckets in flight finish before the exchange's collectives start (two
-    // communicators' kernels must not wait on each other on the GPU).
+  if (sharded && dense_buckets->overlapped() && !dense_buckets->beside_other_collectives()) {
+    // NCCL: the buckets in flight finish before the exchange's collectives start.
     profiler.section("dense_allreduce_exposed");
-    dense_queue->wait_all();
+    dense_buckets->wait();
     profiler.section("embedding_backward");
   }
   if (sharded)
@@ -426,13 +407,8 @@ void Model::Impl::backward(const InputSlot& in, std::int64_t n) {
     // What the backward did not hide: the buckets still in flight (or, without a worker, the
     // whole all-reduce).
     profiler.section("dense_allreduce_exposed");
-    if (dense_queue) {
-      if (unsent > 0) send_bucket(0, unsent);
-      dense_queue->wait_all();
-    } else {
-      collectives->all_reduce_sum(params.grads.as<float>(),
-                                  static_cast<std::size_t>(L.dense_count));
-    }
+    dense_buckets->finish();
+    dense_buckets->wait();
   }
   profiler.section("dense_optimizer");
   backend.dense_optimizer_step(params.dense.as<float>(), params.grads.as<float>(),
@@ -599,17 +575,9 @@ void Model::shard(const Plan& plan, Communicator& comm, std::size_t dense_bucket
     m.sharded = std::move(sh);
   }
   m.comm = &comm;
-  m.collectives = std::make_unique<BackendCollectives>(comm, m.backend);
-  // The dense gradients' buckets: their own communicator and a worker thread, where the engine
-  // gives one (every rank asks here, at the same point).
-  m.dense_comm = comm.duplicate();
-  if (m.dense_comm) {
-    m.dense_collectives = std::make_unique<BackendCollectives>(*m.dense_comm, m.backend);
-    m.dense_queue =
-        std::make_unique<CollectiveQueue>([&b = m.backend] { b.use_from_this_thread(); });
-  }
-  m.bucket_floats =
-      std::max<std::int64_t>(1, static_cast<std::int64_t>(dense_bucket_bytes / sizeof(float)));
+  // Every rank builds them here, at the same point (a duplicate communicator is asked for).
+  m.dense_buckets = std::make_unique<DenseGradientBuckets>(
+      comm, m.backend, m.params.grads.as<float>(), m.layout.dense_count, dense_bucket_bytes);
 }
 
 CheckpointLayout Model::checkpoint_layout() {
@@ -635,7 +603,7 @@ const ShardedEmbedding* Model::sharded_embedding() const {
 }
 
 bool Model::dense_allreduce_overlapped() const {
-  return impl_->dense_queue != nullptr;
+  return impl_->dense_buckets && impl_->dense_buckets->overlapped();
 }
 
 std::vector<TensorRef> Model::dense_tensors() {
