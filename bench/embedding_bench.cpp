@@ -25,6 +25,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -38,6 +40,7 @@
 #include "backend/gpu/runtime.h"
 #include "lab/row_probe.h"
 #include "parity/data.h"
+#include "parity/embedding_kernels.h"
 #include "parity/perf.h"
 #include "parity/random.h"
 #include "parity/spec.h"
@@ -66,7 +69,17 @@ struct Options {
       0};  // vectors per lane tried in the backward of single and mlperf (0 = default)
   DType grad_dtype =
       DType::f32;  // the backward's output gradients (training stores them in bf16 under bf16 math)
+  std::string device = "h200";  // the spec and calibration the predictions read
+  std::string calibration;      // a calibration file instead of configs/calibration/<device>.yaml
+  std::string configs = std::string(PARITY_SOURCE_DIR) + "/configs";
 };
+
+// The performance model the predictions come from (--device, its calibration).
+struct Model {
+  parity::DeviceSpec device;
+  parity::Calibration cal;
+};
+Model g_model;
 
 struct Result {
   std::string name;
@@ -74,6 +87,10 @@ struct Result {
   std::string tag;   // the dumped case these inputs belong to (single, zipf, mlperf), or empty
   double ms = 0;
   double bytes = 0;
+  double heavy_ids = 0;     // backward: ids in rows of more than kEmbeddingHeavyRow of them
+  double predicted_ms = 0;  // the performance model's time for the same traffic
+  double row_bytes = 0;     // backward: the distinct rows' traffic (EmbeddingTraffic::rows)
+  bool narrow = false;      // 16-bit table weights
   double gbps() const { return bytes / (ms * 1e-3) / 1e9; }
 };
 
@@ -103,8 +120,10 @@ double time_ms(const pg::Stream& s, int warmup, int reps, const std::function<vo
 
 void report(const Result& r) {
   g_results.push_back(r);
-  std::printf("  %-44s %-8s %9.3f ms %9.1f GB/s %6.1f%% of copy   (%.3f GB)\n", r.name.c_str(),
-              r.pass.c_str(), r.ms, r.gbps(), 100.0 * r.gbps() / g_copy_gbps, r.bytes / 1e9);
+  std::printf(
+      "  %-44s %-8s %9.3f ms %9.1f GB/s %6.1f%% of copy   (%.3f GB)   model %.3f ms (%.2fx)\n",
+      r.name.c_str(), r.pass.c_str(), r.ms, r.gbps(), 100.0 * r.gbps() / g_copy_gbps, r.bytes / 1e9,
+      r.predicted_ms, r.predicted_ms > 0 ? r.ms / r.predicted_ms : 0.0);
   std::fflush(stdout);
 }
 
@@ -180,6 +199,7 @@ struct HostBatch {
   std::vector<std::int64_t> offsets;
   std::vector<std::int64_t> nnz_per_table;
   std::vector<std::int64_t> unique_per_table;
+  std::vector<std::int64_t> heavy_per_table;  // ids in rows of more than kEmbeddingHeavyRow
 };
 
 // The bytes the kernels move on this batch (the performance model's count), the forward writing
@@ -189,7 +209,8 @@ parity::EmbeddingTraffic traffic(const TableSet& set, const HostBatch& h, DType 
   std::vector<parity::EmbeddingBatch::Table> tables;
   for (std::size_t t = 0; t < set.tables.size(); ++t) {
     tables.push_back({set.tables[t].dim, static_cast<double>(h.nnz_per_table[t]),
-                      static_cast<double>(h.unique_per_table[t])});
+                      static_cast<double>(h.unique_per_table[t]),
+                      static_cast<double>(h.heavy_per_table[t])});
   }
   const auto method =
       sort == pg::SortMethod::portable ? parity::RadixSort::portable : parity::RadixSort::vendor;
@@ -209,6 +230,7 @@ HostBatch make_batch(const TableSet& set, double zipf_alpha, std::uint64_t seed)
   h.offsets.resize(static_cast<std::size_t>(B * T + 1));
   h.nnz_per_table.resize(T);
   h.unique_per_table.resize(T);
+  h.heavy_per_table.resize(T);
   for (int t = 0; t < T; ++t) {
     const std::int64_t rows = set.tables[t].rows;
     const int pool = set.pooling_size[t];
@@ -234,14 +256,16 @@ HostBatch make_batch(const TableSet& set, double zipf_alpha, std::uint64_t seed)
       }
       h.ids[static_cast<std::size_t>(table_start[t] + j)] = id;
     }
-    std::vector<std::uint8_t> seen(static_cast<std::size_t>(rows), 0);
-    std::int64_t u = 0;
-    for (std::int64_t j = table_start[t]; j < table_start[t + 1]; ++j) {
-      auto& s = seen[static_cast<std::size_t>(h.ids[j])];
-      u += s == 0;
-      s = 1;
+    std::vector<std::uint32_t> count(static_cast<std::size_t>(rows), 0);
+    for (std::int64_t j = table_start[t]; j < table_start[t + 1]; ++j)
+      ++count[static_cast<std::size_t>(h.ids[j])];
+    std::int64_t u = 0, heavy = 0;
+    for (const std::uint32_t c : count) {
+      u += c > 0;
+      heavy += c > parity::kEmbeddingHeavyRow ? c : 0;
     }
     h.unique_per_table[t] = u;
+    h.heavy_per_table[t] = heavy;
   }
   h.offsets[B * T] = table_start[T];
   return h;
@@ -331,9 +355,12 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
                               {outs[r].data(), DType::f32, set.batch, set.out_cols, set.out_cols});
       });
       tables.raise_input_errors(s.get());
-      report(
-          {name, "forward", tag, ms,
-           traffic(set, host[0], v.wdtype, DType::f32, v.kind, v.sort, tables.key_bits()).forward});
+      const double bytes =
+          traffic(set, host[0], v.wdtype, DType::f32, v.kind, v.sort, tables.key_bits()).forward;
+      const double copy = g_model.device.hbm_bandwidth.value * g_model.cal.hbm_efficiency;
+      report({name, "forward", tag, ms, bytes, 0,
+              1e3 * (bytes / (copy * g_model.cal.embedding_forward_efficiency) +
+                     g_model.cal.kernel_launch_s)});
     }
     if (v.backward) {
       // Gradients: reuse the output buffers (of o.grad_dtype: a bf16 gradient takes the first half
@@ -373,12 +400,18 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
         });
         tables.raise_input_errors(s.get());
         // Bytes: averaged over the rotations (their distinct-row counts differ slightly).
-        double bytes = 0, sort = 0;
+        double bytes = 0, sort = 0, heavy = 0, row_bytes = 0, predicted = 0;
         for (const auto& h : host) {
           const auto b =
               traffic(set, h, v.wdtype, o.grad_dtype, v.kind, ws.sort_method(), tables.key_bits());
           bytes += b.backward() / rotations;
           sort += b.sort / rotations;
+          heavy += b.heavy_ids / rotations;
+          row_bytes += b.rows / rotations;
+          predicted += 1e3 *
+                       (parity::embedding_backward_seconds(b, g_model.device, g_model.cal) +
+                        parity::embedding_backward_fixed_seconds(b.heavy_ids > 0, g_model.cal)) /
+                       rotations;
         }
         pg::BackwardProfile prof;
         upd.profile = &prof;
@@ -393,7 +426,8 @@ void run_set(const Options& o, const TableSet& base, const std::vector<Variant>&
                                 ? std::string()
                                 : fmt::format(" grad {}", parity::dtype_name(o.grad_dtype)),
                             vecs ? fmt::format(" vpl={}", vecs) : std::string()),
-                "backward", vecs ? std::string() : tag, ms, bytes});
+                "backward", vecs ? std::string() : tag, ms, bytes, heavy, predicted, row_bytes,
+                parity::dtype_size(v.wdtype) == 2});
         std::printf(
             "  %-44s          unique rows %lld, heavy rows %lld (%lld chunks), sort %s (%.0f MB of "
             "%.0f MB)\n",
@@ -546,6 +580,93 @@ void case_model(const Options& o) {
   }
 }
 
+// The backward's calibration, measured: one table at a time over dims, ids a bag and id
+// distributions, batch 65,536, rowwise Adagrad. The model (embedding_backward_seconds and
+// embedding_backward_fixed_seconds) is linear in five constants: a fixed cost, a fixed cost of the
+// heavy-row stages where any row is heavy, seconds per byte of memory traffic, seconds per byte of
+// a 16-bit table's distinct rows, and seconds per id in a heavy row. The tables are fp32 and fp16.
+// They are fitted to these cases by least squares on relative error and printed as calibration
+// lines, with each case's time under the fitted values and under the calibration the run read.
+void case_pooling(const Options& o) {
+  const std::int64_t rows = static_cast<std::int64_t>(10'000'000 * o.scale);
+  const std::int64_t batch = static_cast<std::int64_t>(65536 * std::min(1.0, o.scale * 10));
+  const std::size_t first = g_results.size();
+  for (int dim : {64, 128, 256}) {
+    for (int pool : {1, 4, 16, 64, 200}) {
+      for (double zipf : {0.0, 1.1}) {
+        const TableSet set =
+            make_set(fmt::format("{}M x {}, {} x {}{}", rows / 1'000'000, dim, batch, pool,
+                                 zipf > 0 ? fmt::format(" zipf{}", zipf) : std::string(" uniform")),
+                     {rows}, {pool}, dim, batch, DType::f32);
+        std::vector<Variant> v;
+        for (DType w : {DType::f32, DType::f16})
+          v.push_back(
+              {"", pg::SortMethod::automatic, w, OptimizerKind::rowwise_adagrad, zipf, true, true});
+        run_set(o, set, v, 2, "");
+      }
+    }
+  }
+  // Fixed, heavy fixed, per byte (all but 16-bit rows), per byte of 16-bit rows, per heavy id.
+  constexpr int kTerms = 5;
+  const auto terms = [](const Result& r) {
+    return std::array<double, kTerms>{1.0, r.heavy_ids > 0 ? 1.0 : 0.0,
+                                      r.narrow ? r.bytes - r.row_bytes : r.bytes,
+                                      r.narrow ? r.row_bytes : 0.0, r.heavy_ids};
+  };
+  // Normal equations of the rows weighted by 1/t, solved by Gaussian elimination.
+  double m[kTerms][kTerms + 1] = {};
+  int used = 0;
+  for (std::size_t i = first; i < g_results.size(); ++i) {
+    const Result& r = g_results[i];
+    if (r.pass != "backward") continue;
+    const auto a = terms(r);
+    for (int p = 0; p < kTerms; ++p) {
+      for (int q = 0; q < kTerms; ++q) m[p][q] += a[p] * a[q] / (r.ms * r.ms);
+      m[p][kTerms] += a[p] / r.ms;
+    }
+    ++used;
+  }
+  for (int p = 0; p < kTerms; ++p) {
+    if (!(std::abs(m[p][p]) > 0)) {
+      std::printf("  fit: singular (no case exercises term %d)\n", p);
+      return;
+    }
+    for (int q = kTerms; q >= p; --q) m[p][q] /= m[p][p];
+    for (int r = 0; r < kTerms; ++r) {
+      if (r == p) continue;
+      const double f = m[r][p];
+      for (int q = p; q <= kTerms; ++q) m[r][q] -= f * m[p][q];
+    }
+  }
+  std::array<double, kTerms> c{};
+  for (int p = 0; p < kTerms; ++p) c[p] = m[p][kTerms];
+  double worst = 0, sum2 = 0;
+  for (std::size_t i = first; i < g_results.size(); ++i) {
+    const Result& r = g_results[i];
+    if (r.pass != "backward") continue;
+    const auto a = terms(r);
+    double fitted = 0;
+    for (int p = 0; p < kTerms; ++p) fitted += c[p] * a[p];
+    const double err = fitted / r.ms - 1;
+    worst = std::max(worst, std::abs(err));
+    sum2 += err * err;
+    std::printf("  %-44s measured %8.3f ms, fitted %8.3f (%+5.1f%%), calibration read %8.3f\n",
+                r.name.c_str(), r.ms, fitted, 100 * err, r.predicted_ms);
+  }
+  const double copy = g_model.device.hbm_bandwidth.value * g_model.cal.hbm_efficiency;
+  std::printf("  fit over %d backward cases: worst %.1f%%, rms %.1f%%\n", used, 100 * worst,
+              100 * std::sqrt(sum2 / used));
+  if (c[2] > 0 && c[3] > 0)
+    std::printf(
+        "  calibration lines:\n    embedding_backward_efficiency: %.3f\n"
+        "    embedding_update_efficiency_16bit: %.3f\n"
+        "    embedding_backward_fixed_s: %.3g\n    embedding_heavy_fixed_s: %.3g\n"
+        "    embedding_heavy_lookup_s: %.3g\n",
+        1e3 / (c[2] * copy), 1e3 / (c[3] * copy), std::max(0.0, c[0]) * 1e-3,
+        std::max(0.0, c[1]) * 1e-3, std::max(0.0, c[4]) * 1e-3);
+  std::fflush(stdout);
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::string cur;
@@ -623,17 +744,25 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.grad_dtype = t == "bf16" ? DType::bf16 : DType::f32;
+    } else if (a == "--device") {
+      o.device = next();
+    } else if (a == "--calibration") {
+      o.calibration = next();
+    } else if (a == "--configs") {
+      o.configs = next();
     } else if (a == "--bwd-vecs") {
       o.bwd_vecs.clear();
       for (const auto& x : split(next())) o.bwd_vecs.push_back(std::stoi(x));
     } else {
-      std::fprintf(stderr,
-                   "usage: embedding_bench [--cases single,variants,mlperf,model] [--reps N] "
-                   "[--warmup N] [--dump DIR]\n"
-                   "                       [--results FILE] [--model YAML] [--scale X] [--sort "
-                   "vendor|portable]\n"
-                   "                       [--bwd-vecs 0,1,2,4] [--grad-dtype f32|bf16]\n"
-                   "                       [--max-rows N] [--batch N] [--dtype f32|f16|bf16]\n");
+      std::fprintf(
+          stderr,
+          "usage: embedding_bench [--cases single,variants,mlperf,model,pooling] [--reps N] "
+          "[--warmup N] [--dump DIR]\n"
+          "                       [--device KEY] [--calibration FILE] [--configs DIR]\n"
+          "                       [--results FILE] [--model YAML] [--scale X] [--sort "
+          "vendor|portable]\n"
+          "                       [--bwd-vecs 0,1,2,4] [--grad-dtype f32|bf16]\n"
+          "                       [--max-rows N] [--batch N] [--dtype f32|f16|bf16]\n");
       return 2;
     }
   }
@@ -642,6 +771,10 @@ int main(int argc, char** argv) {
     return 3;
   }
   try {
+    const std::filesystem::path configs = o.configs;
+    g_model.device = parity::find_device(o.device, configs / "devices");
+    g_model.cal = o.calibration.empty() ? parity::calibration_for(g_model.device, configs)
+                                        : parity::load_calibration(o.calibration, g_model.device);
     const auto& d = pg::device_info();
     std::printf(
         "embedding_bench on %s (%d SMs, warp %d, L2 %lld MB, %.1f GB), median of %d runs after %d "
@@ -659,9 +792,11 @@ int main(int argc, char** argv) {
         case_mlperf(o);
       else if (c == "model")
         case_model(o);
+      else if (c == "pooling")
+        case_pooling(o);
       else
         throw parity::InputError("embedding_bench: unknown case '" + c +
-                                 "' (single, variants, mlperf, model)");
+                                 "' (single, variants, mlperf, model, pooling)");
     }
     write_results(o);
   } catch (const std::exception& e) {

@@ -183,6 +183,8 @@ class Model {
   const std::map<std::string, double>& profile_ms() const;
   // The same per op ("category: op", e.g. "interaction: cross.0 backward").
   const std::map<std::string, double>& profile_ops_ms() const;
+  // The host's time per op, from its mark to the next (enqueueing it, and any wait in between).
+  const std::map<std::string, double>& profile_host_ops_ms() const;
   std::int64_t profiled_steps() const;
 
   std::int64_t dense_parameter_count() const;
@@ -322,6 +324,7 @@ class HstuModel {
   void finish_profile();
   const std::map<std::string, double>& profile_ms() const;
   const std::map<std::string, double>& profile_ops_ms() const;
+  const std::map<std::string, double>& profile_host_ops_ms() const;
   std::int64_t profiled_steps() const;
 
  private:

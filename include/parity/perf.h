@@ -33,6 +33,16 @@ struct Calibration {
   // Table-batched embedding kernels: achieved fraction of the *copy* bandwidth.
   double embedding_forward_efficiency = 0;
   double embedding_backward_efficiency = 0;
+  // The same for the distinct rows' reads and writes (EmbeddingTraffic::rows) of fp16 and bf16
+  // tables: their update rounds stochastically, and moves half the bytes for the same work a row.
+  double embedding_update_efficiency_16bit = 0;
+  // The backward's costs beside its memory traffic (embedding_backward_seconds): the fixed cost of
+  // one backward over a device's tables (keys, sort, segments and update launches, at any size),
+  // the fixed cost of its heavy-row stages where any row is heavy, and the seconds per id in a
+  // heavy row (kEmbeddingHeavyRow: summed in chunks, then merged; bound by loads in flight).
+  double embedding_backward_fixed_s = 0;
+  double embedding_heavy_fixed_s = 0;
+  double embedding_heavy_lookup_s = 0;
   double host_link_efficiency = 0;      // achieved fraction of host_link_bandwidth
   double host_gather_efficiency = 0;    // the same for the forward's scattered row reads
   double host_pageable_efficiency = 0;  // the same for copies from pageable host memory
@@ -151,6 +161,7 @@ struct EmbeddingBatch {
     int dim = 0;
     double ids = 0;          // ids looked up
     double unique_rows = 0;  // distinct rows among them
+    double heavy_ids = 0;    // ids in rows of more than kEmbeddingHeavyRow of them
   };
   std::span<const Table> tables;
   double batch = 0;  // bags per table
@@ -176,8 +187,20 @@ struct EmbeddingTraffic {
   double gradient_rereads = 0;
   double rows = 0;  // each distinct row's weights and optimizer state read and written
   double backward() const { return ids_and_keys + sort + gradients + gradient_rereads + rows; }
+  double heavy_ids = 0;             // the tables' heavy_ids: not bytes, the heavy-row stages' work
+  DType weight_dtype = DType::f32;  // the group's: the rows' traffic of 16-bit tables has its rate
 };
 EmbeddingTraffic embedding_traffic(const EmbeddingBatch& b);
+// Seconds of the backward fused with the update for traffic t: its memory traffic at the
+// backward's share of the copy rate plus its heavy rows' ids at their own cost. A backward over a
+// device's tables adds embedding_backward_fixed_seconds once.
+double embedding_backward_seconds(const EmbeddingTraffic& t, const DeviceSpec& device,
+                                  const Calibration& cal);
+double embedding_backward_fixed_seconds(bool any_heavy, const Calibration& cal);
+// Expected ids, of `draws` drawn, that fall in rows drawn more than kEmbeddingHeavyRow times:
+// uniform, by the Poisson tail of one row's count; Zipf, the draws of the ranks whose expected
+// count passes the threshold (hot_fraction of those ranks).
+double expected_heavy_ids(std::int64_t rows, IdDistribution dist, double alpha, double draws);
 
 // The work of one table shard on one device for one step.
 struct EmbeddingShardWork {
@@ -199,6 +222,7 @@ struct EmbeddingShardWork {
 struct EmbeddingCost {
   double forward_bytes = 0, backward_bytes = 0, host_bytes = 0;
   double unique_rows = 0;
+  double heavy_ids = 0;  // expected_heavy_ids: where any, the backward's heavy stages run
   double forward_s = 0, backward_s = 0, host_s = 0;  // backward includes the fused update
 };
 

@@ -654,6 +654,9 @@ const std::map<std::string, double>& Model::profile_ms() const {
 const std::map<std::string, double>& Model::profile_ops_ms() const {
   return impl_->profiler.op_ms();
 }
+const std::map<std::string, double>& Model::profile_host_ops_ms() const {
+  return impl_->profiler.host_op_ms();
+}
 std::int64_t Model::profiled_steps() const {
   return impl_->profiler.steps();
 }

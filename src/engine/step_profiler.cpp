@@ -13,6 +13,13 @@ void StepProfiler::section(const char* category, std::string_view op) {
   // The last mark of a set is kept for the end of the step (category "").
   if (marks.size() >= kMarksPerStep - 1 && category[0] != '\0') return;
   backend_.timing_mark(set_ * kMarksPerStep + static_cast<int>(marks.size()));
+  const auto now = std::chrono::steady_clock::now();
+  if (!marks.empty()) {
+    const auto& [last_category, last_op] = marks.back();
+    host_op_ms_[last_category + ": " + (last_op.empty() ? last_category : last_op)] +=
+        std::chrono::duration<double, std::milli>(now - last_host_).count();
+  }
+  last_host_ = now;
   marks.emplace_back(category, std::string(op));
 }
 

@@ -9,6 +9,7 @@
 // into the one before them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -52,6 +53,9 @@ class StepProfiler {
   // Milliseconds summed over the profiled steps, per category and per op ("category: op").
   const std::map<std::string, double>& category_ms() const { return category_ms_; }
   const std::map<std::string, double>& op_ms() const { return op_ms_; }
+  // The host's milliseconds from each op's mark to the next, summed over the same steps: where
+  // an op's device time is about its host time, the device waited for the host to enqueue it.
+  const std::map<std::string, double>& host_op_ms() const { return host_op_ms_; }
   std::int64_t steps() const { return steps_; }
 
  private:
@@ -64,7 +68,8 @@ class StepProfiler {
   int set_ = 0;  // the mark set of the step being enqueued (marks set_ * kMarksPerStep + i)
   std::vector<std::pair<std::string, std::string>> marks_[2];  // (category, op) at each mark
   bool pending_[2] = {false, false};                           // a finished step's marks, unread
-  std::map<std::string, double> category_ms_, op_ms_;
+  std::map<std::string, double> category_ms_, op_ms_, host_op_ms_;
+  std::chrono::steady_clock::time_point last_host_;  // the host time of the last mark
   std::int64_t steps_ = 0;
 };
 

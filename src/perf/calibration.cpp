@@ -32,7 +32,7 @@ struct Field {
 
 // The built-in values are estimates until a device is measured; the measured H200 file
 // (configs/calibration/h200.yaml) is where the NVIDIA estimates are anchored.
-constexpr std::array<Field, 19> kFields{{
+constexpr std::array<Field, 23> kFields{{
     {"gemm_efficiency_fp32", &Calibration::gemm_efficiency_fp32, 0.01, 1.0, 0.70, 0.60,
      "below the 0.75 measured on one H200 at 8192^3 (configs/calibration/h200.yaml); "
      "hipBLASLt reaches a lower fraction of the (higher) datasheet peaks than cuBLASLt on Hopper"},
@@ -52,6 +52,20 @@ constexpr std::array<Field, 19> kFields{{
      0.40,
      "the target of the backward fused with the update, 50% of the copy rate (0.62 measured on "
      "one H200); wave64 kernels start lower until measured"},
+    {"embedding_update_efficiency_16bit", &Calibration::embedding_update_efficiency_16bit, 0.01,
+     1.0, 0.35, 0.28,
+     "estimates: a 16-bit table's update does the same work a row as an fp32 one in half the "
+     "bytes (one H200 measures its own, configs/calibration/h200.yaml); AMD lower, as above"},
+    {"embedding_backward_fixed_s", &Calibration::embedding_backward_fixed_s, 0.0, 1.0, 0.09e-3,
+     0.13e-3,
+     "one backward's fixed cost, about 0.09 ms on one H200 (configs/calibration/h200.yaml); AMD "
+     "estimated by the ratio of the launch costs (6 us to 4), its sort being the portable one"},
+    {"embedding_heavy_fixed_s", &Calibration::embedding_heavy_fixed_s, 0.0, 1.0, 0.09e-3, 0.13e-3,
+     "the heavy-row stages' fixed cost, about 0.09 ms on one H200; AMD as the above"},
+    {"embedding_heavy_lookup_s", &Calibration::embedding_heavy_lookup_s, 0.0, 1e-6, 0.13e-9,
+     0.16e-9,
+     "about 0.13 ns an id in a heavy row on one H200; AMD estimated 1.25x (the ratio of the "
+     "backward efficiencies' estimates, wave64 groups holding fewer rows in flight)"},
     {"host_link_efficiency", &Calibration::host_link_efficiency, 0.01, 1.0, 0.80, 0.80,
      "PCIe and C2C copies reach about 0.8 of the link rate"},
     {"host_gather_efficiency", &Calibration::host_gather_efficiency, 0.01, 1.0, 0.25, 0.25,

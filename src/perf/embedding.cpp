@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 
+#include "parity/embedding_kernels.h"
 #include "parity/perf.h"
 
 namespace parity {
@@ -78,6 +79,26 @@ double hot_fraction(std::int64_t rows, IdDistribution dist, double alpha, double
   return harmonic(c, alpha) / harmonic(r, alpha);
 }
 
+double expected_heavy_ids(std::int64_t rows, IdDistribution dist, double alpha, double draws) {
+  if (rows <= 0 || draws <= 0) return 0;
+  const double r = static_cast<double>(rows);
+  constexpr double kHeavy = kEmbeddingHeavyRow;
+  if (dist == IdDistribution::uniform || alpha <= 0) {
+    // An id's row holds Poisson(lambda) other ids: heavy where those reach kHeavy.
+    const double lambda = draws / r;
+    if (lambda < 1e-9) return 0;
+    double below = 0;  // P(Poisson(lambda) < kHeavy), term by term in logs
+    for (int j = 0; j < kEmbeddingHeavyRow; ++j)
+      below += std::exp(j * std::log(lambda) - lambda - std::lgamma(j + 1.0));
+    return draws * std::clamp(1.0 - below, 0.0, 1.0);
+  }
+  // Rank k is drawn draws k^-alpha / H(rows) times on average: heavy for k below the rank where
+  // that falls to kHeavy.
+  const double h = harmonic(r, alpha);
+  const double ranks = std::min(r, std::floor(std::pow(draws / (kHeavy * h), 1.0 / alpha)));
+  return ranks < 1 ? 0.0 : draws * hot_fraction(rows, dist, alpha, ranks);
+}
+
 double optimizer_state_bytes_per_row(OptimizerKind k, int dim) {
   switch (k) {
     case OptimizerKind::sgd:
@@ -116,11 +137,13 @@ EmbeddingTraffic embedding_traffic(const EmbeddingBatch& b) {
   const double io = static_cast<double>(dtype_size(b.io_dtype));
   const double offsets = kIdBytes * (static_cast<double>(b.tables.size()) * b.batch + 1);
   EmbeddingTraffic t;
+  t.weight_dtype = b.weight_dtype;
   double ids = 0, unique = 0;
   t.forward = offsets;
   for (const auto& tb : b.tables) {
     ids += tb.ids;
     unique += tb.unique_rows;
+    t.heavy_ids += tb.heavy_ids;
     t.forward += kIdBytes * tb.ids + tb.ids * tb.dim * sw + b.batch * tb.dim * io;
     const double slice = b.batch * tb.dim * io;
     t.gradients += slice;
@@ -139,6 +162,20 @@ EmbeddingTraffic embedding_traffic(const EmbeddingBatch& b) {
   return t;
 }
 
+double embedding_backward_seconds(const EmbeddingTraffic& t, const DeviceSpec& device,
+                                  const Calibration& cal) {
+  const double copy_bw = device.hbm_bandwidth.value * cal.hbm_efficiency;
+  const bool narrow = dtype_size(t.weight_dtype) == 2;
+  const double rows_eff =
+      narrow ? cal.embedding_update_efficiency_16bit : cal.embedding_backward_efficiency;
+  return (t.backward() - t.rows) / (copy_bw * cal.embedding_backward_efficiency) +
+         t.rows / (copy_bw * rows_eff) + t.heavy_ids * cal.embedding_heavy_lookup_s;
+}
+
+double embedding_backward_fixed_seconds(bool any_heavy, const Calibration& cal) {
+  return cal.embedding_backward_fixed_s + (any_heavy ? cal.embedding_heavy_fixed_s : 0.0);
+}
+
 EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& device,
                              const Calibration& cal) {
   EmbeddingCost c;
@@ -147,7 +184,8 @@ EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& devi
   const double d = w.dim;
   // The shard as a group of its own, its sort keys as wide as the device's tables need.
   c.unique_rows = expected_unique_rows(w.rows, w.distribution, w.zipf_alpha, w.lookups);
-  const EmbeddingBatch::Table table{w.dim, w.lookups, c.unique_rows};
+  c.heavy_ids = expected_heavy_ids(w.rows, w.distribution, w.zipf_alpha, w.lookups);
+  const EmbeddingBatch::Table table{w.dim, w.lookups, c.unique_rows, c.heavy_ids};
   const EmbeddingTraffic t = embedding_traffic({{&table, 1},
                                                 w.bags,
                                                 w.weight_dtype,
@@ -162,9 +200,7 @@ EmbeddingCost embedding_cost(const EmbeddingShardWork& w, const DeviceSpec& devi
   const double copy_bw = device.hbm_bandwidth.value * cal.hbm_efficiency;
   c.forward_s =
       c.forward_bytes / (copy_bw * cal.embedding_forward_efficiency) + cal.kernel_launch_s;
-  constexpr int kBackwardKernels = 3;  // sort, segment, reduce-and-update
-  c.backward_s = c.backward_bytes / (copy_bw * cal.embedding_backward_efficiency) +
-                 kBackwardKernels * cal.kernel_launch_s;
+  c.backward_s = embedding_backward_seconds(t, device, cal);
   if (w.placement == Placement::host) {
     // The kernels reach rows missing from the HBM cache in host memory, over the host link:
     // the forward reads the row of every missed lookup, scattered single rows at the link's

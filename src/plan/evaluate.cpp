@@ -96,6 +96,9 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   std::vector<double> fwd(W, 0), bwd(W, 0), host(W, 0), a2a_send(W, 0), rs_bytes(W, 0);
   std::vector<double> weights_mem(W, 0), state_mem(W, 0), io_mem(W, 0);
   std::vector<double> cache_maps_mem(W, 0), lookups_on(W, 0), bags_on(W, 0), max_dim_on(W, 0);
+  // Per device: whether it runs a backward at all, and whether any of its rows is heavy (the
+  // backward's fixed costs, once a device).
+  std::vector<char> any_rows(W, 0), any_heavy(W, 0);
   std::vector<double> host_mem(W, 0), emb_bytes(W, 0);
   double replicated_s = 0, replicated_allreduce_bytes = 0;
   std::size_t memo_table = static_cast<std::size_t>(-1);
@@ -143,6 +146,8 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
       const EmbeddingCost& c = memo_cost;
       fwd[d] += c.forward_s;
       bwd[d] += c.backward_s;
+      any_rows[d] = 1;
+      any_heavy[d] |= c.heavy_ids > 0 ? 1 : 0;
       host[d] += c.host_s;
       emb_bytes[d] += c.forward_bytes + c.backward_bytes;
       const double state_row = optimizer_state_bytes_per_row(tp.optimizer, dim);
@@ -235,6 +240,8 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
     replicated_s +=
         collective_time(Collective::all_reduce, replicated_allreduce_bytes, W, dev, cal);
 
+  for (int d = 0; d < W; ++d)
+    if (any_rows[d]) bwd[d] += embedding_backward_fixed_seconds(any_heavy[d] != 0, cal);
   const double emb_fwd = *std::max_element(fwd.begin(), fwd.end());
   const double emb_bwd = *std::max_element(bwd.begin(), bwd.end());
   const double emb_host = *std::max_element(host.begin(), host.end());

@@ -470,6 +470,8 @@ Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const Device
     double feature_rows = 0, context_rows = 0;
     for (std::size_t t = 0; t < tables.size(); ++t)
       (t < static_cast<std::size_t>(x.features) ? feature_rows : context_rows) += rows_on[t][d];
+    // The sequence features' tables and the contexts' are two backwards, each with its fixed cost.
+    bool runs[2] = {false, false}, heavy[2] = {false, false};
     for (std::size_t t = 0; t < tables.size(); ++t) {
       const TableSpec& ts = *tables[t];
       const double r = rows_on[t][d];
@@ -491,7 +493,11 @@ Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const Device
       fwd[d] += c.forward_s;
       bwd[d] += c.backward_s;
       emb_bytes[d] += c.forward_bytes + c.backward_bytes;
+      runs[feature ? 0 : 1] = true;
+      heavy[feature ? 0 : 1] |= c.heavy_ids > 0;
     }
+    for (int k = 0; k < 2; ++k)
+      if (runs[k]) bwd[d] += embedding_backward_fixed_seconds(heavy[k], cal);
   }
   double emb_fwd = *std::max_element(fwd.begin(), fwd.end());
   double emb_bwd = *std::max_element(bwd.begin(), bwd.end());

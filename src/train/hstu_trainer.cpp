@@ -169,6 +169,8 @@ class HstuTrainer {
       const auto n = static_cast<double>(std::max<std::int64_t>(model_.profiled_steps(), 1));
       for (const auto& [k, v] : model_.profile_ms()) result_.profile_ms_per_step[k] = v / n;
       for (const auto& [k, v] : model_.profile_ops_ms()) result_.profile_ops_ms_per_step[k] = v / n;
+      for (const auto& [k, v] : model_.profile_host_ops_ms())
+        result_.profile_host_ops_ms_per_step[k] = v / n;
       result_.profiled_steps = model_.profiled_steps();
     }
     const double train_s = seconds_since(t0) - paused;

@@ -326,6 +326,17 @@ TEST_P(EngineModel, ProfileCoversEveryCategory) {
                      "mlp: bottom.0 backward", "mlp: bottom.0 forward", "mlp: bottom.1 backward",
                      "mlp: bottom.1 forward", "mlp: top.0 backward", "mlp: top.0 forward",
                      "mlp: top.1 backward", "mlp: top.1 forward"}));
+  // The host's time per op: the same ops, each with a time (the CPU backend computes as it
+  // enqueues, so the steps' host time is not zero).
+  std::vector<std::string> host_ops;
+  double host_total = 0;
+  for (const auto& [op, ms] : model.profile_host_ops_ms()) {
+    host_ops.push_back(op);
+    EXPECT_GE(ms, 0.0) << op;
+    host_total += ms;
+  }
+  EXPECT_EQ(host_ops, ops);
+  EXPECT_GT(host_total, 0.0);
 }
 
 // A rehearsal (prepare) marks nothing in the profile and changes no value.

@@ -1,10 +1,14 @@
 // The analytical model's terms against hand-computed values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <vector>
 
+#include "parity/embedding_kernels.h"
 #include "parity/error.h"
 #include "parity/perf.h"
 
@@ -106,6 +110,70 @@ TEST(Embedding, HotFraction) {
   // Exact head of 64 ranks, Euler-Maclaurin tail: agrees with the full sum to ~1e-10.
   EXPECT_NEAR(hot_fraction(1000, IdDistribution::zipf, 1.2, 10), top / all, 1e-9);
   EXPECT_DOUBLE_EQ(hot_fraction(1000, IdDistribution::zipf, 1.2, 5000), 1.0);
+}
+
+// Ids in heavy rows (more than kEmbeddingHeavyRow ids a row), counted on drawn ids: Zipf by the
+// inverse of its cumulative distribution, uniform by index, against expected_heavy_ids.
+TEST(Embedding, HeavyIdsMatchTheCountOnDrawnIds) {
+  std::mt19937_64 rng(7);
+  const auto count_heavy = [&](std::int64_t rows, double alpha, std::int64_t draws) {
+    std::vector<double> cdf(static_cast<std::size_t>(rows));
+    double total = 0;
+    for (std::int64_t k = 0; k < rows; ++k)
+      cdf[static_cast<std::size_t>(k)] = total += alpha > 0 ? std::pow(k + 1.0, -alpha) : 1.0;
+    std::uniform_real_distribution<double> u(0, total);
+    std::vector<std::int64_t> count(static_cast<std::size_t>(rows), 0);
+    for (std::int64_t i = 0; i < draws; ++i) {
+      const auto it = std::upper_bound(cdf.begin(), cdf.end(), u(rng));
+      ++count[static_cast<std::size_t>(std::min<std::ptrdiff_t>(it - cdf.begin(), rows - 1))];
+    }
+    double heavy = 0;
+    for (const std::int64_t c : count) heavy += c > kEmbeddingHeavyRow ? static_cast<double>(c) : 0;
+    return heavy;
+  };
+  struct Case {
+    std::int64_t rows;
+    double alpha;
+    std::int64_t draws;
+  };
+  for (const Case c :
+       {Case{200000, 1.1, 1000000}, Case{200000, 1.2, 300000}, Case{50000, 1.05, 2000000},
+        Case{4000, 0.0, 256000}, Case{1000, 0.0, 200000}}) {
+    const double exact = count_heavy(c.rows, c.alpha, c.draws);
+    const double model =
+        expected_heavy_ids(c.rows, c.alpha > 0 ? IdDistribution::zipf : IdDistribution::uniform,
+                           c.alpha, static_cast<double>(c.draws));
+    EXPECT_NEAR(model, exact, 0.01 * static_cast<double>(c.draws))
+        << c.rows << " rows, alpha " << c.alpha << ", " << c.draws << " draws";
+    EXPECT_GT(exact, 0.2 * static_cast<double>(c.draws));  // each case has heavy rows
+  }
+  // Uniform ids over many rows: none heavy, in the model and (1M ids over 100k rows) drawn.
+  EXPECT_DOUBLE_EQ(count_heavy(100000, 0.0, 1000000), 0.0);
+  EXPECT_LT(expected_heavy_ids(100000, IdDistribution::uniform, 0, 1e6), 1e-6);
+  EXPECT_DOUBLE_EQ(expected_heavy_ids(100000, IdDistribution::uniform, 0, 0), 0.0);
+}
+
+// The backward's time: memory traffic at its rate, the 16-bit rows' at theirs, heavy ids at their
+// cost; the fixed costs once a backward.
+TEST(Embedding, BackwardSecondsAddTheirTerms) {
+  const DeviceSpec d = h200();
+  Calibration c = default_calibration(d);
+  c.hbm_efficiency = 0.5;
+  c.embedding_backward_efficiency = 0.5;
+  c.embedding_update_efficiency_16bit = 0.25;
+  c.embedding_heavy_lookup_s = 1e-9;
+  c.embedding_backward_fixed_s = 2e-6;
+  c.embedding_heavy_fixed_s = 3e-6;
+  EmbeddingTraffic t;
+  t.sort = 1e9;
+  t.rows = 2e9;
+  t.heavy_ids = 1e6;
+  const double rate = d.hbm_bandwidth.value * 0.5 * 0.5;
+  EXPECT_DOUBLE_EQ(embedding_backward_seconds(t, d, c), 3e9 / rate + 1e-3);
+  t.weight_dtype = DType::f16;
+  EXPECT_DOUBLE_EQ(embedding_backward_seconds(t, d, c), 1e9 / rate + 2e9 / (rate / 2) + 1e-3);
+  EXPECT_DOUBLE_EQ(embedding_backward_fixed_seconds(false, c), 2e-6);
+  EXPECT_DOUBLE_EQ(embedding_backward_fixed_seconds(true, c), 5e-6);
 }
 
 TEST(Embedding, SortBytesFollowTheMethodAndTheKeyBits) {

@@ -157,11 +157,14 @@ void print_profile(const TrainResult& r, const Plan* plan, const ModelSpec& mode
             : dense_op_costs(model, plan->per_device_batch, plan->dense_math, dev, cal);
     for (const OpCost& op : ops) predicted_ops[op.category + ": " + op.op] += op.seconds * 1e3;
   }
-  fmt::print("  by op:\n");
+  fmt::print("  by op (device, plan, and the host's time from the op's mark to the next):\n");
   for (const auto& [op, ms] : r.profile_ops_ms_per_step) {
     const auto p = predicted_ops.find(op);
-    fmt::print("    {:<40} {:>10.3f} {:>10}\n", op, ms,
-               p != predicted_ops.end() ? fmt::format("{:.3f}", p->second) : "");
+    const auto h = r.profile_host_ops_ms_per_step.find(op);
+    fmt::print(
+        "    {:<40} {:>10.3f} {:>10} {:>10}\n", op, ms,
+        p != predicted_ops.end() ? fmt::format("{:.3f}", p->second) : "",
+        h != r.profile_host_ops_ms_per_step.end() ? fmt::format("host {:.3f}", h->second) : "");
   }
   // The profiled steps are the steady ones: their wall time is the steady rate's.
   const double rate = r.steady_examples_per_s > 0 ? r.steady_examples_per_s : r.examples_per_s;

@@ -15,6 +15,7 @@
 #include "backend/gpu/embedding.h"
 #include "backend/gpu/numerics.h"
 #include "backend/gpu/port.h"
+#include "parity/embedding_kernels.h"
 #include "parity/host_device.h"
 
 namespace parity::gpu::detail {
@@ -23,7 +24,7 @@ inline constexpr int kBlock = 256;         // threads per block of every embeddi
 inline constexpr int kMaxVecsPerLane = 4;  // dims up to 4 * warp size * V (512 fp32 on NVIDIA)
 // Backward: a distinct row with more occurrences than kHeavyRow is summed in chunks of kChunk
 // occurrences by many groups (partial sums), then the chunks are summed in chunk order.
-inline constexpr int kHeavyRow = 64;
+inline constexpr int kHeavyRow = kEmbeddingHeavyRow;
 inline constexpr int kChunk = 64;
 // A heavy row's chunk sums are summed kMerge at a time (in order, by many groups) before the
 // row's block sums those: the hottest Zipf rows have tens of thousands of chunks, which one block
