@@ -778,10 +778,10 @@ int main(int argc, char** argv) {
     const auto& d = pg::device_info();
     std::printf(
         "embedding_bench on %s (%d SMs, warp %d, L2 %lld MB, %.1f GB), median of %d runs after %d "
-        "warm-up\n",
+        "warm-up; the model's times for device spec '%s' (--device) with %s\n",
         d.name.c_str(), d.multiprocessor_count, d.warp_size,
         static_cast<long long>(d.l2_cache_bytes >> 20), d.total_memory_bytes / 1e9, o.reps,
-        o.warmup);
+        o.warmup, g_model.device.name.c_str(), g_model.cal.source.c_str());
     measure_copy(o);
     for (const auto& c : o.cases) {
       if (c == "single")

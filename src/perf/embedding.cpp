@@ -80,22 +80,33 @@ double hot_fraction(std::int64_t rows, IdDistribution dist, double alpha, double
 }
 
 double expected_heavy_ids(std::int64_t rows, IdDistribution dist, double alpha, double draws) {
-  if (rows <= 0 || draws <= 0) return 0;
-  const double r = static_cast<double>(rows);
   constexpr double kHeavy = kEmbeddingHeavyRow;
+  if (rows <= 0 || draws <= kHeavy) return 0;  // a heavy row needs more than kHeavy ids
+  const double r = static_cast<double>(rows);
   if (dist == IdDistribution::uniform || alpha <= 0) {
-    // An id's row holds Poisson(lambda) other ids: heavy where those reach kHeavy.
+    // An id's row holds Poisson(lambda) other ids: heavy where those reach kHeavy. The tail is
+    // summed where it is small (1 - the head would be rounding noise), the head where it is not.
     const double lambda = draws / r;
-    if (lambda < 1e-9) return 0;
-    double below = 0;  // P(Poisson(lambda) < kHeavy), term by term in logs
-    for (int j = 0; j < kEmbeddingHeavyRow; ++j)
-      below += std::exp(j * std::log(lambda) - lambda - std::lgamma(j + 1.0));
-    return draws * std::clamp(1.0 - below, 0.0, 1.0);
+    const auto pmf = [&](double j) {
+      return std::exp(j * std::log(lambda) - lambda - std::lgamma(j + 1.0));
+    };
+    double p = 0;
+    if (lambda < 2 * kHeavy) {
+      const double last = kHeavy + 4 * kHeavy + 20 * std::sqrt(lambda);
+      for (double j = kHeavy; j <= last; ++j) p += pmf(j);
+    } else {
+      double below = 0;
+      for (double j = 0; j < kHeavy; ++j) below += pmf(j);
+      p = 1 - below;
+    }
+    return draws * std::clamp(p, 0.0, 1.0);
   }
   // Rank k is drawn draws k^-alpha / H(rows) times on average: heavy for k below the rank where
   // that falls to kHeavy.
   const double h = harmonic(r, alpha);
   const double ranks = std::min(r, std::floor(std::pow(draws / (kHeavy * h), 1.0 / alpha)));
+  // Alpha near 0 is nearly uniform, where counts' spread, not their means, makes rows heavy:
+  // this form counts means only (the zoo's Zipf tables have alpha of 1.05 and more).
   return ranks < 1 ? 0.0 : draws * hot_fraction(rows, dist, alpha, ranks);
 }
 

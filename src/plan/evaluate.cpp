@@ -17,6 +17,7 @@
 #include "dense_cost.h"
 #include "hstu_plan.h"
 #include "parity/backend.h"
+#include "parity/embedding_kernels.h"
 #include "parity/error.h"
 #include "parity/plan.h"
 #include "search.h"
@@ -147,7 +148,7 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
       fwd[d] += c.forward_s;
       bwd[d] += c.backward_s;
       any_rows[d] = 1;
-      any_heavy[d] |= c.heavy_ids > 0 ? 1 : 0;
+      any_heavy[d] |= c.heavy_ids > kEmbeddingHeavyRow ? 1 : 0;  // at least one heavy row
       host[d] += c.host_s;
       emb_bytes[d] += c.forward_bytes + c.backward_bytes;
       const double state_row = optimizer_state_bytes_per_row(tp.optimizer, dim);

@@ -21,6 +21,7 @@
 
 #include "dense_cost.h"
 #include "parity/backend.h"
+#include "parity/embedding_kernels.h"
 #include "parity/error.h"
 #include "search.h"
 
@@ -494,7 +495,7 @@ Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const Device
       bwd[d] += c.backward_s;
       emb_bytes[d] += c.forward_bytes + c.backward_bytes;
       runs[feature ? 0 : 1] = true;
-      heavy[feature ? 0 : 1] |= c.heavy_ids > 0;
+      heavy[feature ? 0 : 1] |= c.heavy_ids > kEmbeddingHeavyRow;  // at least one heavy row
     }
     for (int k = 0; k < 2; ++k)
       if (runs[k]) bwd[d] += embedding_backward_fixed_seconds(heavy[k], cal);

@@ -151,6 +151,15 @@ TEST(Embedding, HeavyIdsMatchTheCountOnDrawnIds) {
   EXPECT_DOUBLE_EQ(count_heavy(100000, 0.0, 1000000), 0.0);
   EXPECT_LT(expected_heavy_ids(100000, IdDistribution::uniform, 0, 1e6), 1e-6);
   EXPECT_DOUBLE_EQ(expected_heavy_ids(100000, IdDistribution::uniform, 0, 0), 0.0);
+  // Far below the threshold the tail is summed, not left as 1 minus the head's rounding.
+  for (const double per_row : {0.0066, 0.026, 0.1, 1.3})
+    EXPECT_LT(expected_heavy_ids(10000000, IdDistribution::uniform, 0, 1e7 * per_row), 1e-20);
+  // A heavy row needs more than kEmbeddingHeavyRow ids: none among that many draws.
+  for (const auto dist : {IdDistribution::uniform, IdDistribution::zipf}) {
+    EXPECT_DOUBLE_EQ(expected_heavy_ids(1, dist, 1.1, 50), 0.0);
+    EXPECT_DOUBLE_EQ(expected_heavy_ids(1, dist, 1.1, kEmbeddingHeavyRow), 0.0);
+    EXPECT_DOUBLE_EQ(expected_heavy_ids(1, dist, 1.1, 1000), 1000.0);
+  }
 }
 
 // The backward's time: memory traffic at its rate, the 16-bit rows' at theirs, heavy ids at their
