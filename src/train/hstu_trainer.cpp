@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "faults.h"
 #include "parity/checkpoint.h"
 #include "parity/engine.h"
 #include "parity/error.h"
@@ -54,9 +55,15 @@ HstuModel::Options model_options(const TrainConfig& cfg) {
 
 class HstuTrainer {
  public:
-  HstuTrainer(const TrainConfig& cfg, Sources data, TrainObserver* observer)
+  // replay: a fault's replay (train_hstu() makes it): trains to cfg.steps and neither evaluates
+  // nor writes checkpoints. resume_at (with cfg.resume): the newest checkpoint to resume from
+  // (-1: the directory's newest).
+  HstuTrainer(const TrainConfig& cfg, Sources data, TrainObserver* observer, bool replay = false,
+              std::int64_t resume_at = -1)
       : cfg_(cfg),
         observer_(observer),
+        replay_(replay),
+        resume_at_(resume_at),
         backend_(make_train_backend(cfg)),
         // The ranks of a sharded run write one directory together: rank 0 holds it for them.
         lock_(cfg.checkpoint_dir.empty() || (cfg.comm != nullptr && cfg.comm->rank() != 0)
@@ -72,6 +79,7 @@ class HstuTrainer {
           "a run over several ranks reads each rank's slice of every batch, and {} reads whole "
           "batches only (BatchSource::reads_slices)",
           train_data_->reads_slices() ? eval_data_->describe() : train_data_->describe()));
+    if (cfg.product_checks) backend_->set_product_checks(true);
   }
 
   TrainResult run() {
@@ -83,7 +91,7 @@ class HstuTrainer {
           "counts the resumed steps too: give more than {})",
           result_.last_checkpoint.string(), start, cfg_.steps, start));
     result_.start_step = start;
-    check_eval_data(*eval_data_, cfg_.batch, cfg_.eval_examples);
+    if (!replay_) check_eval_data(*eval_data_, cfg_.batch, cfg_.eval_examples);
     TrainEvent s = event(TrainEvent::Kind::start, start);
     s.message = fmt::format(
         "HSTU model '{}' ({} layers, d {}, histories up to {} events, {} targets, {} tasks), {} "
@@ -127,6 +135,8 @@ class HstuTrainer {
     for (std::int64_t step = start; step < cfg_.steps; ++step) {
       // The profile starts after two warm-up steps, as the DLRM loop's does.
       if (cfg_.profile && step == start + 2) model_.set_profiling(true);
+      if (cfg_.inject_fault && step + 1 == cfg_.inject_fault->step)
+        backend_->inject_product_fault(cfg_.inject_fault->fault);
       if (step + 1 < cfg_.steps)
         ahead = std::async(std::launch::async, [this, &next, &next_layout] {
           next_batch(next);
@@ -143,9 +153,9 @@ class HstuTrainer {
           seconds_since(last_report) >= cfg_.report_interval_s || done == cfg_.steps;
       if (report) {
         const float loss = model_.last_loss();
-        if (!std::isfinite(loss))
-          throw NumericalError(
-              fmt::format("training diverged: the loss of step {} is {}", done, loss));
+        // Reports come by the clock, not at the same step on every rank: a run over several
+        // ranks checks where the ranks meet (check_faults).
+        if (!sharded() && !std::isfinite(loss)) check_faults(done);
         smoothed = std::isnan(smoothed) ? loss : 0.8 * smoothed + 0.2 * loss;
         TrainEvent e = event(TrainEvent::Kind::progress, done);
         const double window_s = seconds_since(last_report);
@@ -158,10 +168,14 @@ class HstuTrainer {
         result_.final_loss = loss;
       }
       const auto pause_start = Clock::now();
-      if (cfg_.eval_every > 0 && done % cfg_.eval_every == 0 && done != cfg_.steps) evaluate(done);
-      if (!cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 &&
-          done % cfg_.checkpoint_every == 0 && done != cfg_.steps)
-        checkpoint(done);
+      const bool eval_now = cfg_.eval_every > 0 && done % cfg_.eval_every == 0;
+      const bool ckpt_now = !cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 &&
+                            done % cfg_.checkpoint_every == 0;
+      if ((eval_now || ckpt_now) && done != cfg_.steps) {
+        check_faults(done);  // never an evaluation or a checkpoint of a bad step
+        if (eval_now) evaluate(done);
+        if (ckpt_now) checkpoint(done);
+      }
       paused += seconds_since(pause_start);
     }
     if (cfg_.profile) {
@@ -184,8 +198,19 @@ class HstuTrainer {
     result_.examples_per_s =
         train_s > 0 ? static_cast<double>((result_.steps - start) * cfg_.batch) / train_s : 0;
     result_.steady_examples_per_s = result_.examples_per_s;
+    check_faults(result_.steps);
+    if (replay_) return result_;
     if (!cfg_.checkpoint_dir.empty()) checkpoint(result_.steps);
     evaluate(result_.steps);
+    result_.products_checked = backend_->product_checks().products;
+    if (cfg_.inject_fault && backend_->product_checks().fault_pending) {
+      TrainEvent w = event(TrainEvent::Kind::warning, result_.steps);
+      w.message = fmt::format(
+          "--inject-fault: the fault for product {} of step {} never fired (the run ended or "
+          "resumed past it, or the step has fewer products): nothing was tested",
+          cfg_.inject_fault->fault.product, cfg_.inject_fault->step);
+      emit(w);
+    }
     result_.model_memory_bytes = model_.allocated_bytes_by_category();
     result_.backend_memory_bytes = backend_->internal_memory_bytes();
     result_.gemm_selection = backend_->gemm_selection_counts();
@@ -208,6 +233,53 @@ class HstuTrainer {
   }
 
  private:
+  bool sharded() const { return cfg_.comm != nullptr && cfg_.comm->size() > 1; }
+  std::string last_good() const {
+    return result_.last_checkpoint.empty() ? std::string()
+                                           : fmt::format(" (the last good checkpoint is '{}')",
+                                                         result_.last_checkpoint.string());
+  }
+
+  // Stops the run (FaultInTraining, which train_hstu() replays) where a checksummed product has
+  // failed its check or the loss of step `done` is not finite. Over several ranks a collective,
+  // called by every rank at the same step: the ranks agree, and every rank stops.
+  void check_faults(std::int64_t done) {
+    const bool gpu = backend_->name() != "cpu";
+    if (cfg_.product_checks) {
+      const Backend::ProductChecks c = backend_->product_checks();
+      double failures = static_cast<double>(c.failures), products = static_cast<double>(c.products);
+      if (sharded()) {
+        failures = sum_over_ranks(*cfg_.comm, failures);
+        products = sum_over_ranks(*cfg_.comm, products);
+      }
+      if (failures > 0)
+        throw FaultInTraining(
+            FaultKind::product_check, done, NAN,
+            fmt::format("silent data corruption: {} of {} checksummed products failed their check "
+                        "by step {}{}, {}",
+                        failures, products, done,
+                        sharded() ? fmt::format(" over {} ranks", cfg_.comm->size()) : "",
+                        c.failures == 0 ? fmt::format("none on rank {}", cfg_.comm->rank())
+                                        : fmt::format("the first {}", c.first_failure)),
+            last_good(),
+            ". Resume from the last good checkpoint on another device, and check this one with "
+            "the vendor's diagnostics (dcgmi diag, rocm-smi)",
+            gpu, c.failures > 0);
+    }
+    bool bad = !std::isfinite(model_.last_loss());
+    if (sharded()) bad = sum_over_ranks(*cfg_.comm, bad ? 1.0 : 0.0) > 0;
+    if (bad)
+      throw FaultInTraining(
+          FaultKind::nonfinite, done, NAN,
+          fmt::format("training diverged: the loss of step {} is NaN or infinite{}; nothing after "
+                      "the last checkpoint was saved",
+                      done, sharded() ? " on at least one rank" : ""),
+          last_good(),
+          ". A learning rate too high for this model and batch, or NaN or infinite values in the "
+          "data, are the usual causes",
+          gpu);
+  }
+
   TrainEvent event(TrainEvent::Kind kind, std::int64_t step) const {
     TrainEvent e;
     e.kind = kind;
@@ -244,7 +316,8 @@ class HstuTrainer {
   // one before it tried; one of another run stops the run.
   void resume() {
     if (!cfg_.resume) return;
-    const auto steps = list_checkpoints(cfg_.checkpoint_dir);
+    auto steps = list_checkpoints(cfg_.checkpoint_dir);
+    if (resume_at_ >= 0) std::erase_if(steps, [&](std::int64_t c) { return c > resume_at_; });
     if (cfg_.comm != nullptr)
       same_checkpoints_on_every_rank(*cfg_.comm, steps, cfg_.checkpoint_dir);
     if (steps.empty()) {
@@ -383,6 +456,8 @@ class HstuTrainer {
 
   const TrainConfig& cfg_;
   TrainObserver* observer_;
+  bool replay_;
+  std::int64_t resume_at_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<CheckpointDirLock> lock_;
   std::unique_ptr<BatchSource> train_data_, eval_data_;
@@ -423,13 +498,34 @@ TrainResult train_hstu(const TrainConfig& in, TrainObserver* observer) {
   if (cfg.keep_checkpoints < 1)
     throw InputError(fmt::format(
         "checkpoints kept must be at least 1 (the newest good one), got {}", cfg.keep_checkpoints));
+  if (cfg.inject_fault && cfg.inject_fault->step < 1)
+    throw InputError(
+        fmt::format("--inject-fault: step {}, expected 1 or more", cfg.inject_fault->step));
   if ((cfg.comm == nullptr) != (cfg.shard_plan == nullptr))
     throw InputError("a sharded run needs both its plan and its communicator");
   if (cfg.comm != nullptr && cfg.batch < cfg.comm->size())
     throw InputError(fmt::format("a batch of {} examples cannot be split over {} ranks", cfg.batch,
                                  cfg.comm->size()));
-  HstuTrainer trainer(cfg, make_sources(cfg), observer);
-  return trainer.run();
+  std::vector<std::string> recovered;
+  std::int64_t resume_at = -1;
+  for (;;) {
+    try {
+      HstuTrainer trainer(cfg, make_sources(cfg), observer, false, resume_at);
+      TrainResult r = trainer.run();
+      r.faults_recovered = std::move(recovered);
+      return r;
+    } catch (const FaultInTraining& f) {
+      std::int64_t from = -1;
+      recovered.push_back(after_fault(cfg, f, observer, recovered.size(), from,
+                                      [](const TrainConfig& rc, std::int64_t at) {
+                                        HstuTrainer replay(rc, make_sources(rc), nullptr, true, at);
+                                        return replay.run();
+                                      }));
+      cfg.resume = true;
+      resume_at = from;
+      cfg.inject_fault.reset();  // a planted fault stands for a transient one: it does not recur
+    }
+  }
 }
 
 }  // namespace parity::train_detail

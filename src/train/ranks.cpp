@@ -53,4 +53,21 @@ std::pair<bool, bool> agree_on_resume(Communicator* comm, bool failed, bool corr
   return {flags[0] > 0, flags[1] > 0};
 }
 
+std::int64_t earliest_on_any_rank(Communicator& comm, std::int64_t mine) {
+  const double me = static_cast<double>(mine);
+  std::vector<double> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather(std::as_bytes(std::span<const double>(&me, 1)),
+                  std::as_writable_bytes(std::span<double>(all)));
+  std::int64_t first = -1;
+  for (const double v : all)
+    if (v >= 0 && (first < 0 || v < static_cast<double>(first)))
+      first = static_cast<std::int64_t>(v);
+  return first;
+}
+
+double sum_over_ranks(Communicator& comm, double mine) {
+  comm.all_reduce_sum(std::span<double>(&mine, 1));
+  return mine;
+}
+
 }  // namespace parity::train_detail

@@ -22,4 +22,11 @@ void same_checkpoints_on_every_rank(Communicator& comm, const std::vector<std::i
 // comm is null).
 std::pair<bool, bool> agree_on_resume(Communicator* comm, bool failed, bool corrupt);
 
+// The smallest of the ranks' non-negative values (a step, a count), or -1 where every rank gives
+// -1: the ranks' agreement on the first bad step.
+std::int64_t earliest_on_any_rank(Communicator& comm, std::int64_t mine);
+
+// The sum over the ranks of `mine` (counts, in doubles: exact below 2^53).
+double sum_over_ranks(Communicator& comm, double mine);
+
 }  // namespace parity::train_detail

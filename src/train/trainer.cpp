@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/host_memory.h"
+#include "faults.h"
 #include "hstu_trainer.h"
 #include "parity/checkpoint.h"
 #include "parity/dist.h"
@@ -39,6 +40,9 @@
 namespace parity {
 namespace fs = std::filesystem;
 namespace {
+
+using train_detail::FaultInTraining;
+using train_detail::FaultKind;
 
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::duration d) {
@@ -145,43 +149,6 @@ struct StepClock {
     last_report += d;
   }
 };
-
-// A fault found in training, thrown to train(), which replays it to tell the data or the model
-// from the device (TrainConfig::replay_faults). what() is the message the run stops with where
-// no replay is made.
-enum class FaultKind { nonfinite, product_check, loss_spike };
-class FaultInTraining : public NumericalError {
- public:
-  FaultInTraining(FaultKind kind, std::int64_t step, double loss, std::string found,
-                  std::string last_good, std::string advice, bool on_gpu)
-      : NumericalError(found + last_good + advice),
-        kind(kind),
-        step(step),
-        loss(loss),
-        found(std::move(found)),
-        last_good(std::move(last_good)),
-        advice(std::move(advice)),
-        on_gpu(on_gpu) {}
-  FaultKind kind;
-  std::int64_t step;  // found in (nonfinite: the first bad step)
-  double loss;        // loss_spike: the step's loss
-  std::string found, last_good, advice;
-  bool on_gpu;  // the run's device is a GPU (one the health ledger can mark)
-};
-
-// Marks the run's GPU suspect in the health ledger; what was done, to say.
-std::string mark_suspect(const TrainConfig& cfg, bool on_gpu, const std::string& reason) {
-  if (!on_gpu) return "the cpu backend has no device to mark in the health ledger";
-  const std::string uuid = detect_gpu_uuid();
-  try {
-    HealthLedger ledger(cfg.health_ledger.empty() ? default_ledger_path() : cfg.health_ledger);
-    ledger.record(uuid, detect_gpu(), DeviceHealth::suspect, reason, "parity train");
-    return fmt::format("device {} is marked suspect in the health ledger '{}'", uuid,
-                       ledger.file().string());
-  } catch (const std::exception& e) {  // the fault is the news; the ledger's trouble too
-    return fmt::format("device {} could not be marked suspect: {}", uuid, e.what());
-  }
-}
 
 class Trainer {
  public:
@@ -358,9 +325,12 @@ class Trainer {
   // corrupt held-out file fails now, not after the training work is spent.
   // Stops the run once the finite-value guard has recorded a bad step (read where the host waits
   // anyway: progress reports, evaluations, checkpoints, the end).
+  // In a run over several ranks the ranks agree on the first bad step (a collective: called where
+  // every rank calls it, at the same step).
   void check_finite() {
     check_products();
-    const std::int64_t bad = model_.first_nonfinite_step();
+    std::int64_t bad = model_.first_nonfinite_step();
+    if (sharded()) bad = train_detail::earliest_on_any_rank(*cfg_.comm, bad);
     if (bad < 0) return;
     throw FaultInTraining(
         FaultKind::nonfinite, bad, NAN,
@@ -374,26 +344,49 @@ class Trainer {
   }
   // Stops the run once a checksummed product has failed its check: the device computed a wrong
   // product (or a fault was injected). train() marks a GPU suspect in the health ledger.
+  // In a run over several ranks every rank stops, and the ranks whose products failed say which.
   void check_products() {
     if (!cfg_.product_checks) return;
     const Backend::ProductChecks c = backend_->product_checks();
-    if (c.failures == 0) return;
+    double failures = static_cast<double>(c.failures), products = static_cast<double>(c.products);
+    if (sharded()) {
+      failures = train_detail::sum_over_ranks(*cfg_.comm, failures);
+      products = train_detail::sum_over_ranks(*cfg_.comm, products);
+    }
+    if (failures == 0) return;
+    const std::string where = !sharded() ? fmt::format("the first {}", c.first_failure)
+                              : c.failures > 0
+                                  ? fmt::format("{} of them on rank {}, the first {}", c.failures,
+                                                cfg_.comm->rank(), c.first_failure)
+                                  : fmt::format("none on rank {}", cfg_.comm->rank());
     throw FaultInTraining(
         FaultKind::product_check, model_.step(), NAN,
         fmt::format("silent data corruption: {} of {} checksummed products failed their check by "
-                    "step {}, the first {}",
-                    c.failures, c.products, model_.step(), c.first_failure),
+                    "step {}{}, {}",
+                    failures, products, model_.step(),
+                    sharded() ? fmt::format(" over {} ranks", cfg_.comm->size()) : "", where),
         last_good(),
         ". Resume from the last good checkpoint on another device, and check this one with the "
         "vendor's diagnostics (dcgmi diag, rocm-smi)",
-        backend_->name() != "cpu");
+        backend_->name() != "cpu", c.failures > 0);
+  }
+  bool sharded() const { return cfg_.comm != nullptr && cfg_.comm->size() > 1; }
+  // The last step's mean loss over the global batch: each rank's mean weighted by its slice (a
+  // collective in a run over several ranks).
+  double global_loss() {
+    const double loss = model_.last_loss();
+    if (!sharded()) return loss;
+    const double n = static_cast<double>(rank_slice(cfg_, cfg_.batch).second);
+    double v[2] = {loss * n, n};
+    cfg_.comm->all_reduce_sum(std::span<double>(v, 2));
+    return v[0] / v[1];
   }
   // With TrainConfig::spike_factor: stops the run at a loss spike (the step's loss against the
   // mean of the steps before it).
   void watch_for_spike(std::int64_t step) {
     constexpr std::size_t kWindow = 100, kFirst = 10;
-    const float loss = model_.last_loss();  // synchronises (TrainConfig::spike_factor)
-    if (!std::isfinite(loss)) return;       // the finite-value guard's to report
+    const auto loss = static_cast<float>(global_loss());  // synchronises (spike_factor)
+    if (!std::isfinite(loss)) return;                     // the finite-value guard's to report
     if (recent_losses_.size() >= kFirst) {
       double mean = 0;
       for (const float l : recent_losses_) mean += l;
@@ -566,7 +559,9 @@ class Trainer {
 
   void report(std::int64_t step) {
     const double loss = model_.last_loss();  // synchronises: only when reporting
-    check_finite();
+    // Reports come by the clock, not at the same step on every rank: a run over several ranks
+    // checks at its checkpoints, evaluations and end, where the ranks meet.
+    if (!sharded()) check_finite();
     smoothed_loss_ = std::isnan(smoothed_loss_) ? loss : 0.8 * smoothed_loss_ + 0.2 * loss;
     const double dt = seconds_since(clock_.window);
     TrainEvent e = event(TrainEvent::Kind::progress, step);
@@ -601,7 +596,7 @@ class Trainer {
     backend_->synchronize();
     const double train_seconds = seconds_since(clock_.start) - clock_.paused_s;
     result_.steps = model_.step();
-    result_.final_loss = model_.step() > start_ ? model_.last_loss() : NAN;
+    result_.final_loss = model_.step() > start_ ? global_loss() : NAN;
     result_.examples_per_s = train_seconds > 0 ? clock_.examples / train_seconds : 0;
     if (clock_.steady && clock_.steady_examples > 0) {
       const double t = seconds_since(*clock_.steady) - clock_.steady_paused_s;
@@ -706,100 +701,6 @@ class Trainer {
   std::vector<float> recent_losses_;  // watch_for_spike's window
 };
 
-// What train() does with a fault a Trainer found: replays it where it can (TrainConfig::
-// replay_faults) and returns the verdict where the device was at fault and training may go on
-// from the checkpoint; throws NumericalError with the verdict otherwise.
-// `from`: the checkpoint step the replay started from.
-std::string after_fault(const TrainConfig& cfg, const FaultInTraining& f, TrainObserver* observer,
-                        std::size_t recovered_before, std::int64_t& from) {
-  const bool product = f.kind == FaultKind::product_check;
-  auto warn = [&](std::string text) {
-    if (observer == nullptr) return;
-    TrainEvent e;
-    e.kind = TrainEvent::Kind::warning;
-    e.step = f.step;
-    e.total_steps = cfg.steps > 0 ? cfg.steps : -1;
-    e.message = std::move(text);
-    observer->on_event(e);
-  };
-  std::string why_not;
-  from = -1;
-  if (!cfg.replay_faults) {
-    why_not = "replays are off";
-  } else if (cfg.checkpoint_dir.empty()) {
-    why_not =
-        "no checkpoint directory: --checkpoint DIR lets a replay tell the data from the "
-        "device";
-  } else if (cfg.comm != nullptr) {
-    why_not = "a run of several processes does not replay its faults yet";
-  } else {
-    for (const std::int64_t c : list_checkpoints(cfg.checkpoint_dir))
-      if (c < f.step) from = c;
-    if (from < 0) why_not = fmt::format("no checkpoint before step {} to replay from", f.step);
-  }
-  const std::string reason = fmt::format("parity train found a fault: {}", f.found);
-  if (!why_not.empty()) {
-    if (!product) throw NumericalError(fmt::format("{} (not replayed: {})", f.what(), why_not));
-    throw NumericalError(fmt::format("{}; {}{}{} (not replayed: {})", f.found,
-                                     mark_suspect(cfg, f.on_gpu, reason), f.last_good, f.advice,
-                                     why_not));
-  }
-  const fs::path ckpt = find_checkpoint(cfg.checkpoint_dir, from);
-  const std::string span =
-      fmt::format("steps {} to {} from checkpoint '{}'", from + 1, f.step, ckpt.string());
-  warn(
-      fmt::format("{}; replaying {} on the same device, to tell the data or the model from the "
-                  "device",
-                  f.found, span));
-
-  TrainConfig rc = cfg;
-  rc.resume = true;
-  rc.steps = f.step;
-  rc.checkpoint_every = 0;
-  rc.eval_every = 0;
-  rc.loss_window = 0;
-  rc.profile = false;
-  rc.inject_fault.reset();
-  bool reproduced = false;
-  std::string again;
-  try {
-    Trainer replay(rc, train_detail::make_sources(rc), nullptr, true, from);
-    const TrainResult r = replay.run();
-    if (f.kind == FaultKind::loss_spike) {
-      reproduced = static_cast<float>(r.final_loss) == static_cast<float>(f.loss);
-      again = fmt::format("loss {:.9g} at step {}", r.final_loss, f.step);
-    } else {
-      again = fmt::format("clean to step {}", f.step);
-    }
-  } catch (const FaultInTraining& g) {
-    reproduced = g.kind == f.kind && (f.kind != FaultKind::nonfinite || g.step == f.step);
-    again = g.found;
-  }
-
-  if (reproduced && !product)
-    throw NumericalError(fmt::format(
-        "{}{}; the replay of {} gave the same result again ({}): the data or the model is the "
-        "cause, not the device{}",
-        f.found, f.last_good, span, again, f.advice));
-  const std::string marked = mark_suspect(cfg, f.on_gpu, reason);
-  if (reproduced)  // a product that fails its check again: a fault that persists
-    throw NumericalError(fmt::format(
-        "{}; the replay of {} failed its check again ({}): the device's fault persists; {}{}{}",
-        f.found, span, again, marked, f.last_good, f.advice));
-  const std::string verdict = fmt::format(
-      "{}; the replay of {} differed ({}): the device computed step {} wrongly once "
-      "(a hardware fault); {}",
-      f.found, span, again, f.step, marked);
-  constexpr std::size_t kRecoveries = 1;  // a second fault of the device stops the run
-  if (recovered_before >= kRecoveries)
-    throw NumericalError(fmt::format(
-        "{}; this is the device's second fault in this run: stopping{}. Train on another device, "
-        "and check this one with the vendor's diagnostics (dcgmi diag, rocm-smi)",
-        verdict, f.last_good));
-  warn(fmt::format("{}; training continues from checkpoint '{}'", verdict, ckpt.string()));
-  return verdict;
-}
-
 }  // namespace
 
 std::unique_ptr<Backend> make_train_backend(const TrainConfig& cfg) {
@@ -843,8 +744,6 @@ std::unique_ptr<Backend> make_train_backend(const TrainConfig& cfg) {
 
 TrainResult train(const TrainConfig& config, TrainObserver* observer) {
   if (config.model.kind == ModelKind::hstu) {
-    if (config.product_checks || config.inject_fault)
-      throw InputError("--product-checks: the checksummed products check DLRM models so far");
     if (config.spike_factor > 0)
       throw InputError("--spike-factor: loss spikes are watched in DLRM models so far");
     return train_detail::train_hstu(config, observer);
@@ -860,7 +759,11 @@ TrainResult train(const TrainConfig& config, TrainObserver* observer) {
       return r;
     } catch (const FaultInTraining& f) {
       std::int64_t from = -1;
-      recovered.push_back(after_fault(cfg, f, observer, recovered.size(), from));
+      recovered.push_back(train_detail::after_fault(
+          cfg, f, observer, recovered.size(), from, [](const TrainConfig& rc, std::int64_t at) {
+            Trainer replay(rc, train_detail::make_sources(rc), nullptr, true, at);
+            return replay.run();
+          }));
       cfg.resume = true;
       resume_at = from;
       cfg.inject_fault.reset();  // a planted fault stands for a transient one: it does not recur

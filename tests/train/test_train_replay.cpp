@@ -185,5 +185,81 @@ TEST(TrainReplay, PlantedFaultWithoutChecksIsFoundAndTheDeviceBlamed) {
   fs::remove_all(dir);
 }
 
+// The same for an HSTU model: its projections' and head's products checked, a flip planted in one,
+// the replay clean, and the run ending where a run without the fault ends.
+TEST(TrainReplay, HstuTransientProductFaultIsTheDevicesAndTheRunEndsAsWithoutIt) {
+  const fs::path clean_dir = temp_dir("replay-hstu-clean"), dir = temp_dir("replay-hstu");
+  TrainConfig cfg;
+  cfg.model = load_model_spec(PARITY_SOURCE_DIR "/configs/models/hstu-tiny.yaml");
+  cfg.steps = 30;
+  cfg.batch = 32;
+  cfg.backend = "cpu";
+  cfg.eval_examples = 256;
+  cfg.checkpoint_every = 10;
+  cfg.checkpoint_dir = clean_dir;
+  cfg.product_checks = true;
+  const TrainResult clean = train(cfg);
+  EXPECT_GT(clean.products_checked, 0);
+  EXPECT_TRUE(clean.faults_recovered.empty());
+
+  cfg.checkpoint_dir = dir;
+  cfg.inject_fault = TrainConfig::FaultAtStep{15, {2, 7, 30}};
+  Events events;
+  const TrainResult r = train(cfg, &events);
+  ASSERT_EQ(r.faults_recovered.size(), 1u) << events.warning_text();
+  const std::string& v = r.faults_recovered[0];
+  EXPECT_NE(v.find("silent data corruption"), std::string::npos) << v;
+  EXPECT_NE(v.find("the replay of steps 11 to 20"), std::string::npos) << v;
+  EXPECT_NE(v.find("wrongly once (a hardware fault)"), std::string::npos) << v;
+  EXPECT_EQ(r.steps, 30);
+  EXPECT_EQ(r.final_loss, clean.final_loss);
+  EXPECT_EQ(r.auc, clean.auc);
+  EXPECT_EQ(tensor_bytes(checkpoint_path(dir, 30)), tensor_bytes(checkpoint_path(clean_dir, 30)));
+  fs::remove_all(clean_dir);
+  fs::remove_all(dir);
+}
+
+// A NaN label in an HSTU model's batch of step 15: the loss is NaN from there on, found at the
+// checkpoint of step 20, and the replay from step 10 diverges again: the data or the model.
+TEST(TrainReplay, HstuNanThatComesAgainIsTheDatas) {
+  const fs::path dir = temp_dir("replay-hstu-nan");
+  TrainConfig cfg;
+  cfg.model = load_model_spec(PARITY_SOURCE_DIR "/configs/models/hstu-tiny.yaml");
+  cfg.steps = 30;
+  cfg.batch = 32;
+  cfg.backend = "cpu";
+  cfg.eval_examples = 256;
+  cfg.checkpoint_every = 10;
+  cfg.checkpoint_dir = dir;
+  const ModelSpec model = cfg.model;
+  cfg.train_data = [&] {
+    struct Nan : BatchSource {
+      std::unique_ptr<BatchSource> in;
+      std::int64_t pos = 0;
+      bool next(std::int64_t n, Batch& out) override {
+        in->next(n, out);
+        if (pos / 32 == 14) out.labels[0] = std::numeric_limits<float>::quiet_NaN();
+        pos += n;
+        return true;
+      }
+      void seek(std::int64_t e) override {
+        pos = e;
+        in->seek(e);
+      }
+      std::string describe() const override { return "one NaN label in batch 14"; }
+    };
+    auto nan = std::make_unique<Nan>();
+    nan->in = make_synthetic_source(model, 3, Split::train);
+    return std::unique_ptr<BatchSource>(std::move(nan));
+  };
+  cfg.eval_data = [&] { return make_synthetic_source(model, 3, Split::eval); };
+  const std::string e = error_of([&] { train(cfg); });
+  EXPECT_NE(e.find("the loss of step 20 is NaN or infinite"), std::string::npos) << e;
+  EXPECT_NE(e.find("the replay of steps 11 to 20"), std::string::npos) << e;
+  EXPECT_NE(e.find("the data or the model is the cause, not the device"), std::string::npos) << e;
+  EXPECT_EQ(list_checkpoints(dir), (std::vector<std::int64_t>{10}));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace parity
