@@ -18,6 +18,7 @@
 #include <cmath>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -131,10 +132,20 @@ class HstuTrainer {
     lay_out(b, layout);
     auto last_report = t0;
     double paused = 0.0, smoothed = NAN;
+    // The steady rate starts after the warm-up steps (the first batch's layout, the libraries'
+    // plans and the buffers' first use), as the DLRM loop's does; the profile starts there too.
+    constexpr std::int64_t kWarmupSteps = 2;
+    std::optional<Clock::time_point> steady;
+    double paused_before_steady = 0.0;
     std::int64_t window_start = start;
     for (std::int64_t step = start; step < cfg_.steps; ++step) {
       // The profile starts after two warm-up steps, as the DLRM loop's does.
-      if (cfg_.profile && step == start + 2) model_.set_profiling(true);
+      if (step == start + kWarmupSteps) {
+        backend_->synchronize();
+        steady = Clock::now();
+        paused_before_steady = paused;
+        if (cfg_.profile) model_.set_profiling(true);
+      }
       if (cfg_.inject_fault && step + 1 == cfg_.inject_fault->step)
         backend_->inject_product_fault(cfg_.inject_fault->fault);
       if (step + 1 < cfg_.steps)
@@ -178,6 +189,8 @@ class HstuTrainer {
       }
       paused += seconds_since(pause_start);
     }
+    const auto loop_end =
+        Clock::now();  // the last report read the last step's loss: its work is done
     if (cfg_.profile) {
       model_.finish_profile();
       const auto n = static_cast<double>(std::max<std::int64_t>(model_.profiled_steps(), 1));
@@ -198,6 +211,12 @@ class HstuTrainer {
     result_.examples_per_s =
         train_s > 0 ? static_cast<double>((result_.steps - start) * cfg_.batch) / train_s : 0;
     result_.steady_examples_per_s = result_.examples_per_s;
+    if (steady) {
+      const double t = std::chrono::duration<double>(loop_end - *steady).count() -
+                       (paused - paused_before_steady);
+      const std::int64_t n = result_.steps - (start + kWarmupSteps);
+      if (t > 0 && n > 0) result_.steady_examples_per_s = static_cast<double>(n * cfg_.batch) / t;
+    }
     check_faults(result_.steps);
     if (replay_) return result_;
     if (!cfg_.checkpoint_dir.empty()) checkpoint(result_.steps);
