@@ -439,6 +439,7 @@ class Backend {
   // True where input_copy runs in the background (the engine then stages batches in pinned
   // memory first); false where it copies at once (cpu), so the batch is copied from directly.
   virtual bool copies_in_background() const { return false; }
+  // Any thread may call these two.
   virtual void* allocate_pinned(std::size_t bytes);
   virtual void deallocate_pinned(void* p) noexcept;
   // Host memory that this backend's ops read and write directly, at the same address (mapped,

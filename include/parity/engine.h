@@ -250,6 +250,7 @@ class HstuModel {
 
   // A batch checked and laid out as the step's tokens, on the host: the half of staging a batch
   // that touches no backend memory, so another thread may build the next one while a step runs.
+  struct Staging;
   struct Layout {
     std::int64_t batch = 0, tokens = 0;
     std::vector<std::int64_t> seq, times, token_ids, token_offsets, ctx_rows, target_rows;
@@ -258,8 +259,13 @@ class HstuModel {
     // Under shard(): the examples of the step over every rank, whose mean loss the ranks' summed
     // gradients are (the caller knows it; 0: summed over the ranks at each step).
     std::int64_t global_batch = 0;
+    // The arrays the step copies in, packed by layout() in pinned memory where the backend copies
+    // in the background, so that the step only enqueues the copies. Copies of a Layout share it.
+    std::shared_ptr<Staging> staged;
   };
-  // Throws InputError naming the example and field, as train_step does. Const and thread-safe.
+  // Throws InputError naming the example and field, as train_step does. Const and thread-safe
+  // (beside train_step on another layout: a layout's staging waits for the copies of its last
+  // step).
   void layout(const Batch& batch, Layout& out) const;
   // train_step on a batch whose layout() is `layout`.
   void train_step(const Batch& batch, const Layout& layout);

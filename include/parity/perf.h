@@ -45,7 +45,6 @@ struct Calibration {
   double embedding_heavy_lookup_s = 0;
   double host_link_efficiency = 0;      // achieved fraction of host_link_bandwidth
   double host_gather_efficiency = 0;    // the same for the forward's scattered row reads
-  double host_pageable_efficiency = 0;  // the same for copies from pageable host memory
   double scale_up_efficiency = 0;       // nccl-tests busbw / link bandwidth, scale-up
   double scale_out_efficiency = 0;      // same across domains
   double collective_latency_up_s = 0;   // fixed cost of one collective within a domain

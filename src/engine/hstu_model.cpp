@@ -14,11 +14,18 @@
 //
 // Why it is built this way: every op is a Backend op with its math in backend.h, so the CPU
 // reference and a GPU backend run this same file; the host builds each batch's token layout
-// (CSR offsets, row indices) once and copies it in, so the ops see plain arrays.
+// (CSR offsets, row indices) once and copies it in, so the ops see plain arrays. Where the backend
+// copies in the background (GPU) the layout is packed into pinned staging memory by layout(), on
+// the caller's thread ahead of the step (the trainer's worker): a copy from pageable memory waits
+// for all the work enqueued before it, and a pack on the step's own thread left the device idle
+// while the host copied.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +82,29 @@ Buffer bytes_of(Backend& backend, std::int64_t n, std::size_t each) {
 }
 
 }  // namespace
+
+// A layout's arrays packed in pinned memory, with the fence after the copies that read them.
+struct HstuModel::Staging {
+  Backend* be = nullptr;
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  std::vector<std::size_t> sizes;  // the packed arrays' bytes, in upload()'s order
+  std::function<void()> done;
+  Staging() = default;
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging() { release(); }
+  void wait() {
+    if (done) done();
+    done = {};
+  }
+  void release() {
+    wait();
+    if (p != nullptr) be->deallocate_pinned(p);
+    p = nullptr;
+    bytes = 0;
+  }
+};
 
 struct HstuModel::Impl {
   bool whole_tables = true;  // false: built for a plan that shards them (no whole table, ever)
@@ -135,7 +165,7 @@ struct HstuModel::Impl {
   const Batch* host_batch = nullptr;  // the batch and layout of the step (upload())
   const Layout* host_layout = nullptr;
   std::int64_t batch = 0, tokens = 0;
-  std::int64_t event_nnz = 0, block_count = 0, packed_blocks = 0;
+  std::int64_t event_nnz = 0, ctx_nnz = 0, block_count = 0, packed_blocks = 0;
   std::int64_t ctx_lookups = 0;  // contextual ids per example (the tables' pooling sizes)
   Layout own;                    // the layout stage() builds
 
@@ -368,11 +398,12 @@ struct HstuModel::Impl {
   void build(const Batch& b, Layout& L) const {
     if (b.targets != targets || b.tasks != tasks || b.features != features ||
         b.num_tables != contexts)
-      throw InputError(fmt::format(
-          "model '{}': the batch has {} targets, {} tasks, {} sequence features and {} contextual "
-          "ones; the model has {}, {}, {} and {}",
-          spec.name, b.targets, b.tasks, b.features, b.num_tables, targets, tasks, features,
-          contexts));
+      throw InputError(
+          fmt::format("model '{}': the batch has {} targets, {} tasks, {} sequence features "
+                      "and {} contextual "
+                      "ones; the model has {}, {}, {} and {}",
+                      spec.name, b.targets, b.tasks, b.features, b.num_tables, targets, tasks,
+                      features, contexts));
     if (b.size < 1 || b.size > max_batch)
       throw InputError(fmt::format("model '{}': a batch of {} examples, expected 1 to {}",
                                    spec.name, b.size, max_batch));
@@ -475,33 +506,85 @@ struct HstuModel::Impl {
                                    b.labels.size(), batch * targets * tasks));
   }
 
-  // The layout's arrays and the batch's own into the step's buffers (grown when the batch has more
-  // tokens than they hold: rare where a plan sized them, then an eighth more than asked).
+  // The layout's arrays and the batch's own into the step's buffers (grown when the batch has
+  // more tokens than they hold: rare where a plan sized them, then an eighth more than asked).
   void upload(const Batch& b, const Layout& L) {
     host_batch = &b;
     host_layout = &L;
     batch = L.batch;
     tokens = L.tokens;
     event_nnz = static_cast<std::int64_t>(L.token_ids.size());
+    ctx_nnz = b.offsets.empty() ? 0 : b.offsets.back();  // given, so no op reads it back
     if (tokens > token_capacity) {
       allocate_tokens(std::min(max_tokens, tokens + tokens / 8));
       ++capacity_growths;
     }
-    auto copy = [&](Buffer& dst, const void* src, std::size_t bytes) {
-      if (bytes > 0) be.copy_to_device(dst.get(), src, bytes);
-    };
-    copy(token_ids, L.token_ids.data(), L.token_ids.size() * 8);
-    copy(token_offsets, L.token_offsets.data(), L.token_offsets.size() * 8);
-    copy(ctx_ids, b.ids.data(), static_cast<std::size_t>(b.offsets.back()) * 8);
-    copy(ctx_offsets, b.offsets.data(), b.offsets.size() * 8);
-    copy(seq_offsets, L.seq.data(), L.seq.size() * 8);
-    copy(times, L.times.data(), L.times.size() * 8);
-    copy(ctx_rows, L.ctx_rows.data(), L.ctx_rows.size() * 8);
-    copy(target_rows, L.target_rows.data(), L.target_rows.size() * 8);
-    copy(blocks, L.blocks.data(), L.blocks.size() * 8);
+    // The arrays go in from the layout's pinned staging where layout() packed them (on the
+    // caller's thread, ahead of the step), else from where they are.
+    const std::array<Part, kParts> parts = parts_of(b, L);
+    const Staging* st = L.staged.get();
+    bool packed = st != nullptr && st->p != nullptr && st->sizes.size() == kParts;
+    for (std::size_t i = 0; packed && i < kParts; ++i) packed = st->sizes[i] == parts[i].bytes;
+    Buffer* dst[kParts] = {&token_ids, &token_offsets, &ctx_ids,     &ctx_offsets, &seq_offsets,
+                           &times,     &ctx_rows,      &target_rows, &blocks,      &labels};
+    const char* at = packed ? static_cast<const char*>(st->p) : nullptr;
+    for (std::size_t i = 0; i < kParts; ++i) {
+      if (parts[i].bytes == 0) continue;
+      be.copy_to_device(dst[i]->get(), packed ? at : parts[i].src, parts[i].bytes);
+      if (packed) at += staged_size(parts[i].bytes);
+    }
     block_count = static_cast<std::int64_t>(L.blocks.size());
     packed_blocks = L.packed_blocks;
-    copy(labels, b.labels.data(), b.labels.size() * 4);
+    if (packed) L.staged->done = be.fence();  // the copies that read it: pack() waits for them
+  }
+
+  // The arrays upload() copies in, in its order: the layout's and the batch's contextual ids,
+  // offsets and labels.
+  struct Part {
+    const void* src;
+    std::size_t bytes;
+  };
+  static constexpr std::size_t kParts = 10;
+  static std::array<Part, kParts> parts_of(const Batch& b, const Layout& L) {
+    const auto bytes = [](const auto& v) { return v.size() * sizeof(v[0]); };
+    return {{{L.token_ids.data(), bytes(L.token_ids)},
+             {L.token_offsets.data(), bytes(L.token_offsets)},
+             {b.ids.data(), static_cast<std::size_t>(b.offsets.empty() ? 0 : b.offsets.back()) * 8},
+             {b.offsets.data(), bytes(b.offsets)},
+             {L.seq.data(), bytes(L.seq)},
+             {L.times.data(), bytes(L.times)},
+             {L.ctx_rows.data(), bytes(L.ctx_rows)},
+             {L.target_rows.data(), bytes(L.target_rows)},
+             {L.blocks.data(), bytes(L.blocks)},
+             {b.labels.data(), bytes(b.labels)}}};
+  }
+  static std::size_t staged_size(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+  // Packs the arrays upload() copies in into L's pinned staging (backends that copy in the
+  // background: a copy from pageable memory waits for the work enqueued before it). Waits for
+  // the copies of the staging's last use first; grows it (an eighth more than asked) when the
+  // step needs more. Thread-safe (layout()'s caller may run it beside a step).
+  void pack(const Batch& b, Layout& L) const {
+    if (!be.copies_in_background()) return;
+    const std::array<Part, kParts> parts = parts_of(b, L);
+    std::size_t need = 0;
+    for (const Part& part : parts) need += staged_size(part.bytes);
+    if (!L.staged) L.staged = std::make_shared<Staging>();
+    Staging& st = *L.staged;
+    st.wait();
+    if (st.bytes < need) {
+      st.release();
+      st.be = &be;
+      st.p = be.allocate_pinned(need + need / 8);
+      st.bytes = need + need / 8;
+    }
+    char* at = static_cast<char*>(st.p);
+    st.sizes.clear();
+    for (const Part& part : parts) {
+      if (part.bytes > 0) std::memcpy(at, part.src, part.bytes);
+      at += staged_size(part.bytes);
+      st.sizes.push_back(part.bytes);
+    }
   }
 
   // tensors()'s list; without the tables: dense_tensors()'s.
@@ -509,6 +592,7 @@ struct HstuModel::Impl {
 
   void stage(const Batch& b) {
     build(b, own);
+    pack(b, own);
     upload(b, own);
   }
 
@@ -518,7 +602,7 @@ struct HstuModel::Impl {
   }
   SparseInput context_input() const {
     return {batch, contexts, ctx_ids.as<const std::int64_t>(), ctx_offsets.as<const std::int64_t>(),
-            -1};
+            ctx_nnz};
   }
   SequenceBatch sequences() const {
     SequenceBatch s;
@@ -628,8 +712,9 @@ struct HstuModel::Impl {
   // ---- backward and update ----
 
   // Layer l's activations that recompute does not keep, formed again from what it keeps (x, the
-  // projection before SiLU, the attention output) by the forward's own ops: the same bits, so the
-  // backward is the one without recompute. The statistics are written again with their values.
+  // projection before SiLU, the attention output) by the forward's own ops: the same bits, so
+  // the backward is the one without recompute. The statistics are written again with their
+  // values.
   void recompute_layer(int l) {
     const std::int64_t T = tokens;
     const Layer& L = layers[static_cast<std::size_t>(l)];
@@ -667,8 +752,9 @@ struct HstuModel::Impl {
     be.layer_norm_backward(mat(final_in, BT, d), p + final_gamma, final_mean.as<float>(),
                            final_rstd.as<float>(), mat(dfinal, BT, d), mat(final_out, BT, d),
                            g + final_gamma, g + final_beta);
-    // The dense gradients are final as a tail of the buffer (the head and final norm, then layer
-    // by layer from the last): each bucket goes to the all-reduce once the backward has made it.
+    // The dense gradients are final as a tail of the buffer (the head and final norm, then
+    // layer by layer from the last): each bucket goes to the all-reduce once the backward has
+    // made it.
     if (dense_buckets) dense_buckets->begin();
     auto final_from = [&](std::int64_t from) {
       if (dense_buckets) dense_buckets->final_from(from);
@@ -779,11 +865,13 @@ HstuModel::~HstuModel() = default;
 
 void HstuModel::train_step(const Batch& batch) {
   impl_->build(batch, impl_->own);
+  impl_->pack(batch, impl_->own);
   train_step(batch, impl_->own);
 }
 
 void HstuModel::layout(const Batch& batch, Layout& out) const {
   impl_->build(batch, out);
+  impl_->pack(batch, out);
 }
 
 void HstuModel::train_step(const Batch& batch, const Layout& layout) {

@@ -32,7 +32,7 @@ struct Field {
 
 // The built-in values are estimates until a device is measured; the measured H200 file
 // (configs/calibration/h200.yaml) is where the NVIDIA estimates are anchored.
-constexpr std::array<Field, 23> kFields{{
+constexpr std::array<Field, 22> kFields{{
     {"gemm_efficiency_fp32", &Calibration::gemm_efficiency_fp32, 0.01, 1.0, 0.70, 0.60,
      "below the 0.75 measured on one H200 at 8192^3 (configs/calibration/h200.yaml); "
      "hipBLASLt reaches a lower fraction of the (higher) datasheet peaks than cuBLASLt on Hopper"},
@@ -72,10 +72,6 @@ constexpr std::array<Field, 23> kFields{{
      "the forward's reads of single host rows, one per missed lookup, are bound by the link's "
      "outstanding requests, not its rate: 15.8 GB/s of PCIe Gen5 x16's 64 on one H200 "
      "(docs/perf/host-tables.md, 2026-12-02); AMD estimated alike"},
-    {"host_pageable_efficiency", &Calibration::host_pageable_efficiency, 0.001, 1.0, 0.08, 0.08,
-     "an HSTU batch's layout copied from pageable memory on one H200's machine: about 5 GB/s of "
-     "PCIe Gen5 x16's 64 (hstu-feed-1k's input, 2026-12-02; the same day's commerce-2k, video-4k "
-     "and large-8k inputs ran at 0.99, 0.79 and 1.01x of what it predicts); AMD estimated alike"},
     {"scale_up_efficiency", &Calibration::scale_up_efficiency, 0.01, 1.0, 0.80, 0.70,
      "nccl-tests bus bandwidth about 0.8 of NVLink; xGMI estimated lower"},
     {"scale_out_efficiency", &Calibration::scale_out_efficiency, 0.01, 1.0, 0.85, 0.85,
@@ -147,10 +143,16 @@ Calibration load_calibration(const std::filesystem::path& file, const DeviceSpec
   const std::string origin = file.string();
   const YAML::Node root = spec_yaml::parse_document(spec_yaml::read_text_file(file, "calibration"),
                                                     origin, "calibration");
-  // kRemoved: keys of earlier releases, refused with what replaced them.
-  constexpr std::string_view kRemoved = "sort_bytes_per_id";
-  std::vector<std::string_view> known{"device",  "source",         "measured",
-                                      "command", "hstu_attention", kRemoved};
+  // Keys of earlier releases, refused with what replaced them.
+  constexpr std::pair<std::string_view, std::string_view> kRemoved[] = {
+      {"sort_bytes_per_id",
+       "the radix sort's bytes are computed from the sort's key bits (radix_sort_bytes in perf.h)"},
+      {"host_pageable_efficiency",
+       "the engine stages an HSTU batch's layout in pinned memory, copied at "
+       "host_link_efficiency"},
+  };
+  std::vector<std::string_view> known{"device", "source", "measured", "command", "hstu_attention"};
+  for (const auto& [key, why] : kRemoved) known.push_back(key);
   for (const auto& k : kFields) known.push_back(k.key);
   const spec_yaml::MapView map =
       spec_yaml::Field(root, "", &origin).as_map(known, "a map of calibration values");
@@ -158,11 +160,9 @@ Calibration load_calibration(const std::filesystem::path& file, const DeviceSpec
   c.source = origin;
   if (const auto d = map.get("device"); d && d->as_string() != device.name)
     d->fail(fmt::format("calibration is for device '{}', not '{}'", d->as_string(), device.name));
-  if (const auto r = map.get(kRemoved))
-    r->fail(
-        fmt::format("{} is no longer a calibration value: the radix sort's bytes are computed "
-                    "from the sort's key bits (radix_sort_bytes in perf.h); remove the line",
-                    kRemoved));
+  for (const auto& [key, why] : kRemoved)
+    if (const auto r = map.get(key))
+      r->fail(fmt::format("{} is no longer a calibration value: {}; remove the line", key, why));
   if (const auto src = map.get("source"))
     c.source = fmt::format("{} ({})", origin, src->as_string());
   if (const auto t = map.get("hstu_attention")) {

@@ -551,11 +551,14 @@ Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const Device
     p.time_s["dense_allreduce_exposed"] =
         std::max(0.0, allreduce - cal.allreduce_overlap * backward);
   }
-  // ---- the batch's layout copied in from the host's pageable memory: ids, offsets, times ----
-  const double input_bytes = T * (8 * x.features + 16) + b * (x.ctx_lookups * 8 + 16 * x.contexts) +
+  // ---- the batch's layout copied in from pinned staging memory: per token each feature's id
+  // and bag offset and the time; per example the contextual ids, their offsets and rows, the
+  // sequence offset, and per target its row and labels ----
+  const double input_bytes = T * (16 * x.features + 8) +
+                             b * (x.ctx_lookups * 8 + 16 * x.contexts + 8) +
                              b * x.targets * (8 + 4 * x.tasks);
-  p.time_s["input"] = input_bytes / (dev.host_link_bandwidth.value * cal.host_pageable_efficiency) +
-                      8 * cal.kernel_launch_s;  // one copy per array
+  p.time_s["input"] = input_bytes / (dev.host_link_bandwidth.value * cal.host_link_efficiency) +
+                      10 * cal.kernel_launch_s;  // one copy per array
   p.step_s = 0;
   for (const auto& [name, t] : p.time_s) p.step_s += t;
   const double copy_bw = dev.hbm_bandwidth.value * cal.hbm_efficiency;

@@ -339,6 +339,9 @@ TEST(Calibration, FileOverridesAndBadFilesAreClear) {
   m = message("device: h200\nsort_bytes_per_id: 96\n");  // an earlier release's key
   EXPECT_NE(m.find(":2:"), std::string::npos) << m;
   EXPECT_NE(m.find("no longer a calibration value"), std::string::npos) << m;
+  m = message("device: h200\nhbm_efficiency: 0.9\nhost_pageable_efficiency: 0.08\n");
+  EXPECT_NE(m.find(":3:"), std::string::npos) << m;
+  EXPECT_NE(m.find("pinned memory"), std::string::npos) << m;
   // The attention table: the shipped file's, and bad entries named by field.
   EXPECT_EQ(shipped.hstu_attention.size(), 20u);
   EXPECT_TRUE(default_calibration(mi350x()).hstu_attention.empty());

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <unordered_map>
 #include <utility>
@@ -431,7 +432,8 @@ void GpuBackend::use_from_this_thread() {
 
 void* GpuBackend::allocate_pinned(std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  ++impl_->counters.pinned_allocations;
+  // Any thread may allocate (an HSTU layout is packed on the trainer's worker thread).
+  std::atomic_ref<std::int64_t>(impl_->counters.pinned_allocations).fetch_add(1);
   return gpu::detail::host_alloc(bytes, "GpuBackend::allocate_pinned");
 }
 
