@@ -47,8 +47,13 @@ TEST(SequenceGpu, RowOpsMatchCpu) {
   GpuBackend gpu;
   CpuBackend cpu;
   Rand rand(71);
-  for (const auto& [rows, cols] :
-       {std::pair<std::int64_t, std::int64_t>{1, 1}, {37, 96}, {1000, 256}, {300, 1000}}) {
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 1},
+                                   {37, 96},
+                                   {50, 130},
+                                   {1000, 256},
+                                   {20, 512},
+                                   {20, 516},
+                                   {300, 1000}}) {
     const std::string tag = std::to_string(rows) + "x" + std::to_string(cols) + " ";
     const HostMat x = HostMat::random(rows, cols, 3, rand, -2.0f, 3.0f);
     const HostMat u = HostMat::random(rows, cols, 1, rand);
@@ -161,45 +166,48 @@ TEST(SequenceGpu, RowCopiesAndSummedLookupsMatchCpu) {
   gpu.scale_rows(nullptr, -1.5f, gscaled.view());
   EXPECT_EQ(gscaled.download().v, scaled.v) << "scale_rows: one fp32 product per element";
 
-  // Three tables of dim 16 (fp32, bf16, fp32 mean), one id per token and some empty bags.
-  std::vector<TableLayout> tables(3);
-  const std::int64_t rows_of[3] = {40, 7, 5};
-  std::int64_t off32 = 0;
-  for (int t = 0; t < 3; ++t) {
-    tables[t].rows = rows_of[t];
-    tables[t].dim = 16;
-    tables[t].dtype = t == 1 ? DType::bf16 : DType::f32;
-    tables[t].pooling = t == 2 ? Pooling::mean : Pooling::sum;
-    tables[t].weight_offset = t == 1 ? 0 : off32;
-    if (t != 1) off32 += rows_of[t] * 16;
-  }
-  std::vector<float> w32(static_cast<std::size_t>(off32));
-  for (float& v : w32) v = rand.uniform();
-  std::vector<std::uint16_t> w16(7 * 16);
-  for (auto& b : w16) b = bf16_bits(rand.uniform());
-  const std::int64_t tokens = 300;
-  std::vector<std::int64_t> ids, offsets{0};
-  for (int t = 0; t < 3; ++t)
-    for (std::int64_t b = 0; b < tokens; ++b) {
-      const std::int64_t k = t == 2 ? rand.integer(0, 3) : (b % 11 == 5 ? 0 : 1);
-      for (std::int64_t j = 0; j < k; ++j) ids.push_back(rand.integer(0, rows_of[t] - 1));
-      offsets.push_back(static_cast<std::int64_t>(ids.size()));
+  // Three tables (fp32, bf16, fp32 mean), one id per token and some empty bags; of dim 16 (four
+  // columns a thread) and 18 (one).
+  for (const std::int64_t dim : {16, 18}) {
+    std::vector<TableLayout> tables(3);
+    const std::int64_t rows_of[3] = {40, 7, 5};
+    std::int64_t off32 = 0;
+    for (int t = 0; t < 3; ++t) {
+      tables[t].rows = rows_of[t];
+      tables[t].dim = dim;
+      tables[t].dtype = t == 1 ? DType::bf16 : DType::f32;
+      tables[t].pooling = t == 2 ? Pooling::mean : Pooling::sum;
+      tables[t].weight_offset = t == 1 ? 0 : off32;
+      if (t != 1) off32 += rows_of[t] * dim;
     }
-  HostMat out(tokens, 16, 16);
-  cpu.embedding_sum_forward(tables, TableWeights{w32.data(), nullptr, w16.data()},
-                            SparseInput{tokens, 3, ids.data(), offsets.data()}, out.view());
-  Buffer g32(gpu, w32.size() * 4), g16(gpu, w16.size() * 2), gids(gpu, ids.size() * 8),
-      goff(gpu, offsets.size() * 8);
-  gpu.copy_to_device(g32.get(), w32.data(), w32.size() * 4);
-  gpu.copy_to_device(g16.get(), w16.data(), w16.size() * 2);
-  gpu.copy_to_device(gids.get(), ids.data(), ids.size() * 8);
-  gpu.copy_to_device(goff.get(), offsets.data(), offsets.size() * 8);
-  DevMat gout(gpu, out.poisoned());
-  gpu.embedding_sum_forward(
-      tables, TableWeights{g32.get(), nullptr, g16.get()},
-      SparseInput{tokens, 3, gids.as<const std::int64_t>(), goff.as<const std::int64_t>()},
-      gout.view());
-  expect_near_ref("embedding_sum_forward", gout.download(), out);
+    std::vector<float> w32(static_cast<std::size_t>(off32));
+    for (float& v : w32) v = rand.uniform();
+    std::vector<std::uint16_t> w16(static_cast<std::size_t>(7 * dim));
+    for (auto& b : w16) b = bf16_bits(rand.uniform());
+    const std::int64_t tokens = 300;
+    std::vector<std::int64_t> ids, offsets{0};
+    for (int t = 0; t < 3; ++t)
+      for (std::int64_t b = 0; b < tokens; ++b) {
+        const std::int64_t k = t == 2 ? rand.integer(0, 3) : (b % 11 == 5 ? 0 : 1);
+        for (std::int64_t j = 0; j < k; ++j) ids.push_back(rand.integer(0, rows_of[t] - 1));
+        offsets.push_back(static_cast<std::int64_t>(ids.size()));
+      }
+    HostMat out(tokens, dim, dim);
+    cpu.embedding_sum_forward(tables, TableWeights{w32.data(), nullptr, w16.data()},
+                              SparseInput{tokens, 3, ids.data(), offsets.data()}, out.view());
+    Buffer g32(gpu, w32.size() * 4), g16(gpu, w16.size() * 2), gids(gpu, ids.size() * 8),
+        goff(gpu, offsets.size() * 8);
+    gpu.copy_to_device(g32.get(), w32.data(), w32.size() * 4);
+    gpu.copy_to_device(g16.get(), w16.data(), w16.size() * 2);
+    gpu.copy_to_device(gids.get(), ids.data(), ids.size() * 8);
+    gpu.copy_to_device(goff.get(), offsets.data(), offsets.size() * 8);
+    DevMat gout(gpu, out.poisoned());
+    gpu.embedding_sum_forward(
+        tables, TableWeights{g32.get(), nullptr, g16.get()},
+        SparseInput{tokens, 3, gids.as<const std::int64_t>(), goff.as<const std::int64_t>()},
+        gout.view());
+    expect_near_ref("embedding_sum_forward dim " + std::to_string(dim), gout.download(), out);
+  }
 }
 
 struct AttentionCase {

@@ -4,8 +4,9 @@
 // enough to check line by line against the CPU reference; the attention is not yet the tiled
 // tensor-core kernel the layer needs for speed.
 // - Row ops (layer norm, norm-multiply) give each row one warp and sum in double (shuffles), as the
-//   CPU sums in double; the column sums of dgamma and dbeta go through the deterministic
-//   column_sum.
+//   CPU sums in double. A row of up to 16 x the warp's columns is held in registers, so each
+//   element is read once and written once (these ops are bound by memory); wider rows loop over
+//   memory. The column sums of dgamma and dbeta go through the deterministic column_sum.
 // - Attention gives each (token, head) one warp (32 or 64 lanes: the lanes stride over the
 //   attention and value dims). The forward and the query-side backward (dq) walk the token's
 //   visible keys in order; the key-side backward (dk, dv) walks the queries that see the key. The
@@ -17,7 +18,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "backend/gpu/column_sum.h"
 #include "backend/gpu/launch.h"
@@ -125,6 +131,134 @@ __global__ __launch_bounds__(kNormBlock) void norm_backward_kernel(CMat x, const
       if (du.data != nullptr) du.data[r * du.ld + c] = static_cast<float>(dyr[c] * xh);
       if (prod != nullptr) prod[r * cols + c] = static_cast<float>(dyr[c] * xh);
     }
+  }
+}
+
+// The same row ops with the row held in registers (N values a lane: 4, 8 or 16, the fewest that
+// hold the row, so that short rows keep few registers and many warps in flight): each element is
+// read from memory once and written once, where the loops above read a row two or three times.
+// V = 4 loads and stores 16 bytes a lane (rows of a multiple of 4 columns, every view aligned);
+// V = 1 one element. Rows wider than kRowCache x the warp take the kernels above.
+constexpr int kRowCache = 16;
+
+template <int V, int N>
+struct RowRegs {
+  static_assert((V == 1 || V == 4) && N % V == 0 && N <= kRowCache);
+  float v[N];
+
+  // The column of a lane's i-th value: V consecutive columns a lane, the warp's lanes side by side.
+  __device__ __forceinline__ static std::int64_t col(int i, int lane) {
+    return (static_cast<std::int64_t>(i / V) * kWarpSize + lane) * V + i % V;
+  }
+  // Columns at or past `cols` read as 0.
+  __device__ __forceinline__ void load(const float* row, std::int64_t cols, int lane) {
+#pragma unroll
+    for (int i = 0; i < N; i += V) {
+      const std::int64_t c = col(i, lane);
+      if constexpr (V == 4) {
+        const float4 t =
+            c < cols ? *reinterpret_cast<const float4*>(row + c) : float4{0.0f, 0.0f, 0.0f, 0.0f};
+        v[i] = t.x;
+        v[i + 1] = t.y;
+        v[i + 2] = t.z;
+        v[i + 3] = t.w;
+      } else {
+        v[i] = c < cols ? row[c] : 0.0f;
+      }
+    }
+  }
+  __device__ __forceinline__ void store(float* row, std::int64_t cols, int lane) const {
+#pragma unroll
+    for (int i = 0; i < N; i += V) {
+      const std::int64_t c = col(i, lane);
+      if (c >= cols) continue;
+      if constexpr (V == 4)
+        *reinterpret_cast<float4*>(row + c) = float4{v[i], v[i + 1], v[i + 2], v[i + 3]};
+      else
+        row[c] = v[i];
+    }
+  }
+};
+
+template <int V, int N>
+__global__ __launch_bounds__(kNormBlock) void norm_forward_cached_kernel(CMat x, const float* gamma,
+                                                                         const float* beta, CMat u,
+                                                                         float eps, Mat y,
+                                                                         float* mean, float* rstd) {
+  using R = RowRegs<V, N>;
+  const std::int64_t cols = x.cols;
+  const int lane = lane_id();
+  for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
+    R v;
+    v.load(x.data + r * x.ld, cols, lane);
+    double s = 0.0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) s += v.v[i];  // the padding adds zeros
+    const double mu = warp_total(s) / static_cast<double>(cols);
+    double q = 0.0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const double d = R::col(i, lane) < cols ? v.v[i] - mu : 0.0;
+      q += d * d;
+    }
+    const double rho = 1.0 / sqrt(warp_total(q) / static_cast<double>(cols) + eps);
+    if (lane == 0) {
+      mean[r] = static_cast<float>(mu);
+      rstd[r] = static_cast<float>(rho);
+    }
+    R m;  // the multiplier: u's row, or gamma
+    if (u.data != nullptr) m.load(u.data + r * u.ld, cols, lane);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const std::int64_t c = R::col(i, lane);
+      if (c >= cols) continue;
+      double o = (v.v[i] - mu) * rho;
+      if (u.data != nullptr) {
+        o *= m.v[i];
+      } else {
+        if (gamma != nullptr) o *= gamma[c];
+        if (beta != nullptr) o += beta[c];
+      }
+      v.v[i] = static_cast<float>(o);
+    }
+    v.store(y.data + r * y.ld, cols, lane);
+  }
+}
+
+template <int V, int N>
+__global__ __launch_bounds__(kNormBlock) void norm_backward_cached_kernel(
+    CMat x, const float* gamma, CMat u, const float* mean, const float* rstd, CMat dy, Mat dx,
+    Mat du, float* prod) {
+  using R = RowRegs<V, N>;
+  const std::int64_t cols = x.cols;
+  const int lane = lane_id();
+  for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
+    const double mu = mean[r], rho = rstd[r];
+    R xv, dv, g;
+    xv.load(x.data + r * x.ld, cols, lane);
+    dv.load(dy.data + r * dy.ld, cols, lane);
+    if (u.data != nullptr) g.load(u.data + r * u.ld, cols, lane);
+    double sg = 0.0, sgx = 0.0;
+    double gd[N];  // g = dy ⊙ (u or gamma), in double as the CPU forms it
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const std::int64_t c = R::col(i, lane);
+      const double d = dv.v[i];  // 0 in the padding, so g is too
+      gd[i] = u.data != nullptr ? d * g.v[i] : (gamma != nullptr && c < cols ? d * gamma[c] : d);
+      sg += gd[i];
+      sgx += gd[i] * ((xv.v[i] - mu) * rho);
+    }
+    const double g_mean = warp_total(sg) / static_cast<double>(cols);
+    const double gx_mean = warp_total(sgx) / static_cast<double>(cols);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const double xh = (xv.v[i] - mu) * rho;
+      g.v[i] = static_cast<float>(rho * (gd[i] - g_mean - xh * gx_mean));  // dx
+      xv.v[i] = static_cast<float>(dv.v[i] * xh);                          // dy ⊙ x̂
+    }
+    g.store(dx.data + r * dx.ld, cols, lane);
+    if (du.data != nullptr) xv.store(du.data + r * du.ld, cols, lane);
+    if (prod != nullptr) xv.store(prod + r * cols, cols, lane);
   }
 }
 
@@ -254,6 +388,63 @@ __global__ __launch_bounds__(kRowBlock) void embedding_sum_kernel(SumTables tabl
       acc += tb.mean && hi > lo ? bag / static_cast<double>(hi - lo) : bag;
     }
     out.data[b * out.ld + d] = static_cast<float>(acc);
+  }
+}
+
+// The same four columns a thread (dim, every table's offset and out's leading dimension multiples
+// of 4, out 16-byte aligned): 16-byte loads of fp32 rows and 8-byte loads of 16-bit ones, where a
+// thread an element made 2-byte loads of 16-bit rows. Each element is summed in the same order,
+// so the two kernels give the same bits.
+__device__ __forceinline__ void load4(const SumTables& tables, const SumTable& tb, std::int64_t at,
+                                      float v[4]) {
+  if (tb.dtype == 0) {
+    const float4 t = *reinterpret_cast<const float4*>(tables.f32 + at);
+    v[0] = t.x;
+    v[1] = t.y;
+    v[2] = t.z;
+    v[3] = t.w;
+    return;
+  }
+  const uint2 raw =
+      *reinterpret_cast<const uint2*>(tb.dtype == 1 ? static_cast<const void*>(tables.f16 + at)
+                                                    : static_cast<const void*>(tables.bf16 + at));
+  if (tb.dtype == 1) {
+    F16 h[4];
+    memcpy(h, &raw, sizeof raw);
+    for (int k = 0; k < 4; ++k) v[k] = to_float(h[k]);
+  } else {
+    Bf16 h[4];
+    memcpy(h, &raw, sizeof raw);
+    for (int k = 0; k < 4; ++k) v[k] = to_float(h[k]);
+  }
+}
+
+__global__ __launch_bounds__(kRowBlock) void embedding_sum4_kernel(SumTables tables,
+                                                                   const std::int64_t* ids,
+                                                                   const std::int64_t* offsets,
+                                                                   std::int64_t batch, Mat out) {
+  const std::int64_t dim = out.cols, quads = dim / 4, n = batch * quads;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * kRowBlock + threadIdx.x; e < n;
+       e += static_cast<std::int64_t>(gridDim.x) * kRowBlock) {
+    const std::int64_t b = e / quads, d = (e - b * quads) * 4;
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int t = 0; t < tables.count; ++t) {
+      const SumTable& tb = tables.t[t];
+      const std::int64_t lo = offsets[t * batch + b], hi = offsets[t * batch + b + 1];
+      double bag[4] = {0.0, 0.0, 0.0, 0.0};
+      for (std::int64_t j = lo; j < hi; ++j) {
+        const std::int64_t id = ids[j];
+        if (id < 0 || id >= tb.rows) continue;
+        float v[4];
+        load4(tables, tb, tb.weight_offset + id * dim + d, v);
+        for (int k = 0; k < 4; ++k) bag[k] += static_cast<double>(v[k]);
+      }
+      for (int k = 0; k < 4; ++k)
+        acc[k] += tb.mean && hi > lo ? bag[k] / static_cast<double>(hi - lo) : bag[k];
+    }
+    *reinterpret_cast<float4*>(out.data + b * out.ld + d) =
+        float4{static_cast<float>(acc[0]), static_cast<float>(acc[1]), static_cast<float>(acc[2]),
+               static_cast<float>(acc[3])};
   }
 }
 
@@ -518,11 +709,72 @@ std::int64_t warp_grid(const AttentionArgs& g, int block) {
 
 }  // namespace
 
+namespace {
+// Which row kernel serves rows of `cols` columns: n = 0 the looping one (rows wider than the
+// warp's registers hold), else the cached one with n values a lane, 16 bytes at a time (v = 4)
+// where every view's start and leading dimension allow it, else an element at a time (v = 1).
+struct RowShape {
+  int v = 1, n = 0;
+};
+RowShape norm_path(std::int64_t cols,
+                   std::initializer_list<std::pair<const float*, std::int64_t>> views) {
+  const std::int64_t per_lane = ceil_div(cols, device_info().warp_size);
+  if (per_lane > kRowCache) return {};
+  RowShape r{4, per_lane <= 4 ? 4 : per_lane <= 8 ? 8 : 16};
+  if (cols % 4 != 0) r.v = 1;
+  for (const auto& [p, ld] : views)
+    if (p != nullptr && (reinterpret_cast<std::uintptr_t>(p) % 16 != 0 || ld % 4 != 0)) r.v = 1;
+  return r;
+}
+
+// f(V, N) with V and N as std::integral_constant, for a RowShape with n > 0.
+template <class F>
+void with_row_shape(RowShape r, F&& f) {
+  using std::integral_constant;
+  auto per_lane = [&](auto v) {
+    if (r.n == 4) return f(v, integral_constant<int, 4>{});
+    if (r.n == 8) return f(v, integral_constant<int, 8>{});
+    return f(v, integral_constant<int, 16>{});
+  };
+  if (r.v == 4) return per_lane(integral_constant<int, 4>{});
+  return per_lane(integral_constant<int, 1>{});
+}
+
+void norm_forward(Stream_t s, const char* name, CMat x, const float* gamma, const float* beta,
+                  CMat u, float eps, Mat y, float* mean, float* rstd) {
+  if (x.rows == 0) return;
+  const LaunchShape shape{norm_grid(x.rows), kNormBlock, 0};
+  const RowShape r = norm_path(x.cols, {{x.data, x.ld}, {u.data, u.ld}, {y.data, y.ld}});
+  if (r.n == 0)
+    return launch(name, norm_forward_kernel, shape, s, x, gamma, beta, u, eps, y, mean, rstd);
+  with_row_shape(r, [&](auto v, auto n) {
+    launch(name, norm_forward_cached_kernel<decltype(v)::value, decltype(n)::value>, shape, s, x,
+           gamma, beta, u, eps, y, mean, rstd);
+  });
+}
+
+void norm_backward(Stream_t s, const char* name, CMat x, const float* gamma, CMat u,
+                   const float* mean, const float* rstd, CMat dy, Mat dx, Mat du, float* prod) {
+  if (x.rows == 0) return;
+  const LaunchShape shape{norm_grid(x.rows), kNormBlock, 0};
+  const RowShape r = norm_path(x.cols, {{x.data, x.ld},
+                                        {u.data, u.ld},
+                                        {dy.data, dy.ld},
+                                        {dx.data, dx.ld},
+                                        {du.data, du.ld},
+                                        {prod, x.cols}});
+  if (r.n == 0)
+    return launch(name, norm_backward_kernel, shape, s, x, gamma, u, mean, rstd, dy, dx, du, prod);
+  with_row_shape(r, [&](auto v, auto n) {
+    launch(name, norm_backward_cached_kernel<decltype(v)::value, decltype(n)::value>, shape, s, x,
+           gamma, u, mean, rstd, dy, dx, du, prod);
+  });
+}
+}  // namespace
+
 void layer_norm_forward(Stream_t s, CMat x, const float* gamma, const float* beta, float eps, Mat y,
                         float* mean, float* rstd) {
-  if (x.rows == 0) return;
-  launch("layer_norm_forward", norm_forward_kernel, {norm_grid(x.rows), kNormBlock, 0}, s, x, gamma,
-         beta, CMat{}, eps, y, mean, rstd);
+  norm_forward(s, "layer_norm_forward", x, gamma, beta, CMat{}, eps, y, mean, rstd);
 }
 
 std::int64_t layer_norm_scratch_bytes(std::int64_t rows, std::int64_t cols) {
@@ -534,26 +786,19 @@ void layer_norm_backward(Stream_t s, CMat x, const float* gamma, const float* me
                          void* scratch) {
   auto* prod = static_cast<float*>(scratch);
   void* sums = static_cast<char*>(scratch) + (x.rows * x.cols * 4 + 7) / 8 * 8;
-  if (x.rows > 0)
-    launch("layer_norm_backward", norm_backward_kernel, {norm_grid(x.rows), kNormBlock, 0}, s, x,
-           gamma, CMat{}, mean, rstd, dy, dx, Mat{}, dgamma != nullptr ? prod : nullptr);
+  norm_backward(s, "layer_norm_backward", x, gamma, CMat{}, mean, rstd, dy, dx, Mat{},
+                dgamma != nullptr ? prod : nullptr);
   if (dgamma != nullptr) column_sum(s, CMat(prod, x.rows, x.cols), dgamma, sums);
   if (dbeta != nullptr) column_sum(s, dy, dbeta, sums);
 }
 
 void norm_mul_forward(Stream_t s, CMat x, CMat u, float eps, Mat y, float* mean, float* rstd) {
-  if (x.rows == 0) return;
-  launch("norm_mul_forward", norm_forward_kernel, {norm_grid(x.rows), kNormBlock, 0}, s, x,
-         static_cast<const float*>(nullptr), static_cast<const float*>(nullptr), u, eps, y, mean,
-         rstd);
+  norm_forward(s, "norm_mul_forward", x, nullptr, nullptr, u, eps, y, mean, rstd);
 }
 
 void norm_mul_backward(Stream_t s, CMat x, CMat u, const float* mean, const float* rstd, CMat dy,
                        Mat dx, Mat du) {
-  if (x.rows == 0) return;
-  launch("norm_mul_backward", norm_backward_kernel, {norm_grid(x.rows), kNormBlock, 0}, s, x,
-         static_cast<const float*>(nullptr), u, mean, rstd, dy, dx, du,
-         static_cast<float*>(nullptr));
+  norm_backward(s, "norm_mul_backward", x, nullptr, u, mean, rstd, dy, dx, du, nullptr);
 }
 
 namespace {
@@ -657,6 +902,13 @@ void embedding_sum_forward(Stream_t s, std::span<const TableLayout> tables,
                                         : 2,
                tl.pooling == Pooling::mean ? 1 : 0};
   }
+  bool by4 =
+      out.cols % 4 == 0 && out.ld % 4 == 0 && reinterpret_cast<std::uintptr_t>(out.data) % 16 == 0;
+  for (int t = 0; t < st.count; ++t) by4 = by4 && st.t[t].weight_offset % 4 == 0;
+  if (by4)
+    return launch("embedding_sum_forward", embedding_sum4_kernel,
+                  {grid_of(in.batch * out.cols / 4, kRowBlock), kRowBlock, 0}, s, st, in.ids,
+                  in.offsets, in.batch, out);
   launch("embedding_sum_forward", embedding_sum_kernel,
          {grid_of(in.batch * out.cols, kRowBlock), kRowBlock, 0}, s, st, in.ids, in.offsets,
          in.batch, out);
