@@ -45,7 +45,7 @@ for m in $models; do
   run_bin "$P" plan --model "$file" --device h200 --gpus 1 --out "$OUT/$m.plan.json" >"$OUT/$m.plan.txt" 2>&1
   rc=$?
   c=8000000
-  while [ $rc -ne 0 ] && grep -q "more GPUs\|not sharded" "$OUT/$m.plan.txt" && [ $c -ge 125000 ]; do
+  while [ $rc -ne 0 ] && grep -q "more GPUs\|not sharded\|does not fit on 1 x" "$OUT/$m.plan.txt" && [ $c -ge 125000 ]; do
     file=$(capped "$m" $c)
     cap=$c
     run_bin "$P" plan --model "$file" --device h200 --gpus 1 --out "$OUT/$m.plan.json" >"$OUT/$m.plan.txt" 2>&1

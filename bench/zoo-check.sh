@@ -36,7 +36,7 @@ models=${MODELS:-$(ls configs/models/*.yaml | xargs -n1 basename | sed 's/\.yaml
 # tables need more than the host budget (GB).
 host_budget_gb=$(awk -v share="${HOST_SHARE:-0.6}" '/^MemAvailable/ {printf "%.1f", $2 * 1024 / 1e9 * share}' /proc/meminfo)
 needs_cap() {
-  { [ "$2" -ne 0 ] && grep -q "more GPUs" "$1"; } && return 0
+  { [ "$2" -ne 0 ] && grep -q "more GPUs\|does not fit on 1 x" "$1"; } && return 0
   [ "$2" -eq 0 ] || return 1
   local host
   host=$(grep -oE 'host memory \(tables\) +[0-9.]+' "$1" | awk '{print $NF}')
