@@ -51,6 +51,34 @@ class InvertedBatch : public BatchSource {
   std::int64_t batch_, bad_, position_ = 0;
 };
 
+// The planted-teacher batches of `model` (seed 3) with batch `bad` (of `batch` examples) changed
+// by `spoil`: one bad batch, the same whenever it is trained.
+std::unique_ptr<BatchSource> spoiled_source(const ModelSpec& model, std::int64_t batch,
+                                            std::int64_t bad, std::function<void(Batch&)> spoil) {
+  struct Spoiled : BatchSource {
+    std::unique_ptr<BatchSource> in;
+    std::int64_t batch = 0, bad = 0, pos = 0;
+    std::function<void(Batch&)> spoil;
+    bool next(std::int64_t n, Batch& out) override {
+      in->next(n, out);
+      if (pos / batch == bad) spoil(out);
+      pos += n;
+      return true;
+    }
+    void seek(std::int64_t e) override {
+      pos = e;
+      in->seek(e);
+    }
+    std::string describe() const override { return "synthetic batches, one spoiled"; }
+  };
+  auto s = std::make_unique<Spoiled>();
+  s->in = make_synthetic_source(model, 3, Split::train);
+  s->batch = batch;
+  s->bad = bad;
+  s->spoil = std::move(spoil);
+  return s;
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -96,26 +124,9 @@ TEST(TrainReplay, NanThatComesAgainIsTheDatas) {
   const fs::path dir = temp_dir("replay-nan");
   TrainConfig cfg = small_run(dir);
   const ModelSpec model = cfg.model;
-  cfg.train_data = [&] {
-    // One NaN feature in batch 24 (step 25).
-    struct Nan : BatchSource {
-      std::unique_ptr<BatchSource> in;
-      std::int64_t pos = 0;
-      bool next(std::int64_t n, Batch& out) override {
-        in->next(n, out);
-        if (pos / 64 == 24) out.dense[0] = std::numeric_limits<float>::quiet_NaN();
-        pos += n;
-        return true;
-      }
-      void seek(std::int64_t e) override {
-        pos = e;
-        in->seek(e);
-      }
-      std::string describe() const override { return "one NaN in batch 24"; }
-    };
-    auto nan = std::make_unique<Nan>();
-    nan->in = make_synthetic_source(model, 3, Split::train);
-    return std::unique_ptr<BatchSource>(std::move(nan));
+  cfg.train_data = [&] {  // one NaN feature in batch 24 (step 25)
+    return spoiled_source(model, 64, 24,
+                          [](Batch& b) { b.dense[0] = std::numeric_limits<float>::quiet_NaN(); });
   };
   cfg.eval_data = [&] { return make_synthetic_source(model, 3, Split::eval); };
   Events events;
@@ -234,25 +245,9 @@ TEST(TrainReplay, HstuNanThatComesAgainIsTheDatas) {
   cfg.checkpoint_every = 10;
   cfg.checkpoint_dir = dir;
   const ModelSpec model = cfg.model;
-  cfg.train_data = [&] {
-    struct Nan : BatchSource {
-      std::unique_ptr<BatchSource> in;
-      std::int64_t pos = 0;
-      bool next(std::int64_t n, Batch& out) override {
-        in->next(n, out);
-        if (pos / 32 == 14) out.labels[0] = std::numeric_limits<float>::quiet_NaN();
-        pos += n;
-        return true;
-      }
-      void seek(std::int64_t e) override {
-        pos = e;
-        in->seek(e);
-      }
-      std::string describe() const override { return "one NaN label in batch 14"; }
-    };
-    auto nan = std::make_unique<Nan>();
-    nan->in = make_synthetic_source(model, 3, Split::train);
-    return std::unique_ptr<BatchSource>(std::move(nan));
+  cfg.train_data = [&] {  // one NaN label in batch 14 (step 15)
+    return spoiled_source(model, 32, 14,
+                          [](Batch& b) { b.labels[0] = std::numeric_limits<float>::quiet_NaN(); });
   };
   cfg.eval_data = [&] { return make_synthetic_source(model, 3, Split::eval); };
   const std::string e = error_of([&] { train(cfg); });
