@@ -260,7 +260,9 @@ class HstuModel {
     // gradients are (the caller knows it; 0: summed over the ranks at each step).
     std::int64_t global_batch = 0;
     // The arrays the step copies in, packed by layout() in pinned memory where the backend copies
-    // in the background, so that the step only enqueues the copies. Copies of a Layout share it.
+    // in the background, so that the step only enqueues the copies: the batch's contextual ids
+    // and labels as they were at layout() (a batch changed since needs its layout again). Copies
+    // of a Layout share it.
     std::shared_ptr<Staging> staged;
   };
   // Throws InputError naming the example and field, as train_step does. Const and thread-safe

@@ -398,12 +398,11 @@ struct HstuModel::Impl {
   void build(const Batch& b, Layout& L) const {
     if (b.targets != targets || b.tasks != tasks || b.features != features ||
         b.num_tables != contexts)
-      throw InputError(
-          fmt::format("model '{}': the batch has {} targets, {} tasks, {} sequence features "
-                      "and {} contextual "
-                      "ones; the model has {}, {}, {} and {}",
-                      spec.name, b.targets, b.tasks, b.features, b.num_tables, targets, tasks,
-                      features, contexts));
+      throw InputError(fmt::format(
+          "model '{}': the batch has {} targets, {} tasks, {} sequence features and {} contextual "
+          "ones; the model has {}, {}, {} and {}",
+          spec.name, b.targets, b.tasks, b.features, b.num_tables, targets, tasks, features,
+          contexts));
     if (b.size < 1 || b.size > max_batch)
       throw InputError(fmt::format("model '{}': a batch of {} examples, expected 1 to {}",
                                    spec.name, b.size, max_batch));

@@ -11,6 +11,7 @@
 #include "parity/checkpoint.h"
 #include "parity/dist.h"
 #include "parity/health.h"
+#include "ranks.h"
 
 namespace parity::train_detail {
 namespace {
@@ -30,6 +31,32 @@ std::string mark_suspect(const TrainConfig& cfg, bool on_gpu, const std::string&
 }
 
 }  // namespace
+
+void throw_if_products_failed(const Backend::ProductChecks& c, Communicator* comm,
+                              std::int64_t step, const std::string& last_good, bool on_gpu) {
+  const bool several = comm != nullptr && comm->size() > 1;
+  double failures = static_cast<double>(c.failures), products = static_cast<double>(c.products);
+  if (several) {
+    failures = sum_over_ranks(*comm, failures);
+    products = sum_over_ranks(*comm, products);
+  }
+  if (failures == 0) return;
+  const std::string where = !several ? fmt::format("the first {}", c.first_failure)
+                            : c.failures > 0
+                                ? fmt::format("{} of them on rank {}, the first {}", c.failures,
+                                              comm->rank(), c.first_failure)
+                                : fmt::format("none on rank {}", comm->rank());
+  throw FaultInTraining(
+      FaultKind::product_check, step, NAN,
+      fmt::format("silent data corruption: {} of {} checksummed products failed their check by "
+                  "step {}{}, {}",
+                  failures, products, step,
+                  several ? fmt::format(" over {} ranks", comm->size()) : "", where),
+      last_good,
+      ". Resume from the last good checkpoint on another device, and check this one with the "
+      "vendor's diagnostics (dcgmi diag, rocm-smi)",
+      on_gpu, c.failures > 0);
+}
 
 std::string after_fault(const TrainConfig& cfg, const FaultInTraining& f, TrainObserver* observer,
                         std::size_t recovered_before, std::int64_t& from, const ReplayRun& replay) {

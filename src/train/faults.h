@@ -7,6 +7,8 @@
 #include <functional>
 #include <string>
 
+#include "parity/backend.h"
+#include "parity/dist.h"
 #include "parity/error.h"
 #include "parity/train.h"
 
@@ -39,6 +41,12 @@ class FaultInTraining : public NumericalError {
   // dense gradients, so any rank's device may have caused it).
   bool here;
 };
+
+// Throws FaultInTraining where any rank's checksummed products failed (Backend::product_checks'
+// counts `c`, summed over `comm`'s ranks: a collective where comm has several, called by every
+// rank at the same step). `step`: where it was found; `last_good`: FaultInTraining's.
+void throw_if_products_failed(const Backend::ProductChecks& c, Communicator* comm,
+                              std::int64_t step, const std::string& last_good, bool on_gpu);
 
 // Trains a fault's replay: the run `rc` (resumed, to the fault's step, with no checkpoints,
 // evaluations or planted faults) from the checkpoint of step `from`. Returns its result or throws

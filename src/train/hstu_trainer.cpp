@@ -264,27 +264,8 @@ class HstuTrainer {
   // called by every rank at the same step: the ranks agree, and every rank stops.
   void check_faults(std::int64_t done) {
     const bool gpu = backend_->name() != "cpu";
-    if (cfg_.product_checks) {
-      const Backend::ProductChecks c = backend_->product_checks();
-      double failures = static_cast<double>(c.failures), products = static_cast<double>(c.products);
-      if (sharded()) {
-        failures = sum_over_ranks(*cfg_.comm, failures);
-        products = sum_over_ranks(*cfg_.comm, products);
-      }
-      if (failures > 0)
-        throw FaultInTraining(
-            FaultKind::product_check, done, NAN,
-            fmt::format("silent data corruption: {} of {} checksummed products failed their check "
-                        "by step {}{}, {}",
-                        failures, products, done,
-                        sharded() ? fmt::format(" over {} ranks", cfg_.comm->size()) : "",
-                        c.failures == 0 ? fmt::format("none on rank {}", cfg_.comm->rank())
-                                        : fmt::format("the first {}", c.first_failure)),
-            last_good(),
-            ". Resume from the last good checkpoint on another device, and check this one with "
-            "the vendor's diagnostics (dcgmi diag, rocm-smi)",
-            gpu, c.failures > 0);
-    }
+    if (cfg_.product_checks)
+      throw_if_products_failed(backend_->product_checks(), cfg_.comm, done, last_good(), gpu);
     bool bad = !std::isfinite(model_.last_loss());
     if (sharded()) bad = sum_over_ranks(*cfg_.comm, bad ? 1.0 : 0.0) > 0;
     if (bad)

@@ -347,28 +347,8 @@ class Trainer {
   // In a run over several ranks every rank stops, and the ranks whose products failed say which.
   void check_products() {
     if (!cfg_.product_checks) return;
-    const Backend::ProductChecks c = backend_->product_checks();
-    double failures = static_cast<double>(c.failures), products = static_cast<double>(c.products);
-    if (sharded()) {
-      failures = train_detail::sum_over_ranks(*cfg_.comm, failures);
-      products = train_detail::sum_over_ranks(*cfg_.comm, products);
-    }
-    if (failures == 0) return;
-    const std::string where = !sharded() ? fmt::format("the first {}", c.first_failure)
-                              : c.failures > 0
-                                  ? fmt::format("{} of them on rank {}, the first {}", c.failures,
-                                                cfg_.comm->rank(), c.first_failure)
-                                  : fmt::format("none on rank {}", cfg_.comm->rank());
-    throw FaultInTraining(
-        FaultKind::product_check, model_.step(), NAN,
-        fmt::format("silent data corruption: {} of {} checksummed products failed their check by "
-                    "step {}{}, {}",
-                    failures, products, model_.step(),
-                    sharded() ? fmt::format(" over {} ranks", cfg_.comm->size()) : "", where),
-        last_good(),
-        ". Resume from the last good checkpoint on another device, and check this one with the "
-        "vendor's diagnostics (dcgmi diag, rocm-smi)",
-        backend_->name() != "cpu", c.failures > 0);
+    train_detail::throw_if_products_failed(backend_->product_checks(), cfg_.comm, model_.step(),
+                                           last_good(), backend_->name() != "cpu");
   }
   bool sharded() const { return cfg_.comm != nullptr && cfg_.comm->size() > 1; }
   // The last step's mean loss over the global batch: each rank's mean weighted by its slice (a
