@@ -87,6 +87,19 @@ struct TrainConfig {
     Backend::ProductFault fault;
   };
   std::optional<FaultAtStep> inject_fault;
+  // inject_table_fault flips bit `bit` (0: the least significant) of element (row, col) of table
+  // `table`'s stored weights before step `step` (1-based) trains, once: a fault in an embedding
+  // row. The product checks do not see it (they check their inputs' product, not the inputs):
+  // what it does is found by the finite-value guard or the spike watch and replayed like any
+  // other fault. In a run over several ranks each rank that holds the element flips its copy.
+  struct TableFaultAtStep {
+    std::int64_t step = 1;
+    std::string table;
+    std::int64_t row = 0;
+    std::int64_t col = 0;
+    int bit = 30;
+  };
+  std::optional<TableFaultAtStep> inject_table_fault;
   // Faults found in training (a NaN or an infinity, a checksummed product that fails its check, a
   // loss spike) are replayed: the newest checkpoint is loaded again and the steps up to the one
   // the fault was found in are trained again on the same device. The same result again means the

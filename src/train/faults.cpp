@@ -6,6 +6,8 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "parity/checkpoint.h"
@@ -30,7 +32,64 @@ std::string mark_suspect(const TrainConfig& cfg, bool on_gpu, const std::string&
   }
 }
 
+std::string table_tensor(const TrainConfig::TableFaultAtStep& f) {
+  return fmt::format("embedding.{}.weight", f.table);
+}
+
+std::string describe(const TrainConfig::TableFaultAtStep& f) {
+  return fmt::format("--inject-table-fault {}:{}:{}:{}:{}", f.step, f.table, f.row, f.col, f.bit);
+}
+
 }  // namespace
+
+void check_table_fault(const TrainConfig::TableFaultAtStep& f, const CheckpointLayout& layout) {
+  if (f.step < 1)
+    throw InputError(fmt::format("{}: step {}, expected 1 or more", describe(f), f.step));
+  const std::string name = table_tensor(f);
+  std::string tables;
+  for (const CheckpointTensor& t : layout.tensors) {
+    if (t.name == name) {
+      const std::int64_t cols = t.shape.size() > 1 ? t.shape[1] : 1;
+      if (f.row < 0 || f.row >= t.shape[0] || f.col < 0 || f.col >= cols)
+        throw InputError(
+            fmt::format("{}: element ({}, {}) is outside table '{}' of {} rows and {} columns",
+                        describe(f), f.row, f.col, f.table, t.shape[0], cols));
+      const int bits = static_cast<int>(8 * dtype_size(t.dtype));
+      if (f.bit < 0 || f.bit >= bits)
+        throw InputError(fmt::format("{}: bit {}, expected 0 to {} (table '{}' is stored as {})",
+                                     describe(f), f.bit, bits - 1, f.table, dtype_name(t.dtype)));
+      return;
+    }
+    constexpr std::string_view prefix = "embedding.", suffix = ".weight";
+    if (t.name.starts_with(prefix) && t.name.ends_with(suffix))
+      tables +=
+          fmt::format("{}'{}'", tables.empty() ? "" : ", ",
+                      t.name.substr(prefix.size(), t.name.size() - prefix.size() - suffix.size()));
+  }
+  throw InputError(fmt::format("{}: the model has no table '{}' (its tables: {})", describe(f),
+                               f.table, tables));
+}
+
+int plant_table_fault(const TrainConfig::TableFaultAtStep& f, const CheckpointLayout& layout,
+                      Backend& backend) {
+  const std::string name = table_tensor(f);
+  int flipped = 0;
+  for (const CheckpointPiece& p : layout.pieces) {
+    if (p.name != name || f.row < p.row_begin || f.row >= p.row_end || f.col < p.col_begin ||
+        f.col >= p.col_end)
+      continue;
+    const std::size_t size = dtype_size(p.local.dtype);
+    const std::int64_t index =
+        (f.row - p.row_begin) * (p.col_end - p.col_begin) + (f.col - p.col_begin);
+    auto* at = static_cast<unsigned char*>(p.local.data) + static_cast<std::size_t>(index) * size;
+    unsigned char bytes[8] = {};
+    backend.copy_to_host(bytes, at, size);
+    bytes[f.bit / 8] ^= static_cast<unsigned char>(1u << (f.bit % 8));  // little-endian storage
+    backend.copy_to_device(at, bytes, size);
+    ++flipped;
+  }
+  return flipped;
+}
 
 void throw_if_products_failed(const Backend::ProductChecks& c, Communicator* comm,
                               std::int64_t step, const std::string& last_good, bool on_gpu) {
@@ -117,6 +176,7 @@ std::string after_fault(const TrainConfig& cfg, const FaultInTraining& f, TrainO
   rc.loss_window = 0;
   rc.profile = false;
   rc.inject_fault.reset();
+  rc.inject_table_fault.reset();
   bool reproduced = false;
   std::string again;
   try {

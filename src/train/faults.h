@@ -9,6 +9,7 @@
 
 #include "parity/backend.h"
 #include "parity/dist.h"
+#include "parity/engine.h"
 #include "parity/error.h"
 #include "parity/train.h"
 
@@ -47,6 +48,16 @@ class FaultInTraining : public NumericalError {
 // rank at the same step). `step`: where it was found; `last_good`: FaultInTraining's.
 void throw_if_products_failed(const Backend::ProductChecks& c, Communicator* comm,
                               std::int64_t step, const std::string& last_good, bool on_gpu);
+
+// A planted table fault (TrainConfig::inject_table_fault) checked against the model's tensors
+// (`layout`, Model::checkpoint_layout's): InputError naming the flag, the table and what was
+// expected.
+void check_table_fault(const TrainConfig::TableFaultAtStep& f, const CheckpointLayout& layout);
+// Flips the fault's bit in each copy of its element that this process holds (`layout`'s pieces,
+// in `backend`'s memory; the backend synchronised first). Returns how many it flipped. The
+// caller then calls the model's tensors_written(), so that caches read the flipped row.
+int plant_table_fault(const TrainConfig::TableFaultAtStep& f, const CheckpointLayout& layout,
+                      Backend& backend);
 
 // Trains a fault's replay: the run `rc` (resumed, to the fault's step, with no checkpoints,
 // evaluations or planted faults) from the checkpoint of step `from`. Returns its result or throws

@@ -81,6 +81,8 @@ class HstuTrainer {
           "batches only (BatchSource::reads_slices)",
           train_data_->reads_slices() ? eval_data_->describe() : train_data_->describe()));
     if (cfg.product_checks) backend_->set_product_checks(true);
+    if (cfg.inject_table_fault)
+      check_table_fault(*cfg.inject_table_fault, model_.checkpoint_layout());
   }
 
   TrainResult run() {
@@ -138,6 +140,7 @@ class HstuTrainer {
     std::optional<Clock::time_point> steady;
     double paused_before_steady = 0.0;
     std::int64_t window_start = start;
+    bool table_fault_planted = false;
     for (std::int64_t step = start; step < cfg_.steps; ++step) {
       // The profile starts after two warm-up steps, as the DLRM loop's does.
       if (step == start + kWarmupSteps) {
@@ -148,6 +151,11 @@ class HstuTrainer {
       }
       if (cfg_.inject_fault && step + 1 == cfg_.inject_fault->step)
         backend_->inject_product_fault(cfg_.inject_fault->fault);
+      if (cfg_.inject_table_fault && step + 1 == cfg_.inject_table_fault->step) {
+        backend_->synchronize();  // the steps before it have updated the table
+        plant_table_fault(*cfg_.inject_table_fault, model_.checkpoint_layout(), *backend_);
+        table_fault_planted = true;
+      }
       if (step + 1 < cfg_.steps)
         ahead = std::async(std::launch::async, [this, &next, &next_layout] {
           next_batch(next);
@@ -222,6 +230,14 @@ class HstuTrainer {
     if (!cfg_.checkpoint_dir.empty()) checkpoint(result_.steps);
     evaluate(result_.steps);
     result_.products_checked = backend_->product_checks().products;
+    if (cfg_.inject_table_fault && !table_fault_planted) {
+      TrainEvent w = event(TrainEvent::Kind::warning, result_.steps);
+      w.message = fmt::format(
+          "--inject-table-fault: step {} was not trained here (the run ended or resumed past it): "
+          "nothing was tested",
+          cfg_.inject_table_fault->step);
+      emit(w);
+    }
     if (cfg_.inject_fault && backend_->product_checks().fault_pending) {
       TrainEvent w = event(TrainEvent::Kind::warning, result_.steps);
       w.message = fmt::format(
@@ -523,7 +539,9 @@ TrainResult train_hstu(const TrainConfig& in, TrainObserver* observer) {
                                       }));
       cfg.resume = true;
       resume_at = from;
-      cfg.inject_fault.reset();  // a planted fault stands for a transient one: it does not recur
+      // A planted fault stands for a transient one: it does not recur.
+      cfg.inject_fault.reset();
+      cfg.inject_table_fault.reset();
     }
   }
 }

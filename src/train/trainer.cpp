@@ -174,6 +174,8 @@ class Trainer {
                                          train_data_->kind())),
         total_(cfg.steps > 0 ? cfg.steps : -1) {
     if (cfg.product_checks) backend_->set_product_checks(true);
+    if (cfg.inject_table_fault)
+      train_detail::check_table_fault(*cfg.inject_table_fault, model_.checkpoint_layout());
   }
 
   TrainResult run() {
@@ -210,6 +212,10 @@ class Trainer {
                        "ended or resumed past it, or the step has fewer products): nothing was "
                        "tested",
                        cfg_.inject_fault->fault.product, cfg_.inject_fault->step));
+    if (cfg_.inject_table_fault && !table_fault_planted_)
+      warn(result_.steps, fmt::format("--inject-table-fault: step {} was not trained here (the run "
+                                      "ended or resumed past it): nothing was tested",
+                                      cfg_.inject_table_fault->step));
     if (const std::string w = train_data_->closing_warning(); !w.empty()) warn(result_.steps, w);
     TrainEvent done = event(TrainEvent::Kind::done, result_.steps);
     done.loss = result_.final_loss;
@@ -350,6 +356,15 @@ class Trainer {
     train_detail::throw_if_products_failed(backend_->product_checks(), cfg_.comm, model_.step(),
                                            last_good(), backend_->name() != "cpu");
   }
+  // TrainConfig::inject_table_fault: flips the element's bit before its step, after the steps
+  // before it have updated the table.
+  void plant_table_fault() {
+    backend_->synchronize();
+    if (train_detail::plant_table_fault(*cfg_.inject_table_fault, model_.checkpoint_layout(),
+                                        *backend_) > 0)
+      model_.tensors_written();
+    table_fault_planted_ = true;
+  }
   bool sharded() const { return cfg_.comm != nullptr && cfg_.comm->size() > 1; }
   // The last step's mean loss over the global batch: each rank's mean weighted by its slice (a
   // collective in a run over several ranks).
@@ -489,6 +504,8 @@ class Trainer {
       if (cfg_.profile && model_.step() == start_ + kWarmupSteps) model_.set_profiling(true);
       if (cfg_.inject_fault && model_.step() + 1 == cfg_.inject_fault->step)
         backend_->inject_product_fault(cfg_.inject_fault->fault);
+      if (cfg_.inject_table_fault && model_.step() + 1 == cfg_.inject_table_fault->step)
+        plant_table_fault();
       model_.train_staged();
       clock_.examples += n;
       clock_.window_examples += n;
@@ -679,6 +696,7 @@ class Trainer {
   double smoothed_loss_ = NAN;
   double window_loss_ = 0;
   std::vector<float> recent_losses_;  // watch_for_spike's window
+  bool table_fault_planted_ = false;
 };
 
 }  // namespace
@@ -746,7 +764,9 @@ TrainResult train(const TrainConfig& config, TrainObserver* observer) {
           }));
       cfg.resume = true;
       resume_at = from;
-      cfg.inject_fault.reset();  // a planted fault stands for a transient one: it does not recur
+      // A planted fault stands for a transient one: it does not recur.
+      cfg.inject_fault.reset();
+      cfg.inject_table_fault.reset();
     }
   }
 }

@@ -4,6 +4,7 @@
 // fault ends). TrainConfig::replay_faults and spike_factor.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -220,6 +221,61 @@ TEST(TrainReplay, PlantedFaultWithoutChecksIsFoundAndTheDeviceBlamed) {
   fs::remove_all(dir);
 }
 
+// A flipped exponent bit in an embedding row (t6: 50 rows, read by every batch): the product
+// checks cannot see it, the spike watch or the finite-value guard finds what it does, the clean
+// replay blames the device, and the run ends where a run without the fault ends.
+TEST(TrainReplay, TableFaultIsFoundAndTheRunEndsAsWithoutIt) {
+  const fs::path clean_dir = temp_dir("replay-table-clean"), dir = temp_dir("replay-table");
+  TrainConfig cfg = small_run(clean_dir);
+  cfg.spike_factor = 3;
+  const TrainResult clean = train(cfg);
+
+  cfg.checkpoint_dir = dir;
+  cfg.inject_table_fault = TrainConfig::TableFaultAtStep{15, "t6", 7, 3, 30};
+  Events events;
+  const TrainResult r = train(cfg, &events);
+  ASSERT_EQ(r.faults_recovered.size(), 1u) << events.warning_text();
+  const std::string& v = r.faults_recovered[0];
+  EXPECT_NE(v.find("the replay of steps 11 to "), std::string::npos) << v;
+  EXPECT_NE(v.find("differed"), std::string::npos) << v;
+  EXPECT_EQ(r.steps, 40);
+  EXPECT_EQ(r.final_loss, clean.final_loss);
+  EXPECT_EQ(r.auc, clean.auc);
+  EXPECT_EQ(tensor_bytes(checkpoint_path(dir, 40)), tensor_bytes(checkpoint_path(clean_dir, 40)));
+  fs::remove_all(dir);
+
+  // A flip of the lowest mantissa bit changes the run by a rounding: nothing is found, and the
+  // run differs from the clean one (the flip was planted).
+  cfg.inject_table_fault = TrainConfig::TableFaultAtStep{15, "t6", 7, 3, 0};
+  const TrainResult quiet = train(cfg);
+  EXPECT_TRUE(quiet.faults_recovered.empty());
+  EXPECT_NE(tensor_bytes(checkpoint_path(dir, 40)), tensor_bytes(checkpoint_path(clean_dir, 40)));
+  fs::remove_all(dir);
+
+  // A fault the model cannot hold is refused before anything trains, by name.
+  const auto refused = [&](TrainConfig::TableFaultAtStep f) {
+    cfg.inject_table_fault = std::move(f);
+    try {
+      train(cfg);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(refused({15, "t6", 50, 0, 30})
+                .find("element (50, 0) is outside table 't6' of 50 rows "
+                      "and 16 columns"),
+            std::string::npos);
+  EXPECT_NE(refused({15, "t6", 0, 0, 32})
+                .find("bit 32, expected 0 to 31 (table 't6' is stored as "
+                      "fp32)"),
+            std::string::npos);
+  EXPECT_NE(refused({0, "t6", 0, 0, 3}).find("step 0, expected 1 or more"), std::string::npos);
+  EXPECT_FALSE(fs::exists(checkpoint_path(dir, 10)));
+  fs::remove_all(clean_dir);
+  fs::remove_all(dir);
+}
+
 // The same for an HSTU model: its projections' and head's products checked, a flip planted in one,
 // the replay clean, and the run ending where a run without the fault ends.
 TEST(TrainReplay, HstuTransientProductFaultIsTheDevicesAndTheRunEndsAsWithoutIt) {
@@ -240,6 +296,37 @@ TEST(TrainReplay, HstuTransientProductFaultIsTheDevicesAndTheRunEndsAsWithoutIt)
   // loss NaN.
   EXPECT_NE(r.faults_recovered[0].find("the replay of steps 11 to "), std::string::npos)
       << r.faults_recovered[0];
+  fs::remove_all(clean_dir);
+  fs::remove_all(dir);
+}
+
+// A flipped exponent bit in an HSTU model's table (action: 4 rows, in every history) is planted,
+// but nothing finds it: the layer norm that reads each token's summed embedding scales the huge
+// element back, the loss stays finite and moves little. What no check sees is said plainly.
+TEST(TrainReplay, HstuTableFaultIsPlantedAndTheNormAbsorbsIt) {
+  const fs::path clean_dir = temp_dir("replay-hstu-table-clean"),
+                 dir = temp_dir("replay-hstu-table");
+  TrainConfig cfg = hstu_run(clean_dir);
+  const TrainResult clean = train(cfg);
+
+  cfg.checkpoint_dir = dir;
+  cfg.inject_table_fault = TrainConfig::TableFaultAtStep{15, "action", 2, 5, 30};
+  Events events;
+  const TrainResult r = train(cfg, &events);
+  EXPECT_TRUE(r.faults_recovered.empty()) << events.warning_text();
+  EXPECT_EQ(r.steps, 30);
+  EXPECT_TRUE(std::isfinite(r.final_loss));
+  EXPECT_NE(r.final_loss, clean.final_loss);
+  EXPECT_NE(tensor_bytes(checkpoint_path(dir, 30)), tensor_bytes(checkpoint_path(clean_dir, 30)));
+
+  // A step past the run's end plants nothing, and the run says so.
+  fs::remove_all(dir);
+  cfg.inject_table_fault = TrainConfig::TableFaultAtStep{31, "action", 2, 5, 30};
+  Events late;
+  EXPECT_EQ(train(cfg, &late).final_loss, clean.final_loss);
+  EXPECT_NE(late.warning_text().find("--inject-table-fault: step 31 was not trained here"),
+            std::string::npos)
+      << late.warning_text();
   fs::remove_all(clean_dir);
   fs::remove_all(dir);
 }

@@ -13,6 +13,9 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "common.h"
 #include "core/atomic_file.h"
@@ -251,6 +254,7 @@ struct TrainArgs {
   bool product_checks = false, no_replay = false;
   double spike_factor = 0;
   std::string inject_fault;
+  std::string inject_table_fault;
   std::int64_t loss_window = 100;
   std::string loss_log;
   std::string checkpoint, backend = "auto", on_bad_line = "stop", plan, dense_math, gemm_catalog;
@@ -681,6 +685,31 @@ void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicato
           fmt::format("--inject-fault '{}': bit {}, expected 0 to 31", args.inject_fault, v[3]));
     cfg.inject_fault = TrainConfig::FaultAtStep{v[0], {v[1], v[2], static_cast<int>(v[3])}};
   }
+  if (!args.inject_table_fault.empty()) {
+    // STEP:TABLE:ROW:COL:BIT; the table and the ranges are checked against the model at start.
+    const std::string& text = args.inject_table_fault;
+    std::vector<std::string_view> parts;
+    for (std::size_t at = 0;;) {
+      const std::size_t colon = text.find(':', at);
+      parts.emplace_back(std::string_view(text).substr(at, colon - at));
+      if (colon == std::string::npos) break;
+      at = colon + 1;
+    }
+    long long v[4] = {};
+    bool ok = parts.size() == 5 && !parts[1].empty();
+    for (int i = 0; ok && i < 4; ++i) {
+      const std::string_view p = parts[i == 0 ? 0 : i + 1];
+      const auto [next, ec] = std::from_chars(p.data(), p.data() + p.size(), v[i]);
+      ok = ec == std::errc() && next == p.data() + p.size() && v[i] >= 0;
+    }
+    if (!ok)
+      throw InputError(fmt::format(
+          "--inject-table-fault '{}': expected STEP:TABLE:ROW:COL:BIT, a table's name and four "
+          "non-negative whole numbers (e.g. 3:cat_0:17:2:30)",
+          text));
+    cfg.inject_table_fault = TrainConfig::TableFaultAtStep{
+        v[0], std::string(parts[1]), v[1], v[2], static_cast<int>(std::min<long long>(v[3], 64))};
+  }
   if (args.memory_limit_gb > 0) {
     if (args.backend == "cpu" || (args.backend == "auto" && detect_gpu().empty()))
       throw InputError(fmt::format(
@@ -845,6 +874,10 @@ void add_train_command(CLI::App& app) {
                   "STEP:PRODUCT:ELEMENT:BIT: flip bit BIT (0-31) of element ELEMENT of the "
                   "PRODUCT-th forward product (from 0) of step STEP, once (a transient fault), to "
                   "test the product checks, the finite-value guard and the replay");
+  cmd->add_option("--inject-table-fault", args->inject_table_fault,
+                  "STEP:TABLE:ROW:COL:BIT: flip bit BIT of element (ROW, COL) of table TABLE's "
+                  "stored weights before step STEP, once (a transient fault in an embedding row), "
+                  "to test the finite-value guard, the spike watch and the replay");
   cmd->add_flag("--no-replay", args->no_replay,
                 "Stop at a fault found in training (a NaN, a failed product check, a loss spike) "
                 "without replaying it; by default the steps since the newest checkpoint are "
