@@ -79,5 +79,48 @@ TEST(DenseGpu, DotInteractionMatchesCpu) {
   }
 }
 
+// Under bf16 math the forward writes its output's bf16 copy beside it, for the next product: the
+// product of the held output reads that copy and gives the bits it gives from an unheld copy of the
+// same output (converted by the product itself). Odd widths (the copy's rows padded with zeros) and
+// every kernel: the scalar, the 4-column and the register-tiled.
+TEST(DenseGpu, DotInteractionWritesTheBf16CopyTheProductReads) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu(DenseMath::bf16);
+  struct Shape {
+    std::int64_t batch, dim;
+    int tables, pad;
+  };
+  int seed = 0;
+  for (const Shape& s :
+       {Shape{65, 64, 26, 4}, Shape{33, 16, 5, 4}, Shape{17, 7, 3, 3}, Shape{40, 128, 36, 4}}) {
+    Rand rand(900 + seed++);
+    const std::int64_t f = s.tables + 1, out_cols = s.dim + f * (f - 1) / 2, units = 24;
+    HostMat x0(s.batch, s.dim * f, s.dim * f + s.pad);
+    const HostMat r0 = HostMat::random(s.batch, s.dim * f, 0, rand);
+    for (std::int64_t r = 0; r < s.batch; ++r)
+      for (std::int64_t c = 0; c < s.dim * f; ++c) x0.at(r, c) = r0.at(r, c);
+    const DevMat gx0(gpu, x0);
+    const CMat dense = CMat(gx0.view()).cols_slice(0, s.dim),
+               emb = CMat(gx0.view()).cols_slice(s.dim, s.dim * s.tables);
+    const DevMat out(gpu, HostMat(s.batch, out_cols, out_cols));
+    const DevMat w(gpu, HostMat::random(units, out_cols, 1, rand));
+    const DevMat y_held(gpu, HostMat(s.batch, units, units)),
+        y_plain(gpu, HostMat(s.batch, units, units));
+
+    gpu.release_constants();
+    gpu.dot_interaction_forward(dense, emb, s.tables, out.view());
+    gpu.hold_constant(out.data(), static_cast<std::size_t>(s.batch * out_cols) * sizeof(float));
+    gpu.linear_forward(out.view(), w.view(), nullptr, Activation::none, y_held.view());
+    gpu.release_constants();
+    const DevMat plain(gpu, out.download());  // the same output, not held
+    gpu.linear_forward(plain.view(), w.view(), nullptr, Activation::none, y_plain.view());
+    const HostMat a = y_held.download(), b = y_plain.download();
+    for (std::int64_t r = 0; r < s.batch; ++r)
+      for (std::int64_t c = 0; c < units; ++c)
+        ASSERT_EQ(a.at(r, c), b.at(r, c))
+            << "D" << s.dim << " F" << f << " pad " << s.pad << ": row " << r << " col " << c;
+  }
+}
+
 }  // namespace
 }  // namespace parity::gpu::test

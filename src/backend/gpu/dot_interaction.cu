@@ -15,7 +15,12 @@
 // (with 27 features and D = 64 too: docs/perf/dense.md), so each thread computes a 4 x 4 register
 // tile instead (forward: the dots of 4 features with 4 others;
 // backward: 4 features' gradients in 4 columns), 8 multiply-adds per 16-byte load. Every sum keeps
-// the scalar kernels' order (ascending d, or ascending j), so all give the same bits.
+// the scalar kernels' order (ascending d, or ascending j), so all give the same bits. The tiled
+// forward's threads read groups of 4 rows at once: each group starts 4 floats further on, so that
+// the groups fall in different banks (with rows of D + 4 floats alone they fell in two).
+//
+// Under bf16 dense math the next product reads the output as bf16: the forward writes that copy
+// beside the output (BF16Copy), which saves a conversion pass over the fp32 output.
 #include "backend/gpu/dot_interaction.h"
 
 #include <cmath>
@@ -24,6 +29,7 @@
 #include <initializer_list>
 
 #include "backend/gpu/launch.h"
+#include "backend/gpu/numerics.h"
 #include "backend/gpu/runtime.h"
 
 namespace parity::gpu {
@@ -31,6 +37,25 @@ namespace parity::gpu {
 namespace {
 
 constexpr int kDotBlock = 128;
+
+// One example's output row, and its row of the bf16 copy where the caller wants one (BF16Copy):
+// each element is written to both, the copy rounded to nearest even as gpu::convert rounds it, and
+// the copy's columns past the output's are zeros (gpu::convert_padded's layout).
+struct OutRow {
+  float* f;
+  Bf16* h;  // null: no copy
+  __device__ __forceinline__ void put(int c, float v) const {
+    f[c] = v;
+    if (h != nullptr) h[c] = from_float_rn<Bf16>(v);
+  }
+  __device__ __forceinline__ void zero_tail(int cols, std::int64_t ld) const {
+    if (h == nullptr) return;
+    for (int c = cols + static_cast<int>(threadIdx.x); c < ld; c += blockDim.x) h[c] = Bf16{0};
+  }
+};
+__device__ __forceinline__ OutRow out_row(Mat out, BF16Copy copy, std::int64_t b) {
+  return {out.data + b * out.ld, copy.data != nullptr ? copy.data + b * copy.ld : nullptr};
+}
 
 // (i, j) with i > j of pair p in the row-major strict lower triangle: p = i(i-1)/2 + j.
 __device__ __forceinline__ void pair_of(int p, int& i, int& j) {
@@ -58,19 +83,20 @@ __device__ __forceinline__ float dense_gradient(float through, float interaction
 }
 
 __global__ __launch_bounds__(kDotBlock) void dot_forward_kernel(CMat dense, CMat emb, int features,
-                                                                Mat out) {
+                                                                Mat out, BF16Copy copy) {
   extern __shared__ float zs[];  // [F, D + 1]
   const std::int64_t b = blockIdx.x;
   const int D = static_cast<int>(dense.cols);
   const int stride = D + 1;
   const float* drow = dense.data + b * dense.ld;
   const float* erow = emb.data + b * emb.ld;
-  float* orow = out.data + b * out.ld;
+  const OutRow orow = out_row(out, copy, b);
+  orow.zero_tail(static_cast<int>(out.cols), copy.ld);
   for (int idx = threadIdx.x; idx < features * D; idx += blockDim.x) {
     const int f = idx / D, d = idx - f * D;
     const float v = f == 0 ? drow[d] : erow[(f - 1) * D + d];
     zs[f * stride + d] = v;
-    if (f == 0) orow[d] = v;
+    if (f == 0) orow.put(d, v);
   }
   __syncthreads();
   const int pairs = features * (features - 1) / 2;
@@ -81,7 +107,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_forward_kernel(CMat dense, CMat
     const float* zj = zs + j * stride;
     float acc = 0.0f;
     for (int d = 0; d < D; ++d) acc = fmaf(zi[d], zj[d], acc);
-    orow[D + p] = acc;
+    orow.put(D + p, acc);
   }
 }
 
@@ -119,26 +145,30 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward_kernel(CMat dense, CMa
 // Rows padded to D + 4 floats: 16-byte aligned, and consecutive rows start 4 banks apart, so the
 // 8 threads of a 16-byte load phase (consecutive pairs: the same row i, consecutive rows j) hit
 // distinct banks.
+// Feature f's row starts at f * stride + (f / 4) * group_pad floats: the register-tiled forward
+// pads each group of 4 rows by 4 more floats (group_pad 4), so that the groups its threads read at
+// once (rows 4 bi and 4 bj) start in different banks; the other kernels pass 0.
 __device__ __forceinline__ void load_features4(const float* drow, const float* erow, int features,
-                                               int D, int stride, float* zs) {
+                                               int D, int stride, float* zs, int group_pad = 0) {
   const int D4 = D / 4;
   for (int idx = threadIdx.x; idx < features * D4; idx += blockDim.x) {
     const int f = idx / D4, d = (idx - f * D4) * 4;
     const float4 v = *reinterpret_cast<const float4*>(f == 0 ? drow + d : erow + (f - 1) * D + d);
-    *reinterpret_cast<float4*>(zs + f * stride + d) = v;
+    *reinterpret_cast<float4*>(zs + f * stride + (f / 4) * group_pad + d) = v;
   }
 }
 
 __global__ __launch_bounds__(kDotBlock) void dot_forward4_kernel(CMat dense, CMat emb, int features,
-                                                                 Mat out) {
+                                                                 Mat out, BF16Copy copy) {
   extern __shared__ float zs[];  // [F, D + 4]
   const std::int64_t b = blockIdx.x;
   const int D = static_cast<int>(dense.cols);
   const int stride = D + 4;
   const float* drow = dense.data + b * dense.ld;
-  float* orow = out.data + b * out.ld;
+  const OutRow orow = out_row(out, copy, b);
+  orow.zero_tail(static_cast<int>(out.cols), copy.ld);
   load_features4(drow, emb.data + b * emb.ld, features, D, stride, zs);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) orow[d] = drow[d];  // out may be unaligned
+  for (int d = threadIdx.x; d < D; d += blockDim.x) orow.put(d, drow[d]);  // out may be unaligned
   __syncthreads();
   const int pairs = features * (features - 1) / 2;
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
@@ -154,7 +184,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_forward4_kernel(CMat dense, CMa
       acc = fmaf(a.z, c.z, acc);
       acc = fmaf(a.w, c.w, acc);
     }
-    orow[D + p] = acc;
+    orow.put(D + p, acc);
   }
 }
 
@@ -208,18 +238,24 @@ __device__ __forceinline__ void tile_of(int t, int& bi, int& bj) {
 }
 
 __global__ __launch_bounds__(kDotBlock) void dot_forward_tiled_kernel(CMat dense, CMat emb,
-                                                                      int features, Mat out) {
-  extern __shared__ float zs[];  // [Fp, D + 4], Fp = features rounded up to 4; pad rows zero
+                                                                      int features, Mat out,
+                                                                      BF16Copy copy) {
+  // [Fp, D + 4], Fp = features rounded up to 4, each group of 4 rows 4 floats further on
+  // (load_features4's group_pad); pad rows zero.
+  extern __shared__ float zs[];
   const std::int64_t b = blockIdx.x;
   const int D = static_cast<int>(dense.cols);
   const int stride = D + 4;
   const int fp = (features + 3) / 4 * 4;
   const float* drow = dense.data + b * dense.ld;
-  float* orow = out.data + b * out.ld;
-  load_features4(drow, emb.data + b * emb.ld, features, D, stride, zs);
-  for (int idx = threadIdx.x; idx < (fp - features) * stride; idx += blockDim.x)
-    zs[features * stride + idx] = 0.0f;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) orow[d] = drow[d];
+  const OutRow orow = out_row(out, copy, b);
+  orow.zero_tail(static_cast<int>(out.cols), copy.ld);
+  load_features4(drow, emb.data + b * emb.ld, features, D, stride, zs, 4);
+  for (int idx = threadIdx.x; idx < (fp - features) * D; idx += blockDim.x) {
+    const int f = features + idx / D;
+    zs[f * stride + (f / 4) * 4 + idx % D] = 0.0f;
+  }
+  for (int d = threadIdx.x; d < D; d += blockDim.x) orow.put(d, drow[d]);
   __syncthreads();
   const int blocks = fp / 4;
   const int tiles = blocks * (blocks + 1) / 2;
@@ -232,8 +268,8 @@ __global__ __launch_bounds__(kDotBlock) void dot_forward_tiled_kernel(CMat dense
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[r][c] = 0.0f;
     }
-    const float* zi = zs + 4 * bi * stride;
-    const float* zj = zs + 4 * bj * stride;
+    const float* zi = zs + 4 * bi * stride + 4 * bi;
+    const float* zj = zs + 4 * bj * stride + 4 * bj;
     for (int d = 0; d < D; d += 4) {
       float4 a[4], c[4];
 #pragma unroll
@@ -257,7 +293,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_forward_tiled_kernel(CMat dense
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int i = 4 * bi + r, j = 4 * bj + q;
-        if (i < features && j < i) orow[D + i * (i - 1) / 2 + j] = acc[r][q];
+        if (i < features && j < i) orow.put(D + i * (i - 1) / 2 + j, acc[r][q]);
       }
     }
   }
@@ -345,26 +381,31 @@ void check_dot_smem(const char* op, std::size_t bytes, int features, int dim) {
 
 }  // namespace
 
-void dot_forward(Stream_t s, CMat dense, CMat emb, int num_tables, Mat out) {
+void dot_forward(Stream_t s, CMat dense, CMat emb, int num_tables, Mat out, BF16Copy copy) {
   if (dense.rows <= 0) return;
+  if (copy.data != nullptr && (copy.ld < out.cols || copy.ld - out.cols >= 8))
+    throw Error(cat("dot_interaction_forward: a bf16 copy of ld ", copy.ld, " for ", out.cols,
+                    " columns; expected the columns rounded up to a multiple of 8"));
   const int features = num_tables + 1;
   const int dim = static_cast<int>(dense.cols);
   if (by_four(dense, emb) && features >= kTiledFeatures) {
-    const std::size_t smem = dot_forward_smem((features + 3) / 4 * 4, dim + 3);
+    const int fp = (features + 3) / 4 * 4;
+    const std::size_t smem =
+        dot_forward_smem(fp, dim + 3) + static_cast<std::size_t>(fp) * sizeof(float);
     check_dot_smem("dot_interaction_forward", smem, features, dim);
     return launch("dot_interaction_forward", dot_forward_tiled_kernel,
-                  {dense.rows, kDotBlock, smem}, s, dense, emb, features, out);
+                  {dense.rows, kDotBlock, smem}, s, dense, emb, features, out, copy);
   }
   if (by_four(dense, emb)) {
     const std::size_t smem = dot_forward_smem(features, dim + 3);  // rows of D + 4
     check_dot_smem("dot_interaction_forward", smem, features, dim);
     return launch("dot_interaction_forward", dot_forward4_kernel, {dense.rows, kDotBlock, smem}, s,
-                  dense, emb, features, out);
+                  dense, emb, features, out, copy);
   }
   const std::size_t smem = dot_forward_smem(features, dim);
   check_dot_smem("dot_interaction_forward", smem, features, dim);
   launch("dot_interaction_forward", dot_forward_kernel, {dense.rows, kDotBlock, smem}, s, dense,
-         emb, features, out);
+         emb, features, out, copy);
 }
 
 void dot_backward(Stream_t s, CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,

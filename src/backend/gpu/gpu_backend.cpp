@@ -643,7 +643,15 @@ void GpuBackend::raise_input_errors() {
 void GpuBackend::dot_interaction_forward(CMat dense, CMat emb, int num_tables, Mat out) {
   constexpr const char* op = "dot_interaction_forward";
   check_shape(op, "out", out, dense.rows, backend_checks::check_dot(op, dense, emb, num_tables));
-  gpu::dot_forward(impl_->s(), dense, emb, num_tables, out);
+  // Under bf16 math the next product (the first top layer's) reads the output's bf16 copy: the
+  // kernel writes it beside the output, for the engine's hold of the output to find, instead of a
+  // conversion pass over the fp32 output (whose odd widths it read at half the copy rate).
+  gpu::BF16Copy copy;
+  if (impl_->math == DenseMath::bf16 && out.rows > 0 && out.cols > 0) {
+    copy.ld = copy_ld(out.cols);
+    copy.data = impl_->held.written_with(out, copy.ld);
+  }
+  gpu::dot_forward(impl_->s(), dense, emb, num_tables, out, copy);
 }
 
 void GpuBackend::dot_interaction_backward(CMat dense, CMat emb, int num_tables, CMat dout,

@@ -61,4 +61,10 @@ const Bf16* OperandCache::find(CMat m, std::int64_t ld, Stream_t s) {
   return c.bf16.data();
 }
 
+Bf16* OperandCache::written_with(CMat m, std::int64_t ld) {
+  Copy& c = slot_for(m, ld);
+  c.valid = true;
+  return c.bf16.data();
+}
+
 }  // namespace parity::gpu

@@ -30,6 +30,9 @@ class OperandCache {
   // The bf16 copy of m with leading dimension ld when m lies in held memory (converted on first
   // use since the last release()), else nullptr.
   const Bf16* find(CMat m, std::int64_t ld, Stream_t s);
+  // The buffer of m's bf16 copy (leading dimension ld) for the op that writes m to write beside
+  // it, in stream order: valid from now until release(), and found by find() once m is held.
+  Bf16* written_with(CMat m, std::int64_t ld);
   // Device allocations of copies so far.
   std::int64_t allocations() const { return allocations_; }
   // Bytes of the copies held now.
