@@ -149,7 +149,10 @@ namespace detail {
 double DenseMemory::scratch_bytes(double b) const {
   // a16 holds the input's copy; b16 the input's or a weight's, whichever is larger.
   const double input = b * input_copy_bytes_per_example;
-  return kScratchGrowth * (b * dz_bytes_per_example + input + std::max(input, weight_copy_bytes));
+  const double padded = std::max(b * padded_bytes_per_example, padded_weight_bytes);
+  return kScratchGrowth *
+             (b * dz_bytes_per_example + input + std::max(input, weight_copy_bytes) + padded) +
+         b * held_copy_bytes_per_example;
 }
 
 DenseMemory dense_memory(const ModelSpec& m, DenseMath math) {
@@ -196,6 +199,21 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math) {
   if (by.narrow) {
     w.input_copy_bytes_per_example = 2.0 * pad8(m.dense_features);
     w.weight_copy_bytes = 2.0 * widest_weight;
+    // Products into fp32 whose width n is not a multiple of 8 run over the padded n into a slot of
+    // their own and are copied out (GpuBackend's product): the data gradients of the layers whose
+    // dx is fp32 (every layer's but the first bottom one's, and under DCNv2 the first top one's,
+    // stored like the activations), and the weight gradients of the layers whose input is fp32
+    // (the dense features; the dot interaction's output).
+    for (const bool bottom : {true, false})
+      for (const auto& l : mlp_layers(m, bottom)) {
+        if (static_cast<int>(pad8(l.in)) == l.in) continue;
+        const bool first = l.index == 0;
+        if (!(bottom && first) && !(!bottom && first && by.dcn))
+          w.padded_bytes_per_example = std::max(w.padded_bytes_per_example, 4.0 * pad8(l.in));
+        if (first && (bottom || !by.dcn))
+          w.padded_weight_bytes = std::max(w.padded_weight_bytes, 4.0 * l.out * pad8(l.in));
+      }
+    if (!by.dcn) w.held_copy_bytes_per_example = 2.0 * pad8(m.interaction_output_dim());
   }
   return w;
 }

@@ -48,11 +48,17 @@ struct DenseMemory {
   // The GPU backend's own scratch (src/backend/gpu/gpu_backend.cpp, scratch.h) for b examples:
   // the widest product gradient dz in fp32 (and its bf16 copy under a 16-bit math), the cross
   // layers' du, and under a 16-bit math the two slots of bf16 copies of fp32 operands (the dense
-  // input, or the widest weight). Each slot grows to kScratchGrowth times its largest request.
+  // input, or the widest weight), and the slot of fp32 products over a width padded to 8 (an
+  // fp32 gradient whose width is not a multiple of 8, copied out). Each slot grows to
+  // kScratchGrowth times its largest request. Besides the slots, the bf16 copy of the dot
+  // interaction's output that the backend holds for a step (Backend::hold_constant).
   double scratch_bytes(double b) const;
   double dz_bytes_per_example = 0;          // dz, dz16, du
   double input_copy_bytes_per_example = 0;  // the dense input in bf16 (0 under fp32 math)
   double weight_copy_bytes = 0;             // the widest weight in bf16 (0 under fp32 math)
+  double padded_bytes_per_example = 0;      // a data gradient over its padded width, fp32
+  double padded_weight_bytes = 0;           // a weight gradient over its padded width, fp32
+  double held_copy_bytes_per_example = 0;   // the dot interaction output's bf16 copy
 };
 // What the GPU backend's scratch slots allocate beyond a request (a quarter more,
 // src/backend/gpu/scratch.cpp), so that a slowly growing shape does not reallocate every call.
