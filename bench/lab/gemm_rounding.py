@@ -1,0 +1,52 @@
+# How far the GPU's dense products round (an experiment, not a question): per operand type
+# (fp32 without TF32, TF32, bf16 with an fp32 output) and shape, the error of each element and
+# of each row's sum over its output columns against an fp64 reference from the operands the
+# product read, as a multiple of the random-data model's spread (Higham and Mary 2020):
+# sigma = u sqrt((k/2) sum_j sum_k a_ik^2 b_jk^2), u = 2^-24. docs/reliability.md has the figures.
+#
+#   python3 bench/lab/gemm_rounding.py      # on the GPU machine (PyTorch with CUDA)
+import math
+
+import torch
+
+torch.manual_seed(1)
+DEV = "cuda"
+
+
+def run(n, k, m, mode):
+    a = torch.relu(torch.randn(n, k, device=DEV, dtype=torch.float64))
+    b = torch.randn(m, k, device=DEV, dtype=torch.float64) / math.sqrt(k)
+    if mode == "bf16":
+        a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16)
+        try:
+            c = torch.mm(a16, b16.t(), out_dtype=torch.float32)
+        except Exception:  # older PyTorch: a bf16 output, rounded
+            c = torch.mm(a16, b16.t()).float()
+            mode = "bf16-out16"
+        a, b = a16.double(), b16.double()
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+        a32, b32 = a.float(), b.float()
+        c = a32 @ b32.t()
+        a, b = a32.double(), b32.double()  # tf32: the product's own rounding of them is seen
+    ref = a @ b.t()
+    e = c.double() - ref
+    u = 2.0**-24
+    q = (a * a) @ (b * b).t()  # [n, m]: sum_k a^2 b^2
+    r_el = e.abs() / (u * torch.sqrt(k / 2 * q))
+    row_err = e.sum(1)
+    sig_row = u * torch.sqrt((k / 2) * q.sum(1))
+    r_row = row_err / sig_row
+    rms_c = ref.pow(2).mean().sqrt().item()
+    p9999 = torch.quantile(r_el.flatten()[: 1 << 24].float(), 0.9999)
+    print(
+        f"{mode:10s} n {n} k {k:5d} m {m:5d}: element err/sigma: mean {r_el.mean():.3f} "
+        f"p99.99 {p9999:.2f} max {r_el.max():.2f}; row-sum err/sigma: rms "
+        f"{r_row.pow(2).mean().sqrt():.3f} max {r_row.abs().max():.2f}; row sigma / rms(c) "
+        f"{(sig_row.mean() / rms_c):.2e}; mean signed row err/sigma {r_row.mean():+.3f}"
+    )
+
+
+for mode in ["fp32", "tf32", "bf16"]:
+    for n, k, m in [(16384, 256, 256), (16384, 1024, 1024), (8192, 3456, 512), (8192, 512, 3456)]:
+        run(n, k, m, mode)
