@@ -485,13 +485,14 @@ class Backend {
 
   // ---- checksummed products (silent-data-corruption detection) ----
   // With checks on, every forward dense product (linear_forward's, and both of cross_forward's: u
-  // and z)
-  // verifies its stored output with column checksums (ABFT) before any activation: each output
-  // column's sum over the batch against the sum its inputs predict, (Σ_rows a) · bᵀ + rows · bias,
-  // within a bound derived from rounding alone: that of the output's storage type over the
-  // column's magnitudes, and that of the sums themselves. A clean product never exceeds it; a
-  // flipped high bit of any element larger than the bound always does. A mismatch is counted,
-  // never thrown (GPU kernels cannot throw): the trainer reads the counts where it synchronises.
+  // and z) verifies its output with checksums (ABFT) before any activation, within a bound
+  // derived from rounding alone: the cpu backend each output column's sum over the batch against
+  // (Σ_rows a) · bᵀ + rows · bias (a worst-case bound: its sums are in double), the GPU backend
+  // each output row's sum against its prediction in fp32 before a bf16 output is rounded (a
+  // probabilistic bound on fp32 sums, src/backend/gpu/product_checks.cu). A clean product does
+  // not exceed it; a flipped high bit of an element that is not tiny beside the others does. A
+  // mismatch is counted, never thrown (GPU kernels cannot throw): the trainer reads the counts
+  // where it synchronises.
   struct ProductChecks {
     std::int64_t products = 0;  // products checked since the checks were turned on
     std::int64_t failures = 0;

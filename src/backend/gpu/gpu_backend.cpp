@@ -19,7 +19,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -41,6 +43,7 @@
 #include "backend/gpu/memory_test.h"
 #include "backend/gpu/operand_cache.h"
 #include "backend/gpu/port.h"
+#include "backend/gpu/product_checks.h"
 #include "backend/gpu/runtime.h"
 #include "backend/gpu/scratch.h"
 #include "backend/gpu/sequence.h"
@@ -172,9 +175,10 @@ struct GpuBackend::Impl {
   // D = op(a) · op(b) (+ beta C) (+ bias) (relu): a and b are the stored operands ([m, k] / [k, m]
   // and [k, n] / [n, k] by their transpose flags), fp32 or (under bf16 math) bf16; d is fp32, or
   // bf16 under bf16 math (an activation, or a gradient stored so; C, where given, of d's type).
-  void product(CAMat a, bool ta, CAMat b, bool tb, AMat d, float beta = 0.0f,
-               gpu::Epilogue ep = gpu::Epilogue::none, const float* bias = nullptr,
-               const Bf16* a16 = nullptr, CAMat c = CAMat()) {
+  // Returns the library's arguments (its operands as it read them).
+  gpu::GemmArgs product(CAMat a, bool ta, CAMat b, bool tb, AMat d, float beta = 0.0f,
+                        gpu::Epilogue ep = gpu::Epilogue::none, const float* bias = nullptr,
+                        const Bf16* a16 = nullptr, CAMat c = CAMat()) {
     gpu::GemmArgs g;
     if (c.data != nullptr && c.dtype != d.dtype)
       fail("matrix product", "the addend C is stored in {}, the output in {}: they must match",
@@ -217,9 +221,109 @@ struct GpuBackend::Impl {
       g.ldd = n8;
       blas.gemm(s(), gemm_math(math), g);
       gpu::convert(s(), CMat(wide, d.rows, d.cols, n8), d);
-      return;
+      return g;
     }
     blas.gemm(s(), gemm_math(math), g);
+    return g;
+  }
+
+  // ---- checksummed products (Backend::set_product_checks; product_checks.cu) ----
+  enum Checked : int { kLinear, kCrossU, kCrossZ };
+  static const char* checked_name(int what) {
+    switch (what) {
+      case kCrossU:
+        return "cross_forward u = xl · vᵀ";
+      case kCrossZ:
+        return "cross_forward z = u · wᵀ + bias";
+      default:
+        return "linear_forward";
+    }
+  }
+  struct Checks {
+    bool on = false;
+    std::int64_t seen = 0;     // forward products counted since the checks were set
+    std::int64_t checked = 0;  // of them, checked
+    std::optional<Backend::ProductFault> fault;  // its product counted like `seen`
+    gpu::DeviceBuffer<gpu::ProductCheckRecord> record;
+  } checks;
+
+  // A forward product d [n, m] = a [n, k] · wᵀ (+ bias) (relu). With the checks on, the product
+  // is written in fp32 without its activation (into d where d is fp32, else into scratch), a due
+  // fault flipped in it, its rows checked, then the activation applied and d stored. With them
+  // off and a fault due, the flip is planted in the stored output.
+  void forward_product(int what, CAMat a, CMat w, const float* bias, Activation act, AMat d) {
+    if (!checks.on && !checks.fault) {
+      product(a, false, w, true, d, 0.0f, epilogue_of(bias != nullptr, act), bias);
+      return;
+    }
+    const bool rehearsal = gpu::rehearsing();  // sizes the scratch, counts nothing
+    const std::int64_t index = rehearsal ? -1 : checks.seen++;
+    const bool due = checks.fault && checks.fault->product == index;
+    const std::int64_t n = d.rows, m = d.cols, k = a.cols;
+    // Bit `bit` of the stored element, flipped in its fp32 value before the rounding: of the
+    // fp32 value, or where the output is stored as bf16 of its upper 16 bits (bf16 bit 15, the
+    // sign, is fp32 bit 31), as the cpu backend counts them.
+    const auto fault_bit = [&] {
+      const int bit = checks.fault->bit;
+      return d.dtype == DType::bf16 ? 16 + bit % 16 : bit;
+    };
+    if (!checks.on && !due) {  // a fault planted in a later product
+      product(a, false, w, true, d, 0.0f, epilogue_of(bias != nullptr, act), bias);
+      return;
+    }
+    // From here the checked path; with the checks off it runs for the product a fault is planted
+    // in (before the activation, as on the cpu backend), and records nothing.
+    gpu::ProductCheckRecord* record = checks.on ? checks.record.data() : nullptr;
+    // Plants the due fault in element e of out32 (the stored value being out32 + bias where bias
+    // is given); a fault in an empty product stays pending, as on the cpu backend.
+    const auto plant = [&](Mat out32, const float* bias_added_later) {
+      if (!due || n * m == 0) return;
+      gpu::flip_bit(s(), out32, checks.fault->element % (n * m), fault_bit(), bias_added_later);
+      checks.fault.reset();
+    };
+    const bool narrow = d.dtype == DType::bf16;
+    // A bf16 output's bias is added as bf16 (blas.h): the same values, widened, here.
+    const float* b = bias;
+    if (narrow && bias != nullptr) {
+      auto* rounded = scratch.get_as<float>(Slot::bias16, m, s());
+      gpu::round_to_bf16(s(), bias, m, rounded);
+      b = rounded;
+    }
+    auto* sums = scratch.get_as<double>(Slot::sums, gpu::product_check_sums(k), s());
+    const bool relu = act == Activation::relu;
+    if (math == DenseMath::bf16) {
+      // The product over w's bf16 copy with its two checksum rows, into fp32 scratch [n, m + 2]
+      // (the width padded to 8), without the bias: the check adds it (product_checks.cu).
+      const std::int64_t rows = copy_ld(m + 2), ld = copy_ld(k);
+      auto* wa = scratch.get_as<Bf16>(Slot::b16, rows * ld, s());
+      gpu::product_check_augment(s(), w, rows, ld, wa, sums);
+      float* out32 = scratch.get_as<float>(Slot::checked, n * rows, s());
+      gpu::GemmArgs g;
+      g.a = operand(a, false, Slot::a16);
+      g.b = {wa, ld, true};
+      g.m = n;
+      g.n = rows;
+      g.k = a.is_f32() ? ld : k;  // a bf16 copy of an fp32 input ends in zeros up to ld, as wa
+      g.d = out32;
+      g.ldd = rows;
+      blas.gemm(s(), gemm_math(math), g);
+      plant(Mat(out32, n, m, rows), b);
+      gpu::product_check_rows(s(), {g.a.data, g.a.ld, true}, n, k, out32, rows, m, sums, true, b,
+                              relu, d, index, what, record);
+    } else {
+      // fp32 math: the product with its bias into d (fp32), checked in place.
+      if (!d.is_f32())
+        fail("matrix product", "an output stored in {} under {} dense math", dtype_name(d.dtype),
+             dense_math_name(math));
+      const Mat out32 = d.f32();
+      const gpu::GemmArgs g = product(a, false, w, true, out32, 0.0f,
+                                      b != nullptr ? gpu::Epilogue::bias : gpu::Epilogue::none, b);
+      plant(out32, nullptr);
+      gpu::product_check_weights(s(), {g.b.data, g.b.ld, false}, m, k, b, sums);
+      gpu::product_check_rows(s(), {g.a.data, g.a.ld, false}, n, k, out32.data, out32.ld, m, sums,
+                              false, nullptr, relu, d, index, what, record);
+    }
+    if (!rehearsal && checks.on) ++checks.checked;
   }
 
   // The id count of a batch: the caller's (the engine always gives it), else read back from the
@@ -494,7 +598,7 @@ DType GpuBackend::activation_dtype() const {
 void GpuBackend::linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) {
   backend_checks::check_linear_forward(x, w, y);
   // y [B, out] = x [B, in] · wᵀ (+ bias) (relu)
-  impl_->product(x, false, w, true, y, 0.0f, epilogue_of(bias != nullptr, act), bias);
+  impl_->forward_product(Impl::kLinear, x, w, bias, act, y);
 }
 
 void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx,
@@ -530,6 +634,53 @@ void GpuBackend::linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation 
              dz16);  // dw [out, in] = dzᵀ · x
   if (want_dx)
     im.product(dz, false, w, false, dx, 0.0f, gpu::Epilogue::none, nullptr, dz16);  // dx = dz · w
+}
+
+void GpuBackend::set_product_checks(bool on) {
+  Impl& im = *impl_;
+  if (on && im.math == DenseMath::tf32)
+    throw InputError(
+        "checksummed products are not built for tf32 dense math: its products round their fp32 "
+        "operands to 10-bit mantissas inside the library, which a check from the stored operands "
+        "cannot follow (docs/reliability.md). Train with fp32 or bf16 dense math, or without "
+        "--product-checks");
+  im.checks.on = on;
+  im.checks.seen = 0;
+  im.checks.checked = 0;
+  im.checks.fault.reset();
+  if (on) {
+    if (im.checks.record.size() == 0)
+      im.checks.record = gpu::DeviceBuffer<gpu::ProductCheckRecord>(1, "product check record");
+    im.checks.record.zero(im.s());
+  }
+}
+
+Backend::ProductChecks GpuBackend::product_checks() {
+  Impl& im = *impl_;
+  ProductChecks out;
+  out.products = im.checks.checked;
+  out.fault_pending = im.checks.fault.has_value();
+  if (!im.checks.on) return out;
+  gpu::ProductCheckRecord r;
+  im.checks.record.download(&r, 1, im.s());
+  gpu::check(gpu::stream_synchronize(im.s()), "product_checks");
+  out.failures = static_cast<std::int64_t>(r.failures);
+  if (r.first_set != 0)
+    out.first_failure = fmt::format(
+        "product {} ({}): row {} of [{} x {}]: its sum is {:.9g}, the inputs predict {:.9g} "
+        "(difference {:.3g}, bound {:.3g})",
+        r.product, Impl::checked_name(r.what), r.row, r.rows, r.cols, r.sum, r.predicted,
+        std::abs(r.sum - r.predicted), r.bound);
+  return out;
+}
+
+void GpuBackend::inject_product_fault(const ProductFault& f) {
+  if (f.product < 0 || f.element < 0 || f.bit < 0 || f.bit > 31)
+    fail("inject_product_fault",
+         "product {}, element {}, bit {}: expected non-negative numbers and a bit of 0 to 31",
+         f.product, f.element, f.bit);
+  impl_->checks.fault = f;
+  impl_->checks.fault->product += impl_->checks.seen;
 }
 
 // ------------------------------------------------------------- embeddings --
@@ -606,9 +757,10 @@ std::int64_t GpuBackend::blas_library_version() const {
 std::map<std::string, std::size_t> GpuBackend::internal_memory_bytes() const {
   const Impl& im = *impl_;
   std::map<std::string, std::size_t> out;
-  static constexpr const char* kSlotNames[] = {"scratch.a16",    "scratch.b16",    "scratch.dz",
-                                               "scratch.dz16",   "scratch.du",     "scratch.du16",
-                                               "scratch.bias16", "scratch.reduce", "scratch.dw"};
+  static constexpr const char* kSlotNames[] = {"scratch.a16",     "scratch.b16",    "scratch.dz",
+                                               "scratch.dz16",    "scratch.du",     "scratch.du16",
+                                               "scratch.bias16",  "scratch.reduce", "scratch.dw",
+                                               "scratch.checked", "scratch.sums"};
   static_assert(std::size(kSlotNames) == static_cast<std::size_t>(Slot::count));
   for (int i = 0; i < static_cast<int>(Slot::count); ++i)
     if (const std::size_t b = im.scratch.bytes(static_cast<Slot>(i)); b > 0) out[kSlotNames[i]] = b;
@@ -669,10 +821,9 @@ void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* 
   backend_checks::check_cross_storage("cross_forward",
                                       {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
   Impl& im = *impl_;
-  im.product(xl, false, v, true, u);  // u [B, r] = xl · vᵀ
-  im.product(u, false, w, true, z, 0.0f,
-             bias != nullptr ? gpu::Epilogue::bias : gpu::Epilogue::none,
-             bias);  // z [B, N] = u · wᵀ + bias
+  im.forward_product(Impl::kCrossU, xl, v, nullptr, Activation::none, u);  // u [B, r] = xl · vᵀ
+  // z [B, N] = u · wᵀ + bias
+  im.forward_product(Impl::kCrossZ, u, w, bias, Activation::none, z);
   gpu::cross_combine(im.s(), x0, z, xl, x_next);
 }
 

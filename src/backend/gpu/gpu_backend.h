@@ -89,6 +89,12 @@ class GpuBackend final : public Backend {
   DType activation_dtype() const override;
 
   void linear_forward(CAMat x, CMat w, const float* bias, Activation act, AMat y) override;
+  // Checksummed products (product_checks.cu): each forward product's output rows against their
+  // inputs, in fp32 before a bf16 output is rounded, within a bound from fp32's rounding. Under
+  // fp32 or bf16 dense math (tf32 is refused).
+  void set_product_checks(bool on) override;
+  ProductChecks product_checks() override;
+  void inject_product_fault(const ProductFault& fault) override;
   void linear_backward(CAMat x, CMat w, CAMat y, CAMat dy, Activation act, AMat dx, Mat dw,
                        float* dbias) override;
 

@@ -12,7 +12,21 @@
 namespace parity::gpu {
 
 // Scratch purposes. An op may hold several slots at once, never the same slot twice.
-enum class ScratchSlot : int { a16, b16, dz, dz16, du, du16, bias16, reduce, dw, count };
+// checked: a checked product's fp32 output before its bf16 rounding; sums: the check's weight sums.
+enum class ScratchSlot : int {
+  a16,
+  b16,
+  dz,
+  dz16,
+  du,
+  du16,
+  bias16,
+  reduce,
+  dw,
+  checked,
+  sums,
+  count
+};
 
 class Scratch {
  public:

@@ -1,0 +1,294 @@
+// Checksummed forward products on the GPU (see product_checks.h).
+//
+// Why rows, and why this bound. The cpu backend checks column sums against a bound from
+// worst-case rounding, which is tight there because it sums in double. A GPU product sums its k
+// terms in fp32, and a worst-case bound on that (about k u Σ_c |a_ic w_jc| an element) hides the
+// flips it should catch. So the check is probabilistic, after Higham and Mary ("A new approach to
+// probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5), 2019): the rounding errors
+// of the fp32 additions are independent, of mean zero and at most u = 2^-24 of the value rounded.
+// An element's error is then Σ_p δ_p S_p over its partial sums S_p (and δ' out_ij where the bias is
+// added), and by Hoeffding's inequality a row's summed error exceeds λ u √V_i,
+// V_i = Σ_j (Σ_p S_jp² + out_ij²), with probability at most 2 exp(-λ²/2). λ = 10 makes that 4e-22
+// a row: no false alarm in any run. V_i is not known without the partial sums; a partial sum is
+// its mean path (p/k) out_ij plus a centred walk of the terms, whose squares sum to about
+// (k/3) out_ij² and (k/2) Σ_c a_ic² w_jc², so V_i = (k/3 + 1) Σ_j out_ij² + (k/2) Σ_c a_ic² t_c
+// with t_c = Σ_j w_jc²: both the mean path (inputs and weights of one sign) and the cancelling walk
+// are counted.
+//
+// Rows, not columns: a row's sum spans m elements of one example, a column's all n examples, so a
+// row's spread is smaller by √(n/m) and one flipped element stands out more. The check reads the
+// input and the fp32 product once and writes the stored output (rectified, rounded to bf16 where
+// it is stored so): it must see the product before a bf16 output's rounding (2^-9, far above the
+// accumulation's).
+//
+// Under bf16 math the tensor cores do not round to nearest: they truncate (Fasi, Higham, Mikaitis
+// and Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ Comput. Sci. 2021), so where
+// the terms share a sign every output comes out smaller by tens of u, and a prediction summed in
+// double differs from the row sum by far more than the rounding model above allows. The prediction
+// is then computed by the product itself: the weights' bf16 copy carries two more rows, the
+// checksum row s = Σ_j w_j split into bf16 hi and lo parts, and the product's columns m and m + 1
+// are a_i · hi and a_i · lo, truncated like the outputs (the small rest, a_i · (s - hi - lo), is
+// added in double). The truncation's mean then cancels between the row sum and the checksum
+// column; what is left varies by up to 2u of each partial sum, and the checksum column's own
+// partial sums count in V_i. The bias is added by the check, after the check, as the product would.
+//
+// Inputs that are not finite, or products that may overflow, are the finite-value guard's to
+// report (divergence or bad data, not a wrong product); an output that is not finite from finite
+// inputs fails.
+#include "backend/gpu/product_checks.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <string>
+
+#include "backend/gpu/elementwise.cuh"
+#include "backend/gpu/launch.h"
+#include "backend/gpu/numerics.h"
+#include "parity/error.h"
+
+namespace parity::gpu {
+
+namespace {
+
+using elementwise::kBlock;
+
+constexpr double kLambda = 10.0;
+constexpr double kUnit = 5.9604644775390625e-08;           // 2^-24, fp32's unit roundoff
+constexpr double kCheckRounding = 8.8817841970012523e-16;  // 2^-50: the check's own sums
+
+__device__ __forceinline__ double load(CheckOperand m, std::int64_t r, std::int64_t c) {
+  if (m.bf16) return to_float(static_cast<const Bf16*>(m.data)[r * m.ld + c]);
+  return static_cast<const float*>(m.data)[r * m.ld + c];
+}
+
+__global__ __launch_bounds__(kBlock) void weights_kernel(CheckOperand w, std::int64_t m,
+                                                         std::int64_t k, const float* bias,
+                                                         double* sums) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kBlock + threadIdx.x;
+  if (c < k) {
+    double s = 0, t = 0;
+    for (std::int64_t j = 0; j < m; ++j) {
+      const double v = load(w, j, c);
+      s += v;
+      t += v * v;
+    }
+    sums[c] = s;
+    sums[k + c] = t;
+  }
+  if (c == 0) {
+    double b = 0;
+    if (bias != nullptr)
+      for (std::int64_t j = 0; j < m; ++j) b += bias[j];
+    sums[3 * k] = b;
+  }
+}
+
+// The copy's rows below m and their column sums: a thread a column c (< ld) of a chunk of rows,
+// the sums added into sums (zeroed first). Sums of bf16 values and their squares are exact in
+// double, so the order the chunks add in does not change them.
+constexpr int kAugmentRows = 64;
+__global__ __launch_bounds__(kBlock) void augment_rows_kernel(CMat w, std::int64_t ld,
+                                                              std::int64_t column_blocks,
+                                                              Bf16* __restrict__ wa,
+                                                              double* __restrict__ sums) {
+  const std::int64_t c = blockIdx.x % column_blocks * kBlock + threadIdx.x;
+  if (c >= ld) return;
+  const std::int64_t j0 = blockIdx.x / column_blocks * kAugmentRows;
+  const std::int64_t j1 = j0 + kAugmentRows < w.rows ? j0 + kAugmentRows : w.rows;
+  double s = 0, t = 0;
+  for (std::int64_t j = j0; j < j1; ++j) {
+    const Bf16 v = c < w.cols ? from_float_rn<Bf16>(w.data[j * w.ld + c]) : Bf16{0};
+    wa[j * ld + c] = v;
+    const double x = to_float(v);
+    s += x;
+    t += x * x;
+  }
+  if (c < w.cols) {
+    atomicAdd(&sums[2 * w.cols + c], s);
+    atomicAdd(&sums[w.cols + c], t);
+  }
+}
+
+// The checksum rows hi and lo, zeros below, and the rest r_c = s_c - hi_c - lo_c: a thread a
+// column.
+__global__ __launch_bounds__(kBlock) void augment_sums_kernel(std::int64_t m, std::int64_t k,
+                                                              std::int64_t rows, std::int64_t ld,
+                                                              Bf16* __restrict__ wa,
+                                                              double* __restrict__ sums) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kBlock + threadIdx.x;
+  if (c >= ld) return;
+  const double s = c < k ? sums[2 * k + c] : 0.0;
+  const Bf16 hi = from_float_rn<Bf16>(static_cast<float>(s));
+  const Bf16 lo = from_float_rn<Bf16>(static_cast<float>(s - to_float(hi)));
+  wa[m * ld + c] = hi;
+  wa[(m + 1) * ld + c] = lo;
+  for (std::int64_t j = m + 2; j < rows; ++j) wa[j * ld + c] = Bf16{0};
+  if (c < k) sums[c] = s - static_cast<double>(to_float(hi)) - static_cast<double>(to_float(lo));
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int d = kWarpSize / 2; d > 0; d /= 2) v += shfl_xor(kFullMask, v, d);
+  return v;
+}
+
+// One warp a row.
+template <class S, bool Augmented>
+__global__ __launch_bounds__(kBlock) void rows_kernel(
+    CheckOperand a, std::int64_t n, std::int64_t k, const float* out32, std::int64_t ld32,
+    std::int64_t m, const double* __restrict__ sums, const float* __restrict__ bias, bool relu,
+    S* stored, std::int64_t ld_stored, long long product, int what, ProductCheckRecord* record) {
+  const std::int64_t i =
+      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
+  if (i >= n) return;
+  const int lane = lane_id();
+  // predicted: Σ_c a_ic s_c (fp32 math) or the rest Σ_c a_ic r_c (augmented); spread_in:
+  // Σ_c a_ic² t_c; spread_check: Σ_c a_ic² s_c² (the checksum column's terms, augmented).
+  double predicted = 0, magnitude = 0, spread_in = 0, spread_check = 0;
+  for (std::int64_t c = lane; c < k; c += kWarpSize) {
+    const double v = load(a, i, c);
+    predicted += v * sums[c];
+    magnitude += fabs(v * sums[c]);
+    spread_in += v * v * sums[k + c];
+    if (Augmented) spread_check += v * v * sums[2 * k + c] * sums[2 * k + c];
+  }
+  double sum = 0, squares = 0, size = 0;
+  const float* o = out32 + i * ld32;
+  S* st = stored + i * ld_stored;
+  for (std::int64_t j = lane; j < m; j += kWarpSize) {
+    const float v = o[j];
+    sum += v;
+    squares += static_cast<double>(v) * v;
+    size += fabs(static_cast<double>(v));
+    const float y = Augmented && bias != nullptr ? v + bias[j] : v;
+    st[j] = from_float_rn<S>(relu && y <= 0.0f ? 0.0f : y);  // a NaN stays for the guard to see
+  }
+  predicted = warp_sum(predicted);
+  magnitude = warp_sum(magnitude);
+  spread_in = warp_sum(spread_in);
+  sum = warp_sum(sum);
+  squares = warp_sum(squares);
+  size = warp_sum(size);
+  if (Augmented) spread_check = warp_sum(spread_check);
+  if (lane != 0) return;
+  const double kd = static_cast<double>(k);
+  double unit = kUnit, variance = (kd / 3 + 1) * squares + kd / 2 * spread_in;
+  if (Augmented) {
+    const double hi = o[m], lo = o[m + 1];
+    predicted += hi + lo;
+    magnitude += fabs(hi) + fabs(lo);
+    variance += (kd / 3 + 1) * (hi * hi + lo * lo) + kd / 2 * spread_check;
+    unit = 2 * kUnit;  // truncation: up to one ulp, 2u of the value
+  } else {
+    const double bias_sum = sums[3 * k];
+    predicted += bias_sum;
+    magnitude += fabs(bias_sum);
+  }
+  // Not finite inputs, or a product that may overflow fp32: the finite-value guard's to report.
+  if (!isfinite(magnitude) || !isfinite(spread_in) || magnitude > FLT_MAX) return;
+  // Besides the rounding: the check's own sums, and values below fp32's normal range, which
+  // the product may flush to zero (each of its k + 1 terms an element).
+  const double bound = kLambda * unit * sqrt(variance) + kCheckRounding * (magnitude + size) +
+                       static_cast<double>(k + 1) * static_cast<double>(m) * FLT_MIN;
+  const double diff = fabs(sum - predicted);
+  if (diff <= bound || record == nullptr) return;  // a NaN or an infinity in the output fails
+  // Failures count products: the first failing row of a product counts it (products run in
+  // order on one stream, so a later product's tag is always larger).
+  const auto tag = static_cast<unsigned long long>(product) + 1;
+  if (atomicMax(&record->last_failed, tag) < tag) atomicAdd(&record->failures, 1ull);
+  if (atomicCAS(&record->first_set, 0ull, 1ull) != 0ull) return;
+  record->product = product;
+  record->row = i;
+  record->rows = n;
+  record->cols = m;
+  record->what = what;
+  record->sum = sum;
+  record->predicted = predicted;
+  record->bound = bound;
+}
+
+__global__ __launch_bounds__(kBlock) void round_kernel(const float* v, std::int64_t n, float* out) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kBlock + threadIdx.x;
+  if (i < n) out[i] = to_float(from_float_rn<Bf16>(v[i]));
+}
+
+__global__ void flip_kernel(void* p, bool bf16, std::int64_t offset, int bit, const float* bias,
+                            std::int64_t column) {
+  if (threadIdx.x != 0) return;
+  if (bf16) {
+    static_cast<std::uint16_t*>(p)[offset] ^= static_cast<std::uint16_t>(1u << bit);
+  } else if (bias == nullptr) {
+    static_cast<std::uint32_t*>(p)[offset] ^= 1u << bit;
+  } else {
+    float& x = static_cast<float*>(p)[offset];
+    const float b = bias[column];
+    x = __uint_as_float(__float_as_uint(x + b) ^ (1u << bit)) - b;
+  }
+}
+
+}  // namespace
+
+void product_check_weights(Stream_t s, CheckOperand w, std::int64_t m, std::int64_t k,
+                           const float* bias, double* sums) {
+  // At least one block: thread 0 writes the bias sum (k = 0 too).
+  launch("product_check_weights", weights_kernel,
+         {std::max<std::int64_t>(1, ceil_div(k, kBlock)), kBlock, 0}, s, w, m, k, bias, sums);
+}
+
+void product_check_augment(Stream_t s, CMat w, std::int64_t rows, std::int64_t ld, void* wa,
+                           double* sums) {
+  if (rows < w.rows + 2 || ld < w.cols)
+    throw Error("product_check_augment: the copy has " + std::to_string(rows) + " rows of " +
+                std::to_string(ld) + " for a [" + std::to_string(w.rows) + ", " +
+                std::to_string(w.cols) + "] weight and its two checksum rows");
+  if (!rehearsing())
+    detail::zero(sums, static_cast<std::size_t>(product_check_sums(w.cols)) * sizeof(double), s,
+                 "product_check_augment");
+  if (w.rows > 0) {
+    const std::int64_t column_blocks = ceil_div(ld, kBlock);
+    launch("product_check_augment_rows", augment_rows_kernel,
+           {column_blocks * ceil_div(w.rows, kAugmentRows), kBlock, 0}, s, w, ld, column_blocks,
+           static_cast<Bf16*>(wa), sums);
+  }
+  launch("product_check_augment_sums", augment_sums_kernel, {ceil_div(ld, kBlock), kBlock, 0}, s,
+         w.rows, w.cols, rows, ld, static_cast<Bf16*>(wa), sums);
+}
+
+void product_check_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t k,
+                        const float* out32, std::int64_t ld32, std::int64_t m, const double* sums,
+                        bool augmented, const float* bias, bool relu, AMat stored,
+                        long long product, int what, ProductCheckRecord* record) {
+  if (n <= 0 || m <= 0) return;
+  const std::int64_t rows_per_block = kBlock / device_info().warp_size;
+  const LaunchShape shape{ceil_div(n, rows_per_block), kBlock, 0};
+  auto run = [&](auto kernel, auto* out) {
+    launch("product_check_rows", kernel, shape, s, a, n, k, out32, ld32, m, sums, bias, relu, out,
+           stored.ld, product, what, record);
+  };
+  if (stored.dtype == DType::bf16) {
+    auto* out = static_cast<Bf16*>(stored.data);
+    augmented ? run(rows_kernel<Bf16, true>, out) : run(rows_kernel<Bf16, false>, out);
+  } else if (stored.is_f32()) {
+    auto* out = static_cast<float*>(stored.data);
+    augmented ? run(rows_kernel<float, true>, out) : run(rows_kernel<float, false>, out);
+  } else {
+    throw Error("product_check_rows: an output stored in " + std::string(dtype_name(stored.dtype)) +
+                "; fp32 or bf16 expected");
+  }
+}
+
+void round_to_bf16(Stream_t s, const float* v, std::int64_t n, float* out) {
+  if (n <= 0) return;
+  launch("round_to_bf16", round_kernel, {ceil_div(n, kBlock), kBlock, 0}, s, v, n, out);
+}
+
+void flip_bit(Stream_t s, AMat m, std::int64_t element, int bit, const float* bias) {
+  if (m.rows <= 0 || m.cols <= 0) return;
+  if (bias != nullptr && !m.is_f32())
+    throw Error("flip_bit: a bias is added to fp32 elements only");
+  const std::int64_t offset = element / m.cols * m.ld + element % m.cols;
+  launch("flip_bit", flip_kernel, {1, device_info().warp_size, 0}, s, m.data,
+         m.dtype == DType::bf16, offset, bit, bias, element % m.cols);
+}
+
+}  // namespace parity::gpu

@@ -1,0 +1,72 @@
+// Checksummed forward products on the GPU (Backend::set_product_checks, include/parity/backend.h):
+// each output row's sum checked against the sum its inputs predict, before the activation and
+// before a bf16 output is rounded. Host entry points; kernels and the bound's derivation in
+// product_checks.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/gpu/port.h"
+#include "parity/tensor.h"
+
+namespace parity::gpu {
+
+// A stored operand of a checked product as the library read it: element (r, c) at
+// data[r * ld + c], bf16 bits (under bf16 math) or fp32.
+struct CheckOperand {
+  const void* data = nullptr;
+  std::int64_t ld = 0;
+  bool bf16 = false;
+};
+
+// What a failed check leaves on the device (the first failure's record; the count of all).
+struct ProductCheckRecord {
+  unsigned long long failures = 0;     // products with a failing row
+  unsigned long long last_failed = 0;  // the index + 1 of the last product counted
+  unsigned long long first_set = 0;    // 0 until a failure writes the fields below
+  long long product = -1;              // the product's index since the checks were turned on
+  long long row = -1;
+  long long rows = 0, cols = 0;
+  int what = 0;  // the caller's code for the product
+  double sum = 0, predicted = 0, bound = 0;
+};
+
+// Doubles of scratch the check of a product of depth k needs.
+inline std::int64_t product_check_sums(std::int64_t k) {
+  return 3 * k + 1;
+}
+
+// fp32 math, the weights' part of the check of out [n, m] = a [n, k] · wᵀ (+ bias), w [m, k] as
+// the product read it: into sums, s_c = Σ_j w_jc and t_c = Σ_j w_jc² for each c < k, then
+// Σ_j bias_j (0 without a bias), in double.
+void product_check_weights(Stream_t s, CheckOperand w, std::int64_t m, std::int64_t k,
+                           const float* bias, double* sums);
+
+// bf16 math: the bf16 copy of w [m, k] that the checked product reads, wa [rows, ld] (ld >= k,
+// rows >= m + 2, zeros past w): w's rows rounded to bf16, then the checksum row hi = bf16(s) and
+// lo = bf16(s - hi) of s_c = Σ_j bf16(w_jc), so that the product's columns m and m + 1 carry the
+// row sums' prediction computed by the same kernel as the outputs. Into sums: the residual
+// r_c = s_c - hi_c - lo_c, t_c = Σ_j bf16(w_jc)², and s_c, for each c < k.
+void product_check_augment(Stream_t s, CMat w, std::int64_t rows, std::int64_t ld, void* wa,
+                           double* sums);
+
+// Checks each row of the fp32 product out32 [n, m] (ld32) against a [n, k] and sums (above):
+// where a row fails, counts it in *record (the first failure's fields too, with `product` and
+// `what`; record null: nothing is recorded, for a fault planted with the checks off). Then writes
+// the stored output: out32 (plus bias where augmented: there the product ran
+// without it, and columns m and m + 1 of out32 are the checksum columns), rectified where relu,
+// into `stored` (fp32, which may be out32 itself, or bf16, rounded to nearest).
+void product_check_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t k,
+                        const float* out32, std::int64_t ld32, std::int64_t m, const double* sums,
+                        bool augmented, const float* bias, bool relu, AMat stored,
+                        long long product, int what, ProductCheckRecord* record);
+
+// v[0..n) = the fp32 values of v rounded to bf16 (a bf16 output's bias, as the product adds it).
+void round_to_bf16(Stream_t s, const float* v, std::int64_t n, float* out);
+
+// Flips bit `bit` of element `element` (row-major over cols) of the stored view m (fp32 or bf16).
+// Where bias is given (m fp32), the flip is of the element plus bias[its column], the value that
+// will be stored once the bias is added: the element becomes flip(x + b) - b.
+void flip_bit(Stream_t s, AMat m, std::int64_t element, int bit, const float* bias = nullptr);
+
+}  // namespace parity::gpu
