@@ -13,9 +13,11 @@ torch.manual_seed(1)
 DEV = "cuda"
 
 
-def run(n, k, m, mode):
+def run(n, k, m, mode, one_sign=False):
     a = torch.relu(torch.randn(n, k, device=DEV, dtype=torch.float64))
     b = torch.randn(m, k, device=DEV, dtype=torch.float64) / math.sqrt(k)
+    if one_sign:  # every term positive: the partial sums drift, rounding errors of one sign show
+        b = b.abs()
     if mode == "bf16":
         a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16)
         try:
@@ -38,15 +40,22 @@ def run(n, k, m, mode):
     sig_row = u * torch.sqrt((k / 2) * q.sum(1))
     r_row = row_err / sig_row
     rms_c = ref.pow(2).mean().sqrt().item()
+    # The spread GpuBackend's checks use (src/backend/gpu/product_checks.cu): the partial sums'
+    # mean path and their centred walk, V = (k/3 + 1) sum_j c^2 + (k/2) sum_k a^2 t_k.
+    v_rows = (k / 3 + 1) * ref.pow(2).sum(1) + (k / 2) * q.sum(1)
+    r_chk = row_err / (u * torch.sqrt(v_rows))
     p9999 = torch.quantile(r_el.flatten()[: 1 << 24].float(), 0.9999)
     print(
         f"{mode:10s} n {n} k {k:5d} m {m:5d}: element err/sigma: mean {r_el.mean():.3f} "
         f"p99.99 {p9999:.2f} max {r_el.max():.2f}; row-sum err/sigma: rms "
         f"{r_row.pow(2).mean().sqrt():.3f} max {r_row.abs().max():.2f}; row sigma / rms(c) "
-        f"{(sig_row.mean() / rms_c):.2e}; mean signed row err/sigma {r_row.mean():+.3f}"
+        f"{(sig_row.mean() / rms_c):.2e}; mean signed row err/sigma {r_row.mean():+.3f}; "
+        f"against the checks' spread: rms {r_chk.pow(2).mean().sqrt():.3f} "
+        f"max {r_chk.abs().max():.3f} mean {r_chk.mean():+.3f}{' one-sign' if one_sign else ''}"
     )
 
 
-for mode in ["fp32", "tf32", "bf16"]:
-    for n, k, m in [(16384, 256, 256), (16384, 1024, 1024), (8192, 3456, 512), (8192, 512, 3456)]:
-        run(n, k, m, mode)
+for one_sign in [False, True]:
+    for mode in ["fp32", "bf16"] if one_sign else ["fp32", "tf32", "bf16"]:
+        for n, k, m in [(16384, 256, 256), (16384, 1024, 1024), (8192, 3456, 512), (8192, 512, 3456)]:
+            run(n, k, m, mode, one_sign)
