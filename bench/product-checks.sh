@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Do the GPU's checksummed products (--product-checks) catch flipped bits, never fail a clean
+# product, and at what cost? On the GPU machine, from the repository root:
+#   1. the GPU tests of the checks (test_backend_gpu '*ProductChecks*'): 1,500 injected high-bit
+#      flips a dense math, caught by bit class, and clean random products;
+#   2. clean training with the checks: tiny for TINY_STEPS steps under the plan's dense math (bf16
+#      on an H100 or H200) and under fp32, and each of MODELS for STEPS steps: none may fail;
+#   3. the cost: each of MODELS again without the checks, both with --profile, the device step
+#      time (the profile's sum of categories) and the steady examples/s;
+#   4. a flip found in training: tiny with --inject-fault, exit 3 without replay, and with a
+#      checkpoint to replay from, the device blamed and training going on (exit 0).
+# The health ledger is $OUT/ledger.json (the flips mark the device suspect there, not in the
+# machine's own).
+#
+#   PARITY_PREBUILT=build-prebuilt bench/product-checks.sh
+#
+# Environment: MODELS (default mlperf-dlrmv2-2m), STEPS (300), TINY_STEPS (10000). The table is
+# printed last and written to $OUT/product-checks.md; the exit status is non-zero where a check
+# fails a clean run, a flip is missed or a run fails.
+set -uo pipefail
+# shellcheck source=bench/common.sh
+. "$(dirname "$0")/common.sh" product-checks
+MODELS=${MODELS:-mlperf-dlrmv2-2m}
+STEPS=${STEPS:-300}
+TINY_STEPS=${TINY_STEPS:-10000}
+find_binaries parity test_backend_gpu || exit 1
+device_facts
+export PARITY_HEALTH_LEDGER=$OUT/ledger.json
+P="$BIN/parity"
+status=0
+rows=()
+row() { rows+=("| $1 | $2 | $3 |"); }
+
+# The "product checks: N dense products checked, none failed" count, or the stop's reason.
+outcome() {  # LOG
+  grep -m1 -oE 'product checks: [0-9]+ dense products checked, none failed' "$1" ||
+    grep -m1 -oE 'silent data corruption: [^;]*' "$1" || echo "no outcome (see $(basename "$1"))"
+}
+# The profile's "sum of categories" (device ms a step).
+step_ms() { awk '/sum of categories/ {print $4; exit}' "$1"; }
+
+say "GPU tests of the checks"
+run_bin "$BIN/test_backend_gpu" --gtest_filter='*ProductChecks*' >"$OUT/tests.log" 2>&1 || status=1
+grep -E 'caught|clean products' "$OUT/tests.log"
+for math in fp32 bf16; do
+  caught=$(grep -E "measured \] $math " "$OUT/tests.log" | grep caught |
+    awk '{h = $5 == "high"; printf "%s%s %s of %s", (NR > 1 ? ", " : ""), (h ? "high mantissa" : $5), (h ? $7 : $6), (h ? $9 : $8)}')
+  row "injected high-bit flips, $math math" "test_backend_gpu --gtest_filter='*ProductChecks*'" \
+    "${caught:-not run (see tests.log)}"
+done
+
+say "tiny: $TINY_STEPS clean steps with the checks"
+run_bin "$P" train --model tiny --steps "$TINY_STEPS" --product-checks --eval-examples 4096 \
+  >"$OUT/tiny.log" 2>&1 || status=1
+row "clean tiny, the plan's dense math" "parity train --model tiny --steps $TINY_STEPS --product-checks" \
+  "$(outcome "$OUT/tiny.log")"
+run_bin "$P" train --model tiny --no-plan --dense-math fp32 --steps "$TINY_STEPS" --product-checks \
+  --eval-examples 4096 >"$OUT/tiny-fp32.log" 2>&1 || status=1
+row "clean tiny, fp32 math" "... --no-plan --dense-math fp32" "$(outcome "$OUT/tiny-fp32.log")"
+
+for m in $MODELS; do
+  say "$m: $STEPS steps without and with the checks"
+  run_bin "$P" train --model "$m" --steps "$STEPS" --profile >"$OUT/$m.log" 2>&1 || status=1
+  run_bin "$P" train --model "$m" --steps "$STEPS" --profile --product-checks \
+    >"$OUT/$m.checks.log" 2>&1 || status=1
+  row "clean $m" "parity train --model $m --steps $STEPS --profile --product-checks" \
+    "$(outcome "$OUT/$m.checks.log")"
+  without=$(step_ms "$OUT/$m.log")
+  with=$(step_ms "$OUT/$m.checks.log")
+  cost=$(awk -v a="$without" -v b="$with" 'BEGIN {if (a > 0 && b > 0) printf "+%.1f%%", 100 * (b / a - 1); else print "-"}')
+  row "cost on $m" "the same without --product-checks" \
+    "device step ${without:-?} ms without, ${with:-?} ms with ($cost); $(steady "$OUT/$m.log") against $(steady "$OUT/$m.checks.log") examples/s"
+done
+
+say "a flip in training"
+run_bin "$P" train --model tiny --steps 60 --product-checks --no-replay --inject-fault 30:2:100:30 \
+  >"$OUT/flip.log" 2>&1
+rc=$?
+[ "$rc" -eq 3 ] || status=1
+row "a flip, no replay" "parity train --model tiny --steps 60 --product-checks --no-replay --inject-fault 30:2:100:30" \
+  "exit $rc (3 expected): $(outcome "$OUT/flip.log")"
+rm -rf "$SCRATCH/ckpt"
+run_bin "$P" train --model tiny --steps 60 --product-checks --inject-fault 30:2:100:30 \
+  --checkpoint "$SCRATCH/ckpt" --checkpoint-every 20 >"$OUT/flip-replay.log" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] || status=1
+replay=$(grep -m1 -oE 'the replay of steps [0-9]+ to [0-9]+ [^:]*' "$OUT/flip-replay.log")
+row "a flip, replayed" "the same with --checkpoint DIR --checkpoint-every 20" \
+  "exit $rc (0 expected): ${replay:-no replay found}"
+# Without the checks the flip is planted all the same, for the finite-value guard to find.
+run_bin "$P" train --model tiny --steps 60 --no-replay --inject-fault 30:2:100:30 \
+  >"$OUT/flip-unchecked.log" 2>&1
+rc=$?
+row "a flip without the checks" "parity train --model tiny --steps 60 --no-replay --inject-fault 30:2:100:30" \
+  "exit $rc: $(grep -m1 -oE '(stopped|failed): .{0,120}' "$OUT/flip-unchecked.log" || echo 'ran to the end')"
+device_after
+
+{
+  echo "| what | command | result |"
+  echo "|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+} | tee "$OUT/product-checks.md"
+exit $status
