@@ -248,9 +248,10 @@ struct GpuBackend::Impl {
   } checks;
 
   // A forward product d [n, m] = a [n, k] · wᵀ (+ bias) (relu). With the checks on, the product
-  // is written in fp32 without its activation (into d where d is fp32, else into scratch), a due
-  // fault flipped in it, its rows checked, then the activation applied and d stored. With them
-  // off and a fault due, the flip is planted in the stored output.
+  // is written in fp32 without its activation (into d where d is fp32, else into scratch; under
+  // bf16 math with its checksum columns and without its bias), a due fault flipped in it, its
+  // rows checked, then the bias and the activation applied and d stored. With them off, only the
+  // product a fault is due in takes that path, recording nothing.
   void forward_product(int what, CAMat a, CMat w, const float* bias, Activation act, AMat d) {
     if (!checks.on && !checks.fault) {
       product(a, false, w, true, d, 0.0f, epilogue_of(bias != nullptr, act), bias);
