@@ -102,6 +102,10 @@ struct Plan {
   // activation recompute. DLRM plans: 0 and false.
   std::int64_t token_capacity = 0;
   bool recompute = false;
+  // Every forward product of the dense layers checked row by row against its checksum
+  // (Backend::set_product_checks, `--product-checks`): the prediction counts the checks' passes
+  // and scratch, and the dense math is never tf32 (the checks cannot follow its rounding).
+  bool product_checks = false;
   OptimizerKind embedding_optimizer = OptimizerKind::rowwise_adagrad;
   // Every table: a DLRM model's; an HSTU model's sequence features, then its contextual tables.
   std::vector<TablePlan> tables;
@@ -122,6 +126,8 @@ struct PlannerOptions {
   // The kernel catalog the plan's matrix products are ranked with: empty for the device's own
   // (configs/calibration/DEVICE-gemm.json, where it exists).
   std::filesystem::path gemm_catalog;
+  // Plan for a run with checksummed products (Plan::product_checks).
+  bool product_checks = false;
 };
 
 // The device's kernel catalog: `file` when given (its device must be `dev`), else
@@ -163,16 +169,18 @@ struct OpCost {
 // The dense ops of one step in the order the engine runs them (forward, loss, backward), each
 // with its products and elementwise passes on `dev`. The plan's mlp, interaction and loss times
 // are their sums by category (evaluate_plan), so a benchmark can print each op's prediction
-// beside its measurement.
+// beside its measurement. product_checks: the forward products checked (Plan::product_checks).
 std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_batch,
-                                   DenseMath math, const DeviceSpec& dev, const Calibration& cal);
+                                   DenseMath math, const DeviceSpec& dev, const Calibration& cal,
+                                   bool product_checks = false);
 
 // The ops of one HSTU training step on `examples` examples of the model's average length, named
 // and grouped as the HSTU engine's step profile names them ("layer.0 attention forward" in
 // "attention"), in the order it runs them, each with its products, passes and predicted time; the
 // plan's HSTU times by category are their sums (with the embeddings, input and optimizer).
 std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath math,
-                                  bool recompute, const DeviceSpec& dev, const Calibration& cal);
+                                  bool recompute, const DeviceSpec& dev, const Calibration& cal,
+                                  bool product_checks = false);
 
 // The predicted step of a plan: time by category and memory by category. Throws
 // InputError if the plan does not match the model (tables, shards) or the device.

@@ -55,10 +55,24 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
                         : fmt::format("fp32 (the plan says {}; the cpu backend computes every "
                                       "product in fp32 with double accumulation)",
                                       dense_math_name(plan.dense_math))};
+  if (plan.product_checks && plan.dense_math == DenseMath::tf32 && target.gpu_backend)
+    refuse("product_checks",
+           "checksummed products under tf32 dense math: tf32 rounds the operands inside the "
+           "library, which a check from the stored operands cannot follow",
+           "make the plan with fp32 or bf16 dense math (parity plan --product-checks never picks "
+           "tf32)");
+  const auto add_dense_math = [&] {
+    out.push_back(dense_math);
+    if (plan.product_checks)
+      out.push_back({"product checks",
+                     "every forward product of the dense layers checked row by row against its "
+                     "checksum; a failing product is replayed from the newest checkpoint, or stops "
+                     "the run without one"});
+  };
   const bool sharded = target.gpus > 1;
   if (model.kind == ModelKind::hstu) {
     detail::add_hstu_decisions(plan, out);
-    out.push_back(dense_math);
+    add_dense_math();
     if (!plan.gemm_catalog.empty() && target.gpu_backend && target.plan_kernels)
       out.push_back({"kernels", fmt::format("every matrix product ranked by the kernel catalog {} "
                                             "when it first runs (its token count changes every "
@@ -124,7 +138,7 @@ std::vector<PlanDecision> check_plan(const Plan& plan, const ModelSpec& model,
     out.push_back({"dense layers", fmt::format("data-parallel over {} ranks, gradients summed "
                                                "in buckets while the backward goes on",
                                                target.gpus)});
-  out.push_back(dense_math);
+  add_dense_math();
   // Each ranked choice names a product the step makes at the plan's batch: choices edited or made
   // for another model would match none of the products, which would then be ranked when they
   // first run, not as the plan says.

@@ -61,10 +61,19 @@ std::string layer_op(const MlpLayer& l, const char* pass) {
   return fmt::format("{}.{} {}", l.bottom ? "bottom" : "top", l.index, pass);
 }
 
+// A forward product [rows, cols] of depth k, checked row by row where the checks are on.
+void forward_product(const detail::OpBuilder& ob, bool checked, OpCost& op, std::int64_t rows,
+                     std::int64_t cols, std::int64_t k) {
+  if (checked)
+    ob.checked_product(op, rows, cols, k);
+  else
+    ob.product(op, rows, cols, k);
+}
+
 void mlp_forward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const Bytes& by,
-                 const MlpLayer& l, std::int64_t batch) {
+                 const MlpLayer& l, std::int64_t batch, bool checked) {
   OpCost& op = add_op(ops, "mlp", layer_op(l, "forward"));
-  ob.product(op, batch, l.out, l.in);
+  forward_product(ob, checked, op, batch, l.out, l.in);
   // fp32 inputs of a product are converted once: the data's dense features, and the dot
   // interaction's output.
   if (l.index == 0 && (l.bottom || !by.dcn))
@@ -88,7 +97,8 @@ void mlp_backward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const B
 }  // namespace
 
 std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_batch,
-                                   DenseMath math, const DeviceSpec& dev, const Calibration& cal) {
+                                   DenseMath math, const DeviceSpec& dev, const Calibration& cal,
+                                   bool product_checks) {
   require_dlrm(m, "the dense cost model");
   detail::OpBuilder ob(math, dev, cal);
   const Bytes by(m, math);
@@ -98,7 +108,7 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
   std::vector<OpCost> ops;
 
   // ---- forward ----
-  for (const auto& l : bottom) mlp_forward(ops, ob, by, l, per_device_batch);
+  for (const auto& l : bottom) mlp_forward(ops, ob, by, l, per_device_batch, product_checks);
   const int layers = by.dcn ? m.interaction.cross_layers : 0;
   const std::int64_t r = m.interaction.low_rank;
   const double f = m.num_tables() + 1;  // dot: the vectors paired
@@ -107,15 +117,15 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
   if (by.dcn) {
     for (int l = 0; l < layers; ++l) {
       OpCost& op = add_op(ops, "interaction", fmt::format("cross.{} forward", l));
-      ob.product(op, per_device_batch, r, n);
-      ob.product(op, per_device_batch, n, r);
+      forward_product(ob, product_checks, op, per_device_batch, r, n);
+      forward_product(ob, product_checks, op, per_device_batch, n, r);
       // x_next = x0 * z + xl (read 3, write 1, activations).
       ob.pass(op, b * 4.0 * by.s * n);
     }
   } else {
     ob.batched(add_op(ops, "interaction", "dot forward"), dot_flops, dot_bytes);
   }
-  for (const auto& l : top) mlp_forward(ops, ob, by, l, per_device_batch);
+  for (const auto& l : top) mlp_forward(ops, ob, by, l, per_device_batch, product_checks);
 
   // ---- backward ----
   ob.pass(add_op(ops, "loss", "loss"), b * 12);
@@ -146,16 +156,43 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
 
 namespace detail {
 
+// As GpuBackend's forward_product runs it with the checks on (src/backend/gpu/product_checks.cu).
+// Under a 16-bit math: the weights' bf16 copy with its two checksum rows (w read in fp32, the copy
+// [pad8(m + 2), pad8(k)] written), the product over those m + 2 columns into fp32 without an
+// epilogue, and the rows pass reading the input as the product read it and the m + 2 fp32 columns,
+// and storing d (the output's type). Under fp32: the product into d as unchecked, the weights'
+// column sums (w read), and the rows pass reading the input and d and writing d.
+void OpBuilder::checked_product(OpCost& op, std::int64_t n, std::int64_t m, std::int64_t k) const {
+  const double rows = static_cast<double>(n), mm = static_cast<double>(m);
+  const double kk = static_cast<double>(k);
+  const double in = dense_operand_bytes(math_);
+  const double stored = output_bytes_ > 0 ? output_bytes_ : in;
+  if (in < 4.0) {
+    const double width = pad8(mm + 2);
+    pass(op, 4.0 * mm * kk + 2.0 * width * pad8(kk));
+    const GemmEstimate e =
+        gemm_best({n, static_cast<std::int64_t>(width), k, math_, 4}, dev_, cal_);
+    op.flops += e.flops;
+    op.bytes += e.bytes;
+    op.seconds += e.seconds;
+    pass(op, rows * (in * kk + 4.0 * (mm + 2) + stored * mm));
+  } else {
+    product(op, n, m, k);
+    pass(op, 4.0 * mm * kk);
+    pass(op, rows * (in * kk + 2.0 * stored * mm));
+  }
+}
+
 double DenseMemory::scratch_bytes(double b) const {
   // a16 holds the input's copy; b16 the input's or a weight's, whichever is larger.
   const double input = b * input_copy_bytes_per_example;
   const double padded = std::max(b * padded_bytes_per_example, padded_weight_bytes);
-  return kScratchGrowth *
-             (b * dz_bytes_per_example + input + std::max(input, weight_copy_bytes) + padded) +
+  return kScratchGrowth * (b * dz_bytes_per_example + input + std::max(input, weight_copy_bytes) +
+                           padded + b * checked_bytes_per_example + checks_fixed_bytes) +
          b * held_copy_bytes_per_example;
 }
 
-DenseMemory dense_memory(const ModelSpec& m, DenseMath math) {
+DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks) {
   const Bytes by(m, math);
   DenseMemory w;
   double widest = std::max(m.dense_features, m.interaction_output_dim());
@@ -187,7 +224,6 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math) {
   // fp32 operands (the dense input [B, F] and the widest weight), each row padded to 8.
   double dz_cols = by.dcn ? n : 0;
   double widest_weight = 0;
-  const auto pad8 = [](double c) { return std::ceil(c / 8) * 8; };
   for (const bool bottom : {true, false})
     for (const auto& l : mlp_layers(m, bottom)) {
       dz_cols = std::max<double>(dz_cols, l.out);
@@ -214,6 +250,29 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math) {
           w.padded_weight_bytes = std::max(w.padded_weight_bytes, 4.0 * l.out * pad8(l.in));
       }
     if (!by.dcn) w.held_copy_bytes_per_example = 2.0 * pad8(m.interaction_output_dim());
+  }
+  if (product_checks) {
+    // The checks' slots (GpuBackend's forward_product): the sums of the deepest product's
+    // columns (3k + 1 doubles) and, under a 16-bit math, a bf16 output's bias and the product in
+    // fp32 over m + 2 columns padded to 8, beside the weights' copy with its two checksum rows.
+    double deepest = 0, widest_out = 0, widest_copy = 0;
+    const auto forward = [&](double out, double in) {
+      deepest = std::max(deepest, in);
+      widest_out = std::max(widest_out, out);
+      widest_copy = std::max(widest_copy, pad8(out + 2) * pad8(in));
+    };
+    for (const bool bottom : {true, false})
+      for (const auto& l : mlp_layers(m, bottom)) forward(l.out, l.in);
+    if (by.dcn) {
+      forward(m.interaction.low_rank, n);
+      forward(n, m.interaction.low_rank);
+    }
+    w.checks_fixed_bytes = (3 * deepest + 1) * 8;
+    if (by.narrow) {
+      w.checks_fixed_bytes += 4 * widest_out;
+      w.checked_bytes_per_example = 4 * pad8(widest_out + 2);
+      w.weight_copy_bytes = std::max(w.weight_copy_bytes, 2 * widest_copy);
+    }
   }
   return w;
 }

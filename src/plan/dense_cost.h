@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "parity/plan.h"
@@ -26,6 +27,9 @@ class OpBuilder {
     op.bytes += bytes;
     op.seconds += memory_pass_time(bytes, dev_, cal_);
   }
+  // A forward product d [n, m] = a [n, k] · wᵀ (+ bias) checked row by row, as the GPU backend
+  // runs it with the checks on (Backend::set_product_checks), in place of product(op, n, m, k).
+  void checked_product(OpCost& op, std::int64_t n, std::int64_t m, std::int64_t k) const;
   // A batched product bound by the larger of its compute and its memory time (the dot
   // interaction's kernels).
   void batched(OpCost& op, double flops, double bytes) const {
@@ -42,6 +46,11 @@ class OpBuilder {
   int output_bytes_;
 };
 
+// A width or depth as the GPU backend pads its 16-bit copies and padded products (to 8).
+inline double pad8(double c) {
+  return std::ceil(c / 8) * 8;
+}
+
 struct DenseMemory {
   double saved_bytes_per_example = 0;  // activations kept for the backward
   double grad_bytes_per_example = 0;   // the engine's gradient buffers
@@ -51,7 +60,8 @@ struct DenseMemory {
   // input, or the widest weight), and the slot of fp32 products over a width padded to 8 (an
   // fp32 gradient whose width is not a multiple of 8, copied out). Each slot grows to
   // kScratchGrowth times its largest request. Besides the slots, the bf16 copy of the dot
-  // interaction's output that the backend holds for a step (Backend::hold_constant).
+  // interaction's output that the backend holds for a step (Backend::hold_constant). With the
+  // product checks on, their slots too.
   double scratch_bytes(double b) const;
   double dz_bytes_per_example = 0;          // dz, dz16, du
   double input_copy_bytes_per_example = 0;  // the dense input in bf16 (0 under fp32 math)
@@ -59,10 +69,15 @@ struct DenseMemory {
   double padded_bytes_per_example = 0;      // a data gradient over its padded width, fp32
   double padded_weight_bytes = 0;           // a weight gradient over its padded width, fp32
   double held_copy_bytes_per_example = 0;   // the dot interaction output's bf16 copy
+  // With the product checks on (Plan::product_checks): the widest forward product in fp32 over
+  // its width plus two checksum columns (16-bit math), and the slots that do not grow with the
+  // batch (the column sums, a bf16 output's bias).
+  double checked_bytes_per_example = 0;
+  double checks_fixed_bytes = 0;
 };
 // What the GPU backend's scratch slots allocate beyond a request (a quarter more,
 // src/backend/gpu/scratch.cpp), so that a slowly growing shape does not reallocate every call.
 inline constexpr double kScratchGrowth = 1.25;
-DenseMemory dense_memory(const ModelSpec& m, DenseMath math);
+DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks = false);
 
 }  // namespace parity::detail

@@ -79,9 +79,9 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
 
   // ---- dense part (replicated: the same on every device) ----
   const std::vector<OpCost> dense_ops =
-      dense_op_costs(m, plan.per_device_batch, plan.dense_math, dev, cal);
+      dense_op_costs(m, plan.per_device_batch, plan.dense_math, dev, cal, plan.product_checks);
   const DenseTime dt = dense_time(dense_ops);
-  const detail::DenseMemory dm = detail::dense_memory(m, plan.dense_math);
+  const detail::DenseMemory dm = detail::dense_memory(m, plan.dense_math, plan.product_checks);
   const double P = static_cast<double>(m.dense_parameters());
   const int k = optimizer_state_per_element(m.dense_optimizer.kind);
   const bool low = plan.dense_math == DenseMath::bf16 || plan.dense_math == DenseMath::fp16;

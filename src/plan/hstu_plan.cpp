@@ -28,10 +28,6 @@
 namespace parity::detail {
 namespace {
 
-double pad8(double c) {
-  return std::ceil(c / 8) * 8;
-}
-
 // The model's dims as the engine names them.
 struct Dims {
   explicit Dims(const ModelSpec& m)
@@ -66,6 +62,10 @@ class Ops {
     auto rows = [](double v) { return std::max<std::int64_t>(1, std::llround(v)); };
     build_.product(op, rows(m), rows(n), rows(k));
   }
+  void checked_product(OpCost& op, double m, double n, double k) const {
+    auto rows = [](double v) { return std::max<std::int64_t>(1, std::llround(v)); };
+    build_.checked_product(op, rows(m), rows(n), rows(k));
+  }
   void pass(OpCost& op, double bytes) const { build_.pass(op, bytes); }
   std::vector<OpCost> take() { return std::move(ops_); }
 
@@ -84,7 +84,8 @@ std::map<std::string, double> hstu_memory(const ModelSpec& m, const SequenceMome
                                           DenseMath math, bool recompute, double b, double T,
                                           const std::vector<DType>& table_dtypes,
                                           const std::vector<double>& table_rows,
-                                          OptimizerKind emb_opt, const Calibration& cal) {
+                                          OptimizerKind emb_opt, const Calibration& cal,
+                                          bool product_checks) {
   const Dims x(m);
   const double d = x.d, hv = x.hv, ha = x.ha, proj = x.proj, L = x.layers;
   const double C = x.contexts, BT = b * x.targets, tasks = x.tasks, F = x.features;
@@ -122,6 +123,13 @@ std::map<std::string, double> hstu_memory(const ModelSpec& m, const SequenceMome
     const double a16 = T * std::max({pad8(d), pad8(hv), 2 * pad8(ha) + 2 * pad8(hv)}) * 2;
     const double b16 = std::max(T * std::max(pad8(d), pad8(hv)) * 2, proj * pad8(d) * 2);
     scratch += T * widest * 2 + a16 + b16;
+  }
+  if (product_checks) {
+    // The checks' slots (GpuBackend's forward_product): the deepest product's column sums and,
+    // under bf16, the widest forward product in fp32 over its width plus two checksum columns
+    // (the weights' copy with its checksum rows fits the b16 slot counted above).
+    scratch += (3 * std::max(d, hv) + 1) * 8;
+    if (bf16) scratch += T * pad8(std::max({proj, d, static_cast<double>(x.tasks)}) + 2) * 4;
   }
   mem["backend_scratch"] = kScratchGrowth * scratch;
   // The embedding backward's workspaces, one per table set (features, contexts), sized for a
@@ -177,7 +185,7 @@ std::map<std::string, double> hstu_device_memory(const Plan& plan, const ModelSp
   for (const TablePlan& tp : plan.tables) dtypes.push_back(tp.dtype);
   std::map<std::string, double> mem =
       hstu_memory(m, sm, plan.dense_math, plan.recompute, b, capacity, dtypes, rows,
-                  plan.embedding_optimizer, cal);
+                  plan.embedding_optimizer, cal, plan.product_checks);
   if (plan.gpus > 1) {
     const auto tables = hstu_tables(m);
     const std::vector<double> own = own_lookups(m, sm, b);
@@ -345,7 +353,8 @@ double hstu_dense_parameters(const ModelSpec& m) {
 namespace parity {
 
 std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath math,
-                                  bool recompute, const DeviceSpec& dev, const Calibration& cal) {
+                                  bool recompute, const DeviceSpec& dev, const Calibration& cal,
+                                  bool product_checks) {
   using namespace detail;
   const Dims x(m);
   const SequenceMoments sm = sequence_moments(m);
@@ -357,6 +366,13 @@ std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath
   const double convert = bf16 ? 6.0 : 0.0;
   const HstuAttentionCost att = hstu_attention_cost(m, examples, math, dev, cal);
   Ops ops(math, dev, cal);
+  // The forward products go through linear_forward: checked where the checks are on.
+  auto forward = [&](OpCost& op, double rows, double cols, double k) {
+    if (product_checks)
+      ops.checked_product(op, rows, cols, k);
+    else
+      ops.product(op, rows, cols, k);
+  };
   auto layer_norm_forward = [&](OpCost& op, double rows, double cols) {
     ops.pass(op, rows * (cols * 8 + 8));  // x in, y out, mean and rstd out
   };
@@ -371,7 +387,7 @@ std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath
     {
       OpCost& op = ops.add("projections", layer_op(l, "projection forward"));
       ops.pass(op, (T * d + proj * d) * convert);
-      ops.product(op, T, proj, d);
+      forward(op, T, proj, d);
     }
     ops.pass(ops.add("projections", layer_op(l, "silu forward")), T * proj * 8);
     {
@@ -384,7 +400,7 @@ std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath
     {
       OpCost& op = ops.add("projections", layer_op(l, "output forward"));
       ops.pass(op, (T * hv + d * hv) * convert);
-      ops.product(op, T, d, hv);
+      forward(op, T, d, hv);
     }
     ops.pass(ops.add("projections", layer_op(l, "residual forward")), T * d * 12);
   }
@@ -392,7 +408,7 @@ std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath
     OpCost& op = ops.add("head", "head");
     ops.pass(op, BT * d * 8);  // the targets' rows gathered
     layer_norm_forward(op, BT, d);
-    ops.product(op, BT, x.tasks, d);
+    forward(op, BT, x.tasks, d);
   }
   {
     OpCost& op = ops.add("head", "head");
@@ -455,7 +471,8 @@ Prediction evaluate_hstu_plan(const Plan& plan, const ModelSpec& m, const Device
   const double T = b * sm.tokens;
   Prediction p;
   p.memory_budget_bytes = dev.hbm_bytes.value;
-  const std::vector<OpCost> ops = hstu_op_costs(m, b, plan.dense_math, plan.recompute, dev, cal);
+  const std::vector<OpCost> ops =
+      hstu_op_costs(m, b, plan.dense_math, plan.recompute, dev, cal, plan.product_checks);
   for (const OpCost& op : ops) p.time_s[op.category] += op.seconds;
 
   // ---- embeddings: the features' unpooled lookups (a bag per token), the contexts' pooled ----
@@ -595,6 +612,7 @@ class HstuPlanner {
       : m_(m),
         dev_(dev),
         W_(gpus),
+        checks_(opt.product_checks),
         cal_(calibration_for(dev, opt.configs_dir)),
         sm_(sequence_moments(m)) {}
 
@@ -606,7 +624,8 @@ class HstuPlanner {
     const auto& allowed = m_.allowed_dense_math;
     for (DenseMath c : {DenseMath::bf16, DenseMath::tf32, DenseMath::fp32}) {
       if (std::find(allowed.begin(), allowed.end(), c) == allowed.end()) continue;
-      if (c == DenseMath::tf32 && !dev_.has_tf32()) continue;
+      // The product checks cannot follow tf32's rounding of the operands (Plan::product_checks).
+      if (c == DenseMath::tf32 && (!dev_.has_tf32() || checks_)) continue;
       out.push_back(c);
     }
     return out;
@@ -643,6 +662,7 @@ class HstuPlanner {
     p.global_batch = b * W_;
     p.dense_math = math;
     p.recompute = recompute;
+    p.product_checks = checks_;
     p.token_capacity = static_cast<std::int64_t>(token_capacity(sm_, static_cast<double>(b)));
     p.embedding_optimizer = m_.embedding_optimizer.kind;
     p.calibration = cal_.source;
@@ -714,6 +734,7 @@ class HstuPlanner {
   const ModelSpec& m_;
   const DeviceSpec& dev_;
   int W_;
+  bool checks_;  // PlannerOptions::product_checks
   Calibration cal_;
   SequenceMoments sm_;
 };

@@ -58,6 +58,7 @@ std::string plan_to_json(const Plan& p) {
   j["dense_math"] = std::string(dense_math_name(p.dense_math));
   if (p.token_capacity > 0) j["token_capacity"] = p.token_capacity;
   if (p.recompute) j["recompute"] = true;
+  if (p.product_checks) j["product_checks"] = true;
   j["embedding_optimizer"] = std::string(optimizer_name(p.embedding_optimizer));
   j["tables"] = ordered_json::array();
   for (const auto& t : p.tables) {
@@ -124,8 +125,8 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
   if (j.is_discarded()) throw InputError(fmt::format("{}: not valid JSON", origin));
   const JsonReader r(j, "", origin);
   r.only({"format", "model", "model_file", "device", "gpus", "per_device_batch", "global_batch",
-          "dense_math", "token_capacity", "recompute", "embedding_optimizer", "tables", "changes",
-          "kernels", "gemm_catalog", "prediction", "calibration"});
+          "dense_math", "token_capacity", "recompute", "product_checks", "embedding_optimizer",
+          "tables", "changes", "kernels", "gemm_catalog", "prediction", "calibration"});
   if (r.at("format").str() != kFormat) r.at("format").fail(fmt::format("expected '{}'", kFormat));
   Plan p;
   p.model = r.at("model").str();
@@ -141,6 +142,7 @@ Plan plan_from_json(const std::string& text, const std::string& origin) {
   if (r.has("token_capacity"))
     p.token_capacity = r.at("token_capacity").integer(0, std::int64_t{1} << 50);
   if (r.has("recompute")) p.recompute = r.at("recompute").boolean();
+  if (r.has("product_checks")) p.product_checks = r.at("product_checks").boolean();
   p.embedding_optimizer = read_emb_opt(r.at("embedding_optimizer"));
   const JsonReader tables = r.at("tables");
   for (std::size_t i = 0; i < tables.size(); ++i) {

@@ -102,7 +102,8 @@ class Planner {
       if (std::find(m_.allowed_dense_math.begin(), m_.allowed_dense_math.end(), c) ==
           m_.allowed_dense_math.end())
         continue;
-      if (c == DenseMath::tf32 && !dev_.has_tf32()) continue;
+      // The product checks cannot follow tf32's rounding of the operands (Plan::product_checks).
+      if (c == DenseMath::tf32 && (!dev_.has_tf32() || opt_.product_checks)) continue;
       const double rate = dev_.dense_flops(c) * cal_.gemm_efficiency(c);
       if (rate > best_rate * (1 + 1e-9)) {
         best = c;
@@ -205,6 +206,7 @@ class Planner {
     p.global_batch = c.global_batch;
     p.per_device_batch = c.global_batch / W_;
     p.dense_math = c.math;
+    p.product_checks = opt_.product_checks;
     p.embedding_optimizer = c.optimizer;
     p.calibration = cal_.source;
     const int T = m_.num_tables();

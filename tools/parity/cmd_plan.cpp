@@ -47,8 +47,9 @@ void print_plan(const Plan& p, const DeviceSpec& dev, bool verbose) {
   const auto& pr = p.prediction;
   const Summary s = summarize(p);
   fmt::print("plan: {} on {} x {}\n", p.model, p.gpus, dev.display_name);
-  fmt::print("  batch {} per device (global {}), dense math {}, embedding optimizer {}\n",
+  fmt::print("  batch {} per device (global {}), dense math {}{}, embedding optimizer {}\n",
              p.per_device_batch, p.global_batch, dense_math_name(p.dense_math),
+             p.product_checks ? " with checksummed products" : "",
              optimizer_name(p.embedding_optimizer));
   if (p.token_capacity > 0)
     fmt::print("  tokens: buffers for {} a step, activation recompute {}\n", p.token_capacity,
@@ -270,7 +271,7 @@ void add_plan_command(CLI::App& app) {
     std::string model = "mlperf-dlrmv2", device, port_from, out;
     int gpus = 0;  // 0: the model's own (gpus: in its YAML), else 1
     std::vector<int> gpu_counts;
-    bool verbose = false;
+    bool verbose = false, product_checks = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -296,12 +297,16 @@ void add_plan_command(CLI::App& app) {
                   "Compare with the recipe planned for this device, run unchanged on --device");
   cmd->add_option("--out", args->out, "Write the plan as JSON (input of parity train --plan)");
   cmd->add_flag("--verbose,-v", args->verbose, "Per-table placement and the GEMM kernel choices");
+  cmd->add_flag("--product-checks", args->product_checks,
+                "Plan for a run with checksummed dense products (parity train --product-checks): "
+                "their time and memory predicted, never tf32");
   cmd->callback([args] {
     const ModelSpec model = load_model_spec(resolve_model(args->model));
     const int gpus = args->gpus > 0 ? args->gpus : std::max(model.gpus, 1);
     const auto devices_dir = configs_dir() / "devices";
     PlannerOptions opt;
     opt.configs_dir = configs_dir();
+    opt.product_checks = args->product_checks;
     if (args->device.empty()) {
       if (!args->port_from.empty()) throw InputError("--port-from needs --device");
       if (!args->out.empty()) throw InputError("--out needs --device");

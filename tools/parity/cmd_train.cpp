@@ -156,8 +156,9 @@ void print_profile(const TrainResult& r, const Plan* plan, const ModelSpec& mode
     const std::vector<OpCost> ops =
         model.kind == ModelKind::hstu
             ? hstu_op_costs(model, static_cast<double>(plan->per_device_batch), plan->dense_math,
-                            plan->recompute, dev, cal)
-            : dense_op_costs(model, plan->per_device_batch, plan->dense_math, dev, cal);
+                            plan->recompute, dev, cal, plan->product_checks)
+            : dense_op_costs(model, plan->per_device_batch, plan->dense_math, dev, cal,
+                             plan->product_checks);
     for (const OpCost& op : ops) predicted_ops[op.category + ": " + op.op] += op.seconds * 1e3;
   }
   fmt::print("  by op (device, plan, and the host's time from the op's mark to the next):\n");
@@ -387,13 +388,14 @@ void train_as_planned(TrainConfig& cfg, const ModelSpec& model, const Plan& plan
   cfg.dense_math = plan.dense_math;
   cfg.token_capacity = plan.token_capacity;
   cfg.recompute = plan.recompute;
+  cfg.product_checks = plan.product_checks;
   // --batch: the plan's token capacity was for its own batch.
   if (plan.token_capacity > 0 && args.batch > 0 && args.batch != plan.global_batch)
     cfg.token_capacity = static_cast<std::int64_t>(
         token_capacity(sequence_moments(model), static_cast<double>(args.batch)));
   if (g_group.rank == 0) {
     fmt::print("parity train: {}; executing:\n", title);
-    for (const PlanDecision& d : decisions) fmt::print("  {:<13} {}\n", d.what, d.executed);
+    for (const PlanDecision& d : decisions) fmt::print("  {:<14} {}\n", d.what, d.executed);
   }
   if (kernels) {
     const DeviceSpec dev = find_device(plan.device, configs_dir() / "devices");
@@ -415,8 +417,19 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
     auto plan = std::make_shared<Plan>(load_plan(args.plan));
     const std::string model =
         model_given || plan->model_file.empty() ? args.model : plan->model_file;
-    train_as_planned(cfg, load_model_spec(resolve_model(model)), *plan, args,
-                     args.backend == "cpu" ? std::string() : detect_gpu(),
+    const ModelSpec spec = load_model_spec(resolve_model(model));
+    if (args.product_checks && !plan->product_checks) {
+      // The plan's predictions did not count the checks: counted now, so that the step profile
+      // compares the run with what it is.
+      plan->product_checks = true;
+      const DeviceSpec dev = find_device(plan->device, configs_dir() / "devices");
+      plan->prediction = evaluate_plan(*plan, spec, dev, calibration_for(dev, configs_dir()));
+      fmt::print(
+          "parity train: --product-checks: plan {} was made without them; its predictions are "
+          "evaluated again with the checks (parity plan --product-checks makes such a plan)\n",
+          args.plan);
+    }
+    train_as_planned(cfg, spec, *plan, args, args.backend == "cpu" ? std::string() : detect_gpu(),
                      fmt::format("plan {} (predicted {:.2f} ms/step)", args.plan,
                                  plan->prediction.step_s * 1e3));
     return plan;
@@ -455,6 +468,7 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
   }
   PlannerOptions opt;
   opt.configs_dir = configs_dir();
+  opt.product_checks = args.product_checks;
   std::shared_ptr<Plan> plan;
   try {
     plan = std::make_shared<Plan>(make_plan(cfg.model, *dev, 1, opt));
@@ -662,7 +676,7 @@ void train_with(TrainArgs& args, bool model_given, TrainConfig& cfg, Communicato
   cfg.profile = args.profile;
   cfg.health_ledger = args.health_ledger;
   cfg.allow_quarantined = args.allow_quarantined;
-  cfg.product_checks = args.product_checks;
+  cfg.product_checks = args.product_checks || (plan && plan->product_checks);
   cfg.replay_faults = !args.no_replay;
   cfg.spike_factor = args.spike_factor;
   if (!args.loss_log.empty()) cfg.loss_window = args.loss_window;

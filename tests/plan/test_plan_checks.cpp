@@ -1,0 +1,276 @@
+// Checksummed products in the plan (Plan::product_checks): their passes and scratch predicted,
+// tf32 never chosen with them, the plan file and the plan check carrying them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "parity/error.h"
+#include "parity/plan.h"
+
+namespace parity {
+namespace {
+namespace fs = std::filesystem;
+
+const fs::path kConfigs = fs::path(PARITY_SOURCE_DIR) / "configs";
+DeviceSpec device(const std::string& key) {
+  return find_device(key, kConfigs / "devices");
+}
+ModelSpec model(const std::string& name) {
+  return load_model_spec(kConfigs / "models" / (name + ".yaml"));
+}
+PlannerOptions options(bool checks) {
+  PlannerOptions o;
+  o.configs_dir = kConfigs;
+  o.product_checks = checks;
+  return o;
+}
+double pad8(double c) {
+  return std::ceil(c / 8) * 8;
+}
+
+// A one-GPU plan of every table in HBM, fp32, at `batch`.
+Plan plain_plan(const ModelSpec& m, const DeviceSpec& d, DenseMath math, std::int64_t batch) {
+  Plan p;
+  p.model = m.name;
+  p.device = d.name;
+  p.gpus = 1;
+  p.per_device_batch = p.global_batch = batch;
+  p.dense_math = math;
+  for (const auto& t : m.tables)
+    p.tables.push_back({t.name,
+                        DType::f32,
+                        OptimizerKind::rowwise_adagrad,
+                        Sharding::table,
+                        Placement::hbm,
+                        0,
+                        {{0, 0, t.rows, 0, t.dim}}});
+  return p;
+}
+
+// The forward products of the step's forward ops, as the engine runs them: [rows, cols] of depth
+// k, by op name.
+struct Forward {
+  std::int64_t cols, k;
+};
+std::vector<std::pair<std::string, Forward>> mlp_forwards(const ModelSpec& m) {
+  std::vector<std::pair<std::string, Forward>> out;
+  int in = m.dense_features;
+  for (std::size_t i = 0; i < m.bottom_mlp.size(); ++i) {
+    out.push_back({"bottom." + std::to_string(i) + " forward", {m.bottom_mlp[i], in}});
+    in = m.bottom_mlp[i];
+  }
+  in = m.interaction_output_dim();
+  for (std::size_t i = 0; i < m.top_mlp.size(); ++i) {
+    out.push_back({"top." + std::to_string(i) + " forward", {m.top_mlp[i], in}});
+    in = m.top_mlp[i];
+  }
+  return out;
+}
+
+// Each forward op costs what its checked products add, by hand: under fp32 the product is the
+// same, and the weights' column sums (w read) and the rows pass (input read, output read and
+// written) come on top; under bf16 the product runs over two more columns into fp32 and the rows
+// pass reads the input, those fp32 columns and stores the output, so at least that much more.
+// Every other op is untouched.
+TEST(ProductChecksPlan, EachForwardOpCostsItsChecksByHand) {
+  const DeviceSpec d = device("h200");
+  const Calibration c = calibration_for(d, kConfigs);
+  for (const char* name : {"tiny", "tiny-dot", "mlperf-dlrmv2-2m", "criteo-kaggle-dot"}) {
+    const ModelSpec m = model(name);
+    const std::int64_t b = 4096;
+    for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
+      const auto plain = dense_op_costs(m, b, math, d, c);
+      const auto checked = dense_op_costs(m, b, math, d, c, true);
+      ASSERT_EQ(plain.size(), checked.size());
+      std::map<std::string, Forward> forwards;
+      for (const auto& [op, f] : mlp_forwards(m)) forwards[op] = f;
+      const double in = math == DenseMath::bf16 ? 2.0 : 4.0;
+      for (std::size_t i = 0; i < plain.size(); ++i) {
+        const OpCost &p = plain[i], &q = checked[i];
+        const std::string what =
+            std::string(name) + " " + std::string(dense_math_name(math)) + " " + p.op;
+        ASSERT_EQ(p.op, q.op) << what;
+        const auto f = forwards.find(p.op);
+        const bool cross = p.op.starts_with("cross.") && p.op.ends_with(" forward");
+        if (f == forwards.end() && !cross) {
+          EXPECT_DOUBLE_EQ(q.seconds, p.seconds) << what;
+          EXPECT_DOUBLE_EQ(q.bytes, p.bytes) << what;
+          continue;
+        }
+        EXPECT_GT(q.seconds, p.seconds) << what;
+        if (cross) continue;  // two products: covered by the seconds above
+        const double mm = static_cast<double>(f->second.cols), k = static_cast<double>(f->second.k);
+        if (math == DenseMath::fp32) {
+          EXPECT_NEAR(q.bytes - p.bytes, 4 * mm * k + b * (4 * k + 8 * mm), 1e-6 * q.bytes) << what;
+        } else {
+          // The weights' copy with its checksum rows and the rows pass; the product itself moves
+          // no fewer bytes over more columns in fp32.
+          const double at_least =
+              4 * mm * k + 2 * pad8(mm + 2) * pad8(k) + b * (in * k + 4 * (mm + 2) + 2 * mm);
+          EXPECT_GE(q.bytes - p.bytes, at_least * (1 - 1e-9)) << what;
+          EXPECT_GT(q.flops, p.flops) << what;  // two more columns
+        }
+      }
+    }
+  }
+}
+
+// The checks' scratch by hand: under fp32 the column sums of the deepest forward product (3k + 1
+// doubles); under bf16 also the widest forward product in fp32 over two more columns (padded to
+// 8) for the whole batch and a bf16 output's bias, each slot a quarter over its request.
+TEST(ProductChecksPlan, TheirScratchIsCountedByHand) {
+  const DeviceSpec d = device("h200");
+  const Calibration c = calibration_for(d, kConfigs);
+  const ModelSpec m = model("tiny");
+  ASSERT_EQ(m.interaction.kind, InteractionKind::dcnv2);
+  const std::int64_t b = 512;
+  double deepest = m.interaction.low_rank, widest = m.interaction_input_dim();
+  for (const auto& [op, f] : mlp_forwards(m)) {
+    deepest = std::max<double>(deepest, static_cast<double>(f.k));
+    widest = std::max<double>(widest, static_cast<double>(f.cols));
+  }
+  deepest = std::max<double>(deepest, static_cast<double>(m.interaction_input_dim()));
+  for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
+    Plan p = plain_plan(m, d, math, b);
+    const Prediction without = evaluate_plan(p, m, d, c);
+    p.product_checks = true;
+    const Prediction with = evaluate_plan(p, m, d, c);
+    const double added =
+        with.memory_bytes.at("backend_scratch") - without.memory_bytes.at("backend_scratch");
+    double expected = (3 * deepest + 1) * 8;
+    if (math == DenseMath::bf16) expected += 4 * widest + b * 4 * pad8(widest + 2);
+    // The weights' copy with its checksum rows shares the bf16 weight slot: at most that more.
+    EXPECT_GE(added, 1.25 * expected * (1 - 1e-12)) << dense_math_name(math);
+    if (math == DenseMath::fp32) {
+      EXPECT_DOUBLE_EQ(added, 1.25 * expected);
+    }
+    EXPECT_GT(with.step_s, without.step_s) << dense_math_name(math);
+    EXPECT_LT(with.examples_per_s, without.examples_per_s) << dense_math_name(math);
+    for (const auto& [name, bytes] : without.memory_bytes) {
+      if (name != "backend_scratch") {
+        EXPECT_DOUBLE_EQ(with.memory_bytes.at(name), bytes) << name;
+      }
+    }
+  }
+}
+
+// The planner plans for the checks where asked: the plan says so, its prediction counts them (the
+// same as evaluating the plan again), and it never takes tf32, whose rounding of the operands
+// inside the library the checks cannot follow; HSTU models too.
+TEST(ProductChecksPlan, ThePlannerCountsThemAndNeverTakesTf32) {
+  const DeviceSpec d = device("h200");
+  const Calibration c = calibration_for(d, kConfigs);
+  ModelSpec m = model("tiny");
+  m.allowed_dense_math = {DenseMath::fp32, DenseMath::tf32};
+  EXPECT_EQ(make_plan(m, d, 1, options(false)).dense_math, DenseMath::tf32);
+  const Plan checked = make_plan(m, d, 1, options(true));
+  EXPECT_TRUE(checked.product_checks);
+  EXPECT_EQ(checked.dense_math, DenseMath::fp32);
+  EXPECT_DOUBLE_EQ(evaluate_plan(checked, m, d, c).step_s, checked.prediction.step_s);
+
+  for (const char* name : {"mlperf-dlrmv2-2m", "hstu-feed-1k"}) {
+    const ModelSpec z = model(name);
+    const Plan without = make_plan(z, d, 1, options(false));
+    const Plan with = make_plan(z, d, 1, options(true));
+    EXPECT_FALSE(without.product_checks) << name;
+    EXPECT_TRUE(with.product_checks) << name;
+    EXPECT_NE(with.dense_math, DenseMath::tf32) << name;
+    EXPECT_GT(with.prediction.step_s / with.global_batch,
+              without.prediction.step_s / without.global_batch)
+        << name;
+    EXPECT_GT(with.prediction.memory_bytes.at("backend_scratch"),
+              without.prediction.memory_bytes.at("backend_scratch"))
+        << name;
+    EXPECT_DOUBLE_EQ(evaluate_plan(with, z, d, c).step_s, with.prediction.step_s) << name;
+  }
+  ModelSpec h = model("hstu-feed-1k");
+  h.allowed_dense_math = {DenseMath::fp32, DenseMath::tf32};
+  EXPECT_EQ(make_plan(h, d, 1, options(true)).dense_math, DenseMath::fp32);
+}
+
+// HSTU: the projections, the output products and the head's forward product are checked; the
+// other ops are untouched.
+TEST(ProductChecksPlan, HstuForwardProductsAreCosted) {
+  const DeviceSpec d = device("h200");
+  const Calibration c = calibration_for(d, kConfigs);
+  const ModelSpec m = model("hstu-feed-1k");
+  for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
+    const auto plain = hstu_op_costs(m, 512, math, false, d, c);
+    const auto checked = hstu_op_costs(m, 512, math, false, d, c, true);
+    ASSERT_EQ(plain.size(), checked.size());
+    int heavier = 0;
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+      ASSERT_EQ(plain[i].op, checked[i].op);
+      const bool forward_product = plain[i].op.ends_with("projection forward") ||
+                                   plain[i].op.ends_with("output forward") ||
+                                   (plain[i].op == "head" && i > 0 && plain[i - 1].op != "head");
+      if (forward_product) {
+        EXPECT_GT(checked[i].seconds, plain[i].seconds) << plain[i].op;
+        ++heavier;
+      } else {
+        EXPECT_DOUBLE_EQ(checked[i].seconds, plain[i].seconds) << plain[i].op;
+      }
+    }
+    EXPECT_EQ(heavier, 2 * m.hstu->layers + 1);
+  }
+}
+
+// The plan file carries the checks (absent in an older plan: off), and a wrong value is named.
+TEST(ProductChecksPlan, ThePlanFileCarriesThem) {
+  const DeviceSpec d = device("h200");
+  const ModelSpec m = model("tiny");
+  const Plan p = make_plan(m, d, 1, options(true));
+  const std::string json = plan_to_json(p);
+  ASSERT_NE(json.find("\"product_checks\": true"), std::string::npos);
+  const Plan q = plan_from_json(json, "plan.json");
+  EXPECT_TRUE(q.product_checks);
+  EXPECT_EQ(plan_to_json(q), json);
+  const std::string plain = plan_to_json(make_plan(m, d, 1, options(false)));
+  EXPECT_EQ(plain.find("product_checks"), std::string::npos);
+  EXPECT_FALSE(plan_from_json(plain, "plan.json").product_checks);
+  std::string bad = json;
+  bad.replace(bad.find("\"product_checks\": true"), 22, "\"product_checks\": 1");
+  try {
+    plan_from_json(bad, "plan.json");
+    ADD_FAILURE() << "a number for product_checks was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("product_checks"), std::string::npos) << e.what();
+  }
+}
+
+// The plan check lists the checks among the decisions executed, and refuses them by name under
+// tf32 on a GPU (an edited plan); the cpu backend computes in fp32 and runs them.
+TEST(ProductChecksPlan, ThePlanCheckExecutesOrRefusesThem) {
+  const DeviceSpec d = device("h200");
+  const ModelSpec m = model("tiny");
+  Plan p = make_plan(m, d, 1, options(true));
+  ExecutionTarget gpu;
+  gpu.device = "h200";
+  const auto has_checks = [](const std::vector<PlanDecision>& ds) {
+    return std::any_of(ds.begin(), ds.end(),
+                       [](const PlanDecision& x) { return x.what == "product checks"; });
+  };
+  EXPECT_TRUE(has_checks(check_plan(p, m, gpu)));
+  p.product_checks = false;
+  EXPECT_FALSE(has_checks(check_plan(p, m, gpu)));
+  p.product_checks = true;
+  p.dense_math = DenseMath::tf32;
+  p.kernels.clear();  // chosen for bf16
+  try {
+    check_plan(p, m, gpu);
+    ADD_FAILURE() << "tf32 with product checks was executed";
+  } catch (const PlanNotExecutable& e) {
+    EXPECT_NE(std::string(e.what()).find("plan product_checks: "), std::string::npos) << e.what();
+  }
+  ExecutionTarget cpu;
+  cpu.gpu_backend = false;
+  EXPECT_TRUE(has_checks(check_plan(p, m, cpu)));
+}
+
+}  // namespace
+}  // namespace parity
