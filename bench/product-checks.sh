@@ -6,7 +6,8 @@
 #   2. clean training with the checks: tiny for TINY_STEPS steps under the plan's dense math (bf16
 #      on an H100 or H200) and under fp32, and each of MODELS for STEPS steps: none may fail;
 #   3. the cost: each of MODELS again without the checks, both with --profile, the device step
-#      time (the profile's sum of categories) and the steady examples/s;
+#      time (the profile's sum of categories) beside the plan's prediction of it (the plan made
+#      with the checks counts them), and the steady examples/s;
 #   4. a flip found in training: tiny with --inject-fault, exit 3 without replay, and with a
 #      checkpoint to replay from, the device blamed and training going on (exit 0).
 # The health ledger is $OUT/ledger.json (the flips mark the device suspect there, not in the
@@ -36,8 +37,10 @@ outcome() {  # LOG
   grep -m1 -oE 'product checks: [0-9]+ dense products checked, none failed' "$1" ||
     grep -m1 -oE 'silent data corruption: [^;]*' "$1" || echo "no outcome (see $(basename "$1"))"
 }
-# The profile's "sum of categories" (device ms a step).
+# The profile's "sum of categories": device ms a step, and the plan's prediction of it (the plan
+# made with --product-checks counts the checks).
 step_ms() { awk '/sum of categories/ {print $4; exit}' "$1"; }
+plan_ms() { awk '/sum of categories/ {print $5; exit}' "$1"; }
 
 say "GPU tests of the checks"
 run_bin "$BIN/test_backend_gpu" --gtest_filter='*ProductChecks*' >"$OUT/tests.log" 2>&1 || status=1
@@ -68,8 +71,11 @@ for m in $MODELS; do
   without=$(step_ms "$OUT/$m.log")
   with=$(step_ms "$OUT/$m.checks.log")
   cost=$(awk -v a="$without" -v b="$with" 'BEGIN {if (a > 0 && b > 0) printf "+%.1f%%", 100 * (b / a - 1); else print "-"}')
+  plan_without=$(plan_ms "$OUT/$m.log")
+  plan_with=$(plan_ms "$OUT/$m.checks.log")
+  predicted=$(awk -v a="$plan_without" -v b="$plan_with" 'BEGIN {if (a > 0 && b > 0) printf "+%.1f%%", 100 * (b / a - 1); else print "-"}')
   row "cost on $m" "the same without --product-checks" \
-    "device step ${without:-?} ms without, ${with:-?} ms with ($cost); $(steady "$OUT/$m.log") against $(steady "$OUT/$m.checks.log") examples/s"
+    "device step ${without:-?} ms without, ${with:-?} ms with ($cost); the plan predicts ${plan_without:-?} and ${plan_with:-?} ($predicted); $(steady "$OUT/$m.log") against $(steady "$OUT/$m.checks.log") examples/s"
 done
 
 say "a flip in training"
