@@ -7,7 +7,8 @@
 #      planner's collective_time for the same sizes on DEVICE;
 #   3. the table: per collective and size, parity's bus bandwidth, NCCL's alone, their ratio (the
 #      issue's target is 90% for the all-to-all), the model's bus bandwidth and its error against
-#      parity's measured time.
+#      parity's measured time; then the scale-up terms fitted to parity's results (for the
+#      device's calibration file).
 #
 #   PARITY_PREBUILT=build-prebuilt bench/comm-check.sh
 #
@@ -68,5 +69,6 @@ device_after
                (k in nccl_bw) ? nccl_bw[k] : "-", ratio, mbw[k] != "" ? mbw[k] : "-", err
       }
     }' "$OUT/nccl-alone.log" "$OUT/parity-comm.log"
+  grep -A3 -E '^(scale-up fit|no scale-up fit)' "$OUT/parity-comm.log"
 } | tee "$OUT/comm-check.md"
 exit $status

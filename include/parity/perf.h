@@ -243,6 +243,29 @@ std::string_view collective_name(Collective c);
 double collective_time(Collective c, double bytes, int gpus, const DeviceSpec& device,
                        const Calibration& cal);
 
+// One measured collective (parity bench comm): its kind, the bytes collective_time takes, the
+// ranks and the seconds it took.
+struct CollectiveSample {
+  Collective kind = Collective::all_reduce;
+  double bytes = 0;
+  int gpus = 0;
+  double seconds = 0;
+};
+
+// The scale-up terms of the calibration (collective_latency_up_s, scale_up_efficiency) with which
+// collective_time fits the samples best: least squares on the relative error of
+// t = latency + c / efficiency, c the sample's bus bytes over the device's scale-up bandwidth,
+// the efficiency at most 1 and the latency at least 0. Every sample within one scale-up domain,
+// of at least 2 ranks, and at least two distinct sizes; else InputError says which is not.
+struct CollectiveFit {
+  double latency_s = 0;
+  double efficiency = 0;
+  double rms_relative_error = 0;  // of the fitted model over the samples
+  double worst_relative_error = 0;
+  int samples = 0;
+};
+CollectiveFit fit_scale_up(const std::vector<CollectiveSample>& samples, const DeviceSpec& device);
+
 // -------------------------------------------------------------------- HSTU --
 
 // A batch of an HSTU model's sequences on average, from the model's length distribution (exact

@@ -2,9 +2,13 @@
 // factors (all-reduce 2(n-1)/n, the others (n-1)/n), hierarchical when the ranks span
 // several scale-up domains (intra-domain over the scale-up links, inter-domain over
 // each GPU's NIC).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <set>
 
+#include "parity/error.h"
 #include "parity/perf.h"
 
 namespace parity {
@@ -45,6 +49,68 @@ double collective_time(Collective c, double bytes, int gpus, const DeviceSpec& d
   const double intra = factor * (d - 1) / d * bytes / up;
   const double inter = factor * (nodes - 1) / nodes * (bytes / d) / out;
   return factor * lat_up + lat_out + intra + inter;
+}
+
+CollectiveFit fit_scale_up(const std::vector<CollectiveSample>& samples, const DeviceSpec& device) {
+  const double up = device.scale_up_bandwidth.value;
+  if (!(up > 0))
+    throw InputError(fmt::format("{}: no scale-up bandwidth to fit a collective model against",
+                                 device.display_name));
+  // Per sample: c, the seconds its bus bytes take at the full scale-up rate (collective_time's
+  // within one domain, latency aside).
+  std::vector<double> c, t;
+  std::set<double> sizes;
+  for (const CollectiveSample& s : samples) {
+    if (s.gpus < 2 || s.gpus > device.scale_up_domain.value)
+      throw InputError(fmt::format(
+          "a {} sample over {} ranks: the scale-up fit takes 2 to {} ranks (one {} domain)",
+          collective_name(s.kind), s.gpus, device.scale_up_domain.value, device.display_name));
+    if (!(s.bytes > 0) || !(s.seconds > 0) || !std::isfinite(s.seconds))
+      throw InputError(fmt::format("a {} sample of {} bytes in {} s: both must be positive",
+                                   collective_name(s.kind), s.bytes, s.seconds));
+    const double n = s.gpus;
+    const double factor = s.kind == Collective::all_reduce ? 2.0 : 1.0;
+    c.push_back(factor * (n - 1) / n * s.bytes / up);
+    t.push_back(s.seconds);
+    sizes.insert(s.bytes);
+  }
+  if (sizes.size() < 2)
+    throw InputError(fmt::format("{} samples of {} distinct sizes: the fit needs two sizes or more",
+                                 samples.size(), sizes.size()));
+  // Minimise Σ ((L + c_i E - t_i) / t_i)² over L and E = 1 / efficiency: the 2x2 normal
+  // equations, then each bound enforced with the other term refitted alone.
+  double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const double w = 1 / (t[i] * t[i]);
+    a11 += w;
+    a12 += w * c[i];
+    a22 += w * c[i] * c[i];
+    b1 += w * t[i];
+    b2 += w * c[i] * t[i];
+  }
+  const double det = a11 * a22 - a12 * a12;
+  double L = det > 0 ? (b1 * a22 - b2 * a12) / det : 0;
+  double E = det > 0 ? (a11 * b2 - a12 * b1) / det : b2 / a22;
+  if (L < 0) {
+    L = 0;
+    E = b2 / a22;
+  }
+  if (E < 1) {
+    E = 1;
+    L = std::max(0.0, (b1 - a12) / a11);
+  }
+  CollectiveFit fit;
+  fit.latency_s = L;
+  fit.efficiency = 1 / E;
+  fit.samples = static_cast<int>(c.size());
+  double squares = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const double e = (L + c[i] * E - t[i]) / t[i];
+    squares += e * e;
+    fit.worst_relative_error = std::max(fit.worst_relative_error, std::fabs(e));
+  }
+  fit.rms_relative_error = std::sqrt(squares / static_cast<double>(c.size()));
+  return fit;
 }
 
 }  // namespace parity

@@ -298,6 +298,59 @@ TEST(Collective, BusBandwidthFactorsAndHierarchy) {
               c.collective_latency_out_s + std::max(7.0 / 32 * S / up, 24.0 / 32 * S / out), 1e-12);
 }
 
+// The scale-up fit recovers the latency and efficiency that made its samples (every collective,
+// 2 to 8 ranks, 1 KB to 256 MB), stays close under multiplicative noise, keeps the efficiency at
+// most 1, and refuses samples it cannot fit.
+TEST(Collective, ScaleUpFitRecoversTheModelsTerms) {
+  const DeviceSpec d = h200();
+  Calibration truth = default_calibration(d);
+  truth.collective_latency_up_s = 23e-6;
+  truth.scale_up_efficiency = 0.71;
+  std::vector<CollectiveSample> samples;
+  for (const Collective k : {Collective::all_to_all, Collective::all_reduce,
+                             Collective::reduce_scatter, Collective::all_gather})
+    for (const int n : {2, 4, 8})
+      for (double bytes = 1024; bytes <= 256e6; bytes *= 4)
+        samples.push_back({k, bytes, n, collective_time(k, bytes, n, d, truth)});
+  const CollectiveFit exact = fit_scale_up(samples, d);
+  EXPECT_NEAR(exact.latency_s, 23e-6, 1e-12);
+  EXPECT_NEAR(exact.efficiency, 0.71, 1e-9);
+  EXPECT_LT(exact.rms_relative_error, 1e-9);
+  EXPECT_EQ(exact.samples, static_cast<int>(samples.size()));
+
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> noise(0.95, 1.05);
+  std::vector<CollectiveSample> noisy = samples;
+  for (CollectiveSample& s : noisy) s.seconds *= noise(rng);
+  const CollectiveFit near = fit_scale_up(noisy, d);
+  EXPECT_NEAR(near.latency_s, 23e-6, 2e-6);
+  EXPECT_NEAR(near.efficiency, 0.71, 0.03);
+  EXPECT_GT(near.rms_relative_error, 0.01);
+  EXPECT_LE(near.worst_relative_error, 0.06);
+
+  // Faster than the link (a bad sample): the efficiency stays at 1, the latency refitted.
+  std::vector<CollectiveSample> fast = samples;
+  for (CollectiveSample& s : fast) s.seconds = 5e-6 + (s.seconds - 23e-6) * 0.5;
+  EXPECT_DOUBLE_EQ(fit_scale_up(fast, d).efficiency, 1.0);
+
+  const auto refused = [&](std::vector<CollectiveSample> v, const char* words) {
+    try {
+      fit_scale_up(v, d);
+      ADD_FAILURE() << "taken: " << words;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused({{Collective::all_reduce, 1e6, 1, 1e-3}, {Collective::all_reduce, 4e6, 1, 2e-3}},
+          "over 1 ranks: the scale-up fit takes 2 to 8 ranks");
+  refused({{Collective::all_reduce, 1e6, 16, 1e-3}, {Collective::all_reduce, 4e6, 16, 2e-3}},
+          "over 16 ranks");
+  refused({{Collective::all_reduce, 1e6, 8, 1e-3}, {Collective::all_gather, 1e6, 8, 2e-3}},
+          "the fit needs two sizes or more");
+  refused({{Collective::all_reduce, 1e6, 8, 0}, {Collective::all_reduce, 4e6, 8, 1e-3}},
+          "both must be positive");
+}
+
 TEST(Calibration, FileOverridesAndBadFilesAreClear) {
   const DeviceSpec d = h200();
   const Calibration def = default_calibration(d);

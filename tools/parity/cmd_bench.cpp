@@ -182,6 +182,7 @@ void run_comm(const CommArgs& a) {
                "algbw(GB/s)", "busbw(GB/s)", "check",
                dev ? fmt::format(" {:>13} {:>13}", "model(us)", "model busbw") : "");
   }
+  std::vector<CollectiveSample> samples;  // for the scale-up fit
   for (const Collective kind : ops) {
     for (std::int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 4) {
       Op op(*c, kind, bytes, gpu.get());
@@ -207,6 +208,7 @@ void run_comm(const CommArgs& a) {
       }
       if (!lead) continue;
       const double size = static_cast<double>(op.bytes());
+      samples.push_back({kind, size, P, t});
       const double algbw = size / t / 1e9;
       std::string model;
       if (dev) {
@@ -220,6 +222,20 @@ void run_comm(const CommArgs& a) {
       if (!every)
         throw Error(fmt::format("{} of {} bytes gave a wrong result on some rank",
                                 collective_name(kind), op.bytes()));
+    }
+  }
+  // The device's scale-up terms as this run measures them, for its calibration file.
+  if (lead && dev && P >= 2 && P <= dev->scale_up_domain.value) {
+    try {
+      const CollectiveFit f = fit_scale_up(samples, *dev);
+      fmt::print(
+          "scale-up fit over these {} results (least squares on relative error; the calibration "
+          "has {:.3g} s and {:.3f}):\n  collective_latency_up_s: {:.3g}\n  scale_up_efficiency: "
+          "{:.3f}\n  (the fitted model's error: rms {:.1f}%, worst {:.1f}%)\n",
+          f.samples, cal.collective_latency_up_s, cal.scale_up_efficiency, f.latency_s,
+          f.efficiency, 100 * f.rms_relative_error, 100 * f.worst_relative_error);
+    } catch (const InputError& e) {
+      fmt::print("no scale-up fit: {}\n", e.what());
     }
   }
 }
