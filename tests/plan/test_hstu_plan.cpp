@@ -13,23 +13,12 @@
 #include "parity/error.h"
 #include "parity/perf.h"
 #include "parity/plan.h"
+#include "plan_test_util.h"
+
+using namespace parity::plan_test;  // NOLINT: the shipped configs, in every test below
 
 namespace parity {
 namespace {
-namespace fs = std::filesystem;
-
-const fs::path kConfigs = fs::path(PARITY_SOURCE_DIR) / "configs";
-DeviceSpec device(const std::string& key) {
-  return find_device(key, kConfigs / "devices");
-}
-ModelSpec model(const std::string& name) {
-  return load_model_spec(kConfigs / "models" / (name + ".yaml"));
-}
-PlannerOptions options() {
-  PlannerOptions o;
-  o.configs_dir = kConfigs;
-  return o;
-}
 
 // An HSTU model whose tables are small, so that activations bind the batch.
 ModelSpec long_histories(int max_len, std::int64_t max_batch) {

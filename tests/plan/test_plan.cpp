@@ -13,23 +13,13 @@
 
 #include "parity/error.h"
 #include "parity/plan.h"
+#include "plan_test_util.h"
+
+using namespace parity::plan_test;  // NOLINT: the shipped configs, in every test below
 
 namespace parity {
 namespace {
 namespace fs = std::filesystem;
-
-const fs::path kConfigs = fs::path(PARITY_SOURCE_DIR) / "configs";
-DeviceSpec device(const std::string& key) {
-  return find_device(key, kConfigs / "devices");
-}
-ModelSpec model(const std::string& name) {
-  return load_model_spec(kConfigs / "models" / (name + ".yaml"));
-}
-PlannerOptions options() {
-  PlannerOptions o;
-  o.configs_dir = kConfigs;
-  return o;
-}
 
 // The headline: the full MLPerf DLRMv2 model on one H200 keeps every table in HBM in fp32
 // by switching to rowwise Adagrad (full Adagrad's state would double the tables).

@@ -11,24 +11,13 @@
 
 #include "parity/error.h"
 #include "parity/plan.h"
+#include "plan_test_util.h"
+
+using namespace parity::plan_test;  // NOLINT: the shipped configs, in every test below
 
 namespace parity {
 namespace {
-namespace fs = std::filesystem;
 
-const fs::path kConfigs = fs::path(PARITY_SOURCE_DIR) / "configs";
-DeviceSpec device(const std::string& key) {
-  return find_device(key, kConfigs / "devices");
-}
-ModelSpec model(const std::string& name) {
-  return load_model_spec(kConfigs / "models" / (name + ".yaml"));
-}
-PlannerOptions options(bool checks) {
-  PlannerOptions o;
-  o.configs_dir = kConfigs;
-  o.product_checks = checks;
-  return o;
-}
 double pad8(double c) {
   return std::ceil(c / 8) * 8;
 }
