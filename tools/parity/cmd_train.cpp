@@ -424,10 +424,11 @@ std::shared_ptr<Plan> choose_recipe(const TrainArgs& args, bool model_given, Tra
       plan->product_checks = true;
       const DeviceSpec dev = find_device(plan->device, configs_dir() / "devices");
       plan->prediction = evaluate_plan(*plan, spec, dev, calibration_for(dev, configs_dir()));
-      fmt::print(
-          "parity train: --product-checks: plan {} was made without them; its predictions are "
-          "evaluated again with the checks (parity plan --product-checks makes such a plan)\n",
-          args.plan);
+      if (g_group.rank == 0)
+        fmt::print(
+            "parity train: --product-checks: plan {} was made without them; its predictions are "
+            "evaluated again with the checks (parity plan --product-checks makes such a plan)\n",
+            args.plan);
     }
     train_as_planned(cfg, spec, *plan, args, args.backend == "cpu" ? std::string() : detect_gpu(),
                      fmt::format("plan {} (predicted {:.2f} ms/step)", args.plan,
