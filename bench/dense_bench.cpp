@@ -58,6 +58,7 @@ constexpr const char* kUsage =
     "                   [--device KEY|YAML] [--configs DIR] [--reps N] [--warmup N]\n"
     "                   [--product-size N] [--no-passes] [--results FILE] [--dump FILE]\n"
     "                   [--check-on-cpu] [--gemm-catalog FILE] [--ab-rounds N]\n"
+    "                   [--product-checks]\n"
     "Times every dense op of a training step (and each elementwise pass alone) on this GPU beside\n"
     "the measured copy and product rates and the performance model's prediction for --device\n"
     "(default h200). Defaults: configs/models/mlperf-dlrmv2.yaml at its batch_size, bf16, 30 reps\n"
@@ -65,7 +66,9 @@ constexpr const char* kUsage =
     "--check-on-cpu runs each op of the step once on the CPU backend (default batch 16) in the\n"
     "storage types the GPU would use: a check of the benchmark itself, no measurement.\n"
     "--gemm-catalog FILE also times the step's ops with the catalog's kernel choices, alternating\n"
-    "--ab-rounds (default 2) rounds with the library heuristic's, each op's fastest kept.\n";
+    "--ab-rounds (default 2) rounds with the library heuristic's, each op's fastest kept.\n"
+    "--product-checks checks every forward product of the step (parity train --product-checks)\n"
+    "and predicts the ops with the checks; a check that fails stops the benchmark.\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -91,6 +94,10 @@ bool parse(int argc, char** argv, pb::Options& o) {
     }
     if (a == "--check-on-cpu") {
       o.check_on_cpu = true;
+      continue;
+    }
+    if (a == "--product-checks") {
+      o.product_checks = true;
       continue;
     }
     if (i + 1 >= argc) throw UsageError(fmt::format("{} needs a value", a));
@@ -177,7 +184,8 @@ Host load(const pb::Options& o) {
   h.batch = o.batch > 0 ? o.batch : batch;
   h.device = parity::find_device(o.device, h.configs / "devices");
   h.calibration = parity::calibration_for(h.device, h.configs);
-  h.predicted = parity::dense_op_costs(h.model, h.batch, o.math, h.device, h.calibration);
+  h.predicted =
+      parity::dense_op_costs(h.model, h.batch, o.math, h.device, h.calibration, o.product_checks);
   if (!o.gemm_catalog.empty()) {
     h.catalog =
         std::make_shared<const parity::GemmCatalog>(parity::load_gemm_catalog(o.gemm_catalog));
@@ -332,6 +340,7 @@ void write_results(const pb::Options& o, const Host& h, const Run& r) {
                          {"model_file", h.model_file.string()},
                          {"batch", h.batch},
                          {"math", parity::dense_math_name(o.math)},
+                         {"product_checks", o.product_checks},
                          {"reps", o.reps},
                          {"warmup", o.warmup},
                          {"copy_bytes_per_s", r.ceilings.copy_bytes_per_s},
@@ -379,11 +388,20 @@ void write_dump(const pb::Options& o, const Host& h, const pb::StepShapes& sh, c
                       {"ops", ops}});
 }
 
+// The products the checks saw; a failure (on random inputs: a false alarm or a wrong product)
+// stops the benchmark.
+void report_checks(parity::Backend& be) {
+  const parity::Backend::ProductChecks c = be.product_checks();
+  fmt::print("product checks: {} forward products checked, {} failed\n", c.products, c.failures);
+  if (c.failures > 0) throw parity::Error("a checked product failed: " + c.first_failure);
+}
+
 // Each op of the step once on the CPU backend, in the storage types the GPU uses under the
 // dense math: the benchmark's shapes, views and modes meet the backends' shared checks without a
 // GPU (the cpu backend reads and writes bf16 views as the GPU does).
 int check_on_cpu(const pb::Options& o, const Host& h) {
   parity::CpuBackend be;
+  if (o.product_checks) be.set_product_checks(true);
   const DType act = o.math == DenseMath::bf16 ? DType::bf16 : DType::f32;
   const pb::StepShapes sh(h.model, h.batch, act);
   pb::Options once = o;
@@ -399,6 +417,7 @@ int check_on_cpu(const pb::Options& o, const Host& h) {
                                          [](const pb::OpResult& r) { return r.predicted_ms < 0; });
   fmt::print("dense_bench --check-on-cpu: {} ops ran; {} without a prediction\n", ops.size(),
              unpredicted);
+  if (o.product_checks) report_checks(be);
   return unpredicted == 0 ? 0 : 1;
 }
 
@@ -424,6 +443,7 @@ AbResult measure_ab(const pb::Options& o, const Host& h, const pb::StepShapes& s
     pb::print_op_header();
     {
       parity::GpuBackend be(o.math);
+      if (o.product_checks) be.set_product_checks(true);
       keep_fastest(ab.heuristic, pb::measure_step(be, o, sh, h.predicted, c, &fill));
     }
     fmt::print("\nround {} of {}: the kernel catalog's choices ({})\n", round, o.ab_rounds,
@@ -431,6 +451,7 @@ AbResult measure_ab(const pb::Options& o, const Host& h, const pb::StepShapes& s
     pb::print_op_header();
     {
       parity::GpuBackend be(o.math);
+      if (o.product_checks) be.set_product_checks(true);
       be.use_gemm_catalog(h.catalog, h.catalog_hbm_bytes_per_s, h.decisions);
       keep_fastest(ab.catalog, pb::measure_step(be, o, sh, h.predicted, c, &fill));
       ab.counts = be.gemm_selection_counts();
@@ -480,9 +501,15 @@ void run(const pb::Options& o, const Host& h, Run& r) {
       c.copy_bytes_per_s / 1e12, c.copy_ms, parity::dense_math_name(o.math), o.product_size,
       c.product_flops_per_s / 1e12, c.product_ms);
   std::fflush(stdout);
+  // The ceilings above are the products' own; the step's forward products are checked.
+  if (o.product_checks) {
+    be.set_product_checks(true);
+    fmt::print("with checksummed forward products, measured and predicted\n");
+  }
   pb::print_op_header();
   const parity::gpu::Stream fill;
   r.ops = pb::measure_step(be, o, sh, h.predicted, c, &fill);
+  if (o.product_checks) report_checks(be);
   print_sums(r);
   if (o.passes) r.passes = pb::measure_passes(be, o, sh, h.model, c);
   write_dump(o, h, sh, r);

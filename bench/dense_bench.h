@@ -30,7 +30,8 @@ struct Options {
   bool passes = true;                // also the elementwise passes alone
   bool check_on_cpu = false;         // each step op once on the CPU backend, no measurement
   std::string gemm_catalog;          // a kernel catalog: the step's ops also with its choices, A/B
-  int ab_rounds = 2;  // with a catalog: rounds of (library heuristic, catalog) timings
+  int ab_rounds = 2;            // with a catalog: rounds of (library heuristic, catalog) timings
+  bool product_checks = false;  // the forward products checked (Backend::set_product_checks)
 };
 
 // One layer of an MLP as the engine lays it out (src/engine/layout.cpp).

@@ -8,7 +8,9 @@
 #   3. the cost: each of MODELS again without the checks, both with --profile, the device step
 #      time (the profile's sum of categories) beside the plan's prediction of it (the plan made
 #      with the checks counts them), and the steady examples/s;
-#   4. a flip found in training: tiny with --inject-fault, exit 3 without replay, and with a
+#   4. the dense forward ops alone with and without the checks (dense_bench): measured beside the
+#      plan's prediction with the checks counted, op by op in dense*.log;
+#   5. a flip found in training: tiny with --inject-fault, exit 3 without replay, and with a
 #      checkpoint to replay from, the device blamed and training going on (exit 0).
 # The health ledger is $OUT/ledger.json (the flips mark the device suspect there, not in the
 # machine's own).
@@ -24,7 +26,7 @@ set -uo pipefail
 MODELS=${MODELS:-mlperf-dlrmv2-2m}
 STEPS=${STEPS:-300}
 TINY_STEPS=${TINY_STEPS:-10000}
-find_binaries parity test_backend_gpu || exit 1
+find_binaries parity test_backend_gpu dense_bench || exit 1
 device_facts
 export PARITY_HEALTH_LEDGER=$OUT/ledger.json
 P="$BIN/parity"
@@ -77,6 +79,17 @@ for m in $MODELS; do
   row "cost on $m" "the same without --product-checks" \
     "device step ${without:-?} ms without, ${with:-?} ms with ($cost); the plan predicts ${plan_without:-?} and ${plan_with:-?} ($predicted); $(steady "$OUT/$m.log") against $(steady "$OUT/$m.checks.log") examples/s"
 done
+
+# The forward ops alone, with and without the checks (dense_bench: each op's median time beside
+# its roofline and the plan's prediction with the checks counted): measured and predicted ms
+# summed over the forward ops.
+forward_ms() { awk '$2 == "forward" && $3 + 0 > 0 {m += $3; p += $10} END {printf "%.2f measured, %.2f predicted", m, p}' "$1"; }
+say "the dense forward ops with and without the checks"
+run_bin "$BIN/dense_bench" --model mlperf-dlrmv2 --no-passes --reps 10 >"$OUT/dense.log" 2>&1 || status=1
+run_bin "$BIN/dense_bench" --model mlperf-dlrmv2 --no-passes --reps 10 --product-checks \
+  >"$OUT/dense-checks.log" 2>&1 || status=1
+row "forward ops of MLPerf DLRMv2, batch 65,536" "dense_bench --model mlperf-dlrmv2 --no-passes --reps 10 [--product-checks]" \
+  "without: $(forward_ms "$OUT/dense.log") ms; with: $(forward_ms "$OUT/dense-checks.log") ms ($(grep -m1 -oE 'product checks: [0-9]+ forward products checked, [0-9]+ failed' "$OUT/dense-checks.log" || echo 'no check count'))"
 
 say "a flip in training"
 run_bin "$P" train --model tiny --steps 60 --product-checks --no-replay --inject-fault 30:2:100:30 \

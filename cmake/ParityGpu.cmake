@@ -106,6 +106,9 @@ if("cuda" IN_LIST PARITY_ENABLED_BACKENDS)
                             --model tiny-dot)
     parity_dense_bench_test(dense_step_tiny_fp32 0 "15 ops ran.*0 without a prediction" --check-on-cpu
                             --model tiny --math fp32)
+    # With the forward products checked: every op predicted with the checks, none failing.
+    parity_dense_bench_test(dense_step_dot_checked 0 "product checks: [1-9][0-9]* forward products checked, 0 failed"
+                            --check-on-cpu --model tiny-dot --product-checks)
   endif()
 
   if(PARITY_BUILD_TESTS)
