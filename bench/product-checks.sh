@@ -4,7 +4,8 @@
 #   1. the GPU tests of the checks (test_backend_gpu '*ProductChecks*'): 1,500 injected high-bit
 #      flips a dense math, caught by bit class, and clean random products;
 #   2. clean training with the checks: tiny for TINY_STEPS steps under the plan's dense math (bf16
-#      on an H100 or H200) and under fp32, and each of MODELS for STEPS steps: none may fail;
+#      on an H100 or H200) and under fp32, each of OTHER_MODELS (the dot interaction, HSTU) for
+#      OTHER_STEPS and each of MODELS for STEPS steps: none may fail;
 #   3. the cost: each of MODELS again without the checks, both with --profile, the device step
 #      time (the profile's sum of categories) beside the plan's prediction of it (the plan made
 #      with the checks counts them), and the steady examples/s;
@@ -17,7 +18,8 @@
 #
 #   PARITY_PREBUILT=build-prebuilt bench/product-checks.sh
 #
-# Environment: MODELS (default mlperf-dlrmv2-2m), STEPS (300), TINY_STEPS (10000). The table is
+# Environment: MODELS (default mlperf-dlrmv2-2m), STEPS (300), TINY_STEPS (10000), OTHER_MODELS
+# (tiny-dot hstu-tiny), OTHER_STEPS (2000). The table is
 # printed last and written to $OUT/product-checks.md; the exit status is non-zero where a check
 # fails a clean run, a flip is missed or a run fails.
 set -uo pipefail
@@ -26,6 +28,8 @@ set -uo pipefail
 MODELS=${MODELS:-mlperf-dlrmv2-2m}
 STEPS=${STEPS:-300}
 TINY_STEPS=${TINY_STEPS:-10000}
+OTHER_MODELS=${OTHER_MODELS:-tiny-dot hstu-tiny}
+OTHER_STEPS=${OTHER_STEPS:-2000}
 find_binaries parity test_backend_gpu dense_bench || exit 1
 device_facts
 export PARITY_HEALTH_LEDGER=$OUT/ledger.json
@@ -62,6 +66,15 @@ row "clean tiny, the plan's dense math" "parity train --model tiny --steps $TINY
 run_bin "$P" train --model tiny --no-plan --dense-math fp32 --steps "$TINY_STEPS" --product-checks \
   --eval-examples 4096 >"$OUT/tiny-fp32.log" 2>&1 || status=1
 row "clean tiny, fp32 math" "... --no-plan --dense-math fp32" "$(outcome "$OUT/tiny-fp32.log")"
+
+# The other paths through the checked products: the dot interaction and HSTU's projections.
+for m in $OTHER_MODELS; do
+  say "$m: $OTHER_STEPS clean steps with the checks"
+  run_bin "$P" train --model "$m" --steps "$OTHER_STEPS" --product-checks --eval-examples 4096 \
+    >"$OUT/$m.other.log" 2>&1 || status=1
+  row "clean $m" "parity train --model $m --steps $OTHER_STEPS --product-checks" \
+    "$(outcome "$OUT/$m.other.log")"
+done
 
 for m in $MODELS; do
   say "$m: $STEPS steps without and with the checks"
