@@ -184,17 +184,23 @@ Host load(const pb::Options& o) {
   h.batch = o.batch > 0 ? o.batch : batch;
   h.device = parity::find_device(o.device, h.configs / "devices");
   h.calibration = parity::calibration_for(h.device, h.configs);
-  h.predicted =
-      parity::dense_op_costs(h.model, h.batch, o.math, h.device, h.calibration, o.product_checks);
+  // The products timed as a plan times them: at the predicted time of the configuration the
+  // device's kernel catalog (or --gemm-catalog's) ranks first, where one ranks them.
+  parity::Plan p;
+  p.per_device_batch = h.batch;
+  p.dense_math = o.math;
+  const auto ranking =
+      o.gemm_catalog.empty()
+          ? parity::gemm_catalog_for(h.device, h.configs)
+          : std::make_shared<const parity::GemmCatalog>(parity::load_gemm_catalog(o.gemm_catalog));
+  p.kernels = parity::plan_kernel_choices(p, h.model, h.device, h.calibration, ranking.get());
+  const parity::ProductTimes times = parity::planned_product_times(p, h.model);
+  h.predicted = parity::dense_op_costs(h.model, h.batch, o.math, h.device, h.calibration,
+                                       o.product_checks, times.empty() ? nullptr : &times);
   if (!o.gemm_catalog.empty()) {
-    h.catalog =
-        std::make_shared<const parity::GemmCatalog>(parity::load_gemm_catalog(o.gemm_catalog));
+    h.catalog = ranking;
     h.catalog_hbm_bytes_per_s = h.device.hbm_bandwidth.value * h.calibration.hbm_efficiency;
-    parity::Plan p;
-    p.per_device_batch = h.batch;
-    p.dense_math = o.math;
-    for (const auto& kc :
-         parity::plan_kernel_choices(p, h.model, h.device, h.calibration, h.catalog.get())) {
+    for (const auto& kc : p.kernels) {
       parity::GemmDecision d{kc.op, kc.problem, {}};
       for (const std::string& key : kc.ranked) {
         parity::GemmKernel k;

@@ -154,6 +154,16 @@ std::vector<KernelChoice> plan_kernel_choices(const Plan& p, const ModelSpec& m,
                                               const DeviceSpec& dev, const Calibration& cal,
                                               const GemmCatalog* catalog);
 
+// The predicted seconds of the step's matrix products by their names (StepProduct::op), as the
+// plan's kernel choices give them: each product of the plan's batch and math that a kernel catalog
+// ranked, at the predicted time of the configuration it runs first (KernelChoice::predicted_s).
+// The catalog's model predicts a product's time from its shape, tile and streaming costs, which
+// the roofline model (gemm_best) does not see for skinny products. Products without such a choice
+// (no catalog for the device, or a batch other than the plan's) are absent: the roofline times
+// them.
+using ProductTimes = std::map<std::string, double>;
+ProductTimes planned_product_times(const Plan& plan, const ModelSpec& model);
+
 // One dense op of a training step as the engine's step profile names it, with what the
 // performance model predicts for it on one device.
 struct OpCost {
@@ -169,10 +179,13 @@ struct OpCost {
 // The dense ops of one step in the order the engine runs them (forward, loss, backward), each
 // with its products and elementwise passes on `dev`. The plan's mlp, interaction and loss times
 // are their sums by category (evaluate_plan), so a benchmark can print each op's prediction
-// beside its measurement. product_checks: the forward products checked (Plan::product_checks).
+// beside its measurement. product_checks: the forward products checked (Plan::product_checks);
+// times: the products' times where the plan's kernel choices give them (planned_product_times;
+// the roofline model's for the others, and for checked forward products, which run another shape).
 std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_batch,
                                    DenseMath math, const DeviceSpec& dev, const Calibration& cal,
-                                   bool product_checks = false);
+                                   bool product_checks = false,
+                                   const ProductTimes* times = nullptr);
 
 // The ops of one HSTU training step on `examples` examples of the model's average length, named
 // and grouped as the HSTU engine's step profile names them ("layer.0 attention forward" in

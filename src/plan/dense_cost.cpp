@@ -61,32 +61,54 @@ std::string layer_op(const MlpLayer& l, const char* pass) {
   return fmt::format("{}.{} {}", l.bottom ? "bottom" : "top", l.index, pass);
 }
 
-// A forward product [rows, cols] of depth k, checked row by row where the checks are on.
-void forward_product(const detail::OpBuilder& ob, bool checked, OpCost& op, std::int64_t rows,
-                     std::int64_t cols, std::int64_t k) {
-  if (checked)
-    ob.checked_product(op, rows, cols, k);
-  else
-    ob.product(op, rows, cols, k);
-}
+// The step's products into their ops: each by its name (StepProduct::op), at the plan's kernel
+// choice's time where `times` has it (the roofline model's work and traffic kept for the floor),
+// else at the roofline model's; forward products checked row by row where the checks are on.
+class Products {
+ public:
+  Products(const detail::OpBuilder& ob, bool checked, const ProductTimes* times)
+      : ob_(ob), checked_(checked), times_(times) {}
 
-void mlp_forward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const Bytes& by,
-                 const MlpLayer& l, std::int64_t batch, bool checked) {
+  void product(OpCost& op, const std::string& name, std::int64_t m, std::int64_t n,
+               std::int64_t k) const {
+    if (times_ != nullptr)
+      if (const auto it = times_->find(name); it != times_->end()) {
+        ob_.product_at(op, m, n, k, it->second);
+        return;
+      }
+    ob_.product(op, m, n, k);
+  }
+  void forward(OpCost& op, const std::string& name, std::int64_t m, std::int64_t n,
+               std::int64_t k) const {
+    if (checked_)
+      ob_.checked_product(op, m, n, k);
+    else
+      product(op, name, m, n, k);
+  }
+
+ private:
+  const detail::OpBuilder& ob_;
+  bool checked_;
+  const ProductTimes* times_;
+};
+
+void mlp_forward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const Products& ps,
+                 const Bytes& by, const MlpLayer& l, std::int64_t batch) {
   OpCost& op = add_op(ops, "mlp", layer_op(l, "forward"));
-  forward_product(ob, checked, op, batch, l.out, l.in);
+  ps.forward(op, op.op, batch, l.out, l.in);
   // fp32 inputs of a product are converted once: the data's dense features, and the dot
   // interaction's output.
   if (l.index == 0 && (l.bottom || !by.dcn))
     ob.pass(op, static_cast<double>(batch) * l.in * by.convert);
 }
 
-void mlp_backward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const Bytes& by,
-                  const MlpLayer& l, std::int64_t batch) {
+void mlp_backward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const Products& ps,
+                  const Bytes& by, const MlpLayer& l, std::int64_t batch) {
   OpCost& op = add_op(ops, "mlp", layer_op(l, "backward"));
   const double b = static_cast<double>(batch);
   // The first bottom layer needs no input gradient (its input is the data).
-  if (l.index > 0 || !l.bottom) ob.product(op, batch, l.in, l.out);
-  ob.product(op, l.out, l.in, batch);
+  if (l.index > 0 || !l.bottom) ps.product(op, layer_op(l, "data gradient"), batch, l.in, l.out);
+  ps.product(op, layer_op(l, "weight gradient"), l.out, l.in, batch);
   // ReLU mask of the gradient (read y and dy, write dz as the products read it) with dbias
   // summed in the same pass; without ReLU, dbias is a pass over dy (and dy is converted).
   const bool relu = l.bottom || !l.last;
@@ -98,9 +120,10 @@ void mlp_backward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const B
 
 std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_batch,
                                    DenseMath math, const DeviceSpec& dev, const Calibration& cal,
-                                   bool product_checks) {
+                                   bool product_checks, const ProductTimes* times) {
   require_dlrm(m, "the dense cost model");
   detail::OpBuilder ob(math, dev, cal);
+  const Products ps(ob, product_checks, times);
   const Bytes by(m, math);
   const double b = static_cast<double>(per_device_batch);
   const std::int64_t n = m.interaction_input_dim();
@@ -108,7 +131,7 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
   std::vector<OpCost> ops;
 
   // ---- forward ----
-  for (const auto& l : bottom) mlp_forward(ops, ob, by, l, per_device_batch, product_checks);
+  for (const auto& l : bottom) mlp_forward(ops, ob, ps, by, l, per_device_batch);
   const int layers = by.dcn ? m.interaction.cross_layers : 0;
   const std::int64_t r = m.interaction.low_rank;
   const double f = m.num_tables() + 1;  // dot: the vectors paired
@@ -117,19 +140,21 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
   if (by.dcn) {
     for (int l = 0; l < layers; ++l) {
       OpCost& op = add_op(ops, "interaction", fmt::format("cross.{} forward", l));
-      forward_product(ob, product_checks, op, per_device_batch, r, n);
-      forward_product(ob, product_checks, op, per_device_batch, n, r);
+      const std::string name = fmt::format("cross.{} forward", l);
+      ps.forward(op, name + " u", per_device_batch, r, n);
+      ps.forward(op, name + " z", per_device_batch, n, r);
       // x_next = x0 * z + xl (read 3, write 1, activations).
       ob.pass(op, b * 4.0 * by.s * n);
     }
   } else {
     ob.batched(add_op(ops, "interaction", "dot forward"), dot_flops, dot_bytes);
   }
-  for (const auto& l : top) mlp_forward(ops, ob, by, l, per_device_batch, product_checks);
+  for (const auto& l : top) mlp_forward(ops, ob, ps, by, l, per_device_batch);
 
   // ---- backward ----
   ob.pass(add_op(ops, "loss", "loss"), b * 12);
-  for (auto l = top.rbegin(); l != top.rend(); ++l) mlp_backward(ops, ob, by, *l, per_device_batch);
+  for (auto l = top.rbegin(); l != top.rend(); ++l)
+    mlp_backward(ops, ob, ps, by, *l, per_device_batch);
   if (by.dcn) {
     for (int l = layers - 1; l >= 0; --l) {
       OpCost& op = add_op(ops, "interaction", fmt::format("cross.{} backward", l));
@@ -141,16 +166,17 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
       const double dx0_read = l + 1 == layers ? 0.0 : by.s;
       const double s = by.s;
       ob.pass(op, b * n * (s + 2.0 * s + dx0_read + by.grad_operand + s + 2.0 * s));
-      ob.product(op, n, r, per_device_batch);
-      ob.product(op, per_device_batch, r, n);
-      ob.product(op, r, n, per_device_batch);
-      ob.product(op, per_device_batch, n, r);
+      const std::string name = fmt::format("cross.{}", l);
+      ps.product(op, name + " weight gradient w", n, r, per_device_batch);
+      ps.product(op, name + " data gradient u", per_device_batch, r, n);
+      ps.product(op, name + " weight gradient v", r, n, per_device_batch);
+      ps.product(op, name + " data gradient x", per_device_batch, n, r);
     }
   } else {
     ob.batched(add_op(ops, "interaction", "dot backward"), 2 * dot_flops, 2 * dot_bytes);
   }
   for (auto l = bottom.rbegin(); l != bottom.rend(); ++l)
-    mlp_backward(ops, ob, by, *l, per_device_batch);
+    mlp_backward(ops, ob, ps, by, *l, per_device_batch);
   return ops;
 }
 

@@ -23,6 +23,15 @@ class OpBuilder {
     op.bytes += e.bytes;
     op.seconds += e.seconds;
   }
+  // A product at a time known otherwise (a kernel catalog's prediction for the configuration that
+  // runs it), its work and traffic the roofline model's.
+  void product_at(OpCost& op, std::int64_t m, std::int64_t n, std::int64_t k,
+                  double seconds) const {
+    const GemmEstimate e = gemm_best({m, n, k, math_, output_bytes_}, dev_, cal_);
+    op.flops += e.flops;
+    op.bytes += e.bytes;
+    op.seconds += seconds;
+  }
   void pass(OpCost& op, double bytes) const {
     op.bytes += bytes;
     op.seconds += memory_pass_time(bytes, dev_, cal_);

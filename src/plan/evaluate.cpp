@@ -78,8 +78,10 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
   p.memory_budget_bytes = dev.hbm_bytes.value;
 
   // ---- dense part (replicated: the same on every device) ----
+  const ProductTimes product_times = planned_product_times(plan, m);
   const std::vector<OpCost> dense_ops =
-      dense_op_costs(m, plan.per_device_batch, plan.dense_math, dev, cal, plan.product_checks);
+      dense_op_costs(m, plan.per_device_batch, plan.dense_math, dev, cal, plan.product_checks,
+                     product_times.empty() ? nullptr : &product_times);
   const DenseTime dt = dense_time(dense_ops);
   const detail::DenseMemory dm = detail::dense_memory(m, plan.dense_math, plan.product_checks);
   const double P = static_cast<double>(m.dense_parameters());

@@ -213,6 +213,20 @@ std::vector<KernelChoice> plan_kernel_choices(const Plan& p, const ModelSpec& m,
   return out;
 }
 
+ProductTimes planned_product_times(const Plan& plan, const ModelSpec& model) {
+  ProductTimes out;
+  if (model.kind != ModelKind::dlrm || plan.kernels.empty()) return out;
+  std::map<std::string, std::string> step;  // op -> the product's kind and shape
+  for (const StepProduct& s : dense_products(model, plan.per_device_batch, plan.dense_math))
+    step[s.op] = decision_key(s.problem);
+  for (const KernelChoice& k : plan.kernels) {
+    if (k.ranked.empty() || !(k.predicted_s > 0)) continue;
+    const auto it = step.find(k.op);
+    if (it != step.end() && it->second == decision_key(k.problem)) out[k.op] = k.predicted_s;
+  }
+  return out;
+}
+
 std::shared_ptr<const GemmCatalog> gemm_catalog_for(const DeviceSpec& dev,
                                                     const std::filesystem::path& configs_dir,
                                                     const std::filesystem::path& file) {

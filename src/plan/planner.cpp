@@ -242,6 +242,7 @@ class Planner {
     out.why = fit.why;
     out.shortfall = fit.shortfall;
     if (out.feasible) {
+      choose_kernels(p);
       p.prediction = evaluate_plan(p, m_, dev_, cal_);
     }
     return out;
@@ -249,15 +250,21 @@ class Planner {
 
   Built last_failure_;
 
-  // The chosen plan's kernel choices (made once, for the plan the search keeps).
-  void choose_kernels(Plan& p) const {
-    p.kernels = plan_kernel_choices(p, m_, dev_, cal_, catalog_.get());
+ private:
+  // The plan's kernel choices, ranked with the device's catalog where it has one, before the plan
+  // is evaluated: its products are timed as the configurations they run (planned_product_times).
+  // Made once a batch and dense math, the only inputs the choices depend on.
+  void choose_kernels(Plan& p) {
+    const auto key = std::make_pair(p.per_device_batch, p.dense_math);
+    auto it = kernels_.find(key);
+    if (it == kernels_.end())
+      it = kernels_.emplace(key, plan_kernel_choices(p, m_, dev_, cal_, catalog_.get())).first;
+    p.kernels = it->second;
     p.gemm_catalog = {};
     if (catalog_ != nullptr)
       p.gemm_catalog = {catalog_->source_file, catalog_->library, catalog_->library_version};
   }
 
- private:
   std::int64_t round_to_gpus(std::int64_t g) const {
     return std::max<std::int64_t>(W_, (g / W_) * W_);
   }
@@ -269,6 +276,8 @@ class Planner {
   Calibration cal_;
   std::shared_ptr<const GemmCatalog> catalog_;  // the device's kernel catalog, if measured
   std::vector<View> views_;                     // this device's costs first
+  std::map<std::pair<std::int64_t, DenseMath>, std::vector<KernelChoice>>
+      kernels_;  // by batch, math
 };
 
 // Why a change was made, from the best plan without it.
@@ -330,7 +339,6 @@ Plan make_plan(const ModelSpec& m, const DeviceSpec& dev, int gpus, const Planne
     throw InfeasibleError(msg);
   }
   Plan plan = best->plan;
-  planner.choose_kernels(plan);
 
   // ---- recipe changes, each with its reason (plan again without it) ----
   const std::string on = fmt::format(" on {} x {}", gpus, dev.display_name);
@@ -451,12 +459,12 @@ Plan port_plan(const Plan& source, const ModelSpec& m, const DeviceSpec& dev,
   }
   const Calibration cal = calibration_for(dev, opt.configs_dir);
   p.calibration = cal.source;
-  p.prediction = evaluate_plan(p, m, dev, cal);
   const auto catalog = gemm_catalog_for(dev, opt.configs_dir, opt.gemm_catalog);
   p.kernels = plan_kernel_choices(p, m, dev, cal, catalog.get());
   p.gemm_catalog = {};
   if (catalog != nullptr)
     p.gemm_catalog = {catalog->source_file, catalog->library, catalog->library_version};
+  p.prediction = evaluate_plan(p, m, dev, cal);  // its products timed as the choices run them
   return p;
 }
 

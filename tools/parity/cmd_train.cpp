@@ -153,12 +153,13 @@ void print_profile(const TrainResult& r, const Plan* plan, const ModelSpec& mode
   if (plan != nullptr) {
     const DeviceSpec dev = find_device(plan->device, configs_dir() / "devices");
     const Calibration cal = calibration_for(dev, configs_dir());
+    const ProductTimes times = planned_product_times(*plan, model);
     const std::vector<OpCost> ops =
         model.kind == ModelKind::hstu
             ? hstu_op_costs(model, static_cast<double>(plan->per_device_batch), plan->dense_math,
                             plan->recompute, dev, cal, plan->product_checks)
             : dense_op_costs(model, plan->per_device_batch, plan->dense_math, dev, cal,
-                             plan->product_checks);
+                             plan->product_checks, times.empty() ? nullptr : &times);
     for (const OpCost& op : ops) predicted_ops[op.category + ": " + op.op] += op.seconds * 1e3;
   }
   fmt::print("  by op (device, plan, and the host's time from the op's mark to the next):\n");
