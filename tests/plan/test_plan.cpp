@@ -591,22 +591,9 @@ TEST(PlanEvaluation, MemoryAndTimeCategoriesByHand) {
   ModelSpec m = model("tiny");
   const DeviceSpec d = device("h200");
   const Calibration c = default_calibration(d);
-  Plan p;
-  p.model = m.name;
-  p.device = d.name;
-  p.gpus = 1;
-  p.per_device_batch = p.global_batch = 512;
-  p.dense_math = DenseMath::fp32;
-  p.embedding_optimizer = OptimizerKind::rowwise_adagrad;
+  Plan p = whole_tables_plan(m, d, DenseMath::fp32, 512);
   double rows = 0, weights = 0;
   for (const auto& t : m.tables) {
-    p.tables.push_back({t.name,
-                        DType::f32,
-                        OptimizerKind::rowwise_adagrad,
-                        Sharding::table,
-                        Placement::hbm,
-                        0,
-                        {{0, 0, t.rows, 0, t.dim}}});
     rows += static_cast<double>(t.rows);
     weights += static_cast<double>(t.rows) * t.dim * 4;
   }

@@ -22,25 +22,6 @@ double pad8(double c) {
   return std::ceil(c / 8) * 8;
 }
 
-// A one-GPU plan of every table in HBM, fp32, at `batch`.
-Plan plain_plan(const ModelSpec& m, const DeviceSpec& d, DenseMath math, std::int64_t batch) {
-  Plan p;
-  p.model = m.name;
-  p.device = d.name;
-  p.gpus = 1;
-  p.per_device_batch = p.global_batch = batch;
-  p.dense_math = math;
-  for (const auto& t : m.tables)
-    p.tables.push_back({t.name,
-                        DType::f32,
-                        OptimizerKind::rowwise_adagrad,
-                        Sharding::table,
-                        Placement::hbm,
-                        0,
-                        {{0, 0, t.rows, 0, t.dim}}});
-  return p;
-}
-
 // The forward products of the step's forward ops, as the engine runs them: [rows, cols] of depth
 // k, by op name.
 struct Forward {
@@ -125,7 +106,7 @@ TEST(ProductChecksPlan, TheirScratchIsCountedByHand) {
   }
   deepest = std::max<double>(deepest, static_cast<double>(m.interaction_input_dim()));
   for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
-    Plan p = plain_plan(m, d, math, b);
+    Plan p = whole_tables_plan(m, d, math, b);
     const Prediction without = evaluate_plan(p, m, d, c);
     p.product_checks = true;
     const Prediction with = evaluate_plan(p, m, d, c);
