@@ -58,13 +58,13 @@ class Ops {
     ops_.push_back({std::move(category), std::move(op)});
     return ops_.back();
   }
-  void product(OpCost& op, double m, double n, double k) const {
+  // A product of average sizes, rounded to whole rows; checked row by row where `checked`.
+  void product(OpCost& op, double m, double n, double k, bool checked = false) const {
     auto rows = [](double v) { return std::max<std::int64_t>(1, std::llround(v)); };
-    build_.product(op, rows(m), rows(n), rows(k));
-  }
-  void checked_product(OpCost& op, double m, double n, double k) const {
-    auto rows = [](double v) { return std::max<std::int64_t>(1, std::llround(v)); };
-    build_.checked_product(op, rows(m), rows(n), rows(k));
+    if (checked)
+      build_.checked_product(op, rows(m), rows(n), rows(k));
+    else
+      build_.product(op, rows(m), rows(n), rows(k));
   }
   void pass(OpCost& op, double bytes) const { build_.pass(op, bytes); }
   std::vector<OpCost> take() { return std::move(ops_); }
@@ -368,10 +368,7 @@ std::vector<OpCost> hstu_op_costs(const ModelSpec& m, double examples, DenseMath
   Ops ops(math, dev, cal);
   // The forward products go through linear_forward: checked where the checks are on.
   auto forward = [&](OpCost& op, double rows, double cols, double k) {
-    if (product_checks)
-      ops.checked_product(op, rows, cols, k);
-    else
-      ops.product(op, rows, cols, k);
+    ops.product(op, rows, cols, k, product_checks);
   };
   auto layer_norm_forward = [&](OpCost& op, double rows, double cols) {
     ops.pass(op, rows * (cols * 8 + 8));  // x in, y out, mean and rstd out
@@ -624,8 +621,7 @@ class HstuPlanner {
     const auto& allowed = m_.allowed_dense_math;
     for (DenseMath c : {DenseMath::bf16, DenseMath::tf32, DenseMath::fp32}) {
       if (std::find(allowed.begin(), allowed.end(), c) == allowed.end()) continue;
-      // The product checks cannot follow tf32's rounding of the operands (Plan::product_checks).
-      if (c == DenseMath::tf32 && (!dev_.has_tf32() || checks_)) continue;
+      if (!dense_math_runs(c, dev_, checks_)) continue;
       out.push_back(c);
     }
     return out;

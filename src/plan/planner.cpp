@@ -102,8 +102,7 @@ class Planner {
       if (std::find(m_.allowed_dense_math.begin(), m_.allowed_dense_math.end(), c) ==
           m_.allowed_dense_math.end())
         continue;
-      // The product checks cannot follow tf32's rounding of the operands (Plan::product_checks).
-      if (c == DenseMath::tf32 && (!dev_.has_tf32() || opt_.product_checks)) continue;
+      if (!detail::dense_math_runs(c, dev_, opt_.product_checks)) continue;
       const double rate = dev_.dense_flops(c) * cal_.gemm_efficiency(c);
       if (rate > best_rate * (1 + 1e-9)) {
         best = c;

@@ -12,6 +12,13 @@
 
 namespace parity::detail {
 
+// Whether a plan on `dev` may take dense math `m`: tf32 needs the device's TF32 (units or the
+// library's emulation), and the product checks cannot follow tf32's rounding of the operands
+// inside the library (Plan::product_checks). Both planners ask.
+inline bool dense_math_runs(DenseMath m, const DeviceSpec& dev, bool product_checks) {
+  return m != DenseMath::tf32 || (dev.has_tf32() && !product_checks);
+}
+
 inline std::string gb(double bytes) {
   return fmt::format("{:.1f} GB", bytes / 1e9);
 }
