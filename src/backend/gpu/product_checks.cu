@@ -149,9 +149,9 @@ struct RowSums {
 
 // Lane 0's verdict on row i of the product (o: the row of out32), recorded where it fails.
 template <bool Augmented>
-__device__ void judge_row(RowSums r, std::int64_t i, std::int64_t n, std::int64_t k,
-                          const float* o, std::int64_t m, const double* __restrict__ sums,
-                          long long product, int what, ProductCheckRecord* record) {
+__device__ void judge_row(RowSums r, std::int64_t i, std::int64_t n, std::int64_t k, const float* o,
+                          std::int64_t m, const double* __restrict__ sums, long long product,
+                          int what, ProductCheckRecord* record) {
   const double kd = static_cast<double>(k);
   double unit = kUnit, variance = (kd / 3 + 1) * r.squares + kd / 2 * r.spread_in;
   if (Augmented) {
@@ -169,8 +169,7 @@ __device__ void judge_row(RowSums r, std::int64_t i, std::int64_t n, std::int64_
   if (!isfinite(r.magnitude) || !isfinite(r.spread_in) || r.magnitude > FLT_MAX) return;
   // Besides the rounding: the check's own sums, and values below fp32's normal range, which
   // the product may flush to zero (each of its k + 1 terms an element).
-  const double bound = kLambda * unit * sqrt(variance) +
-                       kCheckRounding * (r.magnitude + r.size) +
+  const double bound = kLambda * unit * sqrt(variance) + kCheckRounding * (r.magnitude + r.size) +
                        static_cast<double>(k + 1) * static_cast<double>(m) * FLT_MIN;
   const double diff = fabs(r.sum - r.predicted);
   if (diff <= bound || record == nullptr) return;  // a NaN or an infinity in the output fails
@@ -218,10 +217,16 @@ __global__ __launch_bounds__(kBlock) void rows_kernel(
   }
   for (std::int64_t j = lane; j < m; j += kWarpSize) {
     const float b = Augmented && bias != nullptr ? bias[j] : 0.0f;
+    // Every row's element loaded before any is stored: the stores may alias the loads (fp32
+    // checked in place), so loads after a store would wait for it.
+    float loaded[kRowsPerWarp];
+#pragma unroll
+    for (int x = 0; x < kRowsPerWarp; ++x)
+      loaded[x] = x < rows ? out32[(first + x) * ld32 + j] : 0.0f;
 #pragma unroll
     for (int x = 0; x < kRowsPerWarp; ++x) {
       if (x >= rows) continue;
-      const float v = out32[(first + x) * ld32 + j];
+      const float v = loaded[x];
       r[x].sum += v;
       r[x].squares += static_cast<double>(v) * v;
       r[x].size += fabs(static_cast<double>(v));
