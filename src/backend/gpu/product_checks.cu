@@ -132,65 +132,46 @@ __device__ __forceinline__ double warp_sum(double v) {
   return v;
 }
 
-// One warp a row.
-template <class S, bool Augmented>
-__global__ __launch_bounds__(kBlock) void rows_kernel(
-    CheckOperand a, std::int64_t n, std::int64_t k, const float* out32, std::int64_t ld32,
-    std::int64_t m, const double* __restrict__ sums, const float* __restrict__ bias, bool relu,
-    S* stored, std::int64_t ld_stored, long long product, int what, ProductCheckRecord* record) {
-  const std::int64_t i =
-      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
-  if (i >= n) return;
-  const int lane = lane_id();
+// A warp checks kRowsPerWarp rows at once: each weight sum it loads (from L2, 16 or 24 bytes a
+// column) then serves all of them, where one warp a row read them once a row, more than the row's
+// own input; and each lane keeps that many independent loads in flight over the rows' inputs
+// and products.
+constexpr int kRowsPerWarp = 4;
+
+// What a row's check has summed over its input (Σ_c over the row's k columns) and its product
+// (Σ_j over its m columns), reduced over the warp.
+struct RowSums {
   // predicted: Σ_c a_ic s_c (fp32 math) or the rest Σ_c a_ic r_c (augmented); spread_in:
   // Σ_c a_ic² t_c; spread_check: Σ_c a_ic² s_c² (the checksum column's terms, augmented).
   double predicted = 0, magnitude = 0, spread_in = 0, spread_check = 0;
-  for (std::int64_t c = lane; c < k; c += kWarpSize) {
-    const double v = load(a, i, c);
-    predicted += v * sums[c];
-    magnitude += fabs(v * sums[c]);
-    spread_in += v * v * sums[k + c];
-    if (Augmented) spread_check += v * v * sums[2 * k + c] * sums[2 * k + c];
-  }
-  double sum = 0, squares = 0, size = 0;
-  const float* o = out32 + i * ld32;
-  S* st = stored + i * ld_stored;
-  for (std::int64_t j = lane; j < m; j += kWarpSize) {
-    const float v = o[j];
-    sum += v;
-    squares += static_cast<double>(v) * v;
-    size += fabs(static_cast<double>(v));
-    const float y = Augmented && bias != nullptr ? v + bias[j] : v;
-    st[j] = from_float_rn<S>(relu && y <= 0.0f ? 0.0f : y);  // a NaN stays for the guard to see
-  }
-  predicted = warp_sum(predicted);
-  magnitude = warp_sum(magnitude);
-  spread_in = warp_sum(spread_in);
-  sum = warp_sum(sum);
-  squares = warp_sum(squares);
-  size = warp_sum(size);
-  if (Augmented) spread_check = warp_sum(spread_check);
-  if (lane != 0) return;
+  double sum = 0, squares = 0, size = 0;  // of the product's m elements
+};
+
+// Lane 0's verdict on row i of the product (o: the row of out32), recorded where it fails.
+template <bool Augmented>
+__device__ void judge_row(RowSums r, std::int64_t i, std::int64_t n, std::int64_t k, const float* o,
+                          std::int64_t m, const double* __restrict__ sums, long long product,
+                          int what, ProductCheckRecord* record) {
   const double kd = static_cast<double>(k);
-  double unit = kUnit, variance = (kd / 3 + 1) * squares + kd / 2 * spread_in;
+  double unit = kUnit, variance = (kd / 3 + 1) * r.squares + kd / 2 * r.spread_in;
   if (Augmented) {
     const double hi = o[m], lo = o[m + 1];
-    predicted += hi + lo;
-    magnitude += fabs(hi) + fabs(lo);
-    variance += (kd / 3 + 1) * (hi * hi + lo * lo) + kd / 2 * spread_check;
+    r.predicted += hi + lo;
+    r.magnitude += fabs(hi) + fabs(lo);
+    variance += (kd / 3 + 1) * (hi * hi + lo * lo) + kd / 2 * r.spread_check;
     unit = 2 * kUnit;  // truncation: up to one ulp, 2u of the value
   } else {
     const double bias_sum = sums[3 * k];
-    predicted += bias_sum;
-    magnitude += fabs(bias_sum);
+    r.predicted += bias_sum;
+    r.magnitude += fabs(bias_sum);
   }
   // Not finite inputs, or a product that may overflow fp32: the finite-value guard's to report.
-  if (!isfinite(magnitude) || !isfinite(spread_in) || magnitude > FLT_MAX) return;
+  if (!isfinite(r.magnitude) || !isfinite(r.spread_in) || r.magnitude > FLT_MAX) return;
   // Besides the rounding: the check's own sums, and values below fp32's normal range, which
   // the product may flush to zero (each of its k + 1 terms an element).
-  const double bound = kLambda * unit * sqrt(variance) + kCheckRounding * (magnitude + size) +
+  const double bound = kLambda * unit * sqrt(variance) + kCheckRounding * (r.magnitude + r.size) +
                        static_cast<double>(k + 1) * static_cast<double>(m) * FLT_MIN;
-  const double diff = fabs(sum - predicted);
+  const double diff = fabs(r.sum - r.predicted);
   if (diff <= bound || record == nullptr) return;  // a NaN or an infinity in the output fails
   // Failures count products: the first failing row of a product counts it (products run in
   // order on one stream, so a later product's tag is always larger).
@@ -202,9 +183,75 @@ __global__ __launch_bounds__(kBlock) void rows_kernel(
   record->rows = n;
   record->cols = m;
   record->what = what;
-  record->sum = sum;
-  record->predicted = predicted;
+  record->sum = r.sum;
+  record->predicted = r.predicted;
   record->bound = bound;
+}
+
+// kRowsPerWarp rows a warp, lanes across the columns. The loops over the rows are unrolled, so
+// that the per-row sums stay in registers.
+template <class S, bool Augmented>
+__global__ __launch_bounds__(kBlock) void rows_kernel(
+    CheckOperand a, std::int64_t n, std::int64_t k, const float* out32, std::int64_t ld32,
+    std::int64_t m, const double* __restrict__ sums, const float* __restrict__ bias, bool relu,
+    S* stored, std::int64_t ld_stored, long long product, int what, ProductCheckRecord* record) {
+  const std::int64_t warp =
+      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
+  const std::int64_t first = warp * kRowsPerWarp;
+  if (first >= n) return;
+  const int rows = n - first < kRowsPerWarp ? static_cast<int>(n - first) : kRowsPerWarp;
+  const int lane = lane_id();
+  RowSums r[kRowsPerWarp];
+  for (std::int64_t c = lane; c < k; c += kWarpSize) {
+    const double s = sums[c], t = sums[k + c];
+    const double q = Augmented ? sums[2 * k + c] * sums[2 * k + c] : 0.0;
+#pragma unroll
+    for (int x = 0; x < kRowsPerWarp; ++x) {
+      if (x >= rows) continue;
+      const double v = load(a, first + x, c);
+      r[x].predicted += v * s;
+      r[x].magnitude += fabs(v * s);
+      r[x].spread_in += v * v * t;
+      if (Augmented) r[x].spread_check += v * v * q;
+    }
+  }
+  for (std::int64_t j = lane; j < m; j += kWarpSize) {
+    const float b = Augmented && bias != nullptr ? bias[j] : 0.0f;
+    // Every row's element loaded before any is stored: the stores may alias the loads (fp32
+    // checked in place), so loads after a store would wait for it.
+    float loaded[kRowsPerWarp];
+#pragma unroll
+    for (int x = 0; x < kRowsPerWarp; ++x)
+      loaded[x] = x < rows ? out32[(first + x) * ld32 + j] : 0.0f;
+#pragma unroll
+    for (int x = 0; x < kRowsPerWarp; ++x) {
+      if (x >= rows) continue;
+      const float v = loaded[x];
+      r[x].sum += v;
+      r[x].squares += static_cast<double>(v) * v;
+      r[x].size += fabs(static_cast<double>(v));
+      const float y = Augmented && bias != nullptr ? v + b : v;
+      // A NaN stays for the guard to see.
+      stored[(first + x) * ld_stored + j] = from_float_rn<S>(relu && y <= 0.0f ? 0.0f : y);
+    }
+  }
+#pragma unroll
+  for (int x = 0; x < kRowsPerWarp; ++x) {
+    if (x >= rows) continue;  // the same for every lane: the shuffles see the whole warp
+    r[x].predicted = warp_sum(r[x].predicted);
+    r[x].magnitude = warp_sum(r[x].magnitude);
+    r[x].spread_in = warp_sum(r[x].spread_in);
+    r[x].sum = warp_sum(r[x].sum);
+    r[x].squares = warp_sum(r[x].squares);
+    r[x].size = warp_sum(r[x].size);
+    if (Augmented) r[x].spread_check = warp_sum(r[x].spread_check);
+  }
+  if (lane != 0) return;
+#pragma unroll
+  for (int x = 0; x < kRowsPerWarp; ++x)
+    if (x < rows)
+      judge_row<Augmented>(r[x], first + x, n, k, out32 + (first + x) * ld32, m, sums, product,
+                           what, record);
 }
 
 __global__ __launch_bounds__(kBlock) void round_kernel(const float* v, std::int64_t n, float* out) {
@@ -259,7 +306,7 @@ void product_check_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t
                         bool augmented, const float* bias, bool relu, AMat stored,
                         long long product, int what, ProductCheckRecord* record) {
   if (n <= 0 || m <= 0) return;
-  const std::int64_t rows_per_block = kBlock / device_info().warp_size;
+  const std::int64_t rows_per_block = kBlock / device_info().warp_size * kRowsPerWarp;
   const LaunchShape shape{ceil_div(n, rows_per_block), kBlock, 0};
   auto run = [&](auto kernel, auto* out) {
     launch("product_check_rows", kernel, shape, s, a, n, k, out32, ld32, m, sums, bias, relu, out,
