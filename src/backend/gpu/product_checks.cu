@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "backend/gpu/elementwise.cuh"
@@ -137,6 +138,8 @@ __device__ __forceinline__ double warp_sum(double v) {
 // own input; and each lane keeps that many independent loads in flight over the rows' inputs
 // and products.
 constexpr int kRowsPerWarp = 4;
+// Columns a lane takes at a time where the rows are aligned: 8-byte bf16 and 16-byte fp32 accesses.
+constexpr int kVector = 4;
 
 // What a row's check has summed over its input (Σ_c over the row's k columns) and its product
 // (Σ_j over its m columns), reduced over the warp.
@@ -188,9 +191,87 @@ __device__ void judge_row(RowSums r, std::int64_t i, std::int64_t n, std::int64_
   record->bound = bound;
 }
 
-// kRowsPerWarp rows a warp, lanes across the columns. The loops over the rows are unrolled, so
-// that the per-row sums stay in registers.
-template <class S, bool Augmented>
+// The input's part of row x's sums: columns [c, c + W) of its row of a, against the weights'
+// sums of those columns (loaded once for all the warp's rows).
+template <bool Augmented, int W>
+__device__ __forceinline__ void add_input(CheckOperand a, std::int64_t first, int rows,
+                                          std::int64_t c, const double* __restrict__ sums,
+                                          std::int64_t k, RowSums (&r)[kRowsPerWarp]) {
+  float v[kRowsPerWarp][W];
+#pragma unroll
+  for (int x = 0; x < kRowsPerWarp; ++x) {
+    if (x >= rows) continue;
+    if constexpr (W == 1) {
+      v[x][0] = static_cast<float>(load(a, first + x, c));
+    } else if (a.bf16) {
+      load_vec<W>(static_cast<const Bf16*>(a.data) + (first + x) * a.ld + c, v[x]);
+    } else {
+      load_vec<W>(static_cast<const float*>(a.data) + (first + x) * a.ld + c, v[x]);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < W; ++e) {
+    const double s = sums[c + e], t = sums[k + c + e];
+    const double q = Augmented ? sums[2 * k + c + e] * sums[2 * k + c + e] : 0.0;
+#pragma unroll
+    for (int x = 0; x < kRowsPerWarp; ++x) {
+      if (x >= rows) continue;
+      const double u = v[x][e];
+      r[x].predicted += u * s;
+      r[x].magnitude += fabs(u * s);
+      r[x].spread_in += u * u * t;
+      if (Augmented) r[x].spread_check += u * u * q;
+    }
+  }
+}
+
+// The product's part of row x's sums, columns [j, j + W), and the stored output of them: every
+// row's elements loaded before any is stored (the stores may alias the loads, fp32 checked in
+// place, and loads after a store would wait for it).
+template <class S, bool Augmented, int W>
+__device__ __forceinline__ void add_product(const float* out32, std::int64_t ld32,
+                                            std::int64_t first, int rows, std::int64_t j,
+                                            const float* __restrict__ bias, bool relu, S* stored,
+                                            std::int64_t ld_stored, RowSums (&r)[kRowsPerWarp]) {
+  float v[kRowsPerWarp][W];
+#pragma unroll
+  for (int x = 0; x < kRowsPerWarp; ++x) {
+    if (x >= rows) continue;
+    if constexpr (W == 1) {
+      v[x][0] = out32[(first + x) * ld32 + j];
+    } else {
+      load_vec<W>(out32 + (first + x) * ld32 + j, v[x]);
+    }
+  }
+  float b[W];
+#pragma unroll
+  for (int e = 0; e < W; ++e) b[e] = Augmented && bias != nullptr ? bias[j + e] : 0.0f;
+#pragma unroll
+  for (int x = 0; x < kRowsPerWarp; ++x) {
+    if (x >= rows) continue;
+    float y[W];
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      const float u = v[x][e];
+      r[x].sum += u;
+      r[x].squares += static_cast<double>(u) * u;
+      r[x].size += fabs(static_cast<double>(u));
+      const float z = Augmented && bias != nullptr ? u + b[e] : u;
+      y[e] = relu && z <= 0.0f ? 0.0f : z;  // a NaN stays for the guard to see
+    }
+    if constexpr (W == 1) {
+      stored[(first + x) * ld_stored + j] = from_float_rn<S>(y[0]);
+    } else {
+      store_vec_rn<W>(stored + (first + x) * ld_stored + j, y);
+    }
+  }
+}
+
+// kRowsPerWarp rows a warp, lanes across the columns, W consecutive columns a lane at a time
+// (W = 4: 8- or 16-byte accesses where every row is aligned to them; W = 1 otherwise), the last
+// k % W and m % W columns one at a time. The loops over the rows are unrolled, so that the
+// per-row sums stay in registers.
+template <class S, bool Augmented, int W>
 __global__ __launch_bounds__(kBlock) void rows_kernel(
     CheckOperand a, std::int64_t n, std::int64_t k, const float* out32, std::int64_t ld32,
     std::int64_t m, const double* __restrict__ sums, const float* __restrict__ bias, bool relu,
@@ -202,39 +283,15 @@ __global__ __launch_bounds__(kBlock) void rows_kernel(
   const int rows = n - first < kRowsPerWarp ? static_cast<int>(n - first) : kRowsPerWarp;
   const int lane = lane_id();
   RowSums r[kRowsPerWarp];
-  for (std::int64_t c = lane; c < k; c += kWarpSize) {
-    const double s = sums[c], t = sums[k + c];
-    const double q = Augmented ? sums[2 * k + c] * sums[2 * k + c] : 0.0;
-#pragma unroll
-    for (int x = 0; x < kRowsPerWarp; ++x) {
-      if (x >= rows) continue;
-      const double v = load(a, first + x, c);
-      r[x].predicted += v * s;
-      r[x].magnitude += fabs(v * s);
-      r[x].spread_in += v * v * t;
-      if (Augmented) r[x].spread_check += v * v * q;
-    }
-  }
-  for (std::int64_t j = lane; j < m; j += kWarpSize) {
-    const float b = Augmented && bias != nullptr ? bias[j] : 0.0f;
-    // Every row's element loaded before any is stored: the stores may alias the loads (fp32
-    // checked in place), so loads after a store would wait for it.
-    float loaded[kRowsPerWarp];
-#pragma unroll
-    for (int x = 0; x < kRowsPerWarp; ++x)
-      loaded[x] = x < rows ? out32[(first + x) * ld32 + j] : 0.0f;
-#pragma unroll
-    for (int x = 0; x < kRowsPerWarp; ++x) {
-      if (x >= rows) continue;
-      const float v = loaded[x];
-      r[x].sum += v;
-      r[x].squares += static_cast<double>(v) * v;
-      r[x].size += fabs(static_cast<double>(v));
-      const float y = Augmented && bias != nullptr ? v + b : v;
-      // A NaN stays for the guard to see.
-      stored[(first + x) * ld_stored + j] = from_float_rn<S>(relu && y <= 0.0f ? 0.0f : y);
-    }
-  }
+  const std::int64_t k_vec = k / W * W, m_vec = m / W * W;
+  for (std::int64_t c = lane * W; c < k_vec; c += kWarpSize * W)
+    add_input<Augmented, W>(a, first, rows, c, sums, k, r);
+  for (std::int64_t c = k_vec + lane; c < k; c += kWarpSize)
+    add_input<Augmented, 1>(a, first, rows, c, sums, k, r);
+  for (std::int64_t j = lane * W; j < m_vec; j += kWarpSize * W)
+    add_product<S, Augmented, W>(out32, ld32, first, rows, j, bias, relu, stored, ld_stored, r);
+  for (std::int64_t j = m_vec + lane; j < m; j += kWarpSize)
+    add_product<S, Augmented, 1>(out32, ld32, first, rows, j, bias, relu, stored, ld_stored, r);
 #pragma unroll
   for (int x = 0; x < kRowsPerWarp; ++x) {
     if (x >= rows) continue;  // the same for every lane: the shuffles see the whole warp
@@ -308,16 +365,27 @@ void product_check_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t
   if (n <= 0 || m <= 0) return;
   const std::int64_t rows_per_block = kBlock / device_info().warp_size * kRowsPerWarp;
   const LaunchShape shape{ceil_div(n, rows_per_block), kBlock, 0};
+  // Vector accesses where every row of every operand starts aligned to kVector elements.
+  const auto rows_aligned = [](const void* p, std::int64_t ld, std::size_t bytes) {
+    return reinterpret_cast<std::uintptr_t>(p) % (kVector * bytes) == 0 && ld % kVector == 0;
+  };
+  const std::size_t stored_bytes = stored.dtype == DType::bf16 ? 2 : 4;
+  const bool vector = rows_aligned(a.data, a.ld, a.bf16 ? 2 : 4) && rows_aligned(out32, ld32, 4) &&
+                      rows_aligned(stored.data, stored.ld, stored_bytes);
   auto run = [&](auto kernel, auto* out) {
     launch("product_check_rows", kernel, shape, s, a, n, k, out32, ld32, m, sums, bias, relu, out,
            stored.ld, product, what, record);
   };
+  auto pick = [&]<class S>(S* out) {
+    if (augmented)
+      vector ? run(rows_kernel<S, true, kVector>, out) : run(rows_kernel<S, true, 1>, out);
+    else
+      vector ? run(rows_kernel<S, false, kVector>, out) : run(rows_kernel<S, false, 1>, out);
+  };
   if (stored.dtype == DType::bf16) {
-    auto* out = static_cast<Bf16*>(stored.data);
-    augmented ? run(rows_kernel<Bf16, true>, out) : run(rows_kernel<Bf16, false>, out);
+    pick(static_cast<Bf16*>(stored.data));
   } else if (stored.is_f32()) {
-    auto* out = static_cast<float*>(stored.data);
-    augmented ? run(rows_kernel<float, true>, out) : run(rows_kernel<float, false>, out);
+    pick(static_cast<float*>(stored.data));
   } else {
     throw Error("product_check_rows: an output stored in " + std::string(dtype_name(stored.dtype)) +
                 "; fp32 or bf16 expected");
