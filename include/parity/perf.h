@@ -43,6 +43,9 @@ struct Calibration {
   double embedding_backward_fixed_s = 0;
   double embedding_heavy_fixed_s = 0;
   double embedding_heavy_lookup_s = 0;
+  // The checked products' row pass (--product-checks: each row of a product's fp32 output summed
+  // against its prediction, the output stored): achieved fraction of the copy bandwidth.
+  double product_check_efficiency = 0;
   double host_link_efficiency = 0;      // achieved fraction of host_link_bandwidth
   double host_gather_efficiency = 0;    // the same for the forward's scattered row reads
   double scale_up_efficiency = 0;       // nccl-tests busbw / link bandwidth, scale-up

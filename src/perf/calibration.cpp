@@ -32,7 +32,7 @@ struct Field {
 
 // The built-in values are estimates until a device is measured; the measured H200 file
 // (configs/calibration/h200.yaml) is where the NVIDIA estimates are anchored.
-constexpr std::array<Field, 22> kFields{{
+constexpr std::array<Field, 23> kFields{{
     {"gemm_efficiency_fp32", &Calibration::gemm_efficiency_fp32, 0.01, 1.0, 0.70, 0.60,
      "below the 0.75 measured on one H200 at 8192^3 (configs/calibration/h200.yaml); "
      "hipBLASLt reaches a lower fraction of the (higher) datasheet peaks than cuBLASLt on Hopper"},
@@ -66,6 +66,9 @@ constexpr std::array<Field, 22> kFields{{
      0.16e-9,
      "about 0.13 ns an id in a heavy row on one H200; AMD estimated 1.25x (the ratio of the "
      "backward efficiencies' estimates, wave64 groups holding fewer rows in flight)"},
+    {"product_check_efficiency", &Calibration::product_check_efficiency, 0.01, 1.0, 0.50, 0.40,
+     "the checks' row pass sums in double, a row a few lanes at a time: about half the copy rate "
+     "on one H200 (configs/calibration/h200.yaml); wave64 kernels start lower until measured"},
     {"host_link_efficiency", &Calibration::host_link_efficiency, 0.01, 1.0, 0.80, 0.80,
      "PCIe and C2C copies reach about 0.8 of the link rate"},
     {"host_gather_efficiency", &Calibration::host_gather_efficiency, 0.01, 1.0, 0.25, 0.25,
