@@ -90,6 +90,39 @@ TEST(ProductChecksPlan, EachForwardOpCostsItsChecksByHand) {
   }
 }
 
+// The row pass runs at product_check_efficiency of the copy rate: halving it adds, to each
+// checked MLP layer, the time of its row pass's bytes once more at that rate, and nothing else.
+TEST(ProductChecksPlan, TheRowPassRunsAtItsCalibratedRate) {
+  const DeviceSpec d = device("h200");
+  const Calibration c = calibration_for(d, kConfigs);
+  ASSERT_GT(c.product_check_efficiency, 0.0);
+  Calibration half = c;
+  half.product_check_efficiency = c.product_check_efficiency / 2;
+  const ModelSpec m = model("mlperf-dlrmv2-2m");
+  const std::int64_t b = 4096;
+  std::map<std::string, Forward> forwards;
+  for (const auto& [op, f] : mlp_forwards(m)) forwards[op] = f;
+  const auto at = dense_op_costs(m, b, DenseMath::bf16, d, c, true);
+  const auto slower = dense_op_costs(m, b, DenseMath::bf16, d, half, true);
+  ASSERT_EQ(at.size(), slower.size());
+  const double rate = d.hbm_bandwidth.value * c.hbm_efficiency * c.product_check_efficiency;
+  for (std::size_t i = 0; i < at.size(); ++i) {
+    EXPECT_DOUBLE_EQ(slower[i].bytes, at[i].bytes) << at[i].op;
+    const auto f = forwards.find(at[i].op);
+    const bool cross = at[i].op.starts_with("cross.") && at[i].op.ends_with(" forward");
+    if (f == forwards.end()) {
+      if (cross)
+        EXPECT_GT(slower[i].seconds, at[i].seconds) << at[i].op;
+      else
+        EXPECT_DOUBLE_EQ(slower[i].seconds, at[i].seconds) << at[i].op;
+      continue;
+    }
+    const double mm = static_cast<double>(f->second.cols), k = static_cast<double>(f->second.k);
+    const double pass = static_cast<double>(b) * (2 * k + 4 * (mm + 2) + 2 * mm);
+    EXPECT_NEAR(slower[i].seconds - at[i].seconds, pass / rate, 1e-9 * at[i].seconds) << at[i].op;
+  }
+}
+
 // The checks' scratch by hand: under fp32 the column sums of the deepest forward product (3k + 1
 // doubles); under bf16 also the widest forward product in fp32 over two more columns (padded to
 // 8) for the whole batch and a bf16 output's bias, each slot a quarter over its request.
