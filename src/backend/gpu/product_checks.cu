@@ -201,9 +201,7 @@ __device__ __forceinline__ void add_input(CheckOperand a, std::int64_t first, in
 #pragma unroll
   for (int x = 0; x < kRowsPerWarp; ++x) {
     if (x >= rows) continue;
-    if constexpr (W == 1) {
-      v[x][0] = static_cast<float>(load(a, first + x, c));
-    } else if (a.bf16) {
+    if (a.bf16) {
       load_vec<W>(static_cast<const Bf16*>(a.data) + (first + x) * a.ld + c, v[x]);
     } else {
       load_vec<W>(static_cast<const float*>(a.data) + (first + x) * a.ld + c, v[x]);
@@ -237,11 +235,7 @@ __device__ __forceinline__ void add_product(const float* out32, std::int64_t ld3
 #pragma unroll
   for (int x = 0; x < kRowsPerWarp; ++x) {
     if (x >= rows) continue;
-    if constexpr (W == 1) {
-      v[x][0] = out32[(first + x) * ld32 + j];
-    } else {
-      load_vec<W>(out32 + (first + x) * ld32 + j, v[x]);
-    }
+    load_vec<W>(out32 + (first + x) * ld32 + j, v[x]);
   }
   float b[W];
 #pragma unroll
@@ -259,11 +253,7 @@ __device__ __forceinline__ void add_product(const float* out32, std::int64_t ld3
       const float z = Augmented && bias != nullptr ? u + b[e] : u;
       y[e] = relu && z <= 0.0f ? 0.0f : z;  // a NaN stays for the guard to see
     }
-    if constexpr (W == 1) {
-      stored[(first + x) * ld_stored + j] = from_float_rn<S>(y[0]);
-    } else {
-      store_vec_rn<W>(stored + (first + x) * ld_stored + j, y);
-    }
+    store_vec_rn<W>(stored + (first + x) * ld_stored + j, y);
   }
 }
 
