@@ -44,7 +44,8 @@ struct Calibration {
   double embedding_heavy_fixed_s = 0;
   double embedding_heavy_lookup_s = 0;
   // The checked products' row pass (--product-checks: each row of a product's fp32 output summed
-  // against its prediction, the output stored): achieved fraction of the copy bandwidth.
+  // against its prediction, the output stored): achieved fraction of the copy bandwidth, one
+  // figure for every shape and for fp32 math too (measured under bf16 math).
   double product_check_efficiency = 0;
   double host_link_efficiency = 0;      // achieved fraction of host_link_bandwidth
   double host_gather_efficiency = 0;    // the same for the forward's scattered row reads

@@ -67,8 +67,8 @@ constexpr std::array<Field, 23> kFields{{
      "about 0.13 ns an id in a heavy row on one H200; AMD estimated 1.25x (the ratio of the "
      "backward efficiencies' estimates, wave64 groups holding fewer rows in flight)"},
     {"product_check_efficiency", &Calibration::product_check_efficiency, 0.01, 1.0, 0.50, 0.40,
-     "the checks' row pass sums in double, a row a few lanes at a time: about half the copy rate "
-     "on one H200 (configs/calibration/h200.yaml); wave64 kernels start lower until measured"},
+     "the checks' row pass sums in double: 0.56 of the copy rate measured on one H200 under bf16 "
+     "math (configs/calibration/h200.yaml); wave64 kernels start lower until measured"},
     {"host_link_efficiency", &Calibration::host_link_efficiency, 0.01, 1.0, 0.80, 0.80,
      "PCIe and C2C copies reach about 0.8 of the link rate"},
     {"host_gather_efficiency", &Calibration::host_gather_efficiency, 0.01, 1.0, 0.25, 0.25,

@@ -36,12 +36,11 @@ class OpBuilder {
     op.bytes += bytes;
     op.seconds += memory_pass_time(bytes, dev_, cal_);
   }
-  // The checked products' row pass: `bytes` at the calibrated fraction of the copy rate.
+  // The checked products' row pass: a pass over `bytes` at the calibrated fraction of the copy
+  // rate.
   void check_pass(OpCost& op, double bytes) const {
     op.bytes += bytes;
-    op.seconds +=
-        bytes / (dev_.hbm_bandwidth.value * cal_.hbm_efficiency * cal_.product_check_efficiency) +
-        cal_.kernel_launch_s;
+    op.seconds += memory_pass_time(bytes / cal_.product_check_efficiency, dev_, cal_);
   }
   // A forward product d [n, m] = a [n, k] · wᵀ (+ bias) checked row by row, as the GPU backend
   // runs it with the checks on (Backend::set_product_checks), in place of product(op, n, m, k).
