@@ -9,9 +9,9 @@
 #   PARITY_PREBUILT=build-prebuilt bench/numerics-check.sh
 #
 # Environment: MODELS (default "tiny tiny-dot prod-ads-small"), STEPS (2000), WINDOW (100), BATCH
-# (2048; a model's own batch where smaller), CAP (rows of every table capped here: 200000),
-# EVAL_EXAMPLES (65536). The table is printed last and written to $OUT/numerics.md; the exit
-# status is non-zero where a bound does not hold or a run fails.
+# (2048; a model's own batch where smaller, unless FORCE_BATCH=1), CAP (rows of every table capped
+# here: 200000), EVAL_EXAMPLES (65536). The table is printed last and written to $OUT/numerics.md;
+# the exit status is non-zero where a bound does not hold or a run fails.
 set -uo pipefail
 . "$(dirname "$0")/common.sh" numerics
 MODELS=${MODELS:-tiny tiny-dot prod-ads-small}
@@ -28,7 +28,7 @@ for m in $MODELS; do
   spec=$(capped "$m" "$CAP")
   own=$(awk '/^batch_size:/ {print $2}' "configs/models/$m.yaml")
   b=$BATCH
-  [ -n "$own" ] && [ "$own" -lt "$b" ] && b=$own
+  [ "${FORCE_BATCH:-0}" != 1 ] && [ -n "$own" ] && [ "$own" -lt "$b" ] && b=$own
   common=(train --model "$spec" --no-plan --seed 1 --steps "$STEPS" --batch "$b" --eval-every 0
     --eval-examples "$EVAL_EXAMPLES" --loss-window "$WINDOW")
   say "$m: batch $b, $STEPS steps"

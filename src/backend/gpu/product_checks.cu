@@ -55,8 +55,24 @@ namespace {
 using elementwise::kBlock;
 
 constexpr double kLambda = 10.0;
-constexpr double kUnit = 5.9604644775390625e-08;           // 2^-24, fp32's unit roundoff
-constexpr double kCheckRounding = 8.8817841970012523e-16;  // 2^-50: the check's own sums
+constexpr double kUnit = 5.9604644775390625e-08;        // 2^-24, fp32's unit roundoff
+constexpr double kDoubleUnit = 1.1102230246251565e-16;  // 2^-53, double's
+
+// The per-column sums the row pass reads, one pair a column of the input, at sums + 2k: p_c, the
+// weight of the prediction's term, and q_c, of the spread's. fp32 math: p = s_c in double, so that
+// the prediction Σ_c a_ic s_c is summed exactly enough; q = t_c. bf16 math: p = r_c, the rest the
+// checksum columns leave (about 2^-17 of s_c), and q = t_c + s_c², the weights' and the checksum
+// column's terms of the spread in one, both in fp32 (the rest's rounding is bounded in judge_row).
+template <bool Augmented>
+using ColumnSums = std::conditional_t<Augmented, float2, double2>;
+// The input as the product read it: its bf16 copy under bf16 math, fp32 under fp32.
+template <bool Augmented>
+using Input = std::conditional_t<Augmented, Bf16, float>;
+// Columns a lane takes at a time where every row is aligned to them: one 16-byte load of the
+// input (8 bf16 under bf16 math, 4 fp32 under fp32) and of the fp32 product.
+template <bool Augmented>
+constexpr int kVectorIn = 16 / static_cast<int>(sizeof(Input<Augmented>));
+constexpr int kVectorOut = 4;
 
 __device__ __forceinline__ double load(CheckOperand m, std::int64_t r, std::int64_t c) {
   if (m.bf16) return to_float(static_cast<const Bf16*>(m.data)[r * m.ld + c]);
@@ -74,21 +90,21 @@ __global__ __launch_bounds__(kBlock) void weights_kernel(CheckOperand w, std::in
       s += v;
       t += v * v;
     }
-    sums[c] = s;
-    sums[k + c] = t;
+    reinterpret_cast<double2*>(sums + 2 * k)[c] = make_double2(s, t);
   }
   if (c == 0) {
     double b = 0;
     if (bias != nullptr)
       for (std::int64_t j = 0; j < m; ++j) b += bias[j];
-    sums[3 * k] = b;
+    sums[4 * k] = b;
   }
 }
 
 // The copy's rows below m and their column sums: a thread a column c (< ld) of a chunk of rows,
-// the sums added into sums (zeroed first). Sums of bf16 values and their squares are exact in
-// double, so the order the chunks add in does not change them.
-constexpr int kAugmentRows = 64;
+// every row of the chunk loaded before any is stored, the sums s_c and t_c added into sums[c] and
+// sums[k + c] (zeroed first). Sums of bf16 values and their squares are exact in double, so the
+// order the chunks add in does not change them.
+constexpr int kAugmentRows = 16;
 __global__ __launch_bounds__(kBlock) void augment_rows_kernel(CMat w, std::int64_t ld,
                                                               std::int64_t column_blocks,
                                                               Bf16* __restrict__ wa,
@@ -96,36 +112,46 @@ __global__ __launch_bounds__(kBlock) void augment_rows_kernel(CMat w, std::int64
   const std::int64_t c = blockIdx.x % column_blocks * kBlock + threadIdx.x;
   if (c >= ld) return;
   const std::int64_t j0 = blockIdx.x / column_blocks * kAugmentRows;
-  const std::int64_t j1 = j0 + kAugmentRows < w.rows ? j0 + kAugmentRows : w.rows;
+  const int rows = w.rows - j0 < kAugmentRows ? static_cast<int>(w.rows - j0) : kAugmentRows;
+  const float* __restrict__ from = w.data + j0 * w.ld + c;
+  float v[kAugmentRows];
+#pragma unroll
+  for (int j = 0; j < kAugmentRows; ++j) v[j] = j < rows && c < w.cols ? from[j * w.ld] : 0.0f;
   double s = 0, t = 0;
-  for (std::int64_t j = j0; j < j1; ++j) {
-    const Bf16 v = c < w.cols ? from_float_rn<Bf16>(w.data[j * w.ld + c]) : Bf16{0};
-    wa[j * ld + c] = v;
-    const double x = to_float(v);
+#pragma unroll
+  for (int j = 0; j < kAugmentRows; ++j) {
+    if (j >= rows) continue;
+    const Bf16 b = from_float_rn<Bf16>(v[j]);
+    wa[(j0 + j) * ld + c] = b;
+    const double x = to_float(b);
     s += x;
     t += x * x;
   }
   if (c < w.cols) {
-    atomicAdd(&sums[2 * w.cols + c], s);
+    atomicAdd(&sums[c], s);
     atomicAdd(&sums[w.cols + c], t);
   }
 }
 
-// The checksum rows hi and lo, zeros below, and the rest r_c = s_c - hi_c - lo_c: a thread a
-// column.
+// The checksum rows hi and lo, zeros below, and the row pass's pairs (r_c, t_c + s_c²) with the
+// rest r_c = s_c - hi_c - lo_c: a thread a column.
 __global__ __launch_bounds__(kBlock) void augment_sums_kernel(std::int64_t m, std::int64_t k,
                                                               std::int64_t rows, std::int64_t ld,
                                                               Bf16* __restrict__ wa,
                                                               double* __restrict__ sums) {
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   if (c >= ld) return;
-  const double s = c < k ? sums[2 * k + c] : 0.0;
+  const double s = c < k ? sums[c] : 0.0;
   const Bf16 hi = from_float_rn<Bf16>(static_cast<float>(s));
   const Bf16 lo = from_float_rn<Bf16>(static_cast<float>(s - to_float(hi)));
   wa[m * ld + c] = hi;
   wa[(m + 1) * ld + c] = lo;
   for (std::int64_t j = m + 2; j < rows; ++j) wa[j * ld + c] = Bf16{0};
-  if (c < k) sums[c] = s - static_cast<double>(to_float(hi)) - static_cast<double>(to_float(lo));
+  if (c < k) {
+    const double rest = s - static_cast<double>(to_float(hi)) - static_cast<double>(to_float(lo));
+    reinterpret_cast<float2*>(sums + 2 * k)[c] =
+        make_float2(static_cast<float>(rest), static_cast<float>(sums[k + c] + s * s));
+  }
 }
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -133,46 +159,48 @@ __device__ __forceinline__ double warp_sum(double v) {
   return v;
 }
 
-// A warp checks kRowsPerWarp rows at once: each weight sum it loads (from L2, 16 or 24 bytes a
-// column) then serves all of them, where one warp a row read them once a row, more than the row's
-// own input; and each lane keeps that many independent loads in flight over the rows' inputs
-// and products.
+// A warp checks kRowsPerWarp rows at once: each column's sums it loads (from L1) then serve all
+// of them; and a lane keeps kRowsPerWarp x kChunks 16-byte loads in flight over the rows' inputs
+// and products, enough to cover the memory's latency at two blocks a multiprocessor.
 constexpr int kRowsPerWarp = 4;
-// Columns a lane takes at a time where the rows are aligned: 8-byte bf16 and 16-byte fp32 accesses.
-constexpr int kVector = 4;
+constexpr int kChunks = 2;
 
 // What a row's check has summed over its input (Σ_c over the row's k columns) and its product
 // (Σ_j over its m columns), reduced over the warp.
 struct RowSums {
-  // predicted: Σ_c a_ic s_c (fp32 math) or the rest Σ_c a_ic r_c (augmented); spread_in:
-  // Σ_c a_ic² t_c; spread_check: Σ_c a_ic² s_c² (the checksum column's terms, augmented).
-  double predicted = 0, magnitude = 0, spread_in = 0, spread_check = 0;
+  // predicted: Σ_c a_ic p_c; magnitude: Σ_c |a_ic p_c|; spread_in: Σ_c a_ic² q_c (ColumnSums).
+  double predicted = 0, magnitude = 0, spread_in = 0;
   double sum = 0, squares = 0, size = 0;  // of the product's m elements
 };
 
 // Lane 0's verdict on row i of the product (o: the row of out32), recorded where it fails.
 template <bool Augmented>
 __device__ void judge_row(RowSums r, std::int64_t i, std::int64_t n, std::int64_t k, const float* o,
-                          std::int64_t m, const double* __restrict__ sums, long long product,
-                          int what, ProductCheckRecord* record) {
+                          std::int64_t m, const double* bias_sum, long long product, int what,
+                          ProductCheckRecord* record) {
   const double kd = static_cast<double>(k);
   double unit = kUnit, variance = (kd / 3 + 1) * r.squares + kd / 2 * r.spread_in;
+  // The check's own arithmetic: its double sums (at most k + m + 64 roundings of 2^-53 each of
+  // what they add), and under bf16 math the rest's terms, summed in fp32 kVectorIn at a time from
+  // fp32 pairs (kVectorIn + 1 roundings of u).
+  double own = (kd + static_cast<double>(m) + 64) * kDoubleUnit * (r.magnitude + r.size);
   if (Augmented) {
+    own += (kVectorIn<true> + 1) * kUnit * r.magnitude;
     const double hi = o[m], lo = o[m + 1];
     r.predicted += hi + lo;
     r.magnitude += fabs(hi) + fabs(lo);
-    variance += (kd / 3 + 1) * (hi * hi + lo * lo) + kd / 2 * r.spread_check;
+    own += 2 * kDoubleUnit * r.magnitude;
+    variance += (kd / 3 + 1) * (hi * hi + lo * lo);
     unit = 2 * kUnit;  // truncation: up to one ulp, 2u of the value
   } else {
-    const double bias_sum = sums[3 * k];
-    r.predicted += bias_sum;
-    r.magnitude += fabs(bias_sum);
+    r.predicted += *bias_sum;
+    r.magnitude += fabs(*bias_sum);
   }
   // Not finite inputs, or a product that may overflow fp32: the finite-value guard's to report.
   if (!isfinite(r.magnitude) || !isfinite(r.spread_in) || r.magnitude > FLT_MAX) return;
   // Besides the rounding: the check's own sums, and values below fp32's normal range, which
   // the product may flush to zero (each of its k + 1 terms an element).
-  const double bound = kLambda * unit * sqrt(variance) + kCheckRounding * (r.magnitude + r.size) +
+  const double bound = kLambda * unit * sqrt(variance) + own +
                        static_cast<double>(k + 1) * static_cast<double>(m) * FLT_MIN;
   const double diff = fabs(r.sum - r.predicted);
   if (diff <= bound || record == nullptr) return;  // a NaN or an infinity in the output fails
@@ -191,52 +219,51 @@ __device__ void judge_row(RowSums r, std::int64_t i, std::int64_t n, std::int64_
   record->bound = bound;
 }
 
-// The input's part of row x's sums: columns [c, c + W) of its row of a, against the weights'
-// sums of those columns (loaded once for all the warp's rows).
+// The input's part of row x's sums: columns [c, c + W) of its row of a (W = kVectorIn<Augmented>:
+// one 16-byte load a row; or 1), against the columns' sums (loaded once for all the warp's rows).
+// Under bf16 math the W terms are summed in fp32 before they join the row's double sums: the
+// rest's terms are small and the spread is a bound's, and the double conversions would otherwise
+// cost more issue slots than the loads.
 template <bool Augmented, int W>
-__device__ __forceinline__ void add_input(CheckOperand a, std::int64_t first, int rows,
-                                          std::int64_t c, const double* __restrict__ sums,
-                                          std::int64_t k, RowSums (&r)[kRowsPerWarp]) {
-  float v[kRowsPerWarp][W];
+__device__ __forceinline__ void add_input(const float (&v)[kRowsPerWarp][W], int rows,
+                                          const ColumnSums<Augmented>* __restrict__ cols,
+                                          RowSums (&r)[kRowsPerWarp]) {
+  ColumnSums<Augmented> pq[W];
+#pragma unroll
+  for (int e = 0; e < W; ++e) pq[e] = cols[e];
 #pragma unroll
   for (int x = 0; x < kRowsPerWarp; ++x) {
     if (x >= rows) continue;
-    if (a.bf16) {
-      load_vec<W>(static_cast<const Bf16*>(a.data) + (first + x) * a.ld + c, v[x]);
+    if constexpr (Augmented) {
+      float predicted = 0, magnitude = 0, spread = 0;
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        const float u = v[x][e];
+        predicted = fmaf(u, pq[e].x, predicted);
+        magnitude += fabsf(u * pq[e].x);
+        spread = fmaf(u * u, pq[e].y, spread);
+      }
+      r[x].predicted += predicted;
+      r[x].magnitude += magnitude;
+      r[x].spread_in += spread;
     } else {
-      load_vec<W>(static_cast<const float*>(a.data) + (first + x) * a.ld + c, v[x]);
-    }
-  }
 #pragma unroll
-  for (int e = 0; e < W; ++e) {
-    const double s = sums[c + e], t = sums[k + c + e];
-    const double q = Augmented ? sums[2 * k + c + e] * sums[2 * k + c + e] : 0.0;
-#pragma unroll
-    for (int x = 0; x < kRowsPerWarp; ++x) {
-      if (x >= rows) continue;
-      const double u = v[x][e];
-      r[x].predicted += u * s;
-      r[x].magnitude += fabs(u * s);
-      r[x].spread_in += u * u * t;
-      if (Augmented) r[x].spread_check += u * u * q;
+      for (int e = 0; e < W; ++e) {
+        const double u = v[x][e];
+        r[x].predicted += u * pq[e].x;
+        r[x].magnitude += fabs(u * pq[e].x);
+        r[x].spread_in += u * u * pq[e].y;
+      }
     }
   }
 }
 
-// The product's part of row x's sums, columns [j, j + W), and the stored output of them: every
-// row's elements loaded before any is stored (the stores may alias the loads, fp32 checked in
-// place, and loads after a store would wait for it).
+// The product's part of row x's sums, columns [j, j + W), and the stored output of them.
 template <class S, bool Augmented, int W>
-__device__ __forceinline__ void add_product(const float* out32, std::int64_t ld32,
-                                            std::int64_t first, int rows, std::int64_t j,
+__device__ __forceinline__ void add_product(const float (&v)[kRowsPerWarp][W], std::int64_t first,
+                                            int rows, std::int64_t j,
                                             const float* __restrict__ bias, bool relu, S* stored,
                                             std::int64_t ld_stored, RowSums (&r)[kRowsPerWarp]) {
-  float v[kRowsPerWarp][W];
-#pragma unroll
-  for (int x = 0; x < kRowsPerWarp; ++x) {
-    if (x >= rows) continue;
-    load_vec<W>(out32 + (first + x) * ld32 + j, v[x]);
-  }
   float b[W];
 #pragma unroll
   for (int e = 0; e < W; ++e) b[e] = Augmented && bias != nullptr ? bias[j + e] : 0.0f;
@@ -247,9 +274,10 @@ __device__ __forceinline__ void add_product(const float* out32, std::int64_t ld3
 #pragma unroll
     for (int e = 0; e < W; ++e) {
       const float u = v[x][e];
-      r[x].sum += u;
-      r[x].squares += static_cast<double>(u) * u;
-      r[x].size += fabs(static_cast<double>(u));
+      const double d = u;
+      r[x].sum += d;
+      r[x].squares += d * d;
+      r[x].size += fabs(d);
       const float z = Augmented && bias != nullptr ? u + b[e] : u;
       y[e] = relu && z <= 0.0f ? 0.0f : z;  // a NaN stays for the guard to see
     }
@@ -257,15 +285,28 @@ __device__ __forceinline__ void add_product(const float* out32, std::int64_t ld3
   }
 }
 
+// Loads columns [c, c + W) of the warp's rows of p (row stride ld): streamed, as nothing reads
+// them again soon.
+template <int W, class T>
+__device__ __forceinline__ void load_rows(const T* p, std::int64_t ld, std::int64_t first, int rows,
+                                          std::int64_t c, float (&v)[kRowsPerWarp][W]) {
+#pragma unroll
+  for (int x = 0; x < kRowsPerWarp; ++x)
+    if (x < rows) load_vec<W, T, true>(p + (first + x) * ld + c, v[x]);
+}
+
 // kRowsPerWarp rows a warp, lanes across the columns, W consecutive columns a lane at a time
-// (W = 4: 8- or 16-byte accesses where every row is aligned to them; W = 1 otherwise), the last
-// k % W and m % W columns one at a time. The loops over the rows are unrolled, so that the
-// per-row sums stay in registers.
-template <class S, bool Augmented, int W>
-__global__ __launch_bounds__(kBlock) void rows_kernel(
-    CheckOperand a, std::int64_t n, std::int64_t k, const float* out32, std::int64_t ld32,
-    std::int64_t m, const double* __restrict__ sums, const float* __restrict__ bias, bool relu,
-    S* stored, std::int64_t ld_stored, long long product, int what, ProductCheckRecord* record) {
+// (16-byte accesses where every row is aligned to them; W = 1 otherwise), kChunks such groups in
+// flight before any is used, the last columns one at a time. Every element of a group of the
+// product is loaded before any is stored: the stores may alias the loads (fp32 checked in place).
+// The loops over the rows are unrolled, so that the per-row sums stay in registers.
+template <class S, bool Augmented, bool Vector>
+__global__ __launch_bounds__(kBlock, 2) void rows_kernel(
+    const Input<Augmented>* a, std::int64_t lda, std::int64_t n, std::int64_t k, const float* out32,
+    std::int64_t ld32, std::int64_t m, const ColumnSums<Augmented>* __restrict__ cols,
+    const double* bias_sum, const float* __restrict__ bias, bool relu, S* stored,
+    std::int64_t ld_stored, long long product, int what, ProductCheckRecord* record) {
+  constexpr int WI = Vector ? kVectorIn<Augmented> : 1, WO = Vector ? kVectorOut : 1;
   const std::int64_t warp =
       static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
   const std::int64_t first = warp * kRowsPerWarp;
@@ -273,15 +314,50 @@ __global__ __launch_bounds__(kBlock) void rows_kernel(
   const int rows = n - first < kRowsPerWarp ? static_cast<int>(n - first) : kRowsPerWarp;
   const int lane = lane_id();
   RowSums r[kRowsPerWarp];
-  const std::int64_t k_vec = k / W * W, m_vec = m / W * W;
-  for (std::int64_t c = lane * W; c < k_vec; c += kWarpSize * W)
-    add_input<Augmented, W>(a, first, rows, c, sums, k, r);
-  for (std::int64_t c = k_vec + lane; c < k; c += kWarpSize)
-    add_input<Augmented, 1>(a, first, rows, c, sums, k, r);
-  for (std::int64_t j = lane * W; j < m_vec; j += kWarpSize * W)
-    add_product<S, Augmented, W>(out32, ld32, first, rows, j, bias, relu, stored, ld_stored, r);
-  for (std::int64_t j = m_vec + lane; j < m; j += kWarpSize)
-    add_product<S, Augmented, 1>(out32, ld32, first, rows, j, bias, relu, stored, ld_stored, r);
+
+  const std::int64_t k_vec = k / WI * WI, m_vec = m / WO * WO;
+  constexpr std::int64_t in_step = kWarpSize * WI, out_step = kWarpSize * WO;
+  std::int64_t c = lane * WI;
+  for (; c + (kChunks - 1) * in_step < k_vec; c += kChunks * in_step) {
+    float v[kChunks][kRowsPerWarp][WI];
+#pragma unroll
+    for (int h = 0; h < kChunks; ++h) load_rows<WI>(a, lda, first, rows, c + h * in_step, v[h]);
+#pragma unroll
+    for (int h = 0; h < kChunks; ++h)
+      add_input<Augmented, WI>(v[h], rows, cols + c + h * in_step, r);
+  }
+  for (; c < k_vec; c += in_step) {
+    float v[kRowsPerWarp][WI];
+    load_rows<WI>(a, lda, first, rows, c, v);
+    add_input<Augmented, WI>(v, rows, cols + c, r);
+  }
+  for (c = k_vec + lane; c < k; c += kWarpSize) {
+    float v[kRowsPerWarp][1];
+    load_rows<1>(a, lda, first, rows, c, v);
+    add_input<Augmented, 1>(v, rows, cols + c, r);
+  }
+
+  std::int64_t j = lane * WO;
+  for (; j + (kChunks - 1) * out_step < m_vec; j += kChunks * out_step) {
+    float v[kChunks][kRowsPerWarp][WO];
+#pragma unroll
+    for (int h = 0; h < kChunks; ++h)
+      load_rows<WO>(out32, ld32, first, rows, j + h * out_step, v[h]);
+#pragma unroll
+    for (int h = 0; h < kChunks; ++h)
+      add_product<S, Augmented, WO>(v[h], first, rows, j + h * out_step, bias, relu, stored,
+                                    ld_stored, r);
+  }
+  for (; j < m_vec; j += out_step) {
+    float v[kRowsPerWarp][WO];
+    load_rows<WO>(out32, ld32, first, rows, j, v);
+    add_product<S, Augmented, WO>(v, first, rows, j, bias, relu, stored, ld_stored, r);
+  }
+  for (j = m_vec + lane; j < m; j += kWarpSize) {
+    float v[kRowsPerWarp][1];
+    load_rows<1>(out32, ld32, first, rows, j, v);
+    add_product<S, Augmented, 1>(v, first, rows, j, bias, relu, stored, ld_stored, r);
+  }
 #pragma unroll
   for (int x = 0; x < kRowsPerWarp; ++x) {
     if (x >= rows) continue;  // the same for every lane: the shuffles see the whole warp
@@ -291,13 +367,12 @@ __global__ __launch_bounds__(kBlock) void rows_kernel(
     r[x].sum = warp_sum(r[x].sum);
     r[x].squares = warp_sum(r[x].squares);
     r[x].size = warp_sum(r[x].size);
-    if (Augmented) r[x].spread_check = warp_sum(r[x].spread_check);
   }
   if (lane != 0) return;
 #pragma unroll
   for (int x = 0; x < kRowsPerWarp; ++x)
     if (x < rows)
-      judge_row<Augmented>(r[x], first + x, n, k, out32 + (first + x) * ld32, m, sums, product,
+      judge_row<Augmented>(r[x], first + x, n, k, out32 + (first + x) * ld32, m, bias_sum, product,
                            what, record);
 }
 
@@ -336,7 +411,7 @@ void product_check_augment(Stream_t s, CMat w, std::int64_t rows, std::int64_t l
                 std::to_string(ld) + " for a [" + std::to_string(w.rows) + ", " +
                 std::to_string(w.cols) + "] weight and its two checksum rows");
   if (!rehearsing())
-    detail::zero(sums, static_cast<std::size_t>(product_check_sums(w.cols)) * sizeof(double), s,
+    detail::zero(sums, static_cast<std::size_t>(2 * w.cols) * sizeof(double), s,
                  "product_check_augment");
   if (w.rows > 0) {
     const std::int64_t column_blocks = ceil_div(ld, kBlock);
@@ -353,24 +428,34 @@ void product_check_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t
                         bool augmented, const float* bias, bool relu, AMat stored,
                         long long product, int what, ProductCheckRecord* record) {
   if (n <= 0 || m <= 0) return;
+  if (a.bf16 != augmented)
+    throw Error(std::string("product_check_rows: a ") + (a.bf16 ? "bf16" : "fp32") +
+                " input under " + (augmented ? "bf16" : "fp32") +
+                " math; the product reads the input in its math's type");
   const std::int64_t rows_per_block = kBlock / device_info().warp_size * kRowsPerWarp;
   const LaunchShape shape{ceil_div(n, rows_per_block), kBlock, 0};
-  // Vector accesses where every row of every operand starts aligned to kVector elements.
-  const auto rows_aligned = [](const void* p, std::int64_t ld, std::size_t bytes) {
-    return reinterpret_cast<std::uintptr_t>(p) % (kVector * bytes) == 0 && ld % kVector == 0;
+  // 16-byte accesses where every row of every operand starts aligned to its group of columns.
+  const auto rows_aligned = [](const void* p, std::int64_t ld, int group, std::size_t bytes) {
+    return reinterpret_cast<std::uintptr_t>(p) % (group * bytes) == 0 && ld % group == 0;
   };
   const std::size_t stored_bytes = stored.dtype == DType::bf16 ? 2 : 4;
-  const bool vector = rows_aligned(a.data, a.ld, a.bf16 ? 2 : 4) && rows_aligned(out32, ld32, 4) &&
-                      rows_aligned(stored.data, stored.ld, stored_bytes);
-  auto run = [&](auto kernel, auto* out) {
-    launch("product_check_rows", kernel, shape, s, a, n, k, out32, ld32, m, sums, bias, relu, out,
-           stored.ld, product, what, record);
+  const bool vector =
+      rows_aligned(a.data, a.ld, augmented ? kVectorIn<true> : kVectorIn<false>, a.bf16 ? 2 : 4) &&
+      rows_aligned(out32, ld32, kVectorOut, 4) &&
+      rows_aligned(stored.data, stored.ld, kVectorOut, stored_bytes);
+  const double* bias_sum = sums + 4 * k;
+  auto run = [&]<bool Augmented>(auto kernel, auto* out) {
+    launch("product_check_rows", kernel, shape, s, static_cast<const Input<Augmented>*>(a.data),
+           a.ld, n, k, out32, ld32, m, reinterpret_cast<const ColumnSums<Augmented>*>(sums + 2 * k),
+           bias_sum, bias, relu, out, stored.ld, product, what, record);
   };
   auto pick = [&]<class S>(S* out) {
     if (augmented)
-      vector ? run(rows_kernel<S, true, kVector>, out) : run(rows_kernel<S, true, 1>, out);
+      vector ? run.template operator()<true>(rows_kernel<S, true, true>, out)
+             : run.template operator()<true>(rows_kernel<S, true, false>, out);
     else
-      vector ? run(rows_kernel<S, false, kVector>, out) : run(rows_kernel<S, false, 1>, out);
+      vector ? run.template operator()<false>(rows_kernel<S, false, true>, out)
+             : run.template operator()<false>(rows_kernel<S, false, false>, out);
   };
   if (stored.dtype == DType::bf16) {
     pick(static_cast<Bf16*>(stored.data));

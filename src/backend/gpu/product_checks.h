@@ -31,26 +31,29 @@ struct ProductCheckRecord {
   double sum = 0, predicted = 0, bound = 0;
 };
 
-// Doubles of scratch the check of a product of depth k needs.
+// Doubles of scratch the check of a product of depth k needs: [0, 2k) the weights' column sums as
+// they are formed, [2k, 4k) the pairs the row pass reads a column, [4k] the bias's sum.
 inline std::int64_t product_check_sums(std::int64_t k) {
-  return 3 * k + 1;
+  return 4 * k + 1;
 }
 
 // fp32 math, the weights' part of the check of out [n, m] = a [n, k] · wᵀ (+ bias), w [m, k] as
-// the product read it: into sums, s_c = Σ_j w_jc and t_c = Σ_j w_jc² for each c < k, then
-// Σ_j bias_j (0 without a bias), in double.
+// the product read it: into sums, the pairs (s_c, t_c) of s_c = Σ_j w_jc and t_c = Σ_j w_jc² for
+// each c < k, then Σ_j bias_j (0 without a bias), in double.
 void product_check_weights(Stream_t s, CheckOperand w, std::int64_t m, std::int64_t k,
                            const float* bias, double* sums);
 
 // bf16 math: the bf16 copy of w [m, k] that the checked product reads, wa [rows, ld] (ld >= k,
 // rows >= m + 2, zeros past w): w's rows rounded to bf16, then the checksum row hi = bf16(s) and
 // lo = bf16(s - hi) of s_c = Σ_j bf16(w_jc), so that the product's columns m and m + 1 carry the
-// row sums' prediction computed by the same kernel as the outputs. Into sums: the residual
-// r_c = s_c - hi_c - lo_c, t_c = Σ_j bf16(w_jc)², and s_c, for each c < k.
+// row sums' prediction computed by the same kernel as the outputs. Into sums: s_c, t_c =
+// Σ_j bf16(w_jc)², and the pairs (r_c, t_c + s_c²) in fp32 with the rest r_c = s_c - hi_c - lo_c,
+// for each c < k.
 void product_check_augment(Stream_t s, CMat w, std::int64_t rows, std::int64_t ld, void* wa,
                            double* sums);
 
-// Checks each row of the fp32 product out32 [n, m] (ld32) against a [n, k] and sums (above):
+// Checks each row of the fp32 product out32 [n, m] (ld32) against a [n, k] (bf16 under bf16
+// math, where augmented; fp32 under fp32) and sums (above):
 // where a row fails, counts it in *record (the first failure's fields too, with `product` and
 // `what`; record null: nothing is recorded, for a fault planted with the checks off). Then writes
 // the stored output: out32 (plus bias where augmented: there the product ran
