@@ -33,8 +33,9 @@
 // partial sums count in V_i. The bias is added by the check, after the check, as the product would.
 //
 // Inputs that are not finite, or products that may overflow, are the finite-value guard's to
-// report (divergence or bad data, not a wrong product); an output that is not finite from finite
-// inputs fails.
+// report (divergence or bad data, not a wrong product; under bf16 math that includes a row whose
+// input's spread overflows fp32, inputs above about 1e19); an output that is not finite from
+// finite inputs fails.
 #include "backend/gpu/product_checks.h"
 
 #include <algorithm>
