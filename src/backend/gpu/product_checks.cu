@@ -160,33 +160,45 @@ __device__ __forceinline__ double warp_sum(double v) {
   return v;
 }
 
-// A warp checks kRowsPerWarp rows at once: each column's sums it loads (from L1) then serve all
-// of them; and a lane keeps kRowsPerWarp x kChunks 16-byte loads in flight over the rows' inputs
-// and products, enough to cover the memory's latency at two blocks a multiprocessor.
-constexpr int kRowsPerWarp = 4;
-constexpr int kChunks = 2;
+// A warp checks kRowsPerWarp rows at once: each column's sums it loads (from L1) serve all of
+// them. The pass is latency-bound, so registers are traded for occupancy: two rows a warp and one
+// 16-byte group a row in flight at a time, at most 64 registers, so that 4 blocks (32 warps) fit a
+// multiprocessor. Four rows with two groups in flight at 128 registers ran slower
+// (docs/reliability.md).
+constexpr int kRowsPerWarp = 2;
+constexpr int kMinBlocks = 4;
 
 // What a row's check has summed over its input (Σ_c over the row's k columns) and its product
-// (Σ_j over its m columns), reduced over the warp.
+// (Σ_j over its m columns), reduced over the warp. The input's sums are fp32 under bf16 math (the
+// rest's terms are small and the spread is a bound's: judge_row bounds their rounding) and double
+// under fp32 math, where the prediction is the whole row sum.
+template <bool Augmented>
 struct RowSums {
+  using In = std::conditional_t<Augmented, float, double>;
   // predicted: Σ_c a_ic p_c; magnitude: Σ_c |a_ic p_c|; spread_in: Σ_c a_ic² q_c (ColumnSums).
-  double predicted = 0, magnitude = 0, spread_in = 0;
-  double sum = 0, squares = 0, size = 0;  // of the product's m elements
+  In predicted = 0, magnitude = 0, spread_in = 0;
+  double sum = 0, squares = 0;  // of the product's m elements
+};
+
+// The totals of a row, reduced over the warp, in double.
+struct RowTotals {
+  double predicted, magnitude, spread_in, sum, squares;
 };
 
 // Lane 0's verdict on row i of the product (o: the row of out32), recorded where it fails.
 template <bool Augmented>
-__device__ void judge_row(RowSums r, std::int64_t i, std::int64_t n, std::int64_t k, const float* o,
-                          std::int64_t m, const double* bias_sum, long long product, int what,
-                          ProductCheckRecord* record) {
-  const double kd = static_cast<double>(k);
+__device__ void judge_row(RowTotals r, std::int64_t i, std::int64_t n, std::int64_t k,
+                          const float* o, std::int64_t m, const double* bias_sum, long long product,
+                          int what, ProductCheckRecord* record) {
+  const double kd = static_cast<double>(k), md = static_cast<double>(m);
   double unit = kUnit, variance = (kd / 3 + 1) * r.squares + kd / 2 * r.spread_in;
-  // The check's own arithmetic: its double sums (at most k + m + 64 roundings of 2^-53 each of
-  // what they add), and under bf16 math the rest's terms, summed in fp32 kVectorIn at a time from
-  // fp32 pairs (kVectorIn + 1 roundings of u).
-  double own = (kd + static_cast<double>(m) + 64) * kDoubleUnit * (r.magnitude + r.size);
+  // The check's own arithmetic: its double sums of the product (at most m + 64 roundings of 2^-53
+  // of Σ_j |out_ij| <= √(m Σ_j out_ij²)) and of the input's terms (k + 64 of the magnitude); under
+  // bf16 math the input's terms are summed in fp32 from fp32 pairs (k + 2 roundings of u).
+  double own =
+      (md + 64) * kDoubleUnit * sqrt(md * r.squares) + (kd + 64) * kDoubleUnit * r.magnitude;
   if (Augmented) {
-    own += (kVectorIn<true> + 1) * kUnit * r.magnitude;
+    own += (kd + 2) * kUnit * r.magnitude;
     const double hi = o[m], lo = o[m + 1];
     r.predicted += hi + lo;
     r.magnitude += fabs(hi) + fabs(lo);
@@ -201,8 +213,7 @@ __device__ void judge_row(RowSums r, std::int64_t i, std::int64_t n, std::int64_
   if (!isfinite(r.magnitude) || !isfinite(r.spread_in) || r.magnitude > FLT_MAX) return;
   // Besides the rounding: the check's own sums, and values below fp32's normal range, which
   // the product may flush to zero (each of its k + 1 terms an element).
-  const double bound = kLambda * unit * sqrt(variance) + own +
-                       static_cast<double>(k + 1) * static_cast<double>(m) * FLT_MIN;
+  const double bound = kLambda * unit * sqrt(variance) + own + (kd + 1) * md * FLT_MIN;
   const double diff = fabs(r.sum - r.predicted);
   if (diff <= bound || record == nullptr) return;  // a NaN or an infinity in the output fails
   // Failures count products: the first failing row of a product counts it (products run in
@@ -222,54 +233,38 @@ __device__ void judge_row(RowSums r, std::int64_t i, std::int64_t n, std::int64_
 
 // The input's part of row x's sums: columns [c, c + W) of its row of a (W = kVectorIn<Augmented>:
 // one 16-byte load a row; or 1), against the columns' sums (loaded once for all the warp's rows).
-// Under bf16 math the W terms are summed in fp32 before they join the row's double sums: the
-// rest's terms are small and the spread is a bound's, and the double conversions would otherwise
-// cost more issue slots than the loads.
-template <bool Augmented, int W>
-__device__ __forceinline__ void add_input(const float (&v)[kRowsPerWarp][W], int rows,
+template <bool Augmented, int R, int W>
+__device__ __forceinline__ void add_input(const float (&v)[R][W], int rows,
                                           const ColumnSums<Augmented>* __restrict__ cols,
-                                          RowSums (&r)[kRowsPerWarp]) {
+                                          RowSums<Augmented> (&r)[R]) {
+  using In = typename RowSums<Augmented>::In;
   ColumnSums<Augmented> pq[W];
 #pragma unroll
   for (int e = 0; e < W; ++e) pq[e] = cols[e];
 #pragma unroll
-  for (int x = 0; x < kRowsPerWarp; ++x) {
+  for (int x = 0; x < R; ++x) {
     if (x >= rows) continue;
-    if constexpr (Augmented) {
-      float predicted = 0, magnitude = 0, spread = 0;
 #pragma unroll
-      for (int e = 0; e < W; ++e) {
-        const float u = v[x][e];
-        predicted = fmaf(u, pq[e].x, predicted);
-        magnitude += fabsf(u * pq[e].x);
-        spread = fmaf(u * u, pq[e].y, spread);
-      }
-      r[x].predicted += predicted;
-      r[x].magnitude += magnitude;
-      r[x].spread_in += spread;
-    } else {
-#pragma unroll
-      for (int e = 0; e < W; ++e) {
-        const double u = v[x][e];
-        r[x].predicted += u * pq[e].x;
-        r[x].magnitude += fabs(u * pq[e].x);
-        r[x].spread_in += u * u * pq[e].y;
-      }
+    for (int e = 0; e < W; ++e) {
+      const In u = v[x][e], p = pq[e].x;
+      r[x].predicted += u * p;
+      r[x].magnitude += fabs(u * p);
+      r[x].spread_in += u * u * pq[e].y;
     }
   }
 }
 
 // The product's part of row x's sums, columns [j, j + W), and the stored output of them.
-template <class S, bool Augmented, int W>
-__device__ __forceinline__ void add_product(const float (&v)[kRowsPerWarp][W], std::int64_t first,
-                                            int rows, std::int64_t j,
-                                            const float* __restrict__ bias, bool relu, S* stored,
-                                            std::int64_t ld_stored, RowSums (&r)[kRowsPerWarp]) {
+template <class S, bool Augmented, int R, int W>
+__device__ __forceinline__ void add_product(const float (&v)[R][W], std::int64_t first, int rows,
+                                            std::int64_t j, const float* __restrict__ bias,
+                                            bool relu, S* stored, std::int64_t ld_stored,
+                                            RowSums<Augmented> (&r)[R]) {
   float b[W];
 #pragma unroll
   for (int e = 0; e < W; ++e) b[e] = Augmented && bias != nullptr ? bias[j + e] : 0.0f;
 #pragma unroll
-  for (int x = 0; x < kRowsPerWarp; ++x) {
+  for (int x = 0; x < R; ++x) {
     if (x >= rows) continue;
     float y[W];
 #pragma unroll
@@ -278,7 +273,6 @@ __device__ __forceinline__ void add_product(const float (&v)[kRowsPerWarp][W], s
       const double d = u;
       r[x].sum += d;
       r[x].squares += d * d;
-      r[x].size += fabs(d);
       const float z = Augmented && bias != nullptr ? u + b[e] : u;
       y[e] = relu && z <= 0.0f ? 0.0f : z;  // a NaN stays for the guard to see
     }
@@ -288,92 +282,73 @@ __device__ __forceinline__ void add_product(const float (&v)[kRowsPerWarp][W], s
 
 // Loads columns [c, c + W) of the warp's rows of p (row stride ld): streamed, as nothing reads
 // them again soon.
-template <int W, class T>
+template <int R, int W, class T>
 __device__ __forceinline__ void load_rows(const T* p, std::int64_t ld, std::int64_t first, int rows,
-                                          std::int64_t c, float (&v)[kRowsPerWarp][W]) {
+                                          std::int64_t c, float (&v)[R][W]) {
 #pragma unroll
-  for (int x = 0; x < kRowsPerWarp; ++x)
+  for (int x = 0; x < R; ++x)
     if (x < rows) load_vec<W, T, true>(p + (first + x) * ld + c, v[x]);
 }
 
 // kRowsPerWarp rows a warp, lanes across the columns, W consecutive columns a lane at a time
-// (16-byte accesses where every row is aligned to them; W = 1 otherwise), kChunks such groups in
-// flight before any is used, the last columns one at a time. Every element of a group of the
-// product is loaded before any is stored: the stores may alias the loads (fp32 checked in place).
-// The loops over the rows are unrolled, so that the per-row sums stay in registers.
+// (16-byte accesses where every row is aligned to them; W = 1 otherwise), the last columns one at
+// a time. Every element of a group of the product is loaded before any is stored: the stores may
+// alias the loads (fp32 checked in place). The loops over the rows are unrolled, so that the
+// per-row sums stay in registers.
 template <class S, bool Augmented, bool Vector>
-__global__ __launch_bounds__(kBlock, 2) void rows_kernel(
+__global__ __launch_bounds__(kBlock, kMinBlocks) void rows_kernel(
     const Input<Augmented>* a, std::int64_t lda, std::int64_t n, std::int64_t k, const float* out32,
     std::int64_t ld32, std::int64_t m, const ColumnSums<Augmented>* __restrict__ cols,
     const double* bias_sum, const float* __restrict__ bias, bool relu, S* stored,
     std::int64_t ld_stored, long long product, int what, ProductCheckRecord* record) {
+  constexpr int R = kRowsPerWarp;
   constexpr int WI = Vector ? kVectorIn<Augmented> : 1, WO = Vector ? kVectorOut : 1;
   const std::int64_t warp =
       static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
-  const std::int64_t first = warp * kRowsPerWarp;
+  const std::int64_t first = warp * R;
   if (first >= n) return;
-  const int rows = n - first < kRowsPerWarp ? static_cast<int>(n - first) : kRowsPerWarp;
+  const int rows = n - first < R ? static_cast<int>(n - first) : R;
   const int lane = lane_id();
-  RowSums r[kRowsPerWarp];
+  RowSums<Augmented> r[R];
 
   const std::int64_t k_vec = k / WI * WI, m_vec = m / WO * WO;
   constexpr std::int64_t in_step = kWarpSize * WI, out_step = kWarpSize * WO;
-  std::int64_t c = lane * WI;
-  for (; c + (kChunks - 1) * in_step < k_vec; c += kChunks * in_step) {
-    float v[kChunks][kRowsPerWarp][WI];
-#pragma unroll
-    for (int h = 0; h < kChunks; ++h) load_rows<WI>(a, lda, first, rows, c + h * in_step, v[h]);
-#pragma unroll
-    for (int h = 0; h < kChunks; ++h)
-      add_input<Augmented, WI>(v[h], rows, cols + c + h * in_step, r);
+  for (std::int64_t c = lane * WI; c < k_vec; c += in_step) {
+    float v[R][WI];
+    load_rows<R, WI>(a, lda, first, rows, c, v);
+    add_input<Augmented, R, WI>(v, rows, cols + c, r);
   }
-  for (; c < k_vec; c += in_step) {
-    float v[kRowsPerWarp][WI];
-    load_rows<WI>(a, lda, first, rows, c, v);
-    add_input<Augmented, WI>(v, rows, cols + c, r);
-  }
-  for (c = k_vec + lane; c < k; c += kWarpSize) {
-    float v[kRowsPerWarp][1];
-    load_rows<1>(a, lda, first, rows, c, v);
-    add_input<Augmented, 1>(v, rows, cols + c, r);
+  for (std::int64_t c = k_vec + lane; c < k; c += kWarpSize) {
+    float v[R][1];
+    load_rows<R, 1>(a, lda, first, rows, c, v);
+    add_input<Augmented, R, 1>(v, rows, cols + c, r);
   }
 
-  std::int64_t j = lane * WO;
-  for (; j + (kChunks - 1) * out_step < m_vec; j += kChunks * out_step) {
-    float v[kChunks][kRowsPerWarp][WO];
-#pragma unroll
-    for (int h = 0; h < kChunks; ++h)
-      load_rows<WO>(out32, ld32, first, rows, j + h * out_step, v[h]);
-#pragma unroll
-    for (int h = 0; h < kChunks; ++h)
-      add_product<S, Augmented, WO>(v[h], first, rows, j + h * out_step, bias, relu, stored,
-                                    ld_stored, r);
+  for (std::int64_t j = lane * WO; j < m_vec; j += out_step) {
+    float v[R][WO];
+    load_rows<R, WO>(out32, ld32, first, rows, j, v);
+    add_product<S, Augmented, R, WO>(v, first, rows, j, bias, relu, stored, ld_stored, r);
   }
-  for (; j < m_vec; j += out_step) {
-    float v[kRowsPerWarp][WO];
-    load_rows<WO>(out32, ld32, first, rows, j, v);
-    add_product<S, Augmented, WO>(v, first, rows, j, bias, relu, stored, ld_stored, r);
+  for (std::int64_t j = m_vec + lane; j < m; j += kWarpSize) {
+    float v[R][1];
+    load_rows<R, 1>(out32, ld32, first, rows, j, v);
+    add_product<S, Augmented, R, 1>(v, first, rows, j, bias, relu, stored, ld_stored, r);
   }
-  for (j = m_vec + lane; j < m; j += kWarpSize) {
-    float v[kRowsPerWarp][1];
-    load_rows<1>(out32, ld32, first, rows, j, v);
-    add_product<S, Augmented, 1>(v, first, rows, j, bias, relu, stored, ld_stored, r);
-  }
+  RowTotals t[R];
 #pragma unroll
-  for (int x = 0; x < kRowsPerWarp; ++x) {
+  for (int x = 0; x < R; ++x) {
     if (x >= rows) continue;  // the same for every lane: the shuffles see the whole warp
-    r[x].predicted = warp_sum(r[x].predicted);
-    r[x].magnitude = warp_sum(r[x].magnitude);
-    r[x].spread_in = warp_sum(r[x].spread_in);
-    r[x].sum = warp_sum(r[x].sum);
-    r[x].squares = warp_sum(r[x].squares);
-    r[x].size = warp_sum(r[x].size);
+    t[x].predicted = warp_sum(static_cast<double>(r[x].predicted));
+    t[x].magnitude = warp_sum(static_cast<double>(r[x].magnitude));
+    t[x].spread_in = warp_sum(static_cast<double>(r[x].spread_in));
+    t[x].sum = warp_sum(r[x].sum);
+    t[x].squares = warp_sum(r[x].squares);
   }
   if (lane != 0) return;
 #pragma unroll
-  for (int x = 0; x < kRowsPerWarp; ++x)
+  for (int x = 0; x < R; ++x)
     if (x < rows)
-      judge_row<Augmented>(r[x], first + x, n, k, out32 + (first + x) * ld32, m, bias_sum, product,
+      judge_row<Augmented>(t[x], first + x, n, k, out32 + (first + x) * ld32, m, bias_sum, product,
                            what, record);
 }
 
@@ -433,8 +408,6 @@ void product_check_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t
     throw Error(std::string("product_check_rows: a ") + (a.bf16 ? "bf16" : "fp32") +
                 " input under " + (augmented ? "bf16" : "fp32") +
                 " math; the product reads the input in its math's type");
-  const std::int64_t rows_per_block = kBlock / device_info().warp_size * kRowsPerWarp;
-  const LaunchShape shape{ceil_div(n, rows_per_block), kBlock, 0};
   // 16-byte accesses where every row of every operand starts aligned to its group of columns.
   const auto rows_aligned = [](const void* p, std::int64_t ld, int group, std::size_t bytes) {
     return reinterpret_cast<std::uintptr_t>(p) % (group * bytes) == 0 && ld % group == 0;
@@ -445,18 +418,19 @@ void product_check_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t
       rows_aligned(out32, ld32, kVectorOut, 4) &&
       rows_aligned(stored.data, stored.ld, kVectorOut, stored_bytes);
   const double* bias_sum = sums + 4 * k;
-  auto run = [&]<bool Augmented>(auto kernel, auto* out) {
-    launch("product_check_rows", kernel, shape, s, static_cast<const Input<Augmented>*>(a.data),
-           a.ld, n, k, out32, ld32, m, reinterpret_cast<const ColumnSums<Augmented>*>(sums + 2 * k),
-           bias_sum, bias, relu, out, stored.ld, product, what, record);
+  const LaunchShape shape{ceil_div(n, kBlock / device_info().warp_size * kRowsPerWarp), kBlock, 0};
+  auto run = [&]<bool Augmented, bool Vector, class S>(S* out) {
+    launch("product_check_rows", rows_kernel<S, Augmented, Vector>, shape, s,
+           static_cast<const Input<Augmented>*>(a.data), a.ld, n, k, out32, ld32, m,
+           reinterpret_cast<const ColumnSums<Augmented>*>(sums + 2 * k), bias_sum, bias, relu, out,
+           stored.ld, product, what, record);
   };
   auto pick = [&]<class S>(S* out) {
     if (augmented)
-      vector ? run.template operator()<true>(rows_kernel<S, true, true>, out)
-             : run.template operator()<true>(rows_kernel<S, true, false>, out);
+      vector ? run.template operator()<true, true>(out) : run.template operator()<true, false>(out);
     else
-      vector ? run.template operator()<false>(rows_kernel<S, false, true>, out)
-             : run.template operator()<false>(rows_kernel<S, false, false>, out);
+      vector ? run.template operator()<false, true>(out)
+             : run.template operator()<false, false>(out);
   };
   if (stored.dtype == DType::bf16) {
     pick(static_cast<Bf16*>(stored.data));
