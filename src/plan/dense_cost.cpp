@@ -280,8 +280,9 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks
   }
   if (product_checks) {
     // The checks' slots (GpuBackend's forward_product): the sums of the deepest product's
-    // columns (4k + 1 doubles) and, under a 16-bit math, a bf16 output's bias and the product in
-    // fp32 over m + 2 columns padded to 8, beside the weights' copy with its two checksum rows.
+    // columns (4k + 1025 doubles: product_check_sums) and, under a 16-bit math, a bf16 output's
+    // bias and the product in fp32 over m + 2 columns padded to 8, beside the weights' copy with
+    // its two checksum rows.
     double deepest = 0, widest_out = 0, widest_copy = 0;
     const auto forward = [&](double out, double in) {
       deepest = std::max(deepest, in);
@@ -294,7 +295,7 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks
       forward(m.interaction.low_rank, n);
       forward(n, m.interaction.low_rank);
     }
-    w.checks_fixed_bytes = (4 * deepest + 1) * 8;
+    w.checks_fixed_bytes = (4 * deepest + 1025) * 8;
     if (by.narrow) {
       w.checks_fixed_bytes += 4 * widest_out;
       w.checked_bytes_per_example = 4 * pad8(widest_out + 2);

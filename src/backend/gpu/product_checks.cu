@@ -75,6 +75,17 @@ template <bool Augmented>
 constexpr int kVectorIn = 16 / static_cast<int>(sizeof(Input<Augmented>));
 constexpr int kVectorOut = 4;
 
+// Where column c's pair is kept: in the order the row pass's lanes read them, so that a warp's
+// load of one pair a lane is one contiguous run. In a group of kWarpSize x W columns lane l takes
+// columns l W .. l W + W - 1 (one 16-byte load of the input); the pair of its e-th column is kept
+// at e kWarpSize + l. A bijection on each group: the pairs of k columns fit k + kPairPad places.
+template <bool Augmented>
+__device__ __forceinline__ std::int64_t pair_place(std::int64_t c) {
+  constexpr int W = kVectorIn<Augmented>;
+  constexpr std::int64_t group = static_cast<std::int64_t>(kWarpSize) * W;
+  return c / group * group + c % W * kWarpSize + c % group / W;
+}
+
 __device__ __forceinline__ double load(CheckOperand m, std::int64_t r, std::int64_t c) {
   if (m.bf16) return to_float(static_cast<const Bf16*>(m.data)[r * m.ld + c]);
   return static_cast<const float*>(m.data)[r * m.ld + c];
@@ -91,13 +102,13 @@ __global__ __launch_bounds__(kBlock) void weights_kernel(CheckOperand w, std::in
       s += v;
       t += v * v;
     }
-    reinterpret_cast<double2*>(sums + 2 * k)[c] = make_double2(s, t);
+    reinterpret_cast<double2*>(sums + 2 * k)[pair_place<false>(c)] = make_double2(s, t);
   }
   if (c == 0) {
     double b = 0;
     if (bias != nullptr)
       for (std::int64_t j = 0; j < m; ++j) b += bias[j];
-    sums[4 * k] = b;
+    sums[4 * k + 2 * kPairPad] = b;  // the last of product_check_sums(k)
   }
 }
 
@@ -150,7 +161,7 @@ __global__ __launch_bounds__(kBlock) void augment_sums_kernel(std::int64_t m, st
   for (std::int64_t j = m + 2; j < rows; ++j) wa[j * ld + c] = Bf16{0};
   if (c < k) {
     const double rest = s - static_cast<double>(to_float(hi)) - static_cast<double>(to_float(lo));
-    reinterpret_cast<float2*>(sums + 2 * k)[c] =
+    reinterpret_cast<float2*>(sums + 2 * k)[pair_place<true>(c)] =
         make_float2(static_cast<float>(rest), static_cast<float>(sums[k + c] + s * s));
   }
 }
@@ -232,7 +243,8 @@ __device__ void judge_row(RowTotals r, std::int64_t i, std::int64_t n, std::int6
 }
 
 // The input's part of row x's sums: columns [c, c + W) of its row of a (W = kVectorIn<Augmented>:
-// one 16-byte load a row; or 1), against the columns' sums (loaded once for all the warp's rows).
+// one 16-byte load a row; or 1), against the columns' sums (loaded once for all the warp's rows;
+// the e-th at cols[e kWarpSize], pair_place).
 template <bool Augmented, int R, int W>
 __device__ __forceinline__ void add_input(const float (&v)[R][W], int rows,
                                           const ColumnSums<Augmented>* __restrict__ cols,
@@ -240,7 +252,7 @@ __device__ __forceinline__ void add_input(const float (&v)[R][W], int rows,
   using In = typename RowSums<Augmented>::In;
   ColumnSums<Augmented> pq[W];
 #pragma unroll
-  for (int e = 0; e < W; ++e) pq[e] = cols[e];
+  for (int e = 0; e < W; ++e) pq[e] = cols[e * kWarpSize];
 #pragma unroll
   for (int x = 0; x < R; ++x) {
     if (x >= rows) continue;
@@ -316,12 +328,15 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void rows_kernel(
   for (std::int64_t c = lane * WI; c < k_vec; c += in_step) {
     float v[R][WI];
     load_rows<R, WI>(a, lda, first, rows, c, v);
-    add_input<Augmented, R, WI>(v, rows, cols + c, r);
+    // The group's pairs in the lanes' order (pair_place): this lane's e-th at e kWarpSize.
+    const ColumnSums<Augmented>* own =
+        Vector ? cols + (c - lane * WI + lane) : cols + pair_place<Augmented>(c);
+    add_input<Augmented, R, WI>(v, rows, own, r);
   }
   for (std::int64_t c = k_vec + lane; c < k; c += kWarpSize) {
     float v[R][1];
     load_rows<R, 1>(a, lda, first, rows, c, v);
-    add_input<Augmented, R, 1>(v, rows, cols + c, r);
+    add_input<Augmented, R, 1>(v, rows, cols + pair_place<Augmented>(c), r);
   }
 
   for (std::int64_t j = lane * WO; j < m_vec; j += out_step) {
@@ -417,7 +432,7 @@ void product_check_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t
       rows_aligned(a.data, a.ld, augmented ? kVectorIn<true> : kVectorIn<false>, a.bf16 ? 2 : 4) &&
       rows_aligned(out32, ld32, kVectorOut, 4) &&
       rows_aligned(stored.data, stored.ld, kVectorOut, stored_bytes);
-  const double* bias_sum = sums + 4 * k;
+  const double* bias_sum = sums + product_check_sums(k) - 1;
   const LaunchShape shape{ceil_div(n, kBlock / device_info().warp_size * kRowsPerWarp), kBlock, 0};
   auto run = [&]<bool Augmented, bool Vector, class S>(S* out) {
     launch("product_check_rows", rows_kernel<S, Augmented, Vector>, shape, s,

@@ -31,10 +31,14 @@ struct ProductCheckRecord {
   double sum = 0, predicted = 0, bound = 0;
 };
 
+// The places the row pass's pairs of k columns may take beyond k (they are kept in the order its
+// lanes read them, padded to a group of up to 64 lanes x 8 columns).
+inline constexpr std::int64_t kPairPad = 512;
 // Doubles of scratch the check of a product of depth k needs: [0, 2k) the weights' column sums as
-// they are formed, [2k, 4k) the pairs the row pass reads a column, [4k] the bias's sum.
+// they are formed, then the pairs the row pass reads a column (two doubles a place at most), and
+// last the bias's sum.
 inline std::int64_t product_check_sums(std::int64_t k) {
-  return 4 * k + 1;
+  return 2 * k + 2 * (k + kPairPad) + 1;
 }
 
 // fp32 math, the weights' part of the check of out [n, m] = a [n, k] · wᵀ (+ bias), w [m, k] as
