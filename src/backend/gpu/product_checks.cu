@@ -93,7 +93,7 @@ __device__ __forceinline__ double load(CheckOperand m, std::int64_t r, std::int6
 
 __global__ __launch_bounds__(kBlock) void weights_kernel(CheckOperand w, std::int64_t m,
                                                          std::int64_t k, const float* bias,
-                                                         double* sums) {
+                                                         double* sums, double* bias_sum) {
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   if (c < k) {
     double s = 0, t = 0;
@@ -108,7 +108,7 @@ __global__ __launch_bounds__(kBlock) void weights_kernel(CheckOperand w, std::in
     double b = 0;
     if (bias != nullptr)
       for (std::int64_t j = 0; j < m; ++j) b += bias[j];
-    sums[4 * k + 2 * kPairPad] = b;  // the last of product_check_sums(k)
+    *bias_sum = b;
   }
 }
 
@@ -392,7 +392,8 @@ void product_check_weights(Stream_t s, CheckOperand w, std::int64_t m, std::int6
                            const float* bias, double* sums) {
   // At least one block: thread 0 writes the bias sum (k = 0 too).
   launch("product_check_weights", weights_kernel,
-         {std::max<std::int64_t>(1, ceil_div(k, kBlock)), kBlock, 0}, s, w, m, k, bias, sums);
+         {std::max<std::int64_t>(1, ceil_div(k, kBlock)), kBlock, 0}, s, w, m, k, bias, sums,
+         sums + product_check_bias_slot(k));
 }
 
 void product_check_augment(Stream_t s, CMat w, std::int64_t rows, std::int64_t ld, void* wa,
@@ -432,7 +433,7 @@ void product_check_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t
       rows_aligned(a.data, a.ld, augmented ? kVectorIn<true> : kVectorIn<false>, a.bf16 ? 2 : 4) &&
       rows_aligned(out32, ld32, kVectorOut, 4) &&
       rows_aligned(stored.data, stored.ld, kVectorOut, stored_bytes);
-  const double* bias_sum = sums + product_check_sums(k) - 1;
+  const double* bias_sum = sums + product_check_bias_slot(k);
   const LaunchShape shape{ceil_div(n, kBlock / device_info().warp_size * kRowsPerWarp), kBlock, 0};
   auto run = [&]<bool Augmented, bool Vector, class S>(S* out) {
     launch("product_check_rows", rows_kernel<S, Augmented, Vector>, shape, s,

@@ -40,6 +40,10 @@ inline constexpr std::int64_t kPairPad = 512;
 inline std::int64_t product_check_sums(std::int64_t k) {
   return 2 * k + 2 * (k + kPairPad) + 1;
 }
+// Where in those doubles the bias's sum is kept: the last.
+inline std::int64_t product_check_bias_slot(std::int64_t k) {
+  return product_check_sums(k) - 1;
+}
 
 // fp32 math, the weights' part of the check of out [n, m] = a [n, k] · wᵀ (+ bias), w [m, k] as
 // the product read it: into sums, the pairs (s_c, t_c) of s_c = Σ_j w_jc and t_c = Σ_j w_jc² for
