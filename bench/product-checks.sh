@@ -10,7 +10,8 @@
 #      time (the profile's sum of categories) beside the plan's prediction of it (the plan made
 #      with the checks counts them), and the steady examples/s;
 #   4. the dense forward ops alone with and without the checks (dense_bench): measured beside the
-#      plan's prediction with the checks counted, op by op in dense*.log;
+#      plan's prediction with the checks counted, op by op in dense*.log; and with the checked
+#      bf16 products in one kernel where they can (--fused-checks);
 #   5. a flip found in training: tiny with --inject-fault, exit 3 without replay, and with a
 #      checkpoint to replay from, the device blamed and training going on (exit 0).
 # The health ledger is $OUT/ledger.json (the flips mark the device suspect there, not in the
@@ -101,8 +102,11 @@ say "the dense forward ops with and without the checks"
 run_bin "$BIN/dense_bench" --model mlperf-dlrmv2 --no-passes --reps 10 >"$OUT/dense.log" 2>&1 || status=1
 run_bin "$BIN/dense_bench" --model mlperf-dlrmv2 --no-passes --reps 10 --product-checks \
   >"$OUT/dense-checks.log" 2>&1 || status=1
-row "forward ops of MLPerf DLRMv2, batch 65,536" "dense_bench --model mlperf-dlrmv2 --no-passes --reps 10 [--product-checks]" \
-  "without: $(forward_ms "$OUT/dense.log") ms; with: $(forward_ms "$OUT/dense-checks.log") ms ($(grep -m1 -oE 'product checks: [0-9]+ forward products checked, [0-9]+ failed' "$OUT/dense-checks.log" || echo 'no check count'))"
+run_bin "$BIN/dense_bench" --model mlperf-dlrmv2 --no-passes --reps 10 --product-checks \
+  --fused-checks >"$OUT/dense-fused.log" 2>&1 || status=1
+fused=$(grep -m1 -oE '[0-9]+ of them in one kernel' "$OUT/dense-fused.log")
+row "forward ops of MLPerf DLRMv2, batch 65,536" "dense_bench --model mlperf-dlrmv2 --no-passes --reps 10 [--product-checks [--fused-checks]]" \
+  "without: $(forward_ms "$OUT/dense.log") ms; with: $(forward_ms "$OUT/dense-checks.log") ms ($(grep -m1 -oE 'product checks: [0-9]+ forward products checked, [0-9]+ failed' "$OUT/dense-checks.log" || echo 'no check count')); in one kernel where they can: $(forward_ms "$OUT/dense-fused.log") ms (${fused:-none in one kernel})"
 
 say "a flip in training"
 run_bin "$P" train --model tiny --steps 60 --product-checks --no-replay --inject-fault 30:2:100:30 \

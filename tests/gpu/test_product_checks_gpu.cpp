@@ -2,12 +2,15 @@
 // and bf16 dense math: clean products never fail, and give the values the unchecked products give;
 // a flipped high bit of an output element is caught, by bit class, over 1,500 injections into
 // random products (linear layers with and without bias and ReLU, cross layers' two products).
+// Under bf16 math, on a device that runs it, half the cases take the fused product
+// (checked_product.cu), the others the library and the row pass; and the two paths agree.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <map>
 #include <optional>
 
+#include "backend/gpu/product_checks.h"
 #include "dense_test_util.h"
 
 namespace parity::gpu::test {
@@ -51,6 +54,12 @@ Case random_case(Rand& r) {
   c.relu = r.integer(0, 1) == 1;
   c.cross = r.integer(0, 3) == 0;
   if (c.cross) c.m = std::min<std::int64_t>(c.m, 64);
+  // Half the cases with depths a multiple of 8, which the fused bf16 product takes (a cross
+  // layer's z has depth m / 4 + 1); the others go through the library.
+  if (r.integer(0, 1) == 1) {
+    c.k = (c.k + 7) / 8 * 8;
+    if (c.cross) c.m = 4 * (8 * r.integer(1, 2) - 1);
+  }
   return c;
 }
 
@@ -61,7 +70,7 @@ struct Outcome {
 };
 
 Outcome run(GpuBackend& gpu, const Case& c, std::uint64_t seed, bool checks,
-            const Backend::ProductFault* fault) {
+            const Backend::ProductFault* fault, std::int64_t* fused = nullptr) {
   gpu.set_product_checks(checks);
   if (fault != nullptr) gpu.inject_product_fault(*fault);
   Rand rand(seed);
@@ -98,6 +107,7 @@ Outcome run(GpuBackend& gpu, const Case& c, std::uint64_t seed, bool checks,
     append(gu.download());
     append(gz.download());
   }
+  if (fused != nullptr) *fused += gpu.fused_checks();
   const Backend::ProductChecks s = gpu.product_checks();
   o.products = s.products;
   o.failures = s.failures;
@@ -110,12 +120,13 @@ class ProductChecksGpu : public ::testing::TestWithParam<DenseMath> {};
 TEST_P(ProductChecksGpu, CleanProductsNeverFailAndGiveTheUncheckedValues) {
   PARITY_REQUIRE_GPU();
   GpuBackend gpu(GetParam());
+  gpu.use_fused_checks(true);  // bf16 products in one kernel where they can (half the cases)
   const bool bf = GetParam() == DenseMath::bf16;
   Rand cases(7);
-  std::int64_t products = 0;
+  std::int64_t products = 0, fused = 0;
   for (std::uint64_t seed = 0; seed < 300; ++seed) {
     const Case c = random_case(cases);
-    const Outcome checked = run(gpu, c, seed, true, nullptr);
+    const Outcome checked = run(gpu, c, seed, true, nullptr, &fused);
     EXPECT_EQ(checked.products, c.cross ? 2 : 1);
     EXPECT_EQ(checked.failures, 0) << "seed " << seed << ": " << checked.first;
     products += checked.products;
@@ -135,13 +146,68 @@ TEST_P(ProductChecksGpu, CleanProductsNeverFailAndGiveTheUncheckedValues) {
         ADD_FAILURE() << "seed " << seed << " [" << i << "]: checked " << b << ", unchecked " << a;
     }
   }
-  std::printf("[ measured ] %s: %lld clean products checked, none failed\n",
-              std::string(dense_math_name(GetParam())).c_str(), static_cast<long long>(products));
+  std::printf("[ measured ] %s: %lld clean products checked (%lld in one kernel), none failed\n",
+              std::string(dense_math_name(GetParam())).c_str(), static_cast<long long>(products),
+              static_cast<long long>(fused));
+}
+
+// The fused bf16 product (one kernel: checked_product.cu) and the library's path with the row
+// pass give the same outputs to bf16's rounding, and neither fails a clean product; each catches
+// the same planted flips.
+TEST(ProductChecksGpuFused, AgreesWithTheLibraryPath) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu(DenseMath::bf16);
+  if (!gpu::product_check_fused_available()) GTEST_SKIP() << "no fused product on this device";
+  Rand cases(17);
+  std::int64_t fused = 0, library = 0, caught_fused = 0, caught_library = 0, flips = 0;
+  for (std::uint64_t seed = 0; seed < 120; ++seed) {
+    Case c = random_case(cases);
+    c.k = (c.k + 7) / 8 * 8;
+    if (c.cross) c.m = 4 * (8 * static_cast<std::int64_t>(seed % 2 + 1) - 1);
+    if (seed % 3 == 0) c.n = 1000 + static_cast<std::int64_t>(seed);     // several row tiles
+    if (seed % 5 == 0) c.m = 300 + static_cast<std::int64_t>(seed % 7);  // several column tiles
+    if (c.cross) c.m = std::min<std::int64_t>(c.m, 60);
+    gpu.use_fused_checks(true);
+    const Outcome one = run(gpu, c, seed, true, nullptr, &fused);
+    gpu.use_fused_checks(false);
+    const Outcome lib = run(gpu, c, seed, true, nullptr, &library);
+    EXPECT_EQ(one.failures, 0) << "seed " << seed << ": " << one.first;
+    EXPECT_EQ(lib.failures, 0) << "seed " << seed << ": " << lib.first;
+    ASSERT_EQ(one.out.size(), lib.out.size());
+    double rms = 0;
+    for (const float v : lib.out) rms += static_cast<double>(v) * v;
+    rms = std::sqrt(rms / static_cast<double>(std::max<std::size_t>(lib.out.size(), 1)));
+    int bad = 0;
+    for (std::size_t i = 0; i < lib.out.size(); ++i) {
+      const double a = lib.out[i], b = one.out[i];
+      if (!(std::fabs(a - b) <= std::ldexp(1.0, -7) * (std::fabs(a) + rms)) && ++bad <= 3)
+        ADD_FAILURE() << "seed " << seed << " [" << i << "]: fused " << b << ", library " << a;
+    }
+    // A flip of the top exponent bit in the same element, through each path.
+    const std::int64_t elements = c.n * (c.cross ? c.m / 4 + 1 : c.m);
+    const Backend::ProductFault f{0, static_cast<std::int64_t>(seed * 7919) % elements, 14};
+    gpu.use_fused_checks(true);
+    caught_fused += run(gpu, c, seed, true, &f).failures > 0;
+    gpu.use_fused_checks(false);
+    caught_library += run(gpu, c, seed, true, &f).failures > 0;
+    ++flips;
+  }
+  EXPECT_GT(fused, 0);
+  EXPECT_EQ(library, 0);
+  // A flip that lowers an element small beside its row may hide in the bound, on either path.
+  EXPECT_GE(caught_fused, flips * 98 / 100);
+  EXPECT_GE(caught_library, flips * 98 / 100);
+  std::printf(
+      "[ measured ] fused: %lld products in one kernel agree with the library's; flips "
+      "caught %lld / %lld of %lld\n",
+      static_cast<long long>(fused), static_cast<long long>(caught_fused),
+      static_cast<long long>(caught_library), static_cast<long long>(flips));
 }
 
 TEST_P(ProductChecksGpu, NonFiniteInputsAreLeftToTheFiniteGuard) {
   PARITY_REQUIRE_GPU();
   GpuBackend gpu(GetParam());
+  gpu.use_fused_checks(true);  // bf16 products in one kernel where they can (half the cases)
   gpu.set_product_checks(true);
   Rand rand(1);
   HostMat x = HostMat::random(2, 3, 0, rand);
@@ -158,6 +224,7 @@ TEST_P(ProductChecksGpu, NonFiniteInputsAreLeftToTheFiniteGuard) {
 TEST_P(ProductChecksGpu, FlippedHighBitsAreCaught) {
   PARITY_REQUIRE_GPU();
   GpuBackend gpu(GetParam());
+  gpu.use_fused_checks(true);  // bf16 products in one kernel where they can (half the cases)
   // Bit classes of a stored element: its sign, its exponent, the top three bits of its mantissa
   // (of an fp32 element, or of a bf16 one where the output is stored so).
   const bool bf = gpu.activation_dtype() == DType::bf16;
@@ -171,6 +238,7 @@ TEST_P(ProductChecksGpu, FlippedHighBitsAreCaught) {
   std::map<std::string, std::pair<int, int>> caught;  // class: (caught, injected)
   int total = 0, total_caught = 0;
   Rand cases(11), picks(13);
+  std::int64_t fused = 0;
   for (int trial = 0; trial < 1500; ++trial) {
     const Case c = random_case(cases);
     const std::string cls = trial % 3 == 0 ? "sign" : trial % 3 == 1 ? "exponent" : "high mantissa";
@@ -180,7 +248,7 @@ TEST_P(ProductChecksGpu, FlippedHighBitsAreCaught) {
     const std::int64_t elements =
         product == 0 && c.cross ? c.n * (c.m / 4 + 1) : c.n * (c.cross ? c.k : c.m);
     const Backend::ProductFault f{product, picks.integer(0, elements - 1), bit};
-    const Outcome o = run(gpu, c, 50000 + static_cast<std::uint64_t>(trial), true, &f);
+    const Outcome o = run(gpu, c, 50000 + static_cast<std::uint64_t>(trial), true, &f, &fused);
     auto& [got, tried] = caught[cls];
     ++tried;
     ++total;
@@ -193,6 +261,9 @@ TEST_P(ProductChecksGpu, FlippedHighBitsAreCaught) {
     std::printf("[ measured ] %s %-14s %4d of %4d caught (%.2f%%)\n",
                 std::string(dense_math_name(GetParam())).c_str(), cls.c_str(), n.first, n.second,
                 100.0 * n.first / n.second);
+  std::printf("[ measured ] %s: %lld of the %d products in one kernel\n",
+              std::string(dense_math_name(GetParam())).c_str(), static_cast<long long>(fused),
+              total);
   EXPECT_GE(total_caught, total * 99 / 100) << total_caught << " of " << total;
 }
 

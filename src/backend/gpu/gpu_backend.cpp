@@ -245,6 +245,8 @@ struct GpuBackend::Impl {
     std::int64_t checked = 0;  // of them, checked
     std::optional<Backend::ProductFault> fault;  // its product counted like `seen`
     gpu::DeviceBuffer<gpu::ProductCheckRecord> record;
+    bool fused = false;       // bf16 products in one kernel where it runs (use_fused_checks)
+    std::int64_t in_one = 0;  // of the checked products, those that did
   } checks;
 
   // A forward product d [n, m] = a [n, k] · wᵀ (+ bias) (relu). With the checks on, the product
@@ -298,13 +300,47 @@ struct GpuBackend::Impl {
       const std::int64_t rows = copy_ld(m + 2), ld = copy_ld(k);
       auto* wa = scratch.get_as<Bf16>(Slot::b16, rows * ld, s());
       gpu::product_check_augment(s(), w, rows, ld, wa, sums);
-      float* out32 = scratch.get_as<float>(Slot::checked, n * rows, s());
       gpu::GemmArgs g;
       g.a = operand(a, false, Slot::a16);
       g.b = {wa, ld, true};
       g.m = n;
       g.n = rows;
       g.k = a.is_f32() ? ld : k;  // a bf16 copy of an fp32 input ends in zeros up to ld, as wa
+      if (fused_check(g, d)) {
+        // One kernel: the bf16 output stored, each row's sums a column tile, the checksum
+        // columns; then the rows judged against the input (checked_product.cu).
+        const std::int64_t tiles = gpu::product_check_tiles(m);
+        auto* partials = scratch.get_as<double>(Slot::checked, n * (2 * tiles + 1), s());
+        gpu::FusedProduct p;
+        p.a = g.a.data;
+        p.lda = g.a.ld;
+        p.w = wa;
+        p.ldw = ld;
+        p.n = n;
+        p.m = m;
+        p.k = g.k;
+        p.bias = b;
+        p.relu = relu;
+        p.out = d.data;
+        p.ldo = d.ld;
+        p.partials = partials;
+        p.checksum = reinterpret_cast<float*>(partials + 2 * n * tiles);
+        if (due && n * m > 0) {
+          p.fault_element = checks.fault->element % (n * m);
+          p.fault_bit = fault_bit();
+          checks.fault.reset();
+        }
+        gpu::product_check_fused(s(), p);
+        if (record != nullptr)
+          gpu::product_check_tiles_rows(s(), {g.a.data, g.a.ld, true}, n, k, partials, p.checksum,
+                                        m, sums, index, what, record);
+        if (!rehearsal && checks.on) {
+          ++checks.checked;
+          ++checks.in_one;
+        }
+        return;
+      }
+      float* out32 = scratch.get_as<float>(Slot::checked, n * rows, s());
       g.d = out32;
       g.ldd = rows;
       blas.gemm(s(), gemm_math(math), g);
@@ -325,6 +361,16 @@ struct GpuBackend::Impl {
                               false, nullptr, relu, d, index, what, record);
     }
     if (!rehearsal && checks.on) ++checks.checked;
+  }
+
+  // Whether a checked bf16 product runs in one kernel (product_check_fused): on this device and
+  // binary, with a bf16 output and operands whose rows start 16-byte aligned.
+  bool fused_check(const gpu::GemmArgs& g, AMat d) const {
+    const auto aligned = [](const void* p, std::int64_t ld) {
+      return reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && ld % 8 == 0;
+    };
+    return checks.fused && d.dtype == DType::bf16 && g.k % 8 == 0 && aligned(g.a.data, g.a.ld) &&
+           aligned(g.b.data, g.b.ld) && gpu::product_check_fused_available();
   }
 
   // The id count of a batch: the caller's (the engine always gives it), else read back from the
@@ -648,12 +694,21 @@ void GpuBackend::set_product_checks(bool on) {
   im.checks.on = on;
   im.checks.seen = 0;
   im.checks.checked = 0;
+  im.checks.in_one = 0;
   im.checks.fault.reset();
   if (on) {
     if (im.checks.record.size() == 0)
       im.checks.record = gpu::DeviceBuffer<gpu::ProductCheckRecord>(1, "product check record");
     im.checks.record.zero(im.s());
   }
+}
+
+void GpuBackend::use_fused_checks(bool on) {
+  impl_->checks.fused = on;
+}
+
+std::int64_t GpuBackend::fused_checks() const {
+  return impl_->checks.in_one;
 }
 
 Backend::ProductChecks GpuBackend::product_checks() {

@@ -161,6 +161,17 @@ __device__ __forceinline__ void mma_ss<64>(float (&d)[8][4], std::uint64_t a, st
         "+f"(d[7][2]), "+f"(d[7][3])
       : "l"(a), "l"(b), "r"(accumulate));
 }
+// The narrowest form, N = 8 (a checksum tile beside a wider product).
+template <>
+__device__ __forceinline__ void mma_ss<8>(float (&d)[1][4], std::uint64_t a, std::uint64_t b,
+                                          int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, "
+      "0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
 template <>
 __device__ __forceinline__ void mma_rs<64>(float (&d)[8][4], const unsigned (&a)[4],
                                            std::uint64_t b) {

@@ -197,9 +197,10 @@ struct RowTotals {
 };
 
 // Lane 0's verdict on row i of the product (o: the row of out32), recorded where it fails.
+// Under bf16 math hi and lo are the row's checksum columns.
 template <bool Augmented>
-__device__ void judge_row(RowTotals r, std::int64_t i, std::int64_t n, std::int64_t k,
-                          const float* o, std::int64_t m, const double* bias_sum, long long product,
+__device__ void judge_row(RowTotals r, std::int64_t i, std::int64_t n, std::int64_t k, double hi,
+                          double lo, std::int64_t m, const double* bias_sum, long long product,
                           int what, ProductCheckRecord* record) {
   const double kd = static_cast<double>(k), md = static_cast<double>(m);
   double unit = kUnit, variance = (kd / 3 + 1) * r.squares + kd / 2 * r.spread_in;
@@ -210,7 +211,6 @@ __device__ void judge_row(RowTotals r, std::int64_t i, std::int64_t n, std::int6
       (md + 64) * kDoubleUnit * sqrt(md * r.squares) + (kd + 64) * kDoubleUnit * r.magnitude;
   if (Augmented) {
     own += (kd + 2) * kUnit * r.magnitude;
-    const double hi = o[m], lo = o[m + 1];
     r.predicted += hi + lo;
     r.magnitude += fabs(hi) + fabs(lo);
     own += 2 * kDoubleUnit * r.magnitude;
@@ -226,7 +226,8 @@ __device__ void judge_row(RowTotals r, std::int64_t i, std::int64_t n, std::int6
   // the product may flush to zero (each of its k + 1 terms an element).
   const double bound = kLambda * unit * sqrt(variance) + own + (kd + 1) * md * FLT_MIN;
   const double diff = fabs(r.sum - r.predicted);
-  if (diff <= bound || record == nullptr) return;  // a NaN or an infinity in the output fails
+  // A NaN or an infinity in the output fails (its bound may be infinite too).
+  if ((diff <= bound && isfinite(r.sum)) || record == nullptr) return;
   // Failures count products: the first failing row of a product counts it (products run in
   // order on one stream, so a later product's tag is always larger).
   const auto tag = static_cast<unsigned long long>(product) + 1;
@@ -302,29 +303,17 @@ __device__ __forceinline__ void load_rows(const T* p, std::int64_t ld, std::int6
     if (x < rows) load_vec<W, T, true>(p + (first + x) * ld + c, v[x]);
 }
 
-// kRowsPerWarp rows a warp, lanes across the columns, W consecutive columns a lane at a time
-// (16-byte accesses where every row is aligned to them; W = 1 otherwise), the last columns one at
-// a time. Every element of a group of the product is loaded before any is stored: the stores may
-// alias the loads (fp32 checked in place). The loops over the rows are unrolled, so that the
-// per-row sums stay in registers.
-template <class S, bool Augmented, bool Vector>
-__global__ __launch_bounds__(kBlock, kMinBlocks) void rows_kernel(
-    const Input<Augmented>* a, std::int64_t lda, std::int64_t n, std::int64_t k, const float* out32,
-    std::int64_t ld32, std::int64_t m, const ColumnSums<Augmented>* __restrict__ cols,
-    const double* bias_sum, const float* __restrict__ bias, bool relu, S* stored,
-    std::int64_t ld_stored, long long product, int what, ProductCheckRecord* record) {
-  constexpr int R = kRowsPerWarp;
-  constexpr int WI = Vector ? kVectorIn<Augmented> : 1, WO = Vector ? kVectorOut : 1;
-  const std::int64_t warp =
-      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
-  const std::int64_t first = warp * R;
-  if (first >= n) return;
-  const int rows = n - first < R ? static_cast<int>(n - first) : R;
+// The input's part of the sums of the warp's rows [first, first + rows): W consecutive columns a
+// lane at a time (Vector: one 16-byte load a row), the last columns one at a time.
+template <bool Augmented, bool Vector, int R>
+__device__ __forceinline__ void input_sums(const Input<Augmented>* a, std::int64_t lda,
+                                           std::int64_t k, std::int64_t first, int rows,
+                                           const ColumnSums<Augmented>* __restrict__ cols,
+                                           RowSums<Augmented> (&r)[R]) {
+  constexpr int WI = Vector ? kVectorIn<Augmented> : 1;
   const int lane = lane_id();
-  RowSums<Augmented> r[R];
-
-  const std::int64_t k_vec = k / WI * WI, m_vec = m / WO * WO;
-  constexpr std::int64_t in_step = kWarpSize * WI, out_step = kWarpSize * WO;
+  const std::int64_t k_vec = k / WI * WI;
+  constexpr std::int64_t in_step = kWarpSize * WI;
   for (std::int64_t c = lane * WI; c < k_vec; c += in_step) {
     float v[R][WI];
     load_rows<R, WI>(a, lda, first, rows, c, v);
@@ -338,6 +327,47 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void rows_kernel(
     load_rows<R, 1>(a, lda, first, rows, c, v);
     add_input<Augmented, R, 1>(v, rows, cols + pair_place<Augmented>(c), r);
   }
+}
+
+// The warp's row sums reduced over its lanes, in double.
+template <bool Augmented, int R>
+__device__ __forceinline__ void reduce_rows(const RowSums<Augmented> (&r)[R], int rows,
+                                            RowTotals (&t)[R]) {
+#pragma unroll
+  for (int x = 0; x < R; ++x) {
+    if (x >= rows) continue;  // the same for every lane: the shuffles see the whole warp
+    t[x].predicted = warp_sum(static_cast<double>(r[x].predicted));
+    t[x].magnitude = warp_sum(static_cast<double>(r[x].magnitude));
+    t[x].spread_in = warp_sum(static_cast<double>(r[x].spread_in));
+    t[x].sum = warp_sum(r[x].sum);
+    t[x].squares = warp_sum(r[x].squares);
+  }
+}
+
+// kRowsPerWarp rows a warp, lanes across the columns, W consecutive columns a lane at a time
+// (16-byte accesses where every row is aligned to them; W = 1 otherwise), the last columns one at
+// a time. Every element of a group of the product is loaded before any is stored: the stores may
+// alias the loads (fp32 checked in place). The loops over the rows are unrolled, so that the
+// per-row sums stay in registers.
+template <class S, bool Augmented, bool Vector>
+__global__ __launch_bounds__(kBlock, kMinBlocks) void rows_kernel(
+    const Input<Augmented>* a, std::int64_t lda, std::int64_t n, std::int64_t k, const float* out32,
+    std::int64_t ld32, std::int64_t m, const ColumnSums<Augmented>* __restrict__ cols,
+    const double* bias_sum, const float* __restrict__ bias, bool relu, S* stored,
+    std::int64_t ld_stored, long long product, int what, ProductCheckRecord* record) {
+  constexpr int R = kRowsPerWarp;
+  constexpr int WO = Vector ? kVectorOut : 1;
+  const std::int64_t warp =
+      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
+  const std::int64_t first = warp * R;
+  if (first >= n) return;
+  const int rows = n - first < R ? static_cast<int>(n - first) : R;
+  const int lane = lane_id();
+  RowSums<Augmented> r[R];
+  input_sums<Augmented, Vector>(a, lda, k, first, rows, cols, r);
+
+  const std::int64_t m_vec = m / WO * WO;
+  constexpr std::int64_t out_step = kWarpSize * WO;
 
   for (std::int64_t j = lane * WO; j < m_vec; j += out_step) {
     float v[R][WO];
@@ -350,21 +380,51 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void rows_kernel(
     add_product<S, Augmented, R, 1>(v, first, rows, j, bias, relu, stored, ld_stored, r);
   }
   RowTotals t[R];
-#pragma unroll
-  for (int x = 0; x < R; ++x) {
-    if (x >= rows) continue;  // the same for every lane: the shuffles see the whole warp
-    t[x].predicted = warp_sum(static_cast<double>(r[x].predicted));
-    t[x].magnitude = warp_sum(static_cast<double>(r[x].magnitude));
-    t[x].spread_in = warp_sum(static_cast<double>(r[x].spread_in));
-    t[x].sum = warp_sum(r[x].sum);
-    t[x].squares = warp_sum(r[x].squares);
-  }
+  reduce_rows<Augmented, R>(r, rows, t);
   if (lane != 0) return;
 #pragma unroll
-  for (int x = 0; x < R; ++x)
-    if (x < rows)
-      judge_row<Augmented>(t[x], first + x, n, k, out32 + (first + x) * ld32, m, bias_sum, product,
-                           what, record);
+  for (int x = 0; x < R; ++x) {
+    if (x >= rows) continue;
+    const float* o = out32 + (first + x) * ld32;
+    judge_row<Augmented>(t[x], first + x, n, k, Augmented ? o[m] : 0.0, Augmented ? o[m + 1] : 0.0,
+                         m, bias_sum, product, what, record);
+  }
+}
+
+// The fused product's check (checked_product.cu): the input's part as above, the product's from
+// its tiles' partial sums, kRowsPerWarp rows a warp.
+template <bool Vector>
+__global__ __launch_bounds__(kBlock, kMinBlocks) void tiles_kernel(
+    const Bf16* a, std::int64_t lda, std::int64_t n, std::int64_t k,
+    const double2* __restrict__ partials, std::int64_t tiles, const float2* __restrict__ checksum,
+    std::int64_t m, const float2* __restrict__ cols, long long product, int what,
+    ProductCheckRecord* record) {
+  constexpr int R = kRowsPerWarp;
+  const std::int64_t warp =
+      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
+  const std::int64_t first = warp * R;
+  if (first >= n) return;
+  const int rows = n - first < R ? static_cast<int>(n - first) : R;
+  RowSums<true> r[R];
+  input_sums<true, Vector>(a, lda, k, first, rows, cols, r);
+  for (std::int64_t j = lane_id(); j < tiles; j += kWarpSize) {
+#pragma unroll
+    for (int x = 0; x < R; ++x) {
+      if (x >= rows) continue;
+      const double2 p = partials[(first + x) * tiles + j];
+      r[x].sum += p.x;
+      r[x].squares += p.y;
+    }
+  }
+  RowTotals t[R];
+  reduce_rows<true, R>(r, rows, t);
+  if (lane_id() != 0) return;
+#pragma unroll
+  for (int x = 0; x < R; ++x) {
+    if (x >= rows) continue;
+    const float2 c = checksum[first + x];
+    judge_row<true>(t[x], first + x, n, k, c.x, c.y, m, nullptr, product, what, record);
+  }
 }
 
 __global__ __launch_bounds__(kBlock) void round_kernel(const float* v, std::int64_t n, float* out) {
@@ -456,6 +516,28 @@ void product_check_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t
     throw Error("product_check_rows: an output stored in " + std::string(dtype_name(stored.dtype)) +
                 "; fp32 or bf16 expected");
   }
+}
+
+void product_check_tiles_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t k,
+                              const double* partials, const float* checksum, std::int64_t m,
+                              const double* sums, long long product, int what,
+                              ProductCheckRecord* record) {
+  if (n <= 0 || m <= 0) return;
+  if (!a.bf16) throw Error("product_check_tiles_rows: an fp32 input; the fused product reads bf16");
+  const bool vector =
+      reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0 && a.ld % kVectorIn<true> == 0;
+  const LaunchShape shape{ceil_div(n, kBlock / device_info().warp_size * kRowsPerWarp), kBlock, 0};
+  const auto* cols = reinterpret_cast<const float2*>(sums + 2 * k);
+  const auto* in = static_cast<const Bf16*>(a.data);
+  const auto* p = reinterpret_cast<const double2*>(partials);
+  const auto* c = reinterpret_cast<const float2*>(checksum);
+  const std::int64_t tiles = product_check_tiles(m);
+  if (vector)
+    launch("product_check_tiles_rows", tiles_kernel<true>, shape, s, in, a.ld, n, k, p, tiles, c, m,
+           cols, product, what, record);
+  else
+    launch("product_check_tiles_rows", tiles_kernel<false>, shape, s, in, a.ld, n, k, p, tiles, c,
+           m, cols, product, what, record);
 }
 
 void round_to_bf16(Stream_t s, const float* v, std::int64_t n, float* out) {

@@ -72,6 +72,45 @@ void product_check_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t
                         bool augmented, const float* bias, bool relu, AMat stored,
                         long long product, int what, ProductCheckRecord* record);
 
+// ---- bf16 math in one kernel (checked_product.cu) ----
+// Whether product_check_fused runs here: sm_90a code in this binary and a device of compute
+// capability 9.0. Elsewhere a checked bf16 product goes through the library and
+// product_check_rows.
+bool product_check_fused_available();
+// The column tiles of the fused product's output: each row's sums come one pair a tile.
+std::int64_t product_check_tiles(std::int64_t m);
+
+// out [n, m] (bf16) = a [n, k] · wᵀ (+ bias) (relu), a and w bf16 with k a multiple of 8 and rows
+// 16-byte aligned, w [m + 2, k] the weights' copy with its checksum rows (product_check_augment).
+// Besides the output it writes, for each row i and column tile t, partials[2 (i tiles + t)] and
+// the next: the sum and the sum of squares of the tile's fp32 outputs before the bias, and
+// checksum[2 i] and the next: the checksum columns a_i · hi and a_i · lo. Where fault_element >= 0
+// that element's fp32 value plus its bias gets bit fault_bit flipped before it is summed and
+// stored (the planted fault).
+struct FusedProduct {
+  const void* a = nullptr;
+  std::int64_t lda = 0;
+  const void* w = nullptr;
+  std::int64_t ldw = 0;
+  std::int64_t n = 0, m = 0, k = 0;
+  const float* bias = nullptr;
+  bool relu = false;
+  void* out = nullptr;
+  std::int64_t ldo = 0;
+  double* partials = nullptr;  // 2 n product_check_tiles(m)
+  float* checksum = nullptr;   // 2 n
+  std::int64_t fault_element = -1;
+  int fault_bit = 0;
+};
+void product_check_fused(Stream_t s, const FusedProduct& p);
+
+// Checks each row of a fused product (above) against its input a [n, k] (bf16) and the sums of
+// product_check_augment, as product_check_rows does; counts a failure in *record.
+void product_check_tiles_rows(Stream_t s, CheckOperand a, std::int64_t n, std::int64_t k,
+                              const double* partials, const float* checksum, std::int64_t m,
+                              const double* sums, long long product, int what,
+                              ProductCheckRecord* record);
+
 // v[0..n) = the fp32 values of v rounded to bf16 (a bf16 output's bias, as the product adds it).
 void round_to_bf16(Stream_t s, const float* v, std::int64_t n, float* out);
 
