@@ -58,7 +58,7 @@ constexpr const char* kUsage =
     "                   [--device KEY|YAML] [--configs DIR] [--reps N] [--warmup N]\n"
     "                   [--product-size N] [--no-passes] [--results FILE] [--dump FILE]\n"
     "                   [--check-on-cpu] [--gemm-catalog FILE] [--ab-rounds N]\n"
-    "                   [--product-checks [--fused-checks]]\n"
+    "                   [--product-checks [--library-checks]]\n"
     "Times every dense op of a training step (and each elementwise pass alone) on this GPU beside\n"
     "the measured copy and product rates and the performance model's prediction for --device\n"
     "(default h200). Defaults: configs/models/mlperf-dlrmv2.yaml at its batch_size, bf16, 30 reps\n"
@@ -69,8 +69,8 @@ constexpr const char* kUsage =
     "--ab-rounds (default 2) rounds with the library heuristic's, each op's fastest kept.\n"
     "--product-checks checks every forward product of the step (parity train --product-checks)\n"
     "and predicts the ops with the checks; a check that fails stops the benchmark.\n"
-    "--fused-checks runs each checked bf16 product in one kernel where it can, not through the\n"
-    "library and the row pass (GpuBackend::use_fused_checks), to compare the two.\n";
+    "--library-checks runs every checked product through the library and the row pass, where\n"
+    "bf16 products would run in one kernel (GpuBackend::use_fused_checks), to compare the two.\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -102,8 +102,8 @@ bool parse(int argc, char** argv, pb::Options& o) {
       o.product_checks = true;
       continue;
     }
-    if (a == "--fused-checks") {
-      o.fused_checks = true;
+    if (a == "--library-checks") {
+      o.library_checks = true;
       continue;
     }
     if (i + 1 >= argc) throw UsageError(fmt::format("{} needs a value", a));
@@ -146,8 +146,8 @@ bool parse(int argc, char** argv, pb::Options& o) {
       throw UsageError(fmt::format("unknown argument '{}'", a));
     }
   }
-  if (o.fused_checks && !o.product_checks)
-    throw UsageError("--fused-checks chooses how --product-checks run: give both");
+  if (o.library_checks && !o.product_checks)
+    throw UsageError("--library-checks chooses how --product-checks run: give both");
   return true;
 }
 
@@ -460,7 +460,7 @@ AbResult measure_ab(const pb::Options& o, const Host& h, const pb::StepShapes& s
     pb::print_op_header();
     {
       parity::GpuBackend be(o.math);
-      be.use_fused_checks(o.fused_checks);
+      be.use_fused_checks(!o.library_checks);
       if (o.product_checks) be.set_product_checks(true);
       keep_fastest(ab.heuristic, pb::measure_step(be, o, sh, h.predicted, c, &fill));
     }
@@ -469,7 +469,7 @@ AbResult measure_ab(const pb::Options& o, const Host& h, const pb::StepShapes& s
     pb::print_op_header();
     {
       parity::GpuBackend be(o.math);
-      be.use_fused_checks(o.fused_checks);
+      be.use_fused_checks(!o.library_checks);
       if (o.product_checks) be.set_product_checks(true);
       be.use_gemm_catalog(h.catalog, h.catalog_hbm_bytes_per_s, h.decisions);
       keep_fastest(ab.catalog, pb::measure_step(be, o, sh, h.predicted, c, &fill));
@@ -522,10 +522,10 @@ void run(const pb::Options& o, const Host& h, Run& r) {
   std::fflush(stdout);
   // The ceilings above are the products' own; the step's forward products are checked.
   if (o.product_checks) {
-    be.use_fused_checks(o.fused_checks);
+    be.use_fused_checks(!o.library_checks);
     be.set_product_checks(true);
     fmt::print("with checksummed forward products{}, measured and predicted\n",
-               o.fused_checks ? " (in one kernel where they can)" : "");
+               o.library_checks ? " (through the library and the row pass)" : "");
   }
   pb::print_op_header();
   const parity::gpu::Stream fill;

@@ -32,7 +32,7 @@ struct Options {
   std::string gemm_catalog;          // a kernel catalog: the step's ops also with its choices, A/B
   int ab_rounds = 2;            // with a catalog: rounds of (library heuristic, catalog) timings
   bool product_checks = false;  // the forward products checked (Backend::set_product_checks)
-  bool fused_checks = false;    // ... in one kernel where they can (GpuBackend::use_fused_checks)
+  bool library_checks = false;  // ... through the library (GpuBackend::use_fused_checks(false))
 };
 
 // One layer of an MLP as the engine lays it out (src/engine/layout.cpp).

@@ -10,8 +10,9 @@
 #      time (the profile's sum of categories) beside the plan's prediction of it (the plan made
 #      with the checks counts them), and the steady examples/s;
 #   4. the dense forward ops alone with and without the checks (dense_bench): measured beside the
-#      plan's prediction with the checks counted, op by op in dense*.log; and with the checked
-#      bf16 products in one kernel where they can (--fused-checks);
+#      plan's prediction with the checks counted, op by op in dense*.log; and with every checked
+#      product through the library and the row pass (--library-checks), where bf16 products
+#      would run in one kernel;
 #   5. a flip found in training: tiny with --inject-fault, exit 3 without replay, and with a
 #      checkpoint to replay from, the device blamed and training going on (exit 0).
 # The health ledger is $OUT/ledger.json (the flips mark the device suspect there, not in the
@@ -103,10 +104,10 @@ run_bin "$BIN/dense_bench" --model mlperf-dlrmv2 --no-passes --reps 10 >"$OUT/de
 run_bin "$BIN/dense_bench" --model mlperf-dlrmv2 --no-passes --reps 10 --product-checks \
   >"$OUT/dense-checks.log" 2>&1 || status=1
 run_bin "$BIN/dense_bench" --model mlperf-dlrmv2 --no-passes --reps 10 --product-checks \
-  --fused-checks >"$OUT/dense-fused.log" 2>&1 || status=1
-fused=$(grep -m1 -oE '[0-9]+ of them in one kernel' "$OUT/dense-fused.log")
-row "forward ops of MLPerf DLRMv2, batch 65,536" "dense_bench --model mlperf-dlrmv2 --no-passes --reps 10 [--product-checks [--fused-checks]]" \
-  "without: $(forward_ms "$OUT/dense.log") ms; with: $(forward_ms "$OUT/dense-checks.log") ms ($(grep -m1 -oE 'product checks: [0-9]+ forward products checked, [0-9]+ failed' "$OUT/dense-checks.log" || echo 'no check count')); in one kernel where they can: $(forward_ms "$OUT/dense-fused.log") ms (${fused:-none in one kernel})"
+  --library-checks >"$OUT/dense-library.log" 2>&1 || status=1
+fused=$(grep -m1 -oE '[0-9]+ of them in one kernel' "$OUT/dense-checks.log")
+row "forward ops of MLPerf DLRMv2, batch 65,536" "dense_bench --model mlperf-dlrmv2 --no-passes --reps 10 [--product-checks [--library-checks]]" \
+  "without: $(forward_ms "$OUT/dense.log") ms; with: $(forward_ms "$OUT/dense-checks.log") ms ($(grep -m1 -oE 'product checks: [0-9]+ forward products checked, [0-9]+ failed' "$OUT/dense-checks.log" || echo 'no check count'); ${fused:-none in one kernel}); through the library and the row pass: $(forward_ms "$OUT/dense-library.log") ms"
 
 say "a flip in training"
 run_bin "$P" train --model tiny --steps 60 --product-checks --no-replay --inject-fault 30:2:100:30 \

@@ -47,6 +47,11 @@ struct Calibration {
   // against its prediction, the output stored): achieved fraction of the copy bandwidth, one
   // figure for every shape and for fp32 math too (measured under bf16 math).
   double product_check_efficiency = 0;
+  // The checked bf16 product in one kernel (fused_checked_products): its main loop's fraction of
+  // the bf16 peak, and its epilogue's (the bf16 output and each row's sums a column tile, written
+  // after the main loop) fraction of the copy bandwidth.
+  double fused_check_gemm_efficiency = 0;
+  double fused_check_epilogue_efficiency = 0;
   double host_link_efficiency = 0;      // achieved fraction of host_link_bandwidth
   double host_gather_efficiency = 0;    // the same for the forward's scattered row reads
   double scale_up_efficiency = 0;       // nccl-tests busbw / link bandwidth, scale-up
@@ -114,6 +119,12 @@ GemmEstimate gemm_time(const GemmShape& s, const GemmTile& tile, const DeviceSpe
                        const Calibration& cal);
 // The fastest candidate; deterministic (ties go to the earlier candidate).
 GemmEstimate gemm_best(const GemmShape& s, const DeviceSpec& device, const Calibration& cal);
+
+// Whether the GPU backend runs a checked bf16 product (with a bf16 output and a depth that is a
+// multiple of 8) as one kernel that sums each row as it stores it, on this device: NVIDIA sm_90,
+// whose warpgroup products and tensor-memory copies that kernel is written for
+// (src/backend/gpu/checked_product.cu). Elsewhere it goes through the library and a row pass.
+bool fused_checked_products(const DeviceSpec& device);
 
 // Bytes of one product operand under a dense math: 2 for bf16 and fp16, 4 for fp32 and tf32.
 double dense_operand_bytes(DenseMath m);

@@ -32,7 +32,7 @@ struct Field {
 
 // The built-in values are estimates until a device is measured; the measured H200 file
 // (configs/calibration/h200.yaml) is where the NVIDIA estimates are anchored.
-constexpr std::array<Field, 23> kFields{{
+constexpr std::array<Field, 25> kFields{{
     {"gemm_efficiency_fp32", &Calibration::gemm_efficiency_fp32, 0.01, 1.0, 0.70, 0.60,
      "below the 0.75 measured on one H200 at 8192^3 (configs/calibration/h200.yaml); "
      "hipBLASLt reaches a lower fraction of the (higher) datasheet peaks than cuBLASLt on Hopper"},
@@ -69,6 +69,14 @@ constexpr std::array<Field, 23> kFields{{
     {"product_check_efficiency", &Calibration::product_check_efficiency, 0.01, 1.0, 0.50, 0.40,
      "the checks' row pass sums in double: 0.56 of the copy rate measured on one H200 under bf16 "
      "math (configs/calibration/h200.yaml); wave64 kernels start lower until measured"},
+    {"fused_check_gemm_efficiency", &Calibration::fused_check_gemm_efficiency, 0.01, 1.0, 0.68,
+     0.68,
+     "the checked bf16 product in one kernel: its main loop at 0.68 of the bf16 peak on one H100 "
+     "(the MLPerf cross layers' products, docs/reliability.md, 2026-12-06); no such kernel on AMD"},
+    {"fused_check_epilogue_efficiency", &Calibration::fused_check_epilogue_efficiency, 0.01, 1.0,
+     0.60, 0.60,
+     "and its epilogue, after the main loop, at 0.60 of the copy rate (fitted with the above to "
+     "the cross layers' two shapes on one H100); no such kernel on AMD"},
     {"host_link_efficiency", &Calibration::host_link_efficiency, 0.01, 1.0, 0.80, 0.80,
      "PCIe and C2C copies reach about 0.8 of the link rate"},
     {"host_gather_efficiency", &Calibration::host_gather_efficiency, 0.01, 1.0, 0.25, 0.25,

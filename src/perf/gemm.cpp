@@ -37,6 +37,10 @@ std::vector<GemmTile> gemm_candidates(const DeviceSpec& device, DenseMath math) 
   return all;
 }
 
+bool fused_checked_products(const DeviceSpec& device) {
+  return device.vendor == Vendor::nvidia && device.arch == "sm_90";
+}
+
 double memory_pass_time(double bytes, const DeviceSpec& device, const Calibration& cal) {
   return bytes / (device.hbm_bandwidth.value * cal.hbm_efficiency) + cal.kernel_launch_s;
 }

@@ -78,10 +78,11 @@ class Products {
       }
     ob_.product(op, m, n, k);
   }
-  void forward(OpCost& op, const std::string& name, std::int64_t m, std::int64_t n,
-               std::int64_t k) const {
+  // narrow: the output is stored in the math's operand type (all but the logits, fp32).
+  void forward(OpCost& op, const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k,
+               bool narrow = true) const {
     if (checked_)
-      ob_.checked_product(op, m, n, k);
+      ob_.checked_product(op, m, n, k, narrow);
     else
       product(op, name, m, n, k);
   }
@@ -95,7 +96,7 @@ class Products {
 void mlp_forward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const Products& ps,
                  const Bytes& by, const MlpLayer& l, std::int64_t batch) {
   OpCost& op = add_op(ops, "mlp", layer_op(l, "forward"));
-  ps.forward(op, op.op, batch, l.out, l.in);
+  ps.forward(op, op.op, batch, l.out, l.in, l.bottom || !l.last);
   // fp32 inputs of a product are converted once: the data's dense features, and the dot
   // interaction's output.
   if (l.index == 0 && (l.bottom || !by.dcn))
@@ -184,17 +185,37 @@ namespace detail {
 
 // As GpuBackend's forward_product runs it with the checks on (src/backend/gpu/product_checks.cu).
 // Under a 16-bit math: the weights' bf16 copy with its two checksum rows (w read in fp32, the copy
-// [pad8(m + 2), pad8(k)] written), the product over those m + 2 columns into fp32 without an
-// epilogue, and the rows pass reading the input as the product read it and the m + 2 fp32 columns,
-// and storing d (the output's type). Under fp32: the product into d as unchecked, the weights'
-// column sums (w read), and the rows pass reading the input and d and writing d. The rows pass
-// runs at the calibrated product_check_efficiency of the copy rate.
-void OpBuilder::checked_product(OpCost& op, std::int64_t n, std::int64_t m, std::int64_t k) const {
+// [pad8(m + 2), pad8(k)] written), then
+// - where the product runs in one kernel (fused_checked_products: a bf16 output, k a multiple of
+//   8): the product over 256 x 128 tiles at the calibrated fused_check_gemm_efficiency, its
+//   epilogue after it (the bf16 output, a double pair a row and column tile, the checksum
+//   columns) at fused_check_epilogue_efficiency of the copy rate, and the rows pass reading the
+//   input and the pairs;
+// - else the product over those m + 2 columns into fp32 without an epilogue, and the rows pass
+//   reading the input as the product read it and the m + 2 fp32 columns, and storing d (the
+//   output's type).
+// Under fp32: the product into d as unchecked, the weights' column sums (w read), and the rows pass
+// reading the input and d and writing d. The rows pass runs at the calibrated
+// product_check_efficiency of the copy rate.
+void OpBuilder::checked_product(OpCost& op, std::int64_t n, std::int64_t m, std::int64_t k,
+                                bool narrow) const {
   const double rows = static_cast<double>(n), mm = static_cast<double>(m);
   const double kk = static_cast<double>(k);
   const double in = dense_operand_bytes(math_);
-  const double stored = output_bytes_ > 0 ? output_bytes_ : in;
-  if (in < 4.0) {
+  const double stored = !narrow ? 4.0 : output_bytes_ > 0 ? output_bytes_ : in;
+  if (in < 4.0 && stored == 2.0 && k % 8 == 0 && fused_checked_products(dev_)) {
+    pass(op, 4.0 * mm * kk + 2.0 * pad8(mm + 2) * pad8(kk));
+    Calibration fused = cal_;
+    fused.gemm_efficiency_bf16 = fused.gemm_efficiency_fp16 = cal_.fused_check_gemm_efficiency;
+    const GemmEstimate e = gemm_time({n, m, k, math_, 2}, {256, 128, 1, 1}, dev_, fused);
+    const double tiles = std::ceil(mm / 128), sums = rows * (16.0 * tiles + 8.0);
+    op.flops += e.flops;
+    op.bytes += e.bytes + sums;
+    op.seconds += e.compute_s +
+                  memory_pass_time((rows * mm * 2.0 + sums) / cal_.fused_check_epilogue_efficiency,
+                                   dev_, cal_);
+    check_pass(op, rows * in * kk + sums);
+  } else if (in < 4.0) {
     const double width = pad8(mm + 2);
     pass(op, 4.0 * mm * kk + 2.0 * width * pad8(kk));
     const GemmEstimate e =
@@ -219,7 +240,7 @@ double DenseMemory::scratch_bytes(double b) const {
          b * held_copy_bytes_per_example;
 }
 
-DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks) {
+DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks, bool fused) {
   const Bytes by(m, math);
   DenseMemory w;
   double widest = std::max(m.dense_features, m.interaction_output_dim());
@@ -281,24 +302,28 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks
   if (product_checks) {
     // The checks' slots (GpuBackend's forward_product): the sums of the deepest product's
     // columns (4k + 1025 doubles: product_check_sums) and, under a 16-bit math, a bf16 output's
-    // bias and the product in fp32 over m + 2 columns padded to 8, beside the weights' copy with
-    // its two checksum rows.
-    double deepest = 0, widest_out = 0, widest_copy = 0;
-    const auto forward = [&](double out, double in) {
+    // bias and the largest of the products' fp32 outputs over m + 2 columns padded to 8 (or, in
+    // one kernel, their row sums), beside the weights' copy with its two checksum rows.
+    double deepest = 0, widest_out = 0, widest_copy = 0, checked = 0;
+    const auto forward = [&](double out, double in, bool bf16_out) {
       deepest = std::max(deepest, in);
       widest_out = std::max(widest_out, out);
       widest_copy = std::max(widest_copy, pad8(out + 2) * pad8(in));
+      // In one kernel: a double pair a row and column tile of 128, and the two checksum columns
+      // in fp32; through the library the fp32 product.
+      const bool one = fused && bf16_out && std::fmod(in, 8.0) == 0;
+      checked = std::max(checked, one ? 16 * std::ceil(out / 128) + 8 : 4 * pad8(out + 2));
     };
     for (const bool bottom : {true, false})
-      for (const auto& l : mlp_layers(m, bottom)) forward(l.out, l.in);
+      for (const auto& l : mlp_layers(m, bottom)) forward(l.out, l.in, l.bottom || !l.last);
     if (by.dcn) {
-      forward(m.interaction.low_rank, n);
-      forward(n, m.interaction.low_rank);
+      forward(m.interaction.low_rank, n, true);
+      forward(n, m.interaction.low_rank, true);
     }
     w.checks_fixed_bytes = (4 * deepest + 1025) * 8;
     if (by.narrow) {
       w.checks_fixed_bytes += 4 * widest_out;
-      w.checked_bytes_per_example = 4 * pad8(widest_out + 2);
+      w.checked_bytes_per_example = checked;
       w.weight_copy_bytes = std::max(w.weight_copy_bytes, 2 * widest_copy);
     }
   }

@@ -44,7 +44,9 @@ class OpBuilder {
   }
   // A forward product d [n, m] = a [n, k] · wᵀ (+ bias) checked row by row, as the GPU backend
   // runs it with the checks on (Backend::set_product_checks), in place of product(op, n, m, k).
-  void checked_product(OpCost& op, std::int64_t n, std::int64_t m, std::int64_t k) const;
+  // narrow: d is stored in the math's operand type (or the builder's output bytes), not fp32.
+  void checked_product(OpCost& op, std::int64_t n, std::int64_t m, std::int64_t k,
+                       bool narrow = true) const;
   // A batched product bound by the larger of its compute and its memory time (the dot
   // interaction's kernels).
   void batched(OpCost& op, double flops, double bytes) const {
@@ -93,6 +95,8 @@ struct DenseMemory {
 // What the GPU backend's scratch slots allocate beyond a request (a quarter more,
 // src/backend/gpu/scratch.cpp), so that a slowly growing shape does not reallocate every call.
 inline constexpr double kScratchGrowth = 1.25;
-DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks = false);
+// fused: checked bf16 products run in one kernel on the device (fused_checked_products).
+DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks = false,
+                         bool fused = false);
 
 }  // namespace parity::detail

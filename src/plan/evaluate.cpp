@@ -83,7 +83,8 @@ Prediction evaluate_plan(const Plan& plan, const ModelSpec& m, const DeviceSpec&
       dense_op_costs(m, plan.per_device_batch, plan.dense_math, dev, cal, plan.product_checks,
                      product_times.empty() ? nullptr : &product_times);
   const DenseTime dt = dense_time(dense_ops);
-  const detail::DenseMemory dm = detail::dense_memory(m, plan.dense_math, plan.product_checks);
+  const detail::DenseMemory dm =
+      detail::dense_memory(m, plan.dense_math, plan.product_checks, fused_checked_products(dev));
   const double P = static_cast<double>(m.dense_parameters());
   const int k = optimizer_state_per_element(m.dense_optimizer.kind);
   const bool low = plan.dense_math == DenseMath::bf16 || plan.dense_math == DenseMath::fp16;

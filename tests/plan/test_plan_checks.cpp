@@ -23,9 +23,10 @@ double pad8(double c) {
 }
 
 // The forward products of the step's forward ops, as the engine runs them: [rows, cols] of depth
-// k, by op name.
+// k, by op name, and whether the output is bf16 under bf16 math (all but the logits).
 struct Forward {
   std::int64_t cols, k;
+  bool narrow_out = true;
 };
 std::vector<std::pair<std::string, Forward>> mlp_forwards(const ModelSpec& m) {
   std::vector<std::pair<std::string, Forward>> out;
@@ -36,54 +37,78 @@ std::vector<std::pair<std::string, Forward>> mlp_forwards(const ModelSpec& m) {
   }
   in = m.interaction_output_dim();
   for (std::size_t i = 0; i < m.top_mlp.size(); ++i) {
-    out.push_back({"top." + std::to_string(i) + " forward", {m.top_mlp[i], in}});
+    out.push_back(
+        {"top." + std::to_string(i) + " forward", {m.top_mlp[i], in, i + 1 < m.top_mlp.size()}});
     in = m.top_mlp[i];
   }
   return out;
 }
 
+// Whether a checked bf16 product runs in one kernel on d (the GPU backend's rule): a bf16 output
+// and a depth that is a multiple of 8, on a device that has the kernel.
+bool one_kernel(const DeviceSpec& d, const Forward& f) {
+  return fused_checked_products(d) && f.narrow_out && f.k % 8 == 0;
+}
+// The bytes a checked bf16 product's row sums take an example, in one kernel: a double pair a
+// column tile of 128 and the two checksum columns in fp32.
+double row_sums_bytes(double cols) {
+  return 16 * std::ceil(cols / 128) + 8;
+}
+
 // Each forward op costs what its checked products add, by hand: under fp32 the product is the
 // same, and the weights' column sums (w read) and the rows pass (input read, output read and
-// written) come on top; under bf16 the product runs over two more columns into fp32 and the rows
-// pass reads the input, those fp32 columns and stores the output, so at least that much more.
-// Every other op is untouched.
+// written) come on top; under bf16, in one kernel (an H200), the product moves the same bytes
+// and the weights' copy with its checksum rows, the row sums written and read back and the rows
+// pass's read of the input come on top; through the library (an MI300X, or a depth the kernel
+// does not take) the product runs over two more columns into fp32 and the rows pass reads the
+// input, those fp32 columns and stores the output, so at least that much more. Every other op is
+// untouched.
 TEST(ProductChecksPlan, EachForwardOpCostsItsChecksByHand) {
-  const DeviceSpec d = device("h200");
-  const Calibration c = calibration_for(d, kConfigs);
-  for (const char* name : {"tiny", "tiny-dot", "mlperf-dlrmv2-2m", "criteo-kaggle-dot"}) {
-    const ModelSpec m = model(name);
-    const std::int64_t b = 4096;
-    for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
-      const auto plain = dense_op_costs(m, b, math, d, c);
-      const auto checked = dense_op_costs(m, b, math, d, c, true);
-      ASSERT_EQ(plain.size(), checked.size());
-      std::map<std::string, Forward> forwards;
-      for (const auto& [op, f] : mlp_forwards(m)) forwards[op] = f;
-      const double in = math == DenseMath::bf16 ? 2.0 : 4.0;
-      for (std::size_t i = 0; i < plain.size(); ++i) {
-        const OpCost &p = plain[i], &q = checked[i];
-        const std::string what =
-            std::string(name) + " " + std::string(dense_math_name(math)) + " " + p.op;
-        ASSERT_EQ(p.op, q.op) << what;
-        const auto f = forwards.find(p.op);
-        const bool cross = p.op.starts_with("cross.") && p.op.ends_with(" forward");
-        if (f == forwards.end() && !cross) {
-          EXPECT_DOUBLE_EQ(q.seconds, p.seconds) << what;
-          EXPECT_DOUBLE_EQ(q.bytes, p.bytes) << what;
-          continue;
-        }
-        EXPECT_GT(q.seconds, p.seconds) << what;
-        if (cross) continue;  // two products: covered by the seconds above
-        const double mm = static_cast<double>(f->second.cols), k = static_cast<double>(f->second.k);
-        if (math == DenseMath::fp32) {
-          EXPECT_NEAR(q.bytes - p.bytes, 4 * mm * k + b * (4 * k + 8 * mm), 1e-6 * q.bytes) << what;
-        } else {
-          // The weights' copy with its checksum rows and the rows pass; the product itself moves
-          // no fewer bytes over more columns in fp32.
-          const double at_least =
-              4 * mm * k + 2 * pad8(mm + 2) * pad8(k) + b * (in * k + 4 * (mm + 2) + 2 * mm);
-          EXPECT_GE(q.bytes - p.bytes, at_least * (1 - 1e-9)) << what;
-          EXPECT_GT(q.flops, p.flops) << what;  // two more columns
+  for (const char* dev : {"h200", "mi300x"}) {
+    const DeviceSpec d = device(dev);
+    const Calibration c = calibration_for(d, kConfigs);
+    for (const char* name : {"tiny", "tiny-dot", "mlperf-dlrmv2-2m", "criteo-kaggle-dot"}) {
+      const ModelSpec m = model(name);
+      const std::int64_t b = 4096;
+      for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
+        const auto plain = dense_op_costs(m, b, math, d, c);
+        const auto checked = dense_op_costs(m, b, math, d, c, true);
+        ASSERT_EQ(plain.size(), checked.size());
+        std::map<std::string, Forward> forwards;
+        for (const auto& [op, f] : mlp_forwards(m)) forwards[op] = f;
+        const double in = math == DenseMath::bf16 ? 2.0 : 4.0;
+        for (std::size_t i = 0; i < plain.size(); ++i) {
+          const OpCost &p = plain[i], &q = checked[i];
+          const std::string what =
+              std::string(dev) + " " + name + " " + std::string(dense_math_name(math)) + " " + p.op;
+          ASSERT_EQ(p.op, q.op) << what;
+          const auto f = forwards.find(p.op);
+          const bool cross = p.op.starts_with("cross.") && p.op.ends_with(" forward");
+          if (f == forwards.end() && !cross) {
+            EXPECT_DOUBLE_EQ(q.seconds, p.seconds) << what;
+            EXPECT_DOUBLE_EQ(q.bytes, p.bytes) << what;
+            continue;
+          }
+          EXPECT_GT(q.seconds, p.seconds) << what;
+          if (cross) continue;  // two products: covered by the seconds above
+          const double mm = static_cast<double>(f->second.cols),
+                       k = static_cast<double>(f->second.k);
+          if (math == DenseMath::fp32) {
+            EXPECT_NEAR(q.bytes - p.bytes, 4 * mm * k + b * (4 * k + 8 * mm), 1e-6 * q.bytes)
+                << what;
+          } else if (one_kernel(d, f->second)) {
+            const double added =
+                4 * mm * k + 2 * pad8(mm + 2) * pad8(k) + b * (in * k + 2 * row_sums_bytes(mm));
+            EXPECT_NEAR(q.bytes - p.bytes, added, 1e-6 * q.bytes) << what;
+            EXPECT_DOUBLE_EQ(q.flops, p.flops) << what;  // no more columns
+          } else {
+            // The weights' copy with its checksum rows and the rows pass; the product itself moves
+            // no fewer bytes over more columns in fp32.
+            const double at_least =
+                4 * mm * k + 2 * pad8(mm + 2) * pad8(k) + b * (in * k + 4 * (mm + 2) + 2 * mm);
+            EXPECT_GE(q.bytes - p.bytes, at_least * (1 - 1e-9)) << what;
+            EXPECT_GT(q.flops, p.flops) << what;  // two more columns
+          }
         }
       }
     }
@@ -118,45 +143,56 @@ TEST(ProductChecksPlan, TheRowPassRunsAtItsCalibratedRate) {
       continue;
     }
     const double mm = static_cast<double>(f->second.cols), k = static_cast<double>(f->second.k);
-    const double pass = static_cast<double>(b) * (2 * k + 4 * (mm + 2) + 2 * mm);
+    const double stored = f->second.narrow_out ? 2 : 4;  // the logits in fp32
+    const double pass =
+        static_cast<double>(b) * (one_kernel(d, f->second) ? 2 * k + row_sums_bytes(mm)
+                                                           : 2 * k + 4 * (mm + 2) + stored * mm);
     EXPECT_NEAR(slower[i].seconds - at[i].seconds, pass / rate, 1e-9 * at[i].seconds) << at[i].op;
   }
 }
 
 // The checks' scratch by hand: under fp32 the column sums of the deepest forward product (4k + 1025
-// doubles); under bf16 also the widest forward product in fp32 over two more columns (padded to
-// 8) for the whole batch and a bf16 output's bias, each slot a quarter over its request.
+// doubles); under bf16 also a bf16 output's bias (the widest) and, for the whole batch, the largest
+// of the products' fp32 outputs over two more columns (padded to 8) or, in one kernel, their row
+// sums; each slot a quarter over its request. On an H200 (one kernel where it applies) and on an
+// MI300X (the library everywhere).
 TEST(ProductChecksPlan, TheirScratchIsCountedByHand) {
-  const DeviceSpec d = device("h200");
-  const Calibration c = calibration_for(d, kConfigs);
-  const ModelSpec m = model("tiny");
-  ASSERT_EQ(m.interaction.kind, InteractionKind::dcnv2);
-  const std::int64_t b = 512;
-  double deepest = m.interaction.low_rank, widest = m.interaction_input_dim();
-  for (const auto& [op, f] : mlp_forwards(m)) {
-    deepest = std::max<double>(deepest, static_cast<double>(f.k));
-    widest = std::max<double>(widest, static_cast<double>(f.cols));
-  }
-  deepest = std::max<double>(deepest, static_cast<double>(m.interaction_input_dim()));
-  for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
-    Plan p = whole_tables_plan(m, d, math, b);
-    const Prediction without = evaluate_plan(p, m, d, c);
-    p.product_checks = true;
-    const Prediction with = evaluate_plan(p, m, d, c);
-    const double added =
-        with.memory_bytes.at("backend_scratch") - without.memory_bytes.at("backend_scratch");
-    double expected = (4 * deepest + 1025) * 8;
-    if (math == DenseMath::bf16) expected += 4 * widest + b * 4 * pad8(widest + 2);
-    // The weights' copy with its checksum rows shares the bf16 weight slot: at most that more.
-    EXPECT_GE(added, 1.25 * expected * (1 - 1e-12)) << dense_math_name(math);
-    if (math == DenseMath::fp32) {
-      EXPECT_DOUBLE_EQ(added, 1.25 * expected);
+  for (const char* dev : {"h200", "mi300x"}) {
+    const DeviceSpec d = device(dev);
+    const Calibration c = calibration_for(d, kConfigs);
+    const ModelSpec m = model("tiny");
+    ASSERT_EQ(m.interaction.kind, InteractionKind::dcnv2);
+    const std::int64_t b = 512;
+    const auto n = static_cast<std::int64_t>(m.interaction_input_dim());
+    std::vector<Forward> products = {{m.interaction.low_rank, n}, {n, m.interaction.low_rank}};
+    for (const auto& [op, f] : mlp_forwards(m)) products.push_back(f);
+    double deepest = 0, widest = 0, largest = 0;
+    for (const Forward& f : products) {
+      const auto cols = static_cast<double>(f.cols);
+      deepest = std::max<double>(deepest, static_cast<double>(f.k));
+      widest = std::max(widest, cols);
+      largest = std::max(largest, one_kernel(d, f) ? row_sums_bytes(cols) : 4 * pad8(cols + 2));
     }
-    EXPECT_GT(with.step_s, without.step_s) << dense_math_name(math);
-    EXPECT_LT(with.examples_per_s, without.examples_per_s) << dense_math_name(math);
-    for (const auto& [name, bytes] : without.memory_bytes) {
-      if (name != "backend_scratch") {
-        EXPECT_DOUBLE_EQ(with.memory_bytes.at(name), bytes) << name;
+    for (const DenseMath math : {DenseMath::fp32, DenseMath::bf16}) {
+      Plan p = whole_tables_plan(m, d, math, b);
+      const Prediction without = evaluate_plan(p, m, d, c);
+      p.product_checks = true;
+      const Prediction with = evaluate_plan(p, m, d, c);
+      const double added =
+          with.memory_bytes.at("backend_scratch") - without.memory_bytes.at("backend_scratch");
+      double expected = (4 * deepest + 1025) * 8;
+      if (math == DenseMath::bf16) expected += 4 * widest + b * largest;
+      // The weights' copy with its checksum rows shares the bf16 weight slot: at most that more.
+      EXPECT_GE(added, 1.25 * expected * (1 - 1e-12)) << dense_math_name(math);
+      if (math == DenseMath::fp32) {
+        EXPECT_DOUBLE_EQ(added, 1.25 * expected);
+      }
+      EXPECT_GT(with.step_s, without.step_s) << dense_math_name(math);
+      EXPECT_LT(with.examples_per_s, without.examples_per_s) << dense_math_name(math);
+      for (const auto& [name, bytes] : without.memory_bytes) {
+        if (name != "backend_scratch") {
+          EXPECT_DOUBLE_EQ(with.memory_bytes.at(name), bytes) << name;
+        }
       }
     }
   }

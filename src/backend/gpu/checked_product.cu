@@ -7,21 +7,22 @@
 // output never reaches memory: what is left is a double pair a row and column tile, and the pass
 // over the input that the bound needs (product_checks.cu).
 //
-// The layout. A block computes a 128 x 128 tile of out = a · wᵀ over k in steps of 64, its two
-// warpgroups 64 rows each, both operands K-major in 128-byte-swizzled shared slabs (mma.cuh)
-// filled by cp.async through a three-stage ring; two blocks a multiprocessor, so that one's
-// epilogue runs under the other's products. The blocks of the first column tile also compute the
-// checksum columns, a_i · hi and a_i · lo, with the narrowest warpgroup product (N = 8: hi, lo and
-// six rows of zeros) over the same shared tile of a: the same instruction family over the same
-// k steps as the outputs, so that the tensor cores' truncation matches.
-//
-// Not yet the library's speed (docs/reliability.md): its 128 x 128 tiles read more through L2 than
-// the library's larger, clustered ones, and each step waits for its copies and products; so
-// GpuBackend runs it only when asked (use_fused_checks).
+// The layout. A block computes a 256 x 128 tile of out = a · wᵀ over k in steps of 64 (tma_kernel
+// below): both operands K-major in 128-byte-swizzled shared slabs (mma.cuh), copied by the
+// tensor-memory accelerator from tensor maps the host makes (the driver's cuTensorMapEncodeTiled,
+// found through the runtime). The blocks of the first column tile also compute the checksum
+// columns, a_i · hi and a_i · lo, with the narrowest warpgroup product (N = 8: hi, lo and six rows
+// of zeros) over the same shared tile of a: the same instruction family over the same k steps as
+// the outputs, so that the tensor cores' truncation matches. The epilogue stages the bf16 tile in
+// shared memory and stores it 16 bytes a lane.
 #include "backend/gpu/product_checks.h"
 
 #include <cstdint>
 #include <string>
+
+#if defined(PARITY_GPU_CUDA)
+#include <cuda.h>
+#endif
 
 #include "backend/gpu/launch.h"
 #include "backend/gpu/mma.cuh"
@@ -32,16 +33,11 @@ namespace parity::gpu {
 
 namespace {
 
-constexpr int kThreads = 256, kTileRows = 128, kTileCols = 128, kTileK = 64, kStages = 3;
+constexpr int kTileCols = 128, kTileK = 64;
 constexpr int kCheckRows = 8;  // hi, lo and six rows of zeros: wgmma's narrowest N
-constexpr int kStageElements = (kTileRows + kTileCols + kCheckRows) * kTileK;
-// Every slab starts 1024-byte aligned (the swizzle's period): 16 KiB, 16 KiB and 1 KiB a stage.
-constexpr std::size_t kSmemBytes = kStages * kStageElements * 2 + 1024;
 // The epilogue stages the bf16 tile in shared memory, rows padded by 16 bytes so that the
 // fragments' 4-byte writes fall in distinct banks.
 constexpr int kOutStride = kTileCols + 8;
-static_assert(kTileRows * kOutStride + 2 * kTileCols <= kStages * kStageElements,
-              "the output tile and its bias fit the ring");
 
 struct FusedArgs {
   const std::uint16_t* a;
@@ -61,147 +57,77 @@ struct FusedArgs {
   int fault_bit;
 };
 
-#if defined(PARITY_GPU_CUDA) && defined(__CUDACC__)
-
-// Element (row, col) of a slab of 64 bf16 columns, 16-byte chunks XOR-swizzled by row.
-__device__ __forceinline__ int slab_swizzle(int row, int col) {
-  return row * 64 + ((((col >> 3) ^ row) & 7) << 3) + (col & 7);
-}
-
-// Rows [r0, r0 + ROWS) of src (rows from `limit` on, and columns from k on, read as zeros),
-// columns [k0, k0 + 64), into a slab.
-template <int ROWS>
-__device__ __forceinline__ void copy_slab(std::uint16_t* dst, const std::uint16_t* src,
-                                          std::int64_t ld, std::int64_t r0, std::int64_t limit,
-                                          std::int64_t k0, std::int64_t k) {
-  for (int i = static_cast<int>(threadIdx.x); i < ROWS * 8; i += kThreads) {
-    const int r = i >> 3, c = i & 7;
-    const std::int64_t col = k0 + c * 8;
-    const bool ok = r0 + r < limit && col < k;
-    mma::copy_async_16(dst + slab_swizzle(r, c * 8), ok ? src + (r0 + r) * ld + col : src, ok);
-  }
-}
-
-#endif
-
-__global__ __launch_bounds__(kThreads, 2) void fused_kernel(FusedArgs g) {
 #if defined(PARITY_WGMMA)
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* base = reinterpret_cast<std::uint16_t*>(smem_raw + (-mma::shared_address(smem_raw) & 1023));
-  const std::int64_t tile_col = blockIdx.x % g.tiles, tile_row = blockIdx.x / g.tiles;
-  const std::int64_t r0 = tile_row * kTileRows, c0 = tile_col * kTileCols;
-  const bool checksum = tile_col == 0;
-  const int steps = static_cast<int>((g.k + kTileK - 1) / kTileK);
-  auto load = [&](int i) {  // step i's tiles into its stage, one commit group (empty past the end)
-    if (i < steps) {
-      std::uint16_t* st = base + (i % kStages) * kStageElements;
-      const std::int64_t k0 = static_cast<std::int64_t>(i) * kTileK;
-      copy_slab<kTileRows>(st, g.a, g.lda, r0, g.n, k0, g.k);
-      copy_slab<kTileCols>(st + kTileRows * kTileK, g.w, g.ldw, c0, g.m, k0, g.k);
-      if (checksum)
-        copy_slab<kCheckRows>(st + (kTileRows + kTileCols) * kTileK, g.w, g.ldw, g.m, g.m + 2, k0,
-                              g.k);
-    }
-    mma::copy_async_commit();
-  };
-  const int warp = static_cast<int>(threadIdx.x) / 32, group = warp / 4;
-  constexpr unsigned kRowGroup = 8 * 128;  // bytes between groups of 8 rows of a slab
-  const std::uint64_t a_desc = mma::wg::descriptor(base + group * 64 * kTileK, 16, kRowGroup);
-  const std::uint64_t b_desc = mma::wg::descriptor(base + kTileRows * kTileK, 16, kRowGroup);
-  const std::uint64_t c_desc =
-      mma::wg::descriptor(base + (kTileRows + kTileCols) * kTileK, 16, kRowGroup);
-
-  float acc[kTileCols / 8][4], chk[1][4];
-#pragma unroll
-  for (int nt = 0; nt < kTileCols / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) chk[0][e] = 0.0f;
-
-  load(0);
-  load(1);
-  for (int i = 0; i < steps; ++i) {
-    // Step i's copies have landed for every thread, and every warpgroup has finished step i - 1,
-    // whose stage step i + 2 takes.
-    mma::copy_async_wait<1>();
-    mma::wg::fence_shared();
-    __syncthreads();
-    const unsigned stage = static_cast<unsigned>((i % kStages) * kStageElements * 2);
-    mma::wg::fence();
-    // 16 columns a product: 32 bytes along a swizzled row. The checksum's products are issued
-    // after the tile's, not between them, so that no branch separates the tile's products.
-#pragma unroll
-    for (int kk = 0; kk < kTileK / 16; ++kk)
-      mma::wg::mma_ss<kTileCols>(acc, mma::wg::advance(a_desc, stage + kk * 32),
-                                 mma::wg::advance(b_desc, stage + kk * 32), 1);
-    if (checksum) {
-      mma::wg::fence();  // past the branch, the compiler would otherwise add it
-#pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk)
-        mma::wg::mma_ss<kCheckRows>(chk, mma::wg::advance(a_desc, stage + kk * 32),
-                                    mma::wg::advance(c_desc, stage + kk * 32), 1);
-    }
-    mma::wg::commit();
-    load(i + 2);  // issued while the products run
-    mma::wg::wait<0>();
-    mma::wg::pin(acc);
-    mma::wg::pin(chk);
-  }
-  mma::copy_async_wait<0>();
-
-  // The epilogue. Lane l of warp w holds rows 16 w + l / 4 and 8 more of the tile, at columns
-  // 8 nt + 2 (l % 4) and the next (mma.cuh). Each row's sums over its 32 elements, then over the
-  // 4 lanes of its quad, in double (a flipped exponent squared overflows fp32); the bf16 outputs
-  // into shared memory, then stored 16 bytes a lane.
+// One warp's 16 rows of a 64-row block (its first, r, a row of the tile at r0, c0): lane l holds
+// rows r + l / 4 and 8 more at columns 8 nt + 2 (l % 4) and the next (mma.cuh). Each row's sums
+// over its 32 elements, then over the 4 lanes of its quad, in double (a flipped exponent squared
+// overflows fp32), written for the tile; the bf16 outputs (bias, ReLU) into the shared tile.
+// Edge: the tile crosses the output's last row or column. fault: the planted element's place in
+// the tile (row kTileCols + column), or -1.
+template <bool Edge>
+__device__ __forceinline__ void stage_rows(const FusedArgs& g, const float (&acc)[kTileCols / 8][4],
+                                           const float (&chk)[1][4], int r, std::int64_t r0,
+                                           std::int64_t c0, std::int64_t tile_col, bool checksum,
+                                           int fault, const float* bias, std::uint16_t* tile) {
   const int lane = static_cast<int>(threadIdx.x) & 31, quad = lane & 3;
-  __syncthreads();  // every warpgroup is done with the stages: the tile and the bias reuse them
-  std::uint16_t* tile = base;
-  auto* bias = reinterpret_cast<float*>(base + kTileRows * kOutStride);
-  if (threadIdx.x < kTileCols) {
-    const std::int64_t col = c0 + threadIdx.x;
-    bias[threadIdx.x] = g.bias != nullptr && col < g.m ? g.bias[col] : 0.0f;
-  }
-  __syncthreads();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = warp * 16 + (lane >> 2) + h * 8;
-    const std::int64_t row = r0 + r;
+    const int rr = r + (lane >> 2) + h * 8;
+    const std::int64_t row = r0 + rr;
+    const bool row_ok = !Edge || row < g.n;
     double sum = 0, squares = 0;
 #pragma unroll
     for (int nt = 0; nt < kTileCols / 8; ++nt) {
       const int c = nt * 8 + 2 * quad;
+      const float2 b = *reinterpret_cast<const float2*>(bias + c);
+      float x[2] = {acc[nt][2 * h], acc[nt][2 * h + 1]};
+      const float bs[2] = {b.x, b.y};
+      if (fault >= 0) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (fault == rr * kTileCols + c + e)
+            x[e] = __uint_as_float(__float_as_uint(x[e] + bs[e]) ^ (1u << g.fault_bit)) - bs[e];
+      }
       float y[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const bool valid = row < g.n && c0 + c + e < g.m;
-        const float b = bias[c + e];
-        float x = acc[nt][2 * h + e];
-        if (valid && g.fault == row * g.m + c0 + c + e)
-          x = __uint_as_float(__float_as_uint(x + b) ^ (1u << g.fault_bit)) - b;
-        if (valid) {
-          const double d = x;
+        if (!Edge || (row_ok && c0 + c + e < g.m)) {
+          const double d = x[e];
           sum += d;
           squares += d * d;
         }
-        const float z = x + b;
+        const float z = x[e] + bs[e];
         y[e] = g.relu && z <= 0.0f ? 0.0f : z;  // a NaN stays for the guard to see
       }
-      *reinterpret_cast<unsigned*>(tile + r * kOutStride + c) = mma::pack_bf16(y[0], y[1]);
+      *reinterpret_cast<unsigned*>(tile + rr * kOutStride + c) = mma::pack_bf16(y[0], y[1]);
     }
     sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
     sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
     squares += __shfl_xor_sync(0xFFFFFFFFu, squares, 1);
     squares += __shfl_xor_sync(0xFFFFFFFFu, squares, 2);
-    if (quad == 0 && row < g.n) {
+    if (quad == 0 && row_ok) {
       g.partials[row * g.tiles + tile_col] = make_double2(sum, squares);
       if (checksum) g.checksum[row] = make_float2(chk[0][2 * h], chk[0][2 * h + 1]);
     }
   }
-  __syncthreads();
-  // The tile's rows out, 8 columns (16 bytes) a lane where the output's rows allow it.
+}
+
+// The tile's columns' bias into shared memory (threads [0, kTileCols) of those calling).
+__device__ __forceinline__ void stage_bias(const FusedArgs& g, std::int64_t c0, int t,
+                                           float* bias) {
+  if (t < kTileCols) {
+    const std::int64_t col = c0 + t;
+    bias[t] = g.bias != nullptr && col < g.m ? g.bias[col] : 0.0f;
+  }
+}
+
+// The shared tile's ROWS rows out, 8 columns (16 bytes) a lane where the output's rows allow it
+// (THREADS threads, this one t).
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void store_tile(const FusedArgs& g, const std::uint16_t* tile,
+                                           std::int64_t r0, std::int64_t c0, int t) {
   constexpr int kChunks = kTileCols / 8;
-  for (int i = static_cast<int>(threadIdx.x); i < kTileRows * kChunks; i += kThreads) {
+  for (int i = t; i < ROWS * kChunks; i += THREADS) {
     const int r = i / kChunks, c = i % kChunks * 8;
     const std::int64_t row = r0 + r, col = c0 + c;
     if (row >= g.n || col >= g.m) continue;
@@ -213,12 +139,197 @@ __global__ __launch_bounds__(kThreads, 2) void fused_kernel(FusedArgs g) {
       for (int e = 0; e < 8 && col + e < g.m; ++e) to[e] = from[e];
     }
   }
+}
+#endif
+
+#if defined(PARITY_GPU_CUDA) && defined(__CUDACC__)
+// The form fed by the tensor-memory accelerator: one thread copies each step's tiles as whole
+// boxes (the 128-byte swizzle done by the copy) into a four-stage ring, three steps ahead; two
+// warpgroups, 128 rows each (two 64-row blocks), issue a step's products as soon as its tiles
+// land and wait only for the step before, whose stage each then releases. 256 x 128 tiles, one
+// block a multiprocessor. (No separate producer warp: a ninth warp would leave one of the four
+// register files three warps, too few registers for the consumers' 136 accumulators.)
+constexpr int kTmaRows = 256, kTmaStages = 4, kTmaThreads = 256;
+constexpr int kTmaStageBytes = (kTmaRows + kTileCols + kCheckRows) * kTileK * 2;
+constexpr std::size_t kTmaSmemBytes = kTmaStages * kTmaStageBytes + 2 * kTmaStages * 8 + 1024;
+static_assert(kTmaStageBytes % 1024 == 0, "stages keep the swizzle's alignment");
+static_assert(kTmaRows * kOutStride * 2 + kTileCols * 4 <= kTmaStages * kTmaStageBytes,
+              "the output tile and its bias fit the ring");
+
+__global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_constant__ CUtensorMap ma,
+                                                             const __grid_constant__ CUtensorMap mw,
+                                                             const __grid_constant__ CUtensorMap mc,
+                                                             FusedArgs g) {
+#if defined(PARITY_WGMMA)
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* base = smem_raw + (-mma::shared_address(smem_raw) & 1023);
+  auto* full = reinterpret_cast<std::uint64_t*>(base + kTmaStages * kTmaStageBytes);
+  std::uint64_t* empty = full + kTmaStages;
+  const std::int64_t tile_col = blockIdx.x % g.tiles, tile_row = blockIdx.x / g.tiles;
+  const std::int64_t r0 = tile_row * kTmaRows, c0 = tile_col * kTileCols;
+  const bool checksum = tile_col == 0;
+  const int steps = static_cast<int>((g.k + kTileK - 1) / kTileK);
+  const int warp = static_cast<int>(threadIdx.x) / 32, group = warp / 4;
+  const unsigned bytes = (kTmaRows + kTileCols + (checksum ? kCheckRows : 0)) * kTileK * 2;
+  auto copy = [&](int i) {  // step i's tiles into its stage (thread 0)
+    const int st = i % kTmaStages;
+    mma::wg::barrier_expect(&full[st], bytes);
+    unsigned char* p = base + st * kTmaStageBytes;
+    const int k0 = i * kTileK;
+    mma::wg::tma_load_2d(p, &ma, k0, static_cast<int>(r0), &full[st]);
+    mma::wg::tma_load_2d(p + kTmaRows * kTileK * 2, &mw, k0, static_cast<int>(c0), &full[st]);
+    if (checksum)
+      mma::wg::tma_load_2d(p + (kTmaRows + kTileCols) * kTileK * 2, &mc, k0, 0, &full[st]);
+  };
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kTmaStages; ++st) {
+      mma::wg::barrier_init(&full[st], 1);   // thread 0's arrival, with the bytes
+      mma::wg::barrier_init(&empty[st], 2);  // one a warpgroup
+    }
+    mma::wg::barrier_init_fence();
+    for (int i = 0; i < kTmaStages && i < steps; ++i) copy(i);
+  }
+  __syncthreads();
+
+  constexpr unsigned kRowGroup = 8 * 128;  // bytes between groups of 8 rows of a slab
+  constexpr unsigned kBlockBytes = 64 * 128;
+  const std::uint64_t a_desc = mma::wg::descriptor(base + group * 2 * kBlockBytes, 16, kRowGroup);
+  const std::uint64_t b_desc = mma::wg::descriptor(base + kTmaRows * 128, 16, kRowGroup);
+  const std::uint64_t c_desc =
+      mma::wg::descriptor(base + (kTmaRows + kTileCols) * 128, 16, kRowGroup);
+  float acc[2][kTileCols / 8][4], chk[2][1][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kTileCols / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) chk[mt][0][e] = 0.0f;
+  }
+  for (int i = 0; i < steps; ++i) {
+    const int st = i % kTmaStages;
+    mma::wg::barrier_wait(&full[st], (i / kTmaStages) & 1);
+    const unsigned stage = static_cast<unsigned>(st * kTmaStageBytes);
+    mma::wg::fence();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk)
+        mma::wg::mma_ss<kTileCols>(acc[mt],
+                                   mma::wg::advance(a_desc, stage + mt * kBlockBytes + kk * 32),
+                                   mma::wg::advance(b_desc, stage + kk * 32), 1);
+    if (checksum) {
+      mma::wg::fence();  // past the branch, the compiler would otherwise add it
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < kTileK / 16; ++kk)
+          mma::wg::mma_ss<kCheckRows>(chk[mt],
+                                      mma::wg::advance(a_desc, stage + mt * kBlockBytes + kk * 32),
+                                      mma::wg::advance(c_desc, stage + kk * 32), 1);
+    }
+    mma::wg::commit();
+    mma::wg::wait<1>();  // step i - 1's products are done: its stage may be refilled
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      mma::wg::pin(acc[mt]);
+      mma::wg::pin(chk[mt]);
+    }
+    if (i > 0) {
+      const int prev = (i - 1) % kTmaStages;
+      if (threadIdx.x % 128 == 0) mma::wg::barrier_arrive(&empty[prev]);
+      // Thread 0 refills it with step i + 3 once both warpgroups have released it.
+      if (threadIdx.x == 0 && i - 1 + kTmaStages < steps) {
+        mma::wg::barrier_wait(&empty[prev], ((i - 1) / kTmaStages) & 1);
+        copy(i - 1 + kTmaStages);
+      }
+    }
+  }
+  mma::wg::wait<0>();
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    mma::wg::pin(acc[mt]);
+    mma::wg::pin(chk[mt]);
+  }
+  // Every step's tiles have landed and been read: the ring takes the output tile and the bias.
+  __syncthreads();
+  auto* tile = reinterpret_cast<std::uint16_t*>(base);
+  auto* bias = reinterpret_cast<float*>(tile + kTmaRows * kOutStride);
+  stage_bias(g, c0, static_cast<int>(threadIdx.x), bias);
+  __syncthreads();
+  // The planted fault's place in this tile, if it is here.
+  int fault = -1;
+  if (g.fault >= 0) {
+    const std::int64_t fr = g.fault / g.m - r0, fc = g.fault % g.m - c0;
+    if (fr >= 0 && fr < kTmaRows && fc >= 0 && fc < kTileCols)
+      fault = static_cast<int>(fr * kTileCols + fc);
+  }
+  const int first = group * 128 + (warp % 4) * 16;
+  if (r0 + kTmaRows <= g.n && c0 + kTileCols <= g.m) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+      stage_rows<false>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col, checksum, fault,
+                        bias, tile);
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+      stage_rows<true>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col, checksum, fault,
+                       bias, tile);
+  }
+  __syncthreads();
+  store_tile<kTmaRows, kTmaThreads>(g, tile, r0, c0, static_cast<int>(threadIdx.x));
 #else
+  (void)ma;
+  (void)mw;
+  (void)mc;
   (void)g;
 #endif
 }
+#endif
 
 }  // namespace
+
+#if defined(PARITY_CUDA_SM90A)
+namespace {
+// The driver's cuTensorMapEncodeTiled, through the runtime (parity links no libcuda).
+using EncodeTiled = decltype(&cuTensorMapEncodeTiled);
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// A tensor map of a row-major bf16 matrix [rows, cols] (row stride ld elements), in boxes of 64
+// columns by box_rows rows with the 128-byte swizzle; reads past its edges give zeros.
+CUtensorMap tile_map(const void* data, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                     int box_rows) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr)
+    throw Error("product_check_fused: the driver gives no cuTensorMapEncodeTiled");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kTileK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t unit[2] = {1, 1};
+  const CUresult r =
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(data), dims, strides, box,
+             unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error("product_check_fused: cuTensorMapEncodeTiled failed (" + std::to_string(r) +
+                ") for a [" + std::to_string(rows) + ", " + std::to_string(cols) + "] matrix");
+  return map;
+}
+}  // namespace
+#endif
 
 bool product_check_fused_available() {
 #if defined(PARITY_CUDA_SM90A)
@@ -260,8 +371,16 @@ void product_check_fused(Stream_t s, const FusedProduct& p) {
   g.checksum = reinterpret_cast<float2*>(p.checksum);
   g.fault = p.fault_element;
   g.fault_bit = p.fault_bit;
-  launch("product_check_fused", fused_kernel,
-         {ceil_div(p.n, kTileRows) * g.tiles, kThreads, kSmemBytes}, s, g);
+#if defined(PARITY_CUDA_SM90A)
+  CUtensorMap ma{}, mw{}, mc{};
+  if (!rehearsing()) {
+    ma = tile_map(p.a, p.n, p.k, p.lda, kTmaRows);
+    mw = tile_map(p.w, p.m, p.k, p.ldw, kTileCols);  // rows from m on read as zeros
+    mc = tile_map(static_cast<const std::uint16_t*>(p.w) + p.m * p.ldw, 2, p.k, p.ldw, kCheckRows);
+  }
+  launch("product_check_fused", tma_kernel,
+         {ceil_div(p.n, kTmaRows) * g.tiles, kTmaThreads, kTmaSmemBytes}, s, ma, mw, mc, g);
+#endif
 }
 
 }  // namespace parity::gpu

@@ -245,7 +245,7 @@ struct GpuBackend::Impl {
     std::int64_t checked = 0;  // of them, checked
     std::optional<Backend::ProductFault> fault;  // its product counted like `seen`
     gpu::DeviceBuffer<gpu::ProductCheckRecord> record;
-    bool fused = false;       // bf16 products in one kernel where it runs (use_fused_checks)
+    bool fused = true;        // bf16 products in one kernel where it runs (use_fused_checks)
     std::int64_t in_one = 0;  // of the checked products, those that did
   } checks;
 
@@ -306,7 +306,7 @@ struct GpuBackend::Impl {
       g.m = n;
       g.n = rows;
       g.k = a.is_f32() ? ld : k;  // a bf16 copy of an fp32 input ends in zeros up to ld, as wa
-      if (fused_check(g, d)) {
+      if (fused_check(g, d, k)) {
         // One kernel: the bf16 output stored, each row's sums a column tile, the checksum
         // columns; then the rows judged against the input (checked_product.cu).
         const std::int64_t tiles = gpu::product_check_tiles(m);
@@ -363,13 +363,14 @@ struct GpuBackend::Impl {
     if (!rehearsal && checks.on) ++checks.checked;
   }
 
-  // Whether a checked bf16 product runs in one kernel (product_check_fused): on this device and
-  // binary, with a bf16 output and operands whose rows start 16-byte aligned.
-  bool fused_check(const gpu::GemmArgs& g, AMat d) const {
+  // Whether a checked bf16 product of depth k runs in one kernel (product_check_fused): on this
+  // device and binary, with a bf16 output, k a multiple of 8 (as the plan costs it:
+  // OpBuilder::checked_product) and operands whose rows start 16-byte aligned.
+  bool fused_check(const gpu::GemmArgs& g, AMat d, std::int64_t k) const {
     const auto aligned = [](const void* p, std::int64_t ld) {
       return reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && ld % 8 == 0;
     };
-    return checks.fused && d.dtype == DType::bf16 && g.k % 8 == 0 && aligned(g.a.data, g.a.ld) &&
+    return checks.fused && d.dtype == DType::bf16 && k % 8 == 0 && aligned(g.a.data, g.a.ld) &&
            aligned(g.b.data, g.b.ld) && gpu::product_check_fused_available();
   }
 

@@ -237,6 +237,47 @@ __device__ __forceinline__ void mma_rs<128>(float (&d)[16][4], const unsigned (&
         "+f"(d[15][2]), "+f"(d[15][3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
+
+// ---- Tensor-memory copies (TMA) and the shared-memory barriers that count them (sm_90) ----
+// A 2-D tile copied from global memory by a tensor map (made on the host with the driver's
+// cuTensorMapEncodeTiled), landing in shared memory in the map's swizzle; its bytes are counted
+// against an mbarrier, which completes its phase when the arrivals it expects have come and the
+// bytes announced with them have landed.
+__device__ __forceinline__ void barrier_init(std::uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count));
+}
+// Makes the barriers' initialisation visible to the copies' completions.
+__device__ __forceinline__ void barrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` more to land before the phase completes.
+__device__ __forceinline__ void barrier_expect(std::uint64_t* bar, unsigned bytes) {
+  asm volatile(
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)),
+      "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void barrier_wait(std::uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(shared_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+// The box of `map` at (x, y) (x along the contiguous dimension) into dst, counted on bar.
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* map, int x, int y,
+                                            std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3}], [%4];\n" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(shared_address(bar))
+      : "memory");
+}
 #endif  // PARITY_WGMMA
 
 }  // namespace wg
