@@ -33,11 +33,11 @@ namespace parity::gpu {
 
 namespace {
 
-constexpr int kTileCols = 128, kTileK = 64;
-constexpr int kCheckRows = 8;  // hi, lo and six rows of zeros: wgmma's narrowest N
+[[maybe_unused]] constexpr int kTileCols = 128, kTileK = 64;
+[[maybe_unused]] constexpr int kCheckRows = 8;  // hi, lo and six rows of zeros: wgmma's narrowest N
 // The epilogue stages the bf16 tile in shared memory, rows padded by 16 bytes so that the
 // fragments' 4-byte writes fall in distinct banks.
-constexpr int kOutStride = kTileCols + 8;
+[[maybe_unused]] constexpr int kOutStride = kTileCols + 8;
 
 struct FusedArgs {
   const std::uint16_t* a;
@@ -380,6 +380,8 @@ void product_check_fused(Stream_t s, const FusedProduct& p) {
   }
   launch("product_check_fused", tma_kernel,
          {ceil_div(p.n, kTmaRows) * g.tiles, kTmaThreads, kTmaSmemBytes}, s, ma, mw, mc, g);
+#else
+  (void)s;
 #endif
 }
 
