@@ -183,12 +183,16 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
 
 namespace detail {
 
+double fused_row_sums_bytes(double cols) {
+  return 16 * std::ceil(cols / 128) + 8;
+}
+
 // As GpuBackend's forward_product runs it with the checks on (src/backend/gpu/product_checks.cu).
 // Under a 16-bit math: the weights' bf16 copy with its two checksum rows (w read in fp32, the copy
 // [pad8(m + 2), pad8(k)] written), then
-// - where the product runs in one kernel (fused_checked_products: a bf16 output, k a multiple of
-//   8): the product over 256 x 128 tiles at the calibrated fused_check_gemm_efficiency, its
-//   epilogue after it (the bf16 output, a double pair a row and column tile, the checksum
+// - where the product runs in one kernel (bf16 math, fused_checked_products: a bf16 output, k a
+//   multiple of 8): the product over 256 x 128 tiles at the calibrated fused_check_gemm_efficiency,
+//   its epilogue after it (the bf16 output, a double pair a row and column tile, the checksum
 //   columns) at fused_check_epilogue_efficiency of the copy rate, and the rows pass reading the
 //   input and the pairs;
 // - else the product over those m + 2 columns into fp32 without an epilogue, and the rows pass
@@ -203,12 +207,12 @@ void OpBuilder::checked_product(OpCost& op, std::int64_t n, std::int64_t m, std:
   const double kk = static_cast<double>(k);
   const double in = dense_operand_bytes(math_);
   const double stored = !narrow ? 4.0 : output_bytes_ > 0 ? output_bytes_ : in;
-  if (in < 4.0 && stored == 2.0 && k % 8 == 0 && fused_checked_products(dev_)) {
+  if (math_ == DenseMath::bf16 && stored == 2.0 && k % 8 == 0 && fused_checked_products(dev_)) {
     pass(op, 4.0 * mm * kk + 2.0 * pad8(mm + 2) * pad8(kk));
     Calibration fused = cal_;
     fused.gemm_efficiency_bf16 = fused.gemm_efficiency_fp16 = cal_.fused_check_gemm_efficiency;
     const GemmEstimate e = gemm_time({n, m, k, math_, 2}, {256, 128, 1, 1}, dev_, fused);
-    const double tiles = std::ceil(mm / 128), sums = rows * (16.0 * tiles + 8.0);
+    const double sums = rows * fused_row_sums_bytes(mm);
     op.flops += e.flops;
     op.bytes += e.bytes + sums;
     op.seconds += e.compute_s +
@@ -309,10 +313,9 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks
       deepest = std::max(deepest, in);
       widest_out = std::max(widest_out, out);
       widest_copy = std::max(widest_copy, pad8(out + 2) * pad8(in));
-      // In one kernel: a double pair a row and column tile of 128, and the two checksum columns
-      // in fp32; through the library the fp32 product.
-      const bool one = fused && bf16_out && std::fmod(in, 8.0) == 0;
-      checked = std::max(checked, one ? 16 * std::ceil(out / 128) + 8 : 4 * pad8(out + 2));
+      // In one kernel its row sums; through the library the fp32 product.
+      const bool one = fused && math == DenseMath::bf16 && bf16_out && std::fmod(in, 8.0) == 0;
+      checked = std::max(checked, one ? fused_row_sums_bytes(out) : 4 * pad8(out + 2));
     };
     for (const bool bottom : {true, false})
       for (const auto& l : mlp_layers(m, bottom)) forward(l.out, l.in, l.bottom || !l.last);

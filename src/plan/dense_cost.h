@@ -95,6 +95,10 @@ struct DenseMemory {
 // What the GPU backend's scratch slots allocate beyond a request (a quarter more,
 // src/backend/gpu/scratch.cpp), so that a slowly growing shape does not reallocate every call.
 inline constexpr double kScratchGrowth = 1.25;
+// The bytes an example's row sums take in a checked bf16 product of `cols` outputs run in one
+// kernel (src/backend/gpu/checked_product.cu): a double pair (sum, squares) a column tile of 128
+// and the two checksum columns in fp32.
+double fused_row_sums_bytes(double cols);
 // fused: checked bf16 products run in one kernel on the device (fused_checked_products).
 DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks = false,
                          bool fused = false);

@@ -156,6 +156,24 @@ static_assert(kTmaStageBytes % 1024 == 0, "stages keep the swizzle's alignment")
 static_assert(kTmaRows * kOutStride * 2 + kTileCols * 4 <= kTmaStages * kTmaStageBytes,
               "the output tile and its bias fit the ring");
 
+#if defined(PARITY_WGMMA)
+constexpr unsigned kTmaBlockBytes = 64 * 128;  // 64 rows of a slab
+
+// One k-step's products of the warpgroup's two 64-row blocks of the stage's input slab (a) by the
+// N rows of a weight slab (b), 16 columns (32 bytes along a swizzled row) a product; issued, not
+// waited for.
+template <int N>
+__device__ __forceinline__ void issue_step(float (&d)[2][N / 8][4], std::uint64_t a,
+                                           std::uint64_t b, unsigned stage) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk)
+      mma::wg::mma_ss<N>(d[mt], mma::wg::advance(a, stage + mt * kTmaBlockBytes + kk * 32),
+                         mma::wg::advance(b, stage + kk * 32), 1);
+}
+#endif
+
 __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_constant__ CUtensorMap ma,
                                                              const __grid_constant__ CUtensorMap mw,
                                                              const __grid_constant__ CUtensorMap mc,
@@ -192,8 +210,8 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
   __syncthreads();
 
   constexpr unsigned kRowGroup = 8 * 128;  // bytes between groups of 8 rows of a slab
-  constexpr unsigned kBlockBytes = 64 * 128;
-  const std::uint64_t a_desc = mma::wg::descriptor(base + group * 2 * kBlockBytes, 16, kRowGroup);
+  const std::uint64_t a_desc =
+      mma::wg::descriptor(base + group * 2 * kTmaBlockBytes, 16, kRowGroup);
   const std::uint64_t b_desc = mma::wg::descriptor(base + kTmaRows * 128, 16, kRowGroup);
   const std::uint64_t c_desc =
       mma::wg::descriptor(base + (kTmaRows + kTileCols) * 128, 16, kRowGroup);
@@ -212,22 +230,10 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
     mma::wg::barrier_wait(&full[st], (i / kTmaStages) & 1);
     const unsigned stage = static_cast<unsigned>(st * kTmaStageBytes);
     mma::wg::fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk)
-        mma::wg::mma_ss<kTileCols>(acc[mt],
-                                   mma::wg::advance(a_desc, stage + mt * kBlockBytes + kk * 32),
-                                   mma::wg::advance(b_desc, stage + kk * 32), 1);
+    issue_step<kTileCols>(acc, a_desc, b_desc, stage);
     if (checksum) {
       mma::wg::fence();  // past the branch, the compiler would otherwise add it
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int kk = 0; kk < kTileK / 16; ++kk)
-          mma::wg::mma_ss<kCheckRows>(chk[mt],
-                                      mma::wg::advance(a_desc, stage + mt * kBlockBytes + kk * 32),
-                                      mma::wg::advance(c_desc, stage + kk * 32), 1);
+      issue_step<kCheckRows>(chk, a_desc, c_desc, stage);
     }
     mma::wg::commit();
     mma::wg::wait<1>();  // step i - 1's products are done: its stage may be refilled
