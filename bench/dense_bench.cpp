@@ -70,7 +70,8 @@ constexpr const char* kUsage =
     "--product-checks checks every forward product of the step (parity train --product-checks)\n"
     "and predicts the ops with the checks; a check that fails stops the benchmark.\n"
     "--library-checks runs every checked product through the library and the row pass, where\n"
-    "bf16 products would run in one kernel (GpuBackend::use_fused_checks), to compare the two.\n";
+    "bf16 products would run in one kernel (GpuBackend::use_fused_checks), to compare the two;\n"
+    "the predictions stay the default path's.\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
