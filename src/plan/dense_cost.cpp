@@ -79,10 +79,11 @@ class Products {
     ob_.product(op, m, n, k);
   }
   // narrow: the output is stored in the math's operand type (all but the logits, fp32).
+  // terms_elsewhere: as OpBuilder::checked_product.
   void forward(OpCost& op, const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k,
-               bool narrow = true) const {
+               bool narrow = true, bool terms_elsewhere = false) const {
     if (checked_)
-      ob_.checked_product(op, m, n, k, narrow);
+      ob_.checked_product(op, m, n, k, narrow, terms_elsewhere);
     else
       product(op, name, m, n, k);
   }
@@ -142,7 +143,10 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
     for (int l = 0; l < layers; ++l) {
       OpCost& op = add_op(ops, "interaction", fmt::format("cross.{} forward", l));
       const std::string name = fmt::format("cross.{} forward", l);
-      ps.forward(op, name + " u", per_device_batch, r, n);
+      // Where both products run in one kernel (and the activations are stored in bf16), the
+      // combine sums the input's part of u's check as it reads xl (GpuBackend::cross_forward).
+      const bool held = ob.fused_check(n) && ob.fused_check(r) && n % 8 == 0 && by.s == 2.0;
+      ps.forward(op, name + " u", per_device_batch, r, n, true, held);
       ps.forward(op, name + " z", per_device_batch, n, r);
       // x_next = x0 * z + xl (read 3, write 1, activations).
       ob.pass(op, b * 4.0 * by.s * n);
@@ -201,13 +205,19 @@ double fused_row_sums_bytes(double cols) {
 // Under fp32: the product into d as unchecked, the weights' column sums (w read), and the rows pass
 // reading the input and d and writing d. The rows pass runs at the calibrated
 // product_check_efficiency of the copy rate.
+bool OpBuilder::fused_check(std::int64_t k, bool narrow) const {
+  const double in = dense_operand_bytes(math_);
+  const double stored = !narrow ? 4.0 : output_bytes_ > 0 ? output_bytes_ : in;
+  return math_ == DenseMath::bf16 && stored == 2.0 && k % 8 == 0 && fused_checked_products(dev_);
+}
+
 void OpBuilder::checked_product(OpCost& op, std::int64_t n, std::int64_t m, std::int64_t k,
-                                bool narrow) const {
+                                bool narrow, bool terms_elsewhere) const {
   const double rows = static_cast<double>(n), mm = static_cast<double>(m);
   const double kk = static_cast<double>(k);
   const double in = dense_operand_bytes(math_);
   const double stored = !narrow ? 4.0 : output_bytes_ > 0 ? output_bytes_ : in;
-  if (math_ == DenseMath::bf16 && stored == 2.0 && k % 8 == 0 && fused_checked_products(dev_)) {
+  if (fused_check(k, narrow)) {
     pass(op, 4.0 * mm * kk + 2.0 * pad8(mm + 2) * pad8(kk));
     Calibration fused = cal_;
     fused.gemm_efficiency_bf16 = fused.gemm_efficiency_fp16 = cal_.fused_check_gemm_efficiency;
@@ -218,7 +228,10 @@ void OpBuilder::checked_product(OpCost& op, std::int64_t n, std::int64_t m, std:
     op.seconds += e.compute_s +
                   memory_pass_time((rows * mm * 2.0 + sums) / cal_.fused_check_epilogue_efficiency,
                                    dev_, cal_);
-    check_pass(op, rows * in * kk + sums);
+    // The input's part: read here, or 3 doubles a row written by the op that reads it anyway and
+    // read here.
+    if (terms_elsewhere) pass(op, rows * 24.0);
+    check_pass(op, (terms_elsewhere ? rows * 24.0 : rows * in * kk) + sums);
   } else if (in < 4.0) {
     const double width = pad8(mm + 2);
     pass(op, 4.0 * mm * kk + 2.0 * width * pad8(kk));
@@ -328,6 +341,13 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks
       w.checks_fixed_bytes += 4 * widest_out;
       w.checked_bytes_per_example = checked;
       w.weight_copy_bytes = std::max(w.weight_copy_bytes, 2 * widest_copy);
+    }
+    // A cross layer's u held for its combine (GpuBackend::cross_forward) keeps its row sums, its
+    // input's terms (3 doubles a row) and its weights' sums in slots of their own.
+    const std::int64_t r = m.interaction.low_rank;
+    if (by.dcn && fused && math == DenseMath::bf16 && std::fmod(n, 8.0) == 0 && r % 8 == 0) {
+      w.checked_bytes_per_example += fused_row_sums_bytes(static_cast<double>(r)) + 24;
+      w.checks_fixed_bytes += (4.0 * n + 1025) * 8;
     }
   }
   return w;

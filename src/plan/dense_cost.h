@@ -45,8 +45,13 @@ class OpBuilder {
   // A forward product d [n, m] = a [n, k] · wᵀ (+ bias) checked row by row, as the GPU backend
   // runs it with the checks on (Backend::set_product_checks), in place of product(op, n, m, k).
   // narrow: d is stored in the math's operand type (or the builder's output bytes), not fp32.
+  // terms_elsewhere: the input's part of the check is summed by another op that reads the input
+  // anyway (a cross layer's combine, for its u), which writes 3 doubles a row for the rows pass.
   void checked_product(OpCost& op, std::int64_t n, std::int64_t m, std::int64_t k,
-                       bool narrow = true) const;
+                       bool narrow = true, bool terms_elsewhere = false) const;
+  // Whether that product runs in one kernel (GpuBackend's forward_product): bf16 math, a stored
+  // output of 2 bytes, k a multiple of 8, on a device with fused_checked_products.
+  bool fused_check(std::int64_t k, bool narrow = true) const;
   // A batched product bound by the larger of its compute and its memory time (the dot
   // interaction's kernels).
   void batched(OpCost& op, double flops, double bytes) const {

@@ -249,12 +249,35 @@ struct GpuBackend::Impl {
     std::int64_t in_one = 0;  // of the checked products, those that did
   } checks;
 
+  // A fused product whose rows are judged later (judge_held): what the judge needs. With
+  // terms_elsewhere (set by the caller) the input's part of the check is summed by an op that
+  // reads the input anyway, into `terms` (3 doubles a row), and the product keeps its scratch in
+  // slots of its own (held_checked, held_sums); else the judge reads the input itself.
+  struct Held {
+    bool terms_elsewhere = false;
+    bool pending = false;
+    struct {
+      const void* data = nullptr;
+      std::int64_t ld = 0;
+    } input;  // as the product read it (bf16)
+    std::int64_t n = 0, m = 0, k = 0;
+    const double* partials = nullptr;
+    const float* checksum = nullptr;
+    const double* sums = nullptr;  // the weights' pairs (product_check_augment)
+    double* terms = nullptr;
+    long long index = 0;
+    int what = 0;
+  };
+
   // A forward product d [n, m] = a [n, k] · wᵀ (+ bias) (relu). With the checks on, the product
   // is written in fp32 without its activation (into d where d is fp32, else into scratch; under
   // bf16 math with its checksum columns and without its bias), a due fault flipped in it, its
   // rows checked, then the bias and the activation applied and d stored. With them off, only the
-  // product a fault is due in takes that path, recording nothing.
-  void forward_product(int what, CAMat a, CMat w, const float* bias, Activation act, AMat d) {
+  // product a fault is due in takes that path, recording nothing. held: where the product runs in
+  // one kernel, its rows are judged later, from its own scratch slots, by judge_held once the
+  // caller has summed the input's terms (held->pending says so); elsewhere they are judged here.
+  void forward_product(int what, CAMat a, CMat w, const float* bias, Activation act, AMat d,
+                       Held* held = nullptr) {
     if (!checks.on && !checks.fault) {
       product(a, false, w, true, d, 0.0f, epilogue_of(bias != nullptr, act), bias);
       return;
@@ -292,7 +315,9 @@ struct GpuBackend::Impl {
       gpu::round_to_bf16(s(), bias, m, rounded);
       b = rounded;
     }
-    auto* sums = scratch.get_as<double>(Slot::sums, gpu::product_check_sums(k), s());
+    const bool own_slots = held != nullptr && held->terms_elsewhere;
+    auto* sums = scratch.get_as<double>(own_slots ? Slot::held_sums : Slot::sums,
+                                        gpu::product_check_sums(k), s());
     const bool relu = act == Activation::relu;
     if (math == DenseMath::bf16) {
       // The product over w's bf16 copy with its two checksum rows, into fp32 scratch [n, m + 2]
@@ -310,7 +335,9 @@ struct GpuBackend::Impl {
         // One kernel: the bf16 output stored, each row's sums a column tile, the checksum
         // columns; then the rows judged against the input (checked_product.cu).
         const std::int64_t tiles = gpu::product_check_tiles(m);
-        auto* partials = scratch.get_as<double>(Slot::checked, n * (2 * tiles + 1), s());
+        // Held: its slot takes the input's terms too.
+        auto* partials = scratch.get_as<double>(own_slots ? Slot::held_checked : Slot::checked,
+                                                n * (2 * tiles + (own_slots ? 4 : 1)), s());
         gpu::FusedProduct p;
         p.a = g.a.data;
         p.lda = g.a.ld;
@@ -331,9 +358,22 @@ struct GpuBackend::Impl {
           checks.fault.reset();
         }
         gpu::product_check_fused(s(), p);
-        if (record != nullptr)
+        if (held != nullptr && record != nullptr) {
+          held->pending = true;
+          held->input = {g.a.data, g.a.ld};
+          held->n = n;
+          held->m = m;
+          held->k = k;
+          held->partials = partials;
+          held->checksum = p.checksum;
+          held->sums = sums;
+          held->terms = own_slots ? partials + n * (2 * tiles + 1) : nullptr;
+          held->index = index;
+          held->what = what;
+        } else if (record != nullptr) {
           gpu::product_check_tiles_rows(s(), {g.a.data, g.a.ld, true}, n, k, partials, p.checksum,
                                         m, sums, index, what, record);
+        }
         if (!rehearsal && checks.on) {
           ++checks.checked;
           ++checks.in_one;
@@ -361,6 +401,28 @@ struct GpuBackend::Impl {
                               false, nullptr, relu, d, index, what, record);
     }
     if (!rehearsal && checks.on) ++checks.checked;
+  }
+
+  // Judges a held product's rows (forward_product), its input's terms summed by now where they
+  // are summed elsewhere.
+  void judge_held(const Held& h) {
+    if (!h.pending || gpu::rehearsing()) return;
+    if (h.terms_elsewhere)
+      gpu::product_check_tiles_terms(s(), h.terms, h.n, h.k, h.partials, h.checksum, h.m, h.index,
+                                     h.what, checks.record.data());
+    else
+      gpu::product_check_tiles_rows(s(), {h.input.data, h.input.ld, true}, h.n, h.k, h.partials,
+                                    h.checksum, h.m, h.sums, h.index, h.what, checks.record.data());
+  }
+
+  // Whether a checked product of a [n, k] into d runs in one kernel (forward_product, fused_check),
+  // known before it runs: bf16 math, input and output, k a multiple of 8, the input's rows
+  // 16-byte aligned (the weights' copy always is).
+  bool runs_fused(CAMat a, AMat d) const {
+    return checks.fused && math == DenseMath::bf16 && a.dtype == DType::bf16 &&
+           d.dtype == DType::bf16 && a.cols % 8 == 0 &&
+           reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0 && a.ld % 8 == 0 &&
+           gpu::product_check_fused_available();
   }
 
   // Whether a checked bf16 product of depth k runs in one kernel (product_check_fused): on this
@@ -814,10 +876,10 @@ std::int64_t GpuBackend::blas_library_version() const {
 std::map<std::string, std::size_t> GpuBackend::internal_memory_bytes() const {
   const Impl& im = *impl_;
   std::map<std::string, std::size_t> out;
-  static constexpr const char* kSlotNames[] = {"scratch.a16",     "scratch.b16",    "scratch.dz",
-                                               "scratch.dz16",    "scratch.du",     "scratch.du16",
-                                               "scratch.bias16",  "scratch.reduce", "scratch.dw",
-                                               "scratch.checked", "scratch.sums"};
+  static constexpr const char* kSlotNames[] = {
+      "scratch.a16",  "scratch.b16",          "scratch.dz",       "scratch.dz16", "scratch.du",
+      "scratch.du16", "scratch.bias16",       "scratch.reduce",   "scratch.dw",   "scratch.checked",
+      "scratch.sums", "scratch.held_checked", "scratch.held_sums"};
   static_assert(std::size(kSlotNames) == static_cast<std::size_t>(Slot::count));
   for (int i = 0; i < static_cast<int>(Slot::count); ++i)
     if (const std::size_t b = im.scratch.bytes(static_cast<Slot>(i)); b > 0) out[kSlotNames[i]] = b;
@@ -878,10 +940,24 @@ void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* 
   backend_checks::check_cross_storage("cross_forward",
                                       {x0.dtype, xl.dtype, u.dtype, z.dtype, x_next.dtype});
   Impl& im = *impl_;
-  im.forward_product(Impl::kCrossU, xl, v, nullptr, Activation::none, u);  // u [B, r] = xl · vᵀ
+  // With the checks on and both products in one kernel, u's rows are judged after the combine,
+  // which sums the input's part of their check as it reads xl, so that the check reads no xl of
+  // its own; z's after u's, so that failures are counted in the products' order.
+  Impl::Held hu, hz;
+  hu.terms_elsewhere = true;
+  const bool hold = im.checks.on && gpu::product_check_combine_runs(x0, z, xl, x_next) &&
+                    im.runs_fused(xl, u) && im.runs_fused(u, z);
+  im.forward_product(Impl::kCrossU, xl, v, nullptr, Activation::none, u,  // u [B, r] = xl · vᵀ
+                     hold ? &hu : nullptr);
   // z [B, N] = u · wᵀ + bias
-  im.forward_product(Impl::kCrossZ, u, w, bias, Activation::none, z);
-  gpu::cross_combine(im.s(), x0, z, xl, x_next);
+  im.forward_product(Impl::kCrossZ, u, w, bias, Activation::none, z, hold ? &hz : nullptr);
+  if (hu.pending) {
+    gpu::product_check_cross_combine(im.s(), x0, z, xl, x_next, hu.sums, hu.terms);
+  } else {
+    gpu::cross_combine(im.s(), x0, z, xl, x_next);
+  }
+  im.judge_held(hu);
+  im.judge_held(hz);
 }
 
 void GpuBackend::cross_backward(CAMat x0, CAMat xl, CMat v, CMat w, CAMat u, CAMat z, CAMat dx_next,

@@ -427,6 +427,99 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void tiles_kernel(
   }
 }
 
+// The cross layer's combine, x_next = x0 ⊙ z + xl (as cross_combine forms it: in double, rounded
+// once to bf16), with the input's part of the check of u = xl · vᵀ (the pairs of v's copy, cols)
+// summed over each row of xl as it is read: the u check then reads no input of its own.
+// kRowsPerWarp rows a warp, 8 columns a lane at a time; every row 16-byte aligned, k % 8 == 0.
+__global__ __launch_bounds__(kBlock, kMinBlocks) void cross_combine_kernel(
+    const Bf16* x0, std::int64_t ld0, const Bf16* z, std::int64_t ldz, const Bf16* xl,
+    std::int64_t ldl, Bf16* x_next, std::int64_t ldn, std::int64_t n, std::int64_t k,
+    const float2* __restrict__ cols, double* terms) {
+  constexpr int R = kRowsPerWarp, W = kVectorIn<true>;
+  const std::int64_t warp =
+      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
+  const std::int64_t first = warp * R;
+  if (first >= n) return;
+  const int rows = n - first < R ? static_cast<int>(n - first) : R;
+  const int lane = lane_id();
+  RowSums<true> r[R];
+  for (std::int64_t c = lane * W; c < k; c += static_cast<std::int64_t>(kWarpSize) * W) {
+    // The group's pairs in the lanes' order (pair_place): this lane's e-th at e kWarpSize.
+    float2 pq[W];
+#pragma unroll
+    for (int e = 0; e < W; ++e) pq[e] = cols[c - lane * W + lane + e * kWarpSize];
+#pragma unroll
+    for (int x = 0; x < R; ++x) {  // a row at a time: three operands' values in registers
+      if (x >= rows) continue;
+      const std::int64_t row = first + x;
+      float a[W], b[W], o[W];
+      load_vec<W, Bf16, true>(x0 + row * ld0 + c, a);
+      load_vec<W, Bf16, true>(z + row * ldz + c, b);
+      load_vec<W, Bf16, true>(xl + row * ldl + c, o);
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        const float u = o[e], p = pq[e].x;
+        r[x].predicted += u * p;
+        r[x].magnitude += fabsf(u * p);
+        r[x].spread_in += u * u * pq[e].y;
+        o[e] = static_cast<float>(static_cast<double>(a[e]) * static_cast<double>(b[e]) +
+                                  static_cast<double>(o[e]));
+      }
+      store_vec_rn<W>(x_next + row * ldn + c, o);
+    }
+  }
+  RowTotals t[R];
+  reduce_rows<true, R>(r, rows, t);
+  if (lane != 0) return;
+#pragma unroll
+  for (int x = 0; x < R; ++x) {
+    if (x >= rows) continue;
+    double* out = terms + 3 * (first + x);
+    out[0] = t[x].predicted;
+    out[1] = t[x].magnitude;
+    out[2] = t[x].spread_in;
+  }
+}
+
+// A fused product's rows judged from its tiles' partial sums and the input's part summed
+// elsewhere (cross_combine_kernel), kRowsPerWarp rows a warp.
+__global__ __launch_bounds__(kBlock, kMinBlocks) void tiles_terms_kernel(
+    const double* __restrict__ terms, std::int64_t n, std::int64_t k,
+    const double2* __restrict__ partials, std::int64_t tiles, const float2* __restrict__ checksum,
+    std::int64_t m, long long product, int what, ProductCheckRecord* record) {
+  constexpr int R = kRowsPerWarp;
+  const std::int64_t warp =
+      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
+  const std::int64_t first = warp * R;
+  if (first >= n) return;
+  const int rows = n - first < R ? static_cast<int>(n - first) : R;
+  double sum[R] = {}, squares[R] = {};
+  for (std::int64_t j = lane_id(); j < tiles; j += kWarpSize) {
+#pragma unroll
+    for (int x = 0; x < R; ++x) {
+      if (x >= rows) continue;
+      const double2 p = partials[(first + x) * tiles + j];
+      sum[x] += p.x;
+      squares[x] += p.y;
+    }
+  }
+#pragma unroll
+  for (int x = 0; x < R; ++x) {
+    if (x >= rows) continue;
+    sum[x] = warp_sum(sum[x]);
+    squares[x] = warp_sum(squares[x]);
+  }
+  if (lane_id() != 0) return;
+#pragma unroll
+  for (int x = 0; x < R; ++x) {
+    if (x >= rows) continue;
+    const double* in = terms + 3 * (first + x);
+    const float2 c = checksum[first + x];
+    judge_row<true>({in[0], in[1], in[2], sum[x], squares[x]}, first + x, n, k, c.x, c.y, m,
+                    nullptr, product, what, record);
+  }
+}
+
 __global__ __launch_bounds__(kBlock) void round_kernel(const float* v, std::int64_t n, float* out) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   if (i < n) out[i] = to_float(from_float_rn<Bf16>(v[i]));
@@ -538,6 +631,41 @@ void product_check_tiles_rows(Stream_t s, CheckOperand a, std::int64_t n, std::i
   else
     launch("product_check_tiles_rows", tiles_kernel<false>, shape, s, in, a.ld, n, k, p, tiles, c,
            m, cols, product, what, record);
+}
+
+bool product_check_combine_runs(CAMat x0, CAMat z, CAMat xl, AMat x_next) {
+  const auto fits = [](const void* p, std::int64_t ld, DType t) {
+    return t == DType::bf16 && reinterpret_cast<std::uintptr_t>(p) % 16 == 0 &&
+           ld % kVectorIn<true> == 0;
+  };
+  return x0.cols % kVectorIn<true> == 0 && fits(x0.data, x0.ld, x0.dtype) &&
+         fits(z.data, z.ld, z.dtype) && fits(xl.data, xl.ld, xl.dtype) &&
+         fits(x_next.data, x_next.ld, x_next.dtype);
+}
+
+void product_check_cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next,
+                                 const double* sums, double* terms) {
+  if (!product_check_combine_runs(x0, z, xl, x_next))
+    throw Error(
+        "product_check_cross_combine: bf16 matrices with 16-byte aligned rows and a "
+        "multiple of 8 columns expected");
+  const std::int64_t n = x0.rows, k = x0.cols;
+  if (n <= 0) return;
+  const LaunchShape shape{ceil_div(n, kBlock / device_info().warp_size * kRowsPerWarp), kBlock, 0};
+  launch("product_check_cross_combine", cross_combine_kernel, shape, s,
+         static_cast<const Bf16*>(x0.data), x0.ld, static_cast<const Bf16*>(z.data), z.ld,
+         static_cast<const Bf16*>(xl.data), xl.ld, static_cast<Bf16*>(x_next.data), x_next.ld, n, k,
+         reinterpret_cast<const float2*>(sums + 2 * k), terms);
+}
+
+void product_check_tiles_terms(Stream_t s, const double* terms, std::int64_t n, std::int64_t k,
+                               const double* partials, const float* checksum, std::int64_t m,
+                               long long product, int what, ProductCheckRecord* record) {
+  if (n <= 0 || m <= 0) return;
+  const LaunchShape shape{ceil_div(n, kBlock / device_info().warp_size * kRowsPerWarp), kBlock, 0};
+  launch("product_check_tiles_terms", tiles_terms_kernel, shape, s, terms, n, k,
+         reinterpret_cast<const double2*>(partials), product_check_tiles(m),
+         reinterpret_cast<const float2*>(checksum), m, product, what, record);
 }
 
 void round_to_bf16(Stream_t s, const float* v, std::int64_t n, float* out) {

@@ -111,6 +111,21 @@ void product_check_tiles_rows(Stream_t s, CheckOperand a, std::int64_t n, std::i
                               const double* sums, long long product, int what,
                               ProductCheckRecord* record);
 
+// ---- the cross layer's u checked through its combine ----
+// Whether product_check_cross_combine runs on these operands: bf16, rows 16-byte aligned, a
+// multiple of 8 columns.
+bool product_check_combine_runs(CAMat x0, CAMat z, CAMat xl, AMat x_next);
+// x_next = x0 ⊙ z + xl (as cross_combine), and for each row i of xl [n, k] the input's part of the
+// check of the fused u = xl · vᵀ against v's pairs (sums, product_check_augment):
+// terms[3 i .. 3 i + 2] = Σ_c xl_ic r_c, Σ_c |xl_ic r_c| and Σ_c xl_ic² (t_c + s_c²), in double.
+void product_check_cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next,
+                                 const double* sums, double* terms);
+// Checks each row of a fused product from its partials and checksum (product_check_fused) and
+// the input's terms (above), as product_check_tiles_rows does.
+void product_check_tiles_terms(Stream_t s, const double* terms, std::int64_t n, std::int64_t k,
+                               const double* partials, const float* checksum, std::int64_t m,
+                               long long product, int what, ProductCheckRecord* record);
+
 // v[0..n) = the fp32 values of v rounded to bf16 (a bf16 output's bias, as the product adds it).
 void round_to_bf16(Stream_t s, const float* v, std::int64_t n, float* out);
 

@@ -12,7 +12,9 @@
 namespace parity::gpu {
 
 // Scratch purposes. An op may hold several slots at once, never the same slot twice.
-// checked: a checked product's fp32 output before its bf16 rounding; sums: the check's weight sums.
+// checked: a checked product's fp32 output before its bf16 rounding (or, in one kernel, its row
+// sums); sums: the check's weight sums; held_checked, held_sums: the same for a cross layer's u,
+// whose check waits for the layer's combine (GpuBackend::cross_forward).
 enum class ScratchSlot : int {
   a16,
   b16,
@@ -25,6 +27,8 @@ enum class ScratchSlot : int {
   dw,
   checked,
   sums,
+  held_checked,
+  held_sums,
   count
 };
 
