@@ -2,7 +2,9 @@
 // tensors, and an observer that keeps every event.
 #pragma once
 
+#include <unistd.h>
 #include <cstdint>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -32,9 +34,11 @@ inline TrainConfig small_run(const std::filesystem::path& dir, std::int64_t step
   return cfg;
 }
 
-// An empty path in the temporary directory (whatever an earlier run left there removed).
+// An empty path in the temporary directory (whatever an earlier run left there removed), named
+// for this process too, so that two test runs on one machine never share it.
 inline std::filesystem::path temp_dir(const std::string& name) {
-  const std::filesystem::path d = std::filesystem::temp_directory_path() / ("parity-train-" + name);
+  const std::filesystem::path d = std::filesystem::temp_directory_path() /
+                                  ("parity-train-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   return d;
 }
