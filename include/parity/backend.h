@@ -501,6 +501,11 @@ class Backend {
   };
   // Throws Error where the backend has no checksummed products.
   virtual void set_product_checks(bool on);
+  // A hint for the next cross_forward: the next forward product reads its x_next with weights w
+  // [m, N] (the top MLP's first layer after the last cross layer). With the checks on, a backend
+  // may sum that product's check terms as the layer writes x_next, sparing the check a read of
+  // it. The default ignores it.
+  virtual void cross_feeds_product(CMat w) { (void)w; }
   virtual ProductChecks product_checks() { return {}; }
   // Fault injection, to test detection end to end: flips bit `bit` (0: the least significant of
   // the stored element) of element `element` (row-major) of the output of forward product

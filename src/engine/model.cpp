@@ -267,6 +267,9 @@ void Model::Impl::forward(const InputSlot& in, std::int64_t n, bool counting) {
       profiler.section("interaction", c.forward_name);
       const AMat next = rows_of(acts.cross_x[l], acts.act_dtype, n, N);
       const AMat u = rows_of(acts.cross_u[l], acts.act_dtype, n, L.rank);
+      // The last layer's output feeds the first top layer (not the logits' own product).
+      if (l + 1 == L.cross.size() && L.top.size() > 1)
+        backend.cross_feeds_product(CMat(param(L.top[0].w), L.top[0].out, L.top[0].in));
       backend.cross_forward(x0, xl, CMat(param(c.v), L.rank, N), CMat(param(c.w), N, L.rank),
                             param(c.b), u, rows_of(acts.cross_z[l], acts.act_dtype, n, N), next);
       hold(next);

@@ -79,11 +79,11 @@ class Products {
     ob_.product(op, m, n, k);
   }
   // narrow: the output is stored in the math's operand type (all but the logits, fp32).
-  // terms_elsewhere: as OpBuilder::checked_product.
+  // terms_elsewhere, fp32_input: as OpBuilder::checked_product.
   void forward(OpCost& op, const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k,
-               bool narrow = true, bool terms_elsewhere = false) const {
+               bool narrow = true, bool terms_elsewhere = false, bool fp32_input = false) const {
     if (checked_)
-      ob_.checked_product(op, m, n, k, narrow, terms_elsewhere);
+      ob_.checked_product(op, m, n, k, narrow, terms_elsewhere, fp32_input);
     else
       product(op, name, m, n, k);
   }
@@ -94,14 +94,16 @@ class Products {
   const ProductTimes* times_;
 };
 
+// terms_elsewhere: the layer's input terms summed by the op that wrote its input (OpBuilder).
 void mlp_forward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const Products& ps,
-                 const Bytes& by, const MlpLayer& l, std::int64_t batch) {
+                 const Bytes& by, const MlpLayer& l, std::int64_t batch,
+                 bool terms_elsewhere = false) {
   OpCost& op = add_op(ops, "mlp", layer_op(l, "forward"));
-  ps.forward(op, op.op, batch, l.out, l.in, l.bottom || !l.last);
   // fp32 inputs of a product are converted once: the data's dense features, and the dot
   // interaction's output.
-  if (l.index == 0 && (l.bottom || !by.dcn))
-    ob.pass(op, static_cast<double>(batch) * l.in * by.convert);
+  const bool fp32_input = l.index == 0 && (l.bottom || !by.dcn);
+  ps.forward(op, op.op, batch, l.out, l.in, l.bottom || !l.last, terms_elsewhere, fp32_input);
+  if (fp32_input) ob.pass(op, static_cast<double>(batch) * l.in * by.convert);
 }
 
 void mlp_backward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const Products& ps,
@@ -136,6 +138,13 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
   for (const auto& l : bottom) mlp_forward(ops, ob, ps, by, l, per_device_batch);
   const int layers = by.dcn ? m.interaction.cross_layers : 0;
   const std::int64_t r = m.interaction.low_rank;
+  // Where a cross layer's products both run in one kernel (and the activations are stored in
+  // bf16), its combine sums the input's part of u's check as it reads xl (GpuBackend's
+  // cross_forward), and the last layer's that of the first top layer's (one kernel, not the
+  // logits) as it writes x_next, that product's weights' sums taken first: 3 doubles a row each.
+  const bool held = product_checks && layers > 0 && ob.fused_check(n) && ob.fused_check(r) &&
+                    n % 8 == 0 && by.s == 2.0;
+  const bool feeds_top = held && top.size() > 1;
   const double f = m.num_tables() + 1;  // dot: the vectors paired
   const double dot_flops = 2.0 * b * f * f * m.bottom_mlp.back();
   const double dot_bytes = b * (f * m.bottom_mlp.back() + m.interaction_output_dim()) * 4.0;
@@ -143,18 +152,21 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
     for (int l = 0; l < layers; ++l) {
       OpCost& op = add_op(ops, "interaction", fmt::format("cross.{} forward", l));
       const std::string name = fmt::format("cross.{} forward", l);
-      // Where both products run in one kernel (and the activations are stored in bf16), the
-      // combine sums the input's part of u's check as it reads xl (GpuBackend::cross_forward).
-      const bool held = ob.fused_check(n) && ob.fused_check(r) && n % 8 == 0 && by.s == 2.0;
       ps.forward(op, name + " u", per_device_batch, r, n, true, held);
       ps.forward(op, name + " z", per_device_batch, n, r);
       // x_next = x0 * z + xl (read 3, write 1, activations).
       ob.pass(op, b * 4.0 * by.s * n);
+      if (held) ob.pass(op, b * 24.0);
+      if (held && l + 1 == layers && feeds_top) {
+        const double m0 = top.front().out;
+        ob.pass(op, 4.0 * m0 * n + 2.0 * detail::pad8(m0 + 2) * detail::pad8(n) + b * 24.0);
+      }
     }
   } else {
     ob.batched(add_op(ops, "interaction", "dot forward"), dot_flops, dot_bytes);
   }
-  for (const auto& l : top) mlp_forward(ops, ob, ps, by, l, per_device_batch);
+  for (const auto& l : top)
+    mlp_forward(ops, ob, ps, by, l, per_device_batch, feeds_top && l.index == 0);
 
   // ---- backward ----
   ob.pass(add_op(ops, "loss", "loss"), b * 12);
@@ -212,25 +224,26 @@ bool OpBuilder::fused_check(std::int64_t k, bool narrow) const {
 }
 
 void OpBuilder::checked_product(OpCost& op, std::int64_t n, std::int64_t m, std::int64_t k,
-                                bool narrow, bool terms_elsewhere) const {
+                                bool narrow, bool terms_elsewhere, bool fp32_input) const {
   const double rows = static_cast<double>(n), mm = static_cast<double>(m);
   const double kk = static_cast<double>(k);
   const double in = dense_operand_bytes(math_);
   const double stored = !narrow ? 4.0 : output_bytes_ > 0 ? output_bytes_ : in;
-  if (fused_check(k, narrow)) {
+  // The depth the product runs over: an fp32 input's bf16 copy is padded to a multiple of 8.
+  const std::int64_t depth = fp32_input && in < 4.0 ? (k + 7) / 8 * 8 : k;
+  if (fused_check(depth, narrow)) {
     pass(op, 4.0 * mm * kk + 2.0 * pad8(mm + 2) * pad8(kk));
     Calibration fused = cal_;
     fused.gemm_efficiency_bf16 = fused.gemm_efficiency_fp16 = cal_.fused_check_gemm_efficiency;
-    const GemmEstimate e = gemm_time({n, m, k, math_, 2}, {256, 128, 1, 1}, dev_, fused);
+    const GemmEstimate e = gemm_time({n, m, depth, math_, 2}, {256, 128, 1, 1}, dev_, fused);
     const double sums = rows * fused_row_sums_bytes(mm);
     op.flops += e.flops;
     op.bytes += e.bytes + sums;
     op.seconds += e.compute_s +
                   memory_pass_time((rows * mm * 2.0 + sums) / cal_.fused_check_epilogue_efficiency,
                                    dev_, cal_);
-    // The input's part: read here, or 3 doubles a row written by the op that reads it anyway and
-    // read here.
-    if (terms_elsewhere) pass(op, rows * 24.0);
+    // The input's part: read here, or 3 doubles a row that the op that writes or reads the
+    // input anyway wrote (costed there) and read here.
     check_pass(op, (terms_elsewhere ? rows * 24.0 : rows * in * kk) + sums);
   } else if (in < 4.0) {
     const double width = pad8(mm + 2);
@@ -322,16 +335,19 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks
     // bias and the largest of the products' fp32 outputs over m + 2 columns padded to 8 (or, in
     // one kernel, their row sums), beside the weights' copy with its two checksum rows.
     double deepest = 0, widest_out = 0, widest_copy = 0, checked = 0;
-    const auto forward = [&](double out, double in, bool bf16_out) {
+    // fp32_input: read through a bf16 copy padded to a multiple of 8 columns (OpBuilder).
+    const auto forward = [&](double out, double in, bool bf16_out, bool fp32_input = false) {
       deepest = std::max(deepest, in);
       widest_out = std::max(widest_out, out);
       widest_copy = std::max(widest_copy, pad8(out + 2) * pad8(in));
       // In one kernel its row sums; through the library the fp32 product.
-      const bool one = fused && math == DenseMath::bf16 && bf16_out && std::fmod(in, 8.0) == 0;
+      const double depth = fp32_input ? pad8(in) : in;
+      const bool one = fused && math == DenseMath::bf16 && bf16_out && std::fmod(depth, 8.0) == 0;
       checked = std::max(checked, one ? fused_row_sums_bytes(out) : 4 * pad8(out + 2));
     };
     for (const bool bottom : {true, false})
-      for (const auto& l : mlp_layers(m, bottom)) forward(l.out, l.in, l.bottom || !l.last);
+      for (const auto& l : mlp_layers(m, bottom))
+        forward(l.out, l.in, l.bottom || !l.last, l.index == 0 && (l.bottom || !by.dcn));
     if (by.dcn) {
       forward(m.interaction.low_rank, n, true);
       forward(n, m.interaction.low_rank, true);
@@ -343,11 +359,17 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks
       w.weight_copy_bytes = std::max(w.weight_copy_bytes, 2 * widest_copy);
     }
     // A cross layer's u held for its combine (GpuBackend::cross_forward) keeps its row sums, its
-    // input's terms (3 doubles a row) and its weights' sums in slots of their own.
+    // input's terms (3 doubles a row) and its weights' sums in slots of their own; the first top
+    // layer's input terms, summed by the last combine, and its weights' sums too.
     const std::int64_t r = m.interaction.low_rank;
     if (by.dcn && fused && math == DenseMath::bf16 && std::fmod(n, 8.0) == 0 && r % 8 == 0) {
       w.checked_bytes_per_example += fused_row_sums_bytes(static_cast<double>(r)) + 24;
       w.checks_fixed_bytes += (4.0 * n + 1025) * 8;
+      // The product the last layer feeds: its input's terms and its weights' sums.
+      if (m.top_mlp.size() > 1) {
+        w.checked_bytes_per_example += 24;
+        w.checks_fixed_bytes += (4.0 * n + 1025) * 8;
+      }
     }
   }
   return w;

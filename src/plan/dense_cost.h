@@ -47,8 +47,11 @@ class OpBuilder {
   // narrow: d is stored in the math's operand type (or the builder's output bytes), not fp32.
   // terms_elsewhere: the input's part of the check is summed by another op that reads the input
   // anyway (a cross layer's combine, for its u), which writes 3 doubles a row for the rows pass.
+  // fp32_input: the input is fp32, read through a bf16 copy padded with zeros to a multiple of 8
+  // columns under a 16-bit math, so the product runs over that depth.
   void checked_product(OpCost& op, std::int64_t n, std::int64_t m, std::int64_t k,
-                       bool narrow = true, bool terms_elsewhere = false) const;
+                       bool narrow = true, bool terms_elsewhere = false,
+                       bool fp32_input = false) const;
   // Whether that product runs in one kernel (GpuBackend's forward_product): bf16 math, a stored
   // output of 2 bytes, k a multiple of 8, on a device with fused_checked_products.
   bool fused_check(std::int64_t k, bool narrow = true) const;

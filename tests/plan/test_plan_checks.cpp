@@ -23,31 +23,43 @@ double pad8(double c) {
 }
 
 // The forward products of the step's forward ops, as the engine runs them: [rows, cols] of depth
-// k, by op name, and whether the output is bf16 under bf16 math (all but the logits).
+// k, by op name, whether the output is bf16 under bf16 math (all but the logits), and whether the
+// input is fp32 (the dense features; the dot interaction's output), read under bf16 math through
+// a bf16 copy padded with zeros to a multiple of 8 columns.
+// fed: the first top layer after DCNv2 cross layers whose products run in one kernel (both
+// depths multiples of 8), whose input's terms the last layer's combine sums (3 doubles a row read
+// instead of the input, where the product runs in one kernel too).
 struct Forward {
   std::int64_t cols, k;
   bool narrow_out = true;
+  bool fp32_in = false;
+  bool fed = false;
 };
 std::vector<std::pair<std::string, Forward>> mlp_forwards(const ModelSpec& m) {
   std::vector<std::pair<std::string, Forward>> out;
   int in = m.dense_features;
   for (std::size_t i = 0; i < m.bottom_mlp.size(); ++i) {
-    out.push_back({"bottom." + std::to_string(i) + " forward", {m.bottom_mlp[i], in}});
+    out.push_back(
+        {"bottom." + std::to_string(i) + " forward", {m.bottom_mlp[i], in, true, i == 0}});
     in = m.bottom_mlp[i];
   }
   in = m.interaction_output_dim();
+  const bool dot = m.interaction.kind != InteractionKind::dcnv2;
+  const bool held = !dot && in % 8 == 0 && m.interaction.low_rank % 8 == 0;
   for (std::size_t i = 0; i < m.top_mlp.size(); ++i) {
-    out.push_back(
-        {"top." + std::to_string(i) + " forward", {m.top_mlp[i], in, i + 1 < m.top_mlp.size()}});
+    const bool narrow = i + 1 < m.top_mlp.size();
+    out.push_back({"top." + std::to_string(i) + " forward",
+                   {m.top_mlp[i], in, narrow, i == 0 && dot, i == 0 && held && narrow}});
     in = m.top_mlp[i];
   }
   return out;
 }
 
 // Whether a checked bf16 product runs in one kernel on d (the GPU backend's rule): a bf16 output
-// and a depth that is a multiple of 8, on a device that has the kernel.
+// and a depth that is a multiple of 8 (an fp32 input's padded copy's), on a device that has the
+// kernel.
 bool one_kernel(const DeviceSpec& d, const Forward& f) {
-  return fused_checked_products(d) && f.narrow_out && f.k % 8 == 0;
+  return fused_checked_products(d) && f.narrow_out && (f.fp32_in || f.k % 8 == 0);
 }
 // The bytes a checked bf16 product's row sums take an example, in one kernel: a double pair a
 // column tile of 128 and the two checksum columns in fp32.
@@ -96,9 +108,17 @@ TEST(ProductChecksPlan, EachForwardOpCostsItsChecksByHand) {
           if (math == DenseMath::fp32) {
             EXPECT_NEAR(q.bytes - p.bytes, 4 * mm * k + b * (4 * k + 8 * mm), 1e-6 * q.bytes)
                 << what;
-          } else if (one_kernel(d, f->second)) {
+          } else if (one_kernel(d, f->second) && f->second.fp32_in) {
+            // Over the padded copy's depth: more bytes and products than the unchecked one, and
+            // at least the checks' parts.
             const double added =
                 4 * mm * k + 2 * pad8(mm + 2) * pad8(k) + b * (in * k + 2 * row_sums_bytes(mm));
+            EXPECT_GE(q.bytes - p.bytes, added * (1 - 1e-9)) << what;
+            EXPECT_GE(q.flops, p.flops) << what;
+          } else if (one_kernel(d, f->second)) {
+            const double input = f->second.fed ? 24 : in * k;
+            const double added =
+                4 * mm * k + 2 * pad8(mm + 2) * pad8(k) + b * (input + 2 * row_sums_bytes(mm));
             EXPECT_NEAR(q.bytes - p.bytes, added, 1e-6 * q.bytes) << what;
             EXPECT_DOUBLE_EQ(q.flops, p.flops) << what;  // no more columns
           } else {
@@ -144,8 +164,9 @@ TEST(ProductChecksPlan, TheRowPassRunsAtItsCalibratedRate) {
     }
     const double mm = static_cast<double>(f->second.cols), k = static_cast<double>(f->second.k);
     const double stored = f->second.narrow_out ? 2 : 4;  // the logits in fp32
+    const double input = f->second.fed ? 24 : 2 * k;
     const double pass =
-        static_cast<double>(b) * (one_kernel(d, f->second) ? 2 * k + row_sums_bytes(mm)
+        static_cast<double>(b) * (one_kernel(d, f->second) ? input + row_sums_bytes(mm)
                                                            : 2 * k + 4 * (mm + 2) + stored * mm);
     EXPECT_NEAR(slower[i].seconds - at[i].seconds, pass / rate, 1e-9 * at[i].seconds) << at[i].op;
   }
@@ -185,8 +206,11 @@ TEST(ProductChecksPlan, TheirScratchIsCountedByHand) {
       // In one kernel a cross layer's u is held for its combine, in slots of its own: its row
       // sums, its input's terms (3 doubles a row) and its weights' sums.
       const std::int64_t r = m.interaction.low_rank;
-      if (math == DenseMath::bf16 && fused_checked_products(d) && n % 8 == 0 && r % 8 == 0)
+      if (math == DenseMath::bf16 && fused_checked_products(d) && n % 8 == 0 && r % 8 == 0) {
         expected += b * (row_sums_bytes(static_cast<double>(r)) + 24) + (4.0 * n + 1025) * 8;
+        // The first top layer's input terms and weights' sums, for the last combine.
+        if (m.top_mlp.size() > 1) expected += b * 24 + (4.0 * n + 1025) * 8;
+      }
       // The weights' copy with its checksum rows shares the bf16 weight slot: at most that more.
       EXPECT_GE(added, 1.25 * expected * (1 - 1e-12)) << dense_math_name(math);
       if (math == DenseMath::fp32) {

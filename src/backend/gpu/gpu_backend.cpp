@@ -247,6 +247,19 @@ struct GpuBackend::Impl {
     gpu::DeviceBuffer<gpu::ProductCheckRecord> record;
     bool fused = true;        // bf16 products in one kernel where it runs (use_fused_checks)
     std::int64_t in_one = 0;  // of the checked products, those that did
+    // cross_feeds_product's weights, for the next cross_forward; then, once that layer's combine
+    // has summed the input terms of the product its x_next feeds, what that product must be
+    // (input and weights) to take them, and where they are. The next forward product takes or
+    // drops them.
+    std::optional<CMat> feeds;
+    struct Fed {
+      const void* input = nullptr;
+      std::int64_t rows = 0, cols = 0, ld = 0;
+      const float* w = nullptr;
+      std::int64_t w_rows = 0;
+      double* terms = nullptr;
+    };
+    std::optional<Fed> fed;
   } checks;
 
   // A fused product whose rows are judged later (judge_held): what the judge needs. With
@@ -284,6 +297,13 @@ struct GpuBackend::Impl {
     }
     const bool rehearsal = gpu::rehearsing();  // sizes the scratch, counts nothing
     const std::int64_t index = rehearsal ? -1 : checks.seen++;
+    // The input's terms, where the op that wrote this input summed them for this product.
+    double* fed_terms = nullptr;
+    if (const auto& f = checks.fed; f && f->input == a.data && f->rows == a.rows &&
+                                    f->cols == a.cols && f->ld == a.ld && f->w == w.data &&
+                                    f->w_rows == w.rows)
+      fed_terms = f->terms;
+    checks.fed.reset();
     const bool due = checks.fault && checks.fault->product == index;
     const std::int64_t n = d.rows, m = d.cols, k = a.cols;
     // Bit `bit` of the stored element, flipped in its fp32 value before the rounding: of the
@@ -331,13 +351,15 @@ struct GpuBackend::Impl {
       g.m = n;
       g.n = rows;
       g.k = a.is_f32() ? ld : k;  // a bf16 copy of an fp32 input ends in zeros up to ld, as wa
-      if (fused_check(g, d, k)) {
+      // An fp32 input's bf16 copy ends in zeros up to a multiple of 8: its depth is the kernel's.
+      if (fused_check(g, d, g.k)) {
         // One kernel: the bf16 output stored, each row's sums a column tile, the checksum
         // columns; then the rows judged against the input (checked_product.cu).
         const std::int64_t tiles = gpu::product_check_tiles(m);
         // Held: its slot takes the input's terms too.
+        // Held: its slot takes the input's terms and those of the product x_next feeds too.
         auto* partials = scratch.get_as<double>(own_slots ? Slot::held_checked : Slot::checked,
-                                                n * (2 * tiles + (own_slots ? 4 : 1)), s());
+                                                n * (2 * tiles + (own_slots ? 7 : 1)), s());
         gpu::FusedProduct p;
         p.a = g.a.data;
         p.lda = g.a.ld;
@@ -370,6 +392,9 @@ struct GpuBackend::Impl {
           held->terms = own_slots ? partials + n * (2 * tiles + 1) : nullptr;
           held->index = index;
           held->what = what;
+        } else if (record != nullptr && fed_terms != nullptr) {
+          gpu::product_check_tiles_terms(s(), fed_terms, n, k, partials, p.checksum, m, index, what,
+                                         record);
         } else if (record != nullptr) {
           gpu::product_check_tiles_rows(s(), {g.a.data, g.a.ld, true}, n, k, partials, p.checksum,
                                         m, sums, index, what, record);
@@ -759,6 +784,8 @@ void GpuBackend::set_product_checks(bool on) {
   im.checks.checked = 0;
   im.checks.in_one = 0;
   im.checks.fault.reset();
+  im.checks.feeds.reset();
+  im.checks.fed.reset();
   if (on) {
     if (im.checks.record.size() == 0)
       im.checks.record = gpu::DeviceBuffer<gpu::ProductCheckRecord>(1, "product check record");
@@ -768,6 +795,10 @@ void GpuBackend::set_product_checks(bool on) {
 
 void GpuBackend::use_fused_checks(bool on) {
   impl_->checks.fused = on;
+}
+
+void GpuBackend::cross_feeds_product(CMat w) {
+  if (impl_->checks.on) impl_->checks.feeds = w;
 }
 
 std::int64_t GpuBackend::fused_checks() const {
@@ -877,9 +908,10 @@ std::map<std::string, std::size_t> GpuBackend::internal_memory_bytes() const {
   const Impl& im = *impl_;
   std::map<std::string, std::size_t> out;
   static constexpr const char* kSlotNames[] = {
-      "scratch.a16",  "scratch.b16",          "scratch.dz",       "scratch.dz16", "scratch.du",
-      "scratch.du16", "scratch.bias16",       "scratch.reduce",   "scratch.dw",   "scratch.checked",
-      "scratch.sums", "scratch.held_checked", "scratch.held_sums"};
+      "scratch.a16",       "scratch.b16",      "scratch.dz",     "scratch.dz16",
+      "scratch.du",        "scratch.du16",     "scratch.bias16", "scratch.reduce",
+      "scratch.dw",        "scratch.checked",  "scratch.sums",   "scratch.held_checked",
+      "scratch.held_sums", "scratch.next_sums"};
   static_assert(std::size(kSlotNames) == static_cast<std::size_t>(Slot::count));
   for (int i = 0; i < static_cast<int>(Slot::count); ++i)
     if (const std::size_t b = im.scratch.bytes(static_cast<Slot>(i)); b > 0) out[kSlotNames[i]] = b;
@@ -951,7 +983,21 @@ void GpuBackend::cross_forward(CAMat x0, CAMat xl, CMat v, CMat w, const float* 
                      hold ? &hu : nullptr);
   // z [B, N] = u · wᵀ + bias
   im.forward_product(Impl::kCrossZ, u, w, bias, Activation::none, z, hold ? &hz : nullptr);
-  if (hu.pending) {
+  const std::optional<CMat> feeds = std::exchange(im.checks.feeds, std::nullopt);
+  // (The product x_next feeds stores its output as the activations, as x_next is stored.)
+  if (hu.pending && feeds && feeds->cols == x_next.cols && im.runs_fused(x_next, x_next)) {
+    // The product x_next feeds: its weights' sums now, its input's terms in the combine.
+    const std::int64_t rows = copy_ld(feeds->rows + 2), ld = copy_ld(feeds->cols);
+    auto* wa = im.scratch.get_as<Bf16>(Slot::b16, rows * ld, im.s());
+    auto* next_sums =
+        im.scratch.get_as<double>(Slot::next_sums, gpu::product_check_sums(feeds->cols), im.s());
+    gpu::product_check_augment(im.s(), *feeds, rows, ld, wa, next_sums);
+    double* next_terms = hu.terms + 3 * x_next.rows;
+    gpu::product_check_cross_combine(im.s(), x0, z, xl, x_next, hu.sums, hu.terms, next_sums,
+                                     next_terms);
+    im.checks.fed = Impl::Checks::Fed{x_next.data, x_next.rows, x_next.cols, x_next.ld,
+                                      feeds->data, feeds->rows, next_terms};
+  } else if (hu.pending) {
     gpu::product_check_cross_combine(im.s(), x0, z, xl, x_next, hu.sums, hu.terms);
   } else {
     gpu::cross_combine(im.s(), x0, z, xl, x_next);

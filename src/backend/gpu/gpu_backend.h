@@ -94,6 +94,7 @@ class GpuBackend final : public Backend {
   // fp32 or bf16 dense math (tf32 is refused).
   void set_product_checks(bool on) override;
   ProductChecks product_checks() override;
+  void cross_feeds_product(CMat w) override;
   void inject_product_fault(const ProductFault& fault) override;
   // On (the default): under bf16 math, on a device of compute capability 9.0, a checked product
   // with a bf16 output, a depth that is a multiple of 8 and aligned operands runs in one kernel

@@ -427,50 +427,34 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void tiles_kernel(
   }
 }
 
-// The cross layer's combine, x_next = x0 ⊙ z + xl (as cross_combine forms it: in double, rounded
-// once to bf16), with the input's part of the check of u = xl · vᵀ (the pairs of v's copy, cols)
-// summed over each row of xl as it is read: the u check then reads no input of its own.
-// kRowsPerWarp rows a warp, 8 columns a lane at a time; every row 16-byte aligned, k % 8 == 0.
-__global__ __launch_bounds__(kBlock, kMinBlocks) void cross_combine_kernel(
-    const Bf16* x0, std::int64_t ld0, const Bf16* z, std::int64_t ldz, const Bf16* xl,
-    std::int64_t ldl, Bf16* x_next, std::int64_t ldn, std::int64_t n, std::int64_t k,
-    const float2* __restrict__ cols, double* terms) {
-  constexpr int R = kRowsPerWarp, W = kVectorIn<true>;
-  const std::int64_t warp =
-      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
-  const std::int64_t first = warp * R;
-  if (first >= n) return;
-  const int rows = n - first < R ? static_cast<int>(n - first) : R;
-  const int lane = lane_id();
-  RowSums<true> r[R];
-  for (std::int64_t c = lane * W; c < k; c += static_cast<std::int64_t>(kWarpSize) * W) {
-    // The group's pairs in the lanes' order (pair_place): this lane's e-th at e kWarpSize.
-    float2 pq[W];
+// The input's part of the sums of one row's W columns (values v, the columns' pairs pq).
+template <int W>
+__device__ __forceinline__ void add_row_input(const float (&v)[W], const float2 (&pq)[W],
+                                              RowSums<true>& r) {
 #pragma unroll
-    for (int e = 0; e < W; ++e) pq[e] = cols[c - lane * W + lane + e * kWarpSize];
-#pragma unroll
-    for (int x = 0; x < R; ++x) {  // a row at a time: three operands' values in registers
-      if (x >= rows) continue;
-      const std::int64_t row = first + x;
-      float a[W], b[W], o[W];
-      load_vec<W, Bf16, true>(x0 + row * ld0 + c, a);
-      load_vec<W, Bf16, true>(z + row * ldz + c, b);
-      load_vec<W, Bf16, true>(xl + row * ldl + c, o);
-#pragma unroll
-      for (int e = 0; e < W; ++e) {
-        const float u = o[e], p = pq[e].x;
-        r[x].predicted += u * p;
-        r[x].magnitude += fabsf(u * p);
-        r[x].spread_in += u * u * pq[e].y;
-        o[e] = static_cast<float>(static_cast<double>(a[e]) * static_cast<double>(b[e]) +
-                                  static_cast<double>(o[e]));
-      }
-      store_vec_rn<W>(x_next + row * ldn + c, o);
-    }
+  for (int e = 0; e < W; ++e) {
+    const float u = v[e], p = pq[e].x;
+    r.predicted += u * p;
+    r.magnitude += fabsf(u * p);
+    r.spread_in += u * u * pq[e].y;
   }
+}
+
+// The group's pairs in the lanes' order (pair_place): this lane's e-th at e kWarpSize.
+template <int W>
+__device__ __forceinline__ void load_pairs(const float2* __restrict__ cols, std::int64_t c,
+                                           int lane, float2 (&pq)[W]) {
+#pragma unroll
+  for (int e = 0; e < W; ++e) pq[e] = cols[c - lane * W + lane + e * kWarpSize];
+}
+
+// Writes a warp's row totals (lane 0): terms[3 i .. 3 i + 2] for row i.
+template <int R>
+__device__ __forceinline__ void write_terms(const RowSums<true> (&r)[R], std::int64_t first,
+                                            int rows, double* terms) {
   RowTotals t[R];
   reduce_rows<true, R>(r, rows, t);
-  if (lane != 0) return;
+  if (lane_id() != 0) return;
 #pragma unroll
   for (int x = 0; x < R; ++x) {
     if (x >= rows) continue;
@@ -479,6 +463,58 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void cross_combine_kernel(
     out[1] = t[x].magnitude;
     out[2] = t[x].spread_in;
   }
+}
+
+// The cross layer's combine, x_next = x0 ⊙ z + xl (as cross_combine forms it: in double, rounded
+// once to bf16), with the input's part of the check of u = xl · vᵀ (the pairs of v's copy, cols)
+// summed over each row of xl as it is read: the u check then reads no input of its own. Next:
+// also the part of the product x_next feeds (its pairs, next_cols), over x_next as stored.
+// kRowsPerWarp rows a warp, 8 columns a lane at a time; every row 16-byte aligned, k % 8 == 0.
+template <bool Next>
+__global__ __launch_bounds__(kBlock, kMinBlocks) void cross_combine_kernel(
+    const Bf16* x0, std::int64_t ld0, const Bf16* z, std::int64_t ldz, const Bf16* xl,
+    std::int64_t ldl, Bf16* x_next, std::int64_t ldn, std::int64_t n, std::int64_t k,
+    const float2* __restrict__ cols, double* terms, const float2* __restrict__ next_cols,
+    double* next_terms) {
+  constexpr int R = kRowsPerWarp, W = kVectorIn<true>;
+  const std::int64_t warp =
+      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
+  const std::int64_t first = warp * R;
+  if (first >= n) return;
+  const int rows = n - first < R ? static_cast<int>(n - first) : R;
+  const int lane = lane_id();
+  RowSums<true> r[R], rn[R];
+  for (std::int64_t c = lane * W; c < k; c += static_cast<std::int64_t>(kWarpSize) * W) {
+#pragma unroll
+    for (int x = 0; x < R; ++x) {  // a row at a time: three operands' values in registers
+      if (x >= rows) continue;
+      const std::int64_t row = first + x;
+      float a[W], b[W], o[W];
+      load_vec<W, Bf16, true>(x0 + row * ld0 + c, a);
+      load_vec<W, Bf16, true>(z + row * ldz + c, b);
+      load_vec<W, Bf16, true>(xl + row * ldl + c, o);
+      {
+        float2 pq[W];
+        load_pairs<W>(cols, c, lane, pq);
+        add_row_input<W>(o, pq, r[x]);
+      }
+#pragma unroll
+      for (int e = 0; e < W; ++e)
+        o[e] = static_cast<float>(static_cast<double>(a[e]) * static_cast<double>(b[e]) +
+                                  static_cast<double>(o[e]));
+      store_vec_rn<W>(x_next + row * ldn + c, o);
+      if constexpr (Next) {  // as the next product reads it: rounded to bf16
+#pragma unroll
+        for (int e = 0; e < W; ++e)
+          o[e] = __uint_as_float(static_cast<unsigned>(bf16_bits_rn(o[e])) << 16);
+        float2 pq[W];
+        load_pairs<W>(next_cols, c, lane, pq);
+        add_row_input<W>(o, pq, rn[x]);
+      }
+    }
+  }
+  write_terms<R>(r, first, rows, terms);
+  if constexpr (Next) write_terms<R>(rn, first, rows, next_terms);
 }
 
 // A fused product's rows judged from its tiles' partial sums and the input's part summed
@@ -644,7 +680,8 @@ bool product_check_combine_runs(CAMat x0, CAMat z, CAMat xl, AMat x_next) {
 }
 
 void product_check_cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next,
-                                 const double* sums, double* terms) {
+                                 const double* sums, double* terms, const double* next_sums,
+                                 double* next_terms) {
   if (!product_check_combine_runs(x0, z, xl, x_next))
     throw Error(
         "product_check_cross_combine: bf16 matrices with 16-byte aligned rows and a "
@@ -652,10 +689,19 @@ void product_check_cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x
   const std::int64_t n = x0.rows, k = x0.cols;
   if (n <= 0) return;
   const LaunchShape shape{ceil_div(n, kBlock / device_info().warp_size * kRowsPerWarp), kBlock, 0};
-  launch("product_check_cross_combine", cross_combine_kernel, shape, s,
-         static_cast<const Bf16*>(x0.data), x0.ld, static_cast<const Bf16*>(z.data), z.ld,
-         static_cast<const Bf16*>(xl.data), xl.ld, static_cast<Bf16*>(x_next.data), x_next.ld, n, k,
-         reinterpret_cast<const float2*>(sums + 2 * k), terms);
+  const auto* cols = reinterpret_cast<const float2*>(sums + 2 * k);
+  const auto* x0b = static_cast<const Bf16*>(x0.data);
+  const auto* zb = static_cast<const Bf16*>(z.data);
+  const auto* xlb = static_cast<const Bf16*>(xl.data);
+  auto* xn = static_cast<Bf16*>(x_next.data);
+  if (next_sums != nullptr)
+    launch("product_check_cross_combine", cross_combine_kernel<true>, shape, s, x0b, x0.ld, zb,
+           z.ld, xlb, xl.ld, xn, x_next.ld, n, k, cols, terms,
+           reinterpret_cast<const float2*>(next_sums + 2 * k), next_terms);
+  else
+    launch("product_check_cross_combine", cross_combine_kernel<false>, shape, s, x0b, x0.ld, zb,
+           z.ld, xlb, xl.ld, xn, x_next.ld, n, k, cols, terms, static_cast<const float2*>(nullptr),
+           static_cast<double*>(nullptr));
 }
 
 void product_check_tiles_terms(Stream_t s, const double* terms, std::int64_t n, std::int64_t k,

@@ -118,8 +118,11 @@ bool product_check_combine_runs(CAMat x0, CAMat z, CAMat xl, AMat x_next);
 // x_next = x0 ⊙ z + xl (as cross_combine), and for each row i of xl [n, k] the input's part of the
 // check of the fused u = xl · vᵀ against v's pairs (sums, product_check_augment):
 // terms[3 i .. 3 i + 2] = Σ_c xl_ic r_c, Σ_c |xl_ic r_c| and Σ_c xl_ic² (t_c + s_c²), in double.
+// Where next_sums is given (the pairs of the weights of the product x_next feeds), the same of
+// x_next as stored into next_terms.
 void product_check_cross_combine(Stream_t s, CAMat x0, CAMat z, CAMat xl, AMat x_next,
-                                 const double* sums, double* terms);
+                                 const double* sums, double* terms,
+                                 const double* next_sums = nullptr, double* next_terms = nullptr);
 // Checks each row of a fused product from its partials and checksum (product_check_fused) and
 // the input's terms (above), as product_check_tiles_rows does.
 void product_check_tiles_terms(Stream_t s, const double* terms, std::int64_t n, std::int64_t k,

@@ -16,7 +16,8 @@ constexpr std::array<const char*, static_cast<int>(ScratchSlot::count)> kSlotNam
     "checked product (fp32)",
     "product check sums",
     "held checked product (row sums)",
-    "held product check sums"};
+    "held product check sums",
+    "next product check sums"};
 // Every slot named: a slot added without one would format a null name into its out-of-memory error.
 constexpr bool all_named() {
   for (const char* n : kSlotNames)

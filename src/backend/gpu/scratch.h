@@ -14,7 +14,8 @@ namespace parity::gpu {
 // Scratch purposes. An op may hold several slots at once, never the same slot twice.
 // checked: a checked product's fp32 output before its bf16 rounding (or, in one kernel, its row
 // sums); sums: the check's weight sums; held_checked, held_sums: the same for a cross layer's u,
-// whose check waits for the layer's combine (GpuBackend::cross_forward).
+// whose check waits for the layer's combine (GpuBackend::cross_forward); next_sums: the weights'
+// sums of the product the last cross layer's output feeds (cross_feeds_product).
 enum class ScratchSlot : int {
   a16,
   b16,
@@ -29,6 +30,7 @@ enum class ScratchSlot : int {
   sums,
   held_checked,
   held_sums,
+  next_sums,
   count
 };
 
