@@ -287,8 +287,10 @@ struct GpuBackend::Impl {
   // bf16 math with its checksum columns and without its bias), a due fault flipped in it, its
   // rows checked, then the bias and the activation applied and d stored. With them off, only the
   // product a fault is due in takes that path, recording nothing. held: where the product runs in
-  // one kernel, its rows are judged later, from its own scratch slots, by judge_held once the
-  // caller has summed the input's terms (held->pending says so); elsewhere they are judged here.
+  // one kernel, its rows are judged later, by judge_held (held->pending says so), from scratch
+  // slots of its own where the caller sums its input's terms (held->terms_elsewhere); elsewhere
+  // they are judged here. A product whose input's terms the op that wrote the input summed for
+  // it (checks.fed) reads them instead of its input.
   void forward_product(int what, CAMat a, CMat w, const float* bias, Activation act, AMat d,
                        Held* held = nullptr) {
     if (!checks.on && !checks.fault) {

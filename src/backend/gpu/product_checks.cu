@@ -246,25 +246,29 @@ __device__ void judge_row(RowTotals r, std::int64_t i, std::int64_t n, std::int6
 // The input's part of row x's sums: columns [c, c + W) of its row of a (W = kVectorIn<Augmented>:
 // one 16-byte load a row; or 1), against the columns' sums (loaded once for all the warp's rows;
 // the e-th at cols[e kWarpSize], pair_place).
+template <bool Augmented, int W>
+__device__ __forceinline__ void add_row_input(const float (&v)[W],
+                                              const ColumnSums<Augmented> (&pq)[W],
+                                              RowSums<Augmented>& r) {
+  using In = typename RowSums<Augmented>::In;
+#pragma unroll
+  for (int e = 0; e < W; ++e) {
+    const In u = v[e], p = pq[e].x;
+    r.predicted += u * p;
+    r.magnitude += fabs(u * p);
+    r.spread_in += u * u * pq[e].y;
+  }
+}
 template <bool Augmented, int R, int W>
 __device__ __forceinline__ void add_input(const float (&v)[R][W], int rows,
                                           const ColumnSums<Augmented>* __restrict__ cols,
                                           RowSums<Augmented> (&r)[R]) {
-  using In = typename RowSums<Augmented>::In;
   ColumnSums<Augmented> pq[W];
 #pragma unroll
   for (int e = 0; e < W; ++e) pq[e] = cols[e * kWarpSize];
 #pragma unroll
-  for (int x = 0; x < R; ++x) {
-    if (x >= rows) continue;
-#pragma unroll
-    for (int e = 0; e < W; ++e) {
-      const In u = v[x][e], p = pq[e].x;
-      r[x].predicted += u * p;
-      r[x].magnitude += fabs(u * p);
-      r[x].spread_in += u * u * pq[e].y;
-    }
-  }
+  for (int x = 0; x < R; ++x)
+    if (x < rows) add_row_input<Augmented, W>(v[x], pq, r[x]);
 }
 
 // The product's part of row x's sums, columns [j, j + W), and the stored output of them.
@@ -391,6 +395,37 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void rows_kernel(
   }
 }
 
+// The product's part of the warp's rows' sums in a fused product (checked_product.cu): its tiles'
+// partial sums, the tiles across the lanes.
+template <int R>
+__device__ __forceinline__ void add_tiles(const double2* __restrict__ partials, std::int64_t tiles,
+                                          std::int64_t first, int rows, RowSums<true> (&r)[R]) {
+  for (std::int64_t j = lane_id(); j < tiles; j += kWarpSize) {
+#pragma unroll
+    for (int x = 0; x < R; ++x) {
+      if (x >= rows) continue;
+      const double2 p = partials[(first + x) * tiles + j];
+      r[x].sum += p.x;
+      r[x].squares += p.y;
+    }
+  }
+}
+
+// Lane 0's verdicts on the warp's rows of a fused product, from their totals and checksum columns.
+template <int R>
+__device__ __forceinline__ void judge_tiles(const RowTotals (&t)[R], std::int64_t first, int rows,
+                                            std::int64_t n, std::int64_t k,
+                                            const float2* __restrict__ checksum, std::int64_t m,
+                                            long long product, int what,
+                                            ProductCheckRecord* record) {
+#pragma unroll
+  for (int x = 0; x < R; ++x) {
+    if (x >= rows) continue;
+    const float2 c = checksum[first + x];
+    judge_row<true>(t[x], first + x, n, k, c.x, c.y, m, nullptr, product, what, record);
+  }
+}
+
 // The fused product's check (checked_product.cu): the input's part as above, the product's from
 // its tiles' partial sums, kRowsPerWarp rows a warp.
 template <bool Vector>
@@ -407,37 +442,10 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void tiles_kernel(
   const int rows = n - first < R ? static_cast<int>(n - first) : R;
   RowSums<true> r[R];
   input_sums<true, Vector>(a, lda, k, first, rows, cols, r);
-  for (std::int64_t j = lane_id(); j < tiles; j += kWarpSize) {
-#pragma unroll
-    for (int x = 0; x < R; ++x) {
-      if (x >= rows) continue;
-      const double2 p = partials[(first + x) * tiles + j];
-      r[x].sum += p.x;
-      r[x].squares += p.y;
-    }
-  }
+  add_tiles<R>(partials, tiles, first, rows, r);
   RowTotals t[R];
   reduce_rows<true, R>(r, rows, t);
-  if (lane_id() != 0) return;
-#pragma unroll
-  for (int x = 0; x < R; ++x) {
-    if (x >= rows) continue;
-    const float2 c = checksum[first + x];
-    judge_row<true>(t[x], first + x, n, k, c.x, c.y, m, nullptr, product, what, record);
-  }
-}
-
-// The input's part of the sums of one row's W columns (values v, the columns' pairs pq).
-template <int W>
-__device__ __forceinline__ void add_row_input(const float (&v)[W], const float2 (&pq)[W],
-                                              RowSums<true>& r) {
-#pragma unroll
-  for (int e = 0; e < W; ++e) {
-    const float u = v[e], p = pq[e].x;
-    r.predicted += u * p;
-    r.magnitude += fabsf(u * p);
-    r.spread_in += u * u * pq[e].y;
-  }
+  if (lane_id() == 0) judge_tiles<R>(t, first, rows, n, k, checksum, m, product, what, record);
 }
 
 // The group's pairs in the lanes' order (pair_place): this lane's e-th at e kWarpSize.
@@ -496,7 +504,7 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void cross_combine_kernel(
       {
         float2 pq[W];
         load_pairs<W>(cols, c, lane, pq);
-        add_row_input<W>(o, pq, r[x]);
+        add_row_input<true, W>(o, pq, r[x]);
       }
 #pragma unroll
       for (int e = 0; e < W; ++e)
@@ -509,7 +517,7 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void cross_combine_kernel(
           o[e] = __uint_as_float(static_cast<unsigned>(bf16_bits_rn(o[e])) << 16);
         float2 pq[W];
         load_pairs<W>(next_cols, c, lane, pq);
-        add_row_input<W>(o, pq, rn[x]);
+        add_row_input<true, W>(o, pq, rn[x]);
       }
     }
   }
@@ -529,31 +537,20 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void tiles_terms_kernel(
   const std::int64_t first = warp * R;
   if (first >= n) return;
   const int rows = n - first < R ? static_cast<int>(n - first) : R;
-  double sum[R] = {}, squares[R] = {};
-  for (std::int64_t j = lane_id(); j < tiles; j += kWarpSize) {
-#pragma unroll
-    for (int x = 0; x < R; ++x) {
-      if (x >= rows) continue;
-      const double2 p = partials[(first + x) * tiles + j];
-      sum[x] += p.x;
-      squares[x] += p.y;
-    }
-  }
-#pragma unroll
-  for (int x = 0; x < R; ++x) {
-    if (x >= rows) continue;
-    sum[x] = warp_sum(sum[x]);
-    squares[x] = warp_sum(squares[x]);
-  }
+  RowSums<true> r[R];
+  add_tiles<R>(partials, tiles, first, rows, r);
+  RowTotals t[R];
+  reduce_rows<true, R>(r, rows, t);
   if (lane_id() != 0) return;
 #pragma unroll
   for (int x = 0; x < R; ++x) {
     if (x >= rows) continue;
     const double* in = terms + 3 * (first + x);
-    const float2 c = checksum[first + x];
-    judge_row<true>({in[0], in[1], in[2], sum[x], squares[x]}, first + x, n, k, c.x, c.y, m,
-                    nullptr, product, what, record);
+    t[x].predicted = in[0];
+    t[x].magnitude = in[1];
+    t[x].spread_in = in[2];
   }
+  judge_tiles<R>(t, first, rows, n, k, checksum, m, product, what, record);
 }
 
 __global__ __launch_bounds__(kBlock) void round_kernel(const float* v, std::int64_t n, float* out) {
