@@ -358,7 +358,6 @@ struct GpuBackend::Impl {
         // One kernel: the bf16 output stored, each row's sums a column tile, the checksum
         // columns; then the rows judged against the input (checked_product.cu).
         const std::int64_t tiles = gpu::product_check_tiles(m);
-        // Held: its slot takes the input's terms too.
         // Held: its slot takes the input's terms and those of the product x_next feeds too.
         auto* partials = scratch.get_as<double>(own_slots ? Slot::held_checked : Slot::checked,
                                                 n * (2 * tiles + (own_slots ? 7 : 1)), s());
