@@ -191,6 +191,18 @@ struct RowSums {
   double sum = 0, squares = 0;  // of the product's m elements
 };
 
+// The rows [first, first + rows) of n that this warp of a kBlock-thread block takes, R a warp;
+// false where it has none.
+template <int R>
+__device__ __forceinline__ bool warp_rows(std::int64_t n, std::int64_t& first, int& rows) {
+  const std::int64_t warp =
+      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
+  first = warp * R;
+  if (first >= n) return false;
+  rows = n - first < R ? static_cast<int>(n - first) : R;
+  return true;
+}
+
 // The totals of a row, reduced over the warp, in double.
 struct RowTotals {
   double predicted, magnitude, spread_in, sum, squares;
@@ -361,11 +373,9 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void rows_kernel(
     std::int64_t ld_stored, long long product, int what, ProductCheckRecord* record) {
   constexpr int R = kRowsPerWarp;
   constexpr int WO = Vector ? kVectorOut : 1;
-  const std::int64_t warp =
-      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
-  const std::int64_t first = warp * R;
-  if (first >= n) return;
-  const int rows = n - first < R ? static_cast<int>(n - first) : R;
+  std::int64_t first;
+  int rows;
+  if (!warp_rows<R>(n, first, rows)) return;
   const int lane = lane_id();
   RowSums<Augmented> r[R];
   input_sums<Augmented, Vector>(a, lda, k, first, rows, cols, r);
@@ -435,11 +445,9 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void tiles_kernel(
     std::int64_t m, const float2* __restrict__ cols, long long product, int what,
     ProductCheckRecord* record) {
   constexpr int R = kRowsPerWarp;
-  const std::int64_t warp =
-      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
-  const std::int64_t first = warp * R;
-  if (first >= n) return;
-  const int rows = n - first < R ? static_cast<int>(n - first) : R;
+  std::int64_t first;
+  int rows;
+  if (!warp_rows<R>(n, first, rows)) return;
   RowSums<true> r[R];
   input_sums<true, Vector>(a, lda, k, first, rows, cols, r);
   add_tiles<R>(partials, tiles, first, rows, r);
@@ -485,11 +493,9 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void cross_combine_kernel(
     const float2* __restrict__ cols, double* terms, const float2* __restrict__ next_cols,
     double* next_terms) {
   constexpr int R = kRowsPerWarp, W = kVectorIn<true>;
-  const std::int64_t warp =
-      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
-  const std::int64_t first = warp * R;
-  if (first >= n) return;
-  const int rows = n - first < R ? static_cast<int>(n - first) : R;
+  std::int64_t first;
+  int rows;
+  if (!warp_rows<R>(n, first, rows)) return;
   const int lane = lane_id();
   RowSums<true> r[R], rn[R];
   for (std::int64_t c = lane * W; c < k; c += static_cast<std::int64_t>(kWarpSize) * W) {
@@ -532,11 +538,9 @@ __global__ __launch_bounds__(kBlock, kMinBlocks) void tiles_terms_kernel(
     const double2* __restrict__ partials, std::int64_t tiles, const float2* __restrict__ checksum,
     std::int64_t m, long long product, int what, ProductCheckRecord* record) {
   constexpr int R = kRowsPerWarp;
-  const std::int64_t warp =
-      static_cast<std::int64_t>(blockIdx.x) * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
-  const std::int64_t first = warp * R;
-  if (first >= n) return;
-  const int rows = n - first < R ? static_cast<int>(n - first) : R;
+  std::int64_t first;
+  int rows;
+  if (!warp_rows<R>(n, first, rows)) return;
   RowSums<true> r[R];
   add_tiles<R>(partials, tiles, first, rows, r);
   RowTotals t[R];
