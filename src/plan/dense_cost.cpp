@@ -46,6 +46,23 @@ struct MlpLayer {
   bool last;
 };
 
+// Whether a layer's input is fp32 (the data's dense features; the dot interaction's output): it
+// is converted once, and under a 16-bit math read through a bf16 copy padded to 8 columns.
+bool reads_fp32(const MlpLayer& l, const Bytes& by) {
+  return l.index == 0 && (l.bottom || !by.dcn);
+}
+
+// Whether the GPU backend holds a cross layer's u for its combine (GpuBackend::cross_forward):
+// with the checks on, both of the layer's products in one kernel (fused: on this device; bf16
+// math, bf16 activations, both depths multiples of 8). The combine then sums u's input terms as it
+// reads xl, and the last layer's combine the first top layer's (not the logits') as it writes
+// x_next: 3 doubles a row each, in slots of their own.
+bool cross_held(const ModelSpec& m, DenseMath math, bool product_checks, bool fused) {
+  return product_checks && fused && math == DenseMath::bf16 &&
+         m.interaction.kind == InteractionKind::dcnv2 && m.interaction.cross_layers > 0 &&
+         m.interaction_input_dim() % 8 == 0 && m.interaction.low_rank % 8 == 0;
+}
+
 std::vector<MlpLayer> mlp_layers(const ModelSpec& m, bool bottom) {
   const std::vector<int>& sizes = bottom ? m.bottom_mlp : m.top_mlp;
   int in = bottom ? m.dense_features : m.interaction_output_dim();
@@ -101,7 +118,7 @@ void mlp_forward(std::vector<OpCost>& ops, const detail::OpBuilder& ob, const Pr
   OpCost& op = add_op(ops, "mlp", layer_op(l, "forward"));
   // fp32 inputs of a product are converted once: the data's dense features, and the dot
   // interaction's output.
-  const bool fp32_input = l.index == 0 && (l.bottom || !by.dcn);
+  const bool fp32_input = reads_fp32(l, by);
   ps.forward(op, op.op, batch, l.out, l.in, l.bottom || !l.last, terms_elsewhere, fp32_input);
   if (fp32_input) ob.pass(op, static_cast<double>(batch) * l.in * by.convert);
 }
@@ -138,14 +155,9 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
   for (const auto& l : bottom) mlp_forward(ops, ob, ps, by, l, per_device_batch);
   const int layers = by.dcn ? m.interaction.cross_layers : 0;
   const std::int64_t r = m.interaction.low_rank;
-  // Where a cross layer's products both run in one kernel (and the activations are stored in
-  // bf16), its combine sums the input's part of u's check as it reads xl (GpuBackend's
-  // cross_forward), and the last layer's that of the first top layer's (one kernel, not the
-  // logits) as it writes x_next, that product's weights' sums taken first: 3 doubles a row each.
-  const bool held = product_checks && layers > 0 && ob.fused_check(n) && ob.fused_check(r) &&
-                    n % 8 == 0 && by.s == 2.0;
-  const bool feeds_top = held && top.size() > 1;
-  const double f = m.num_tables() + 1;  // dot: the vectors paired
+  const bool held = cross_held(m, math, product_checks, fused_checked_products(dev));
+  const bool feeds_top = held && top.size() > 1;  // the first top layer's weights' sums first
+  const double f = m.num_tables() + 1;            // dot: the vectors paired
   const double dot_flops = 2.0 * b * f * f * m.bottom_mlp.back();
   const double dot_bytes = b * (f * m.bottom_mlp.back() + m.interaction_output_dim()) * 4.0;
   if (by.dcn) {
@@ -157,7 +169,7 @@ std::vector<OpCost> dense_op_costs(const ModelSpec& m, std::int64_t per_device_b
       // x_next = x0 * z + xl (read 3, write 1, activations).
       ob.pass(op, b * 4.0 * by.s * n);
       if (held) ob.pass(op, b * 24.0);
-      if (held && l + 1 == layers && feeds_top) {
+      if (feeds_top && l + 1 == layers) {
         const double m0 = top.front().out;
         ob.pass(op, 4.0 * m0 * n + 2.0 * detail::pad8(m0 + 2) * detail::pad8(n) + b * 24.0);
       }
@@ -347,7 +359,7 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks
     };
     for (const bool bottom : {true, false})
       for (const auto& l : mlp_layers(m, bottom))
-        forward(l.out, l.in, l.bottom || !l.last, l.index == 0 && (l.bottom || !by.dcn));
+        forward(l.out, l.in, l.bottom || !l.last, reads_fp32(l, by));
     if (by.dcn) {
       forward(m.interaction.low_rank, n, true);
       forward(n, m.interaction.low_rank, true);
@@ -358,11 +370,11 @@ DenseMemory dense_memory(const ModelSpec& m, DenseMath math, bool product_checks
       w.checked_bytes_per_example = checked;
       w.weight_copy_bytes = std::max(w.weight_copy_bytes, 2 * widest_copy);
     }
-    // A cross layer's u held for its combine (GpuBackend::cross_forward) keeps its row sums, its
-    // input's terms (3 doubles a row) and its weights' sums in slots of their own; the first top
-    // layer's input terms, summed by the last combine, and its weights' sums too.
+    // A cross layer's u held for its combine keeps its row sums, its input's terms (3 doubles a
+    // row) and its weights' sums in slots of their own; the first top layer's input terms,
+    // summed by the last combine, and its weights' sums too.
     const std::int64_t r = m.interaction.low_rank;
-    if (by.dcn && fused && math == DenseMath::bf16 && std::fmod(n, 8.0) == 0 && r % 8 == 0) {
+    if (cross_held(m, math, product_checks, fused)) {
       w.checked_bytes_per_example += fused_row_sums_bytes(static_cast<double>(r)) + 24;
       w.checks_fixed_bytes += (4.0 * n + 1025) * 8;
       // The product the last layer feeds: its input's terms and its weights' sums.
