@@ -51,7 +51,7 @@ struct FusedArgs {
   std::int64_t ldo;
   int vector;  // whether every row of the output starts 16-byte aligned
   double2* partials;
-  std::int64_t tiles;
+  std::int64_t tiles;  // column tiles
   float2* checksum;
   std::int64_t fault;  // the element whose fp32 value (plus its bias) gets a flip, or -1
   int fault_bit;
@@ -143,13 +143,19 @@ __device__ __forceinline__ void store_tile(const FusedArgs& g, const std::uint16
 #endif
 
 #if defined(PARITY_GPU_CUDA) && defined(__CUDACC__)
-// The form fed by the tensor-memory accelerator: one thread copies each step's tiles as whole
-// boxes (the 128-byte swizzle done by the copy) into a four-stage ring, three steps ahead; two
-// warpgroups, 128 rows each (two 64-row blocks), issue a step's products as soon as its tiles
-// land and wait only for the step before, whose stage each then releases. 256 x 128 tiles, one
-// block a multiprocessor. (No separate producer warp: a ninth warp would leave one of the four
-// register files three warps, too few registers for the consumers' 136 accumulators.)
-constexpr int kTmaRows = 256, kTmaStages = 4, kTmaThreads = 256;
+// The form fed by the tensor-memory accelerator, its warpgroups in two roles: the first copies
+// (one thread) each step's tiles as whole boxes (the 128-byte swizzle done by the copy) into a
+// four-stage ring, refilling a stage as soon as both computing warpgroups have released it; the
+// other two, 128 rows each (two 64-row blocks), issue a step's products as soon as its tiles land
+// and wait only for the step before, whose stage each then releases, and never wait on a copy
+// they did not need. 256 x 128 tiles, one block a multiprocessor. The copying warpgroup hands
+// most of its registers to the computing ones, which hold 136 accumulators a thread (setmaxnreg).
+constexpr int kTmaRows = 256, kTmaStages = 4, kComputeThreads = 256, kTmaThreads = 384;
+// Registers a thread: the copying warpgroup gives what the computing ones take, within the
+// multiprocessor's 64K (128 x 40 + 256 x 232).
+constexpr int kCopyRegisters = 40, kComputeRegisters = 232;
+static_assert(128 * kCopyRegisters + kComputeThreads * kComputeRegisters <= 65536,
+              "the register file holds the three warpgroups");
 constexpr int kTmaStageBytes = (kTmaRows + kTileCols + kCheckRows) * kTileK * 2;
 constexpr std::size_t kTmaSmemBytes = kTmaStages * kTmaStageBytes + 2 * kTmaStages * 8 + 1024;
 static_assert(kTmaStageBytes % 1024 == 0, "stages keep the swizzle's alignment");
@@ -188,30 +194,40 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
   const bool checksum = tile_col == 0;
   const int steps = static_cast<int>((g.k + kTileK - 1) / kTileK);
   const int warp = static_cast<int>(threadIdx.x) / 32, group = warp / 4;
-  const unsigned bytes = (kTmaRows + kTileCols + (checksum ? kCheckRows : 0)) * kTileK * 2;
-  auto copy = [&](int i) {  // step i's tiles into its stage (thread 0)
-    const int st = i % kTmaStages;
-    mma::wg::barrier_expect(&full[st], bytes);
-    unsigned char* p = base + st * kTmaStageBytes;
-    const int k0 = i * kTileK;
-    mma::wg::tma_load_2d(p, &ma, k0, static_cast<int>(r0), &full[st]);
-    mma::wg::tma_load_2d(p + kTmaRows * kTileK * 2, &mw, k0, static_cast<int>(c0), &full[st]);
-    if (checksum)
-      mma::wg::tma_load_2d(p + (kTmaRows + kTileCols) * kTileK * 2, &mc, k0, 0, &full[st]);
-  };
   if (threadIdx.x == 0) {
     for (int st = 0; st < kTmaStages; ++st) {
-      mma::wg::barrier_init(&full[st], 1);   // thread 0's arrival, with the bytes
-      mma::wg::barrier_init(&empty[st], 2);  // one a warpgroup
+      mma::wg::barrier_init(&full[st], 1);   // the copying thread's, with the bytes
+      mma::wg::barrier_init(&empty[st], 2);  // one a computing warpgroup
     }
     mma::wg::barrier_init_fence();
-    for (int i = 0; i < kTmaStages && i < steps; ++i) copy(i);
   }
   __syncthreads();
 
+  if (group == 0) {
+    mma::wg::set_max_registers<kCopyRegisters, false>();
+    if (threadIdx.x == 0) {
+      const unsigned bytes = (kTmaRows + kTileCols + (checksum ? kCheckRows : 0)) * kTileK * 2;
+      for (int i = 0; i < steps; ++i) {
+        const int st = i % kTmaStages;
+        // The stage's last step, i - kTmaStages, released by every computing warpgroup.
+        if (i >= kTmaStages) mma::wg::barrier_wait(&empty[st], (i / kTmaStages - 1) & 1);
+        mma::wg::barrier_expect(&full[st], bytes);
+        unsigned char* p = base + st * kTmaStageBytes;
+        const int k0 = i * kTileK;
+        mma::wg::tma_load_2d(p, &ma, k0, static_cast<int>(r0), &full[st]);
+        mma::wg::tma_load_2d(p + kTmaRows * kTileK * 2, &mw, k0, static_cast<int>(c0), &full[st]);
+        if (checksum)
+          mma::wg::tma_load_2d(p + (kTmaRows + kTileCols) * kTileK * 2, &mc, k0, 0, &full[st]);
+      }
+    }
+    return;
+  }
+
+  mma::wg::set_max_registers<kComputeRegisters, true>();
+  const int half = group - 1;  // this warpgroup's 128 rows of the tile
+  const int t = static_cast<int>(threadIdx.x) - 128;
   constexpr unsigned kRowGroup = 8 * 128;  // bytes between groups of 8 rows of a slab
-  const std::uint64_t a_desc =
-      mma::wg::descriptor(base + group * 2 * kTmaBlockBytes, 16, kRowGroup);
+  const std::uint64_t a_desc = mma::wg::descriptor(base + half * 2 * kTmaBlockBytes, 16, kRowGroup);
   const std::uint64_t b_desc = mma::wg::descriptor(base + kTmaRows * 128, 16, kRowGroup);
   const std::uint64_t c_desc =
       mma::wg::descriptor(base + (kTmaRows + kTileCols) * 128, 16, kRowGroup);
@@ -242,15 +258,7 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
       mma::wg::pin(acc[mt]);
       mma::wg::pin(chk[mt]);
     }
-    if (i > 0) {
-      const int prev = (i - 1) % kTmaStages;
-      if (threadIdx.x % 128 == 0) mma::wg::barrier_arrive(&empty[prev]);
-      // Thread 0 refills it with step i + 3 once both warpgroups have released it.
-      if (threadIdx.x == 0 && i - 1 + kTmaStages < steps) {
-        mma::wg::barrier_wait(&empty[prev], ((i - 1) / kTmaStages) & 1);
-        copy(i - 1 + kTmaStages);
-      }
-    }
+    if (i > 0 && t % 128 == 0) mma::wg::barrier_arrive(&empty[(i - 1) % kTmaStages]);
   }
   mma::wg::wait<0>();
 #pragma unroll
@@ -259,11 +267,11 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
     mma::wg::pin(chk[mt]);
   }
   // Every step's tiles have landed and been read: the ring takes the output tile and the bias.
-  __syncthreads();
+  mma::wg::sync_threads<kComputeThreads>();
   auto* tile = reinterpret_cast<std::uint16_t*>(base);
   auto* bias = reinterpret_cast<float*>(tile + kTmaRows * kOutStride);
-  stage_bias(g, c0, static_cast<int>(threadIdx.x), bias);
-  __syncthreads();
+  stage_bias(g, c0, t, bias);
+  mma::wg::sync_threads<kComputeThreads>();
   // The planted fault's place in this tile, if it is here.
   int fault = -1;
   if (g.fault >= 0) {
@@ -271,7 +279,7 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
     if (fr >= 0 && fr < kTmaRows && fc >= 0 && fc < kTileCols)
       fault = static_cast<int>(fr * kTileCols + fc);
   }
-  const int first = group * 128 + (warp % 4) * 16;
+  const int first = half * 128 + (warp % 4) * 16;
   if (r0 + kTmaRows <= g.n && c0 + kTileCols <= g.m) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
@@ -283,8 +291,8 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
       stage_rows<true>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col, checksum, fault,
                        bias, tile);
   }
-  __syncthreads();
-  store_tile<kTmaRows, kTmaThreads>(g, tile, r0, c0, static_cast<int>(threadIdx.x));
+  mma::wg::sync_threads<kComputeThreads>();
+  store_tile<kTmaRows, kComputeThreads>(g, tile, r0, c0, t);
 #else
   (void)ma;
   (void)mw;

@@ -278,6 +278,23 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const void* map, int x, i
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(shared_address(bar))
       : "memory");
 }
+
+// The warpgroup's registers a thread set to N (more, or fewer, than it has): a kernel whose
+// warpgroups play different roles moves registers from one that needs few to those that need
+// many (sm_90a; the kernel must cap its registers at entry, __launch_bounds__(threads, 1)).
+template <int N, bool More>
+__device__ __forceinline__ void set_max_registers() {
+  if constexpr (More)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+  else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+// A barrier among THREADS threads (whole warps) of the block, the others not waited for.
+template <int THREADS>
+__device__ __forceinline__ void sync_threads() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+}
+
 #endif  // PARITY_WGMMA
 
 }  // namespace wg
