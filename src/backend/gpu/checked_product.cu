@@ -150,11 +150,12 @@ __device__ __forceinline__ void store_tile(const FusedArgs& g, const std::uint16
 // and wait only for the step before, whose stage each then releases, and never wait on a copy
 // they did not need. 256 x 128 tiles, one block a multiprocessor. The copying warpgroup hands
 // most of its registers to the computing ones, which hold 136 accumulators a thread (setmaxnreg).
-constexpr int kTmaRows = 256, kTmaStages = 4, kComputeThreads = 256, kTmaThreads = 384;
+constexpr int kTmaRows = 256, kTmaStages = 4, kCopyThreads = 128, kComputeThreads = 256;
+constexpr int kTmaThreads = kCopyThreads + kComputeThreads;
 // Registers a thread: the copying warpgroup gives what the computing ones take, within the
-// multiprocessor's 64K (128 x 40 + 256 x 232).
+// 64K registers of an sm_90 multiprocessor (128 x 40 + 256 x 232).
 constexpr int kCopyRegisters = 40, kComputeRegisters = 232;
-static_assert(128 * kCopyRegisters + kComputeThreads * kComputeRegisters <= 65536,
+static_assert(kCopyThreads * kCopyRegisters + kComputeThreads * kComputeRegisters <= 65536,
               "the register file holds the three warpgroups");
 constexpr int kTmaStageBytes = (kTmaRows + kTileCols + kCheckRows) * kTileK * 2;
 constexpr std::size_t kTmaSmemBytes = kTmaStages * kTmaStageBytes + 2 * kTmaStages * 8 + 1024;
@@ -225,7 +226,7 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
 
   mma::wg::set_max_registers<kComputeRegisters, true>();
   const int half = group - 1;  // this warpgroup's 128 rows of the tile
-  const int t = static_cast<int>(threadIdx.x) - 128;
+  const int t = static_cast<int>(threadIdx.x) - kCopyThreads;
   constexpr unsigned kRowGroup = 8 * 128;  // bytes between groups of 8 rows of a slab
   const std::uint64_t a_desc = mma::wg::descriptor(base + half * 2 * kTmaBlockBytes, 16, kRowGroup);
   const std::uint64_t b_desc = mma::wg::descriptor(base + kTmaRows * 128, 16, kRowGroup);
