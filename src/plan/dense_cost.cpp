@@ -220,9 +220,9 @@ double fused_row_sums_bytes(double cols) {
 // [pad8(m + 2), pad8(k)] written), then
 // - where the product runs in one kernel (bf16 math, fused_checked_products: a bf16 output, k a
 //   multiple of 8): the product over 256 x 128 tiles at the calibrated fused_check_gemm_efficiency,
-//   its epilogue after it (the bf16 output, a double pair a row and column tile, the checksum
-//   columns) at fused_check_epilogue_efficiency of the copy rate, and the rows pass reading the
-//   input and the pairs;
+//   its epilogue added (the bf16 output, a double pair a row and column tile, the checksum
+//   columns) at fused_check_epilogue_efficiency of the copy rate, a fit that takes in the part
+//   of it the kernel hides under its products, and the rows pass reading the input and the pairs;
 // - else the product over those m + 2 columns into fp32 without an epilogue, and the rows pass
 //   reading the input as the product read it and the m + 2 fp32 columns, and storing d (the
 //   output's type).

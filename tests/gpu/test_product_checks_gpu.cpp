@@ -164,7 +164,11 @@ TEST(ProductChecksGpuFused, AgreesWithTheLibraryPath) {
     Case c = random_case(cases);
     c.k = (c.k + 7) / 8 * 8;
     if (c.cross) c.m = 4 * (8 * static_cast<std::int64_t>(seed % 2 + 1) - 1);
-    if (seed % 3 == 0) c.n = 1000 + static_cast<std::int64_t>(seed);     // several row tiles
+    if (seed % 3 == 0) c.n = 1000 + static_cast<std::int64_t>(seed);  // several row tiles
+    // More tiles than multiprocessors: each block of the persistent grid takes several.
+    if (seed % 20 == 7) c.n = 40000 + static_cast<std::int64_t>(seed);
+    // Deep tiles, which run one a block (checked_product.cu).
+    if (seed % 10 == 4) c.k = 1032 + 8 * static_cast<std::int64_t>(seed % 40);
     if (seed % 5 == 0) c.m = 300 + static_cast<std::int64_t>(seed % 7);  // several column tiles
     if (c.cross) c.m = std::min<std::int64_t>(c.m, 60);
     gpu.use_fused_checks(true);

@@ -14,9 +14,10 @@
 // columns, a_i · hi and a_i · lo, with the narrowest warpgroup product (N = 8: hi, lo and six rows
 // of zeros) over the same shared tile of a: the same instruction family over the same k steps as
 // the outputs, so that the tensor cores' truncation matches. The epilogue stages the bf16 tile in
-// shared memory and stores it 16 bytes a lane.
+// shared memory, and the tensor-memory accelerator stores it while the block's next tile runs.
 #include "backend/gpu/product_checks.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -35,9 +36,16 @@ namespace {
 
 [[maybe_unused]] constexpr int kTileCols = 128, kTileK = 64;
 [[maybe_unused]] constexpr int kCheckRows = 8;  // hi, lo and six rows of zeros: wgmma's narrowest N
-// The epilogue stages the bf16 tile in shared memory, rows padded by 16 bytes so that the
-// fragments' 4-byte writes fall in distinct banks.
-[[maybe_unused]] constexpr int kOutStride = kTileCols + 8;
+// The epilogue stages the bf16 tile in shared memory as the output map's boxes: two slabs of 64
+// columns, each row of a slab 128 bytes in the 128-byte swizzle (mma.cuh), so that a warp's
+// fragments (8 rows, 16 bytes each) fall in distinct banks and a row's 8-column chunk is whole.
+[[maybe_unused]] constexpr int kOutSlabCols = 64;
+
+// Where row r, column c of a staged tile of `rows` rows is (in elements).
+[[maybe_unused]] __host__ __device__ constexpr int staged(int rows, int r, int c) {
+  return (c / kOutSlabCols) * rows * kOutSlabCols + r * kOutSlabCols +
+         (((c % kOutSlabCols / 8) ^ (r % 8)) * 8 | c % 8);
+}
 
 struct FusedArgs {
   const std::uint16_t* a;
@@ -64,7 +72,7 @@ struct FusedArgs {
 // overflows fp32), written for the tile; the bf16 outputs (bias, ReLU) into the shared tile.
 // Edge: the tile crosses the output's last row or column. fault: the planted element's place in
 // the tile (row kTileCols + column), or -1.
-template <bool Edge>
+template <bool Edge, int Rows>
 __device__ __forceinline__ void stage_rows(const FusedArgs& g, const float (&acc)[kTileCols / 8][4],
                                            const float (&chk)[1][4], int r, std::int64_t r0,
                                            std::int64_t c0, std::int64_t tile_col, bool checksum,
@@ -99,7 +107,7 @@ __device__ __forceinline__ void stage_rows(const FusedArgs& g, const float (&acc
         const float z = x[e] + bs[e];
         y[e] = g.relu && z <= 0.0f ? 0.0f : z;  // a NaN stays for the guard to see
       }
-      *reinterpret_cast<unsigned*>(tile + rr * kOutStride + c) = mma::pack_bf16(y[0], y[1]);
+      *reinterpret_cast<unsigned*>(tile + staged(Rows, rr, c)) = mma::pack_bf16(y[0], y[1]);
     }
     sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
     sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
@@ -121,8 +129,8 @@ __device__ __forceinline__ void stage_bias(const FusedArgs& g, std::int64_t c0, 
   }
 }
 
-// The shared tile's ROWS rows out, 8 columns (16 bytes) a lane where the output's rows allow it
-// (THREADS threads, this one t).
+// The shared tile's ROWS rows out by the threads, 8 columns (16 bytes) a lane where the output's
+// rows allow it (THREADS threads, this one t): for outputs the tensor map cannot describe.
 template <int ROWS, int THREADS>
 __device__ __forceinline__ void store_tile(const FusedArgs& g, const std::uint16_t* tile,
                                            std::int64_t r0, std::int64_t c0, int t) {
@@ -131,7 +139,7 @@ __device__ __forceinline__ void store_tile(const FusedArgs& g, const std::uint16
     const int r = i / kChunks, c = i % kChunks * 8;
     const std::int64_t row = r0 + r, col = c0 + c;
     if (row >= g.n || col >= g.m) continue;
-    const std::uint16_t* from = tile + r * kOutStride + c;
+    const std::uint16_t* from = tile + staged(ROWS, r, c);
     std::uint16_t* to = g.out + row * g.ldo + col;
     if (g.vector && col + 8 <= g.m) {
       *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
@@ -145,12 +153,24 @@ __device__ __forceinline__ void store_tile(const FusedArgs& g, const std::uint16
 #if defined(PARITY_GPU_CUDA) && defined(__CUDACC__)
 // The form fed by the tensor-memory accelerator, its warpgroups in two roles: the first copies
 // (one thread) each step's tiles as whole boxes (the 128-byte swizzle done by the copy) into a
-// four-stage ring, refilling a stage as soon as both computing warpgroups have released it; the
+// ring of stages, refilling a stage as soon as both computing warpgroups have released it; the
 // other two, 128 rows each (two 64-row blocks), issue a step's products as soon as its tiles land
 // and wait only for the step before, whose stage each then releases, and never wait on a copy
-// they did not need. 256 x 128 tiles, one block a multiprocessor. The copying warpgroup hands
-// most of its registers to the computing ones, which hold 136 accumulators a thread (setmaxnreg).
-constexpr int kTmaRows = 256, kTmaStages = 4, kCopyThreads = 128, kComputeThreads = 256;
+// they did not need. 256 x 128 tiles. The copying warpgroup hands most of its registers to the
+// computing ones, which hold 136 accumulators a thread. The epilogue's bf16 tile goes out by the
+// tensor-memory accelerator's store.
+//
+// Two forms of it, by the depth of a tile. A short tile (few k-steps, like a cross layer's z)
+// spends as long in its fill and epilogue as in its products, so the grid is persistent: one
+// block a multiprocessor takes every gridDim-th tile, the copies of its next tile run under its
+// epilogue, and the tile's store under the next tile's products; the staged tile needs shared
+// memory of its own, which leaves room for three stages. A deep tile (like a cross layer's u)
+// is bound by its main loop, which keeps its products fed better with four stages: one tile a
+// block, the tile staged in the drained ring.
+constexpr int kTmaRows = 256, kCopyThreads = 128, kComputeThreads = 256;
+// The deepest tile in the persistent form: about where the two forms' times cross on an H100
+// (docs/reliability.md, "Two forms of the kernel").
+constexpr std::int64_t kPersistentSteps = 16;
 constexpr int kTmaThreads = kCopyThreads + kComputeThreads;
 // Registers a thread: the copying warpgroup gives what the computing ones take, within the
 // 64K registers of an sm_90 multiprocessor (128 x 40 + 256 x 232).
@@ -158,10 +178,20 @@ constexpr int kCopyRegisters = 40, kComputeRegisters = 232;
 static_assert(kCopyThreads * kCopyRegisters + kComputeThreads * kComputeRegisters <= 65536,
               "the register file holds the three warpgroups");
 constexpr int kTmaStageBytes = (kTmaRows + kTileCols + kCheckRows) * kTileK * 2;
-constexpr std::size_t kTmaSmemBytes = kTmaStages * kTmaStageBytes + 2 * kTmaStages * 8 + 1024;
-static_assert(kTmaStageBytes % 1024 == 0, "stages keep the swizzle's alignment");
-static_assert(kTmaRows * kOutStride * 2 + kTileCols * 4 <= kTmaStages * kTmaStageBytes,
-              "the output tile and its bias fit the ring");
+constexpr int kTmaTileBytes = kTmaRows * kTileCols * 2;  // the staged output tile
+static_assert(kOutSlabCols == kTileK, "the output map's boxes are the operands' (tile_map)");
+static_assert(kTmaStageBytes % 1024 == 0 && kTmaTileBytes % 1024 == 0,
+              "stages and the staged tile keep the swizzle's alignment");
+// A kernel's shared memory: the ring, the staged tile (after the ring where the grid is
+// persistent, else in it), the bias, the barriers and room to align.
+template <int Stages, bool Persistent>
+struct TmaLayout {
+  static constexpr int kRingBytes = Stages * kTmaStageBytes;
+  static constexpr int kTileAt = Persistent ? kRingBytes : 0;
+  static constexpr int kBiasAt = Persistent ? kRingBytes + kTmaTileBytes : kRingBytes;
+  static constexpr std::size_t kBytes = kBiasAt + kTileCols * 4 + 2 * Stages * 8 + 1024;
+  static_assert(kRingBytes >= kTmaTileBytes, "a ring holds the staged tile");
+};
 
 #if defined(PARITY_WGMMA)
 constexpr unsigned kTmaBlockBytes = 64 * 128;  // 64 rows of a slab
@@ -181,22 +211,25 @@ __device__ __forceinline__ void issue_step(float (&d)[2][N / 8][4], std::uint64_
 }
 #endif
 
+template <int Stages, bool Persistent>
 __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_constant__ CUtensorMap ma,
                                                              const __grid_constant__ CUtensorMap mw,
                                                              const __grid_constant__ CUtensorMap mc,
+                                                             const __grid_constant__ CUtensorMap mo,
                                                              FusedArgs g) {
 #if defined(PARITY_WGMMA)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* base = smem_raw + (-mma::shared_address(smem_raw) & 1023);
-  auto* full = reinterpret_cast<std::uint64_t*>(base + kTmaStages * kTmaStageBytes);
-  std::uint64_t* empty = full + kTmaStages;
-  const std::int64_t tile_col = blockIdx.x % g.tiles, tile_row = blockIdx.x / g.tiles;
-  const std::int64_t r0 = tile_row * kTmaRows, c0 = tile_col * kTileCols;
-  const bool checksum = tile_col == 0;
+  using Layout = TmaLayout<Stages, Persistent>;
+  auto* tile = reinterpret_cast<std::uint16_t*>(base + Layout::kTileAt);
+  auto* bias = reinterpret_cast<float*>(base + Layout::kBiasAt);
+  auto* full = reinterpret_cast<std::uint64_t*>(bias + kTileCols);
+  std::uint64_t* empty = full + Stages;
+  const std::int64_t tiles = (g.n + kTmaRows - 1) / kTmaRows * g.tiles;
   const int steps = static_cast<int>((g.k + kTileK - 1) / kTileK);
   const int warp = static_cast<int>(threadIdx.x) / 32, group = warp / 4;
   if (threadIdx.x == 0) {
-    for (int st = 0; st < kTmaStages; ++st) {
+    for (int st = 0; st < Stages; ++st) {
       mma::wg::barrier_init(&full[st], 1);   // the copying thread's, with the bytes
       mma::wg::barrier_init(&empty[st], 2);  // one a computing warpgroup
     }
@@ -204,21 +237,29 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
   }
   __syncthreads();
 
+  // it counts the block's k-steps over all its tiles: the stage is it % Stages, and its
+  // barriers' phase flips each round of the ring.
   if (group == 0) {
     mma::wg::set_max_registers<kCopyRegisters, false>();
     if (threadIdx.x == 0) {
-      const unsigned bytes = (kTmaRows + kTileCols + (checksum ? kCheckRows : 0)) * kTileK * 2;
-      for (int i = 0; i < steps; ++i) {
-        const int st = i % kTmaStages;
-        // The stage's last step, i - kTmaStages, released by every computing warpgroup.
-        if (i >= kTmaStages) mma::wg::barrier_wait(&empty[st], (i / kTmaStages - 1) & 1);
-        mma::wg::barrier_expect(&full[st], bytes);
-        unsigned char* p = base + st * kTmaStageBytes;
-        const int k0 = i * kTileK;
-        mma::wg::tma_load_2d(p, &ma, k0, static_cast<int>(r0), &full[st]);
-        mma::wg::tma_load_2d(p + kTmaRows * kTileK * 2, &mw, k0, static_cast<int>(c0), &full[st]);
-        if (checksum)
-          mma::wg::tma_load_2d(p + (kTmaRows + kTileCols) * kTileK * 2, &mc, k0, 0, &full[st]);
+      int it = 0;
+      for (std::int64_t tl = blockIdx.x; tl < tiles; tl += gridDim.x) {
+        const int r0 = static_cast<int>(tl / g.tiles * kTmaRows);
+        const int c0 = static_cast<int>(tl % g.tiles * kTileCols);
+        const bool checksum = c0 == 0;
+        const unsigned bytes = (kTmaRows + kTileCols + (checksum ? kCheckRows : 0)) * kTileK * 2;
+        for (int i = 0; i < steps; ++i, ++it) {
+          const int st = it % Stages;
+          // The stage's last step, it - Stages, released by every computing warpgroup.
+          if (it >= Stages) mma::wg::barrier_wait(&empty[st], (it / Stages - 1) & 1);
+          mma::wg::barrier_expect(&full[st], bytes);
+          unsigned char* p = base + st * kTmaStageBytes;
+          const int k0 = i * kTileK;
+          mma::wg::tma_load_2d(p, &ma, k0, r0, &full[st]);
+          mma::wg::tma_load_2d(p + kTmaRows * kTileK * 2, &mw, k0, c0, &full[st]);
+          if (checksum)
+            mma::wg::tma_load_2d(p + (kTmaRows + kTileCols) * kTileK * 2, &mc, k0, 0, &full[st]);
+        }
       }
     }
     return;
@@ -232,72 +273,94 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
   const std::uint64_t b_desc = mma::wg::descriptor(base + kTmaRows * 128, 16, kRowGroup);
   const std::uint64_t c_desc =
       mma::wg::descriptor(base + (kTmaRows + kTileCols) * 128, 16, kRowGroup);
-  float acc[2][kTileCols / 8][4], chk[2][1][4];
+  const int first = half * 128 + (warp % 4) * 16;
+  int it = 0;
+  for (std::int64_t tl = blockIdx.x; tl < tiles; tl += gridDim.x) {
+    const std::int64_t tile_col = tl % g.tiles, tile_row = tl / g.tiles;
+    const std::int64_t r0 = tile_row * kTmaRows, c0 = tile_col * kTileCols;
+    const bool checksum = tile_col == 0;
+    float acc[2][kTileCols / 8][4], chk[2][1][4];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
+    for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-    for (int nt = 0; nt < kTileCols / 8; ++nt)
+      for (int nt = 0; nt < kTileCols / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) chk[mt][0][e] = 0.0f;
-  }
-  for (int i = 0; i < steps; ++i) {
-    const int st = i % kTmaStages;
-    mma::wg::barrier_wait(&full[st], (i / kTmaStages) & 1);
-    const unsigned stage = static_cast<unsigned>(st * kTmaStageBytes);
-    mma::wg::fence();
-    issue_step<kTileCols>(acc, a_desc, b_desc, stage);
-    if (checksum) {
-      mma::wg::fence();  // past the branch, the compiler would otherwise add it
-      issue_step<kCheckRows>(chk, a_desc, c_desc, stage);
+      for (int e = 0; e < 4; ++e) chk[mt][0][e] = 0.0f;
     }
-    mma::wg::commit();
-    mma::wg::wait<1>();  // step i - 1's products are done: its stage may be refilled
+    for (int i = 0; i < steps; ++i, ++it) {
+      const int st = it % Stages;
+      mma::wg::barrier_wait(&full[st], (it / Stages) & 1);
+      const unsigned stage = static_cast<unsigned>(st * kTmaStageBytes);
+      mma::wg::fence();
+      issue_step<kTileCols>(acc, a_desc, b_desc, stage);
+      if (checksum) {
+        mma::wg::fence();  // past the branch, the compiler would otherwise add it
+        issue_step<kCheckRows>(chk, a_desc, c_desc, stage);
+      }
+      mma::wg::commit();
+      mma::wg::wait<1>();  // step it - 1's products are done: its stage may be refilled
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        mma::wg::pin(acc[mt]);
+        mma::wg::pin(chk[mt]);
+      }
+      if (i > 0 && t % 128 == 0) mma::wg::barrier_arrive(&empty[(it - 1) % Stages]);
+    }
+    mma::wg::wait<0>();
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       mma::wg::pin(acc[mt]);
       mma::wg::pin(chk[mt]);
     }
-    if (i > 0 && t % 128 == 0) mma::wg::barrier_arrive(&empty[(i - 1) % kTmaStages]);
-  }
-  mma::wg::wait<0>();
+    // The tile's last step read: the copies of the next tile may take its stage.
+    if (t % 128 == 0) mma::wg::barrier_arrive(&empty[(it - 1) % Stages]);
+    // The last tile's staged output read by its stores (the bias's readers are past the barrier
+    // before them).
+    if (t == 0 && g.vector) mma::wg::bulk_wait<0, true>();
+    stage_bias(g, c0, t, bias);
+    mma::wg::sync_threads<kComputeThreads>();
+    // The planted fault's place in this tile, if it is here.
+    int fault = -1;
+    if (g.fault >= 0) {
+      const std::int64_t fr = g.fault / g.m - r0, fc = g.fault % g.m - c0;
+      if (fr >= 0 && fr < kTmaRows && fc >= 0 && fc < kTileCols)
+        fault = static_cast<int>(fr * kTileCols + fc);
+    }
+    if (r0 + kTmaRows <= g.n && c0 + kTileCols <= g.m) {
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-    mma::wg::pin(acc[mt]);
-    mma::wg::pin(chk[mt]);
-  }
-  // Every step's tiles have landed and been read: the ring takes the output tile and the bias.
-  mma::wg::sync_threads<kComputeThreads>();
-  auto* tile = reinterpret_cast<std::uint16_t*>(base);
-  auto* bias = reinterpret_cast<float*>(tile + kTmaRows * kOutStride);
-  stage_bias(g, c0, t, bias);
-  mma::wg::sync_threads<kComputeThreads>();
-  // The planted fault's place in this tile, if it is here.
-  int fault = -1;
-  if (g.fault >= 0) {
-    const std::int64_t fr = g.fault / g.m - r0, fc = g.fault % g.m - c0;
-    if (fr >= 0 && fr < kTmaRows && fc >= 0 && fc < kTileCols)
-      fault = static_cast<int>(fr * kTileCols + fc);
-  }
-  const int first = half * 128 + (warp % 4) * 16;
-  if (r0 + kTmaRows <= g.n && c0 + kTileCols <= g.m) {
+      for (int mt = 0; mt < 2; ++mt)
+        stage_rows<false, kTmaRows>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col,
+                                    checksum, fault, bias, tile);
+    } else {
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-      stage_rows<false>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col, checksum, fault,
-                        bias, tile);
-  } else {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-      stage_rows<true>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col, checksum, fault,
-                       bias, tile);
+      for (int mt = 0; mt < 2; ++mt)
+        stage_rows<true, kTmaRows>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col, checksum,
+                                   fault, bias, tile);
+    }
+    if (g.vector) {
+      // Stored by the tensor-memory accelerator while the next tile's products run.
+      mma::wg::fence_shared();
+      mma::wg::sync_threads<kComputeThreads>();
+      if (t == 0) {
+        for (int slab = 0; slab < kTileCols / kOutSlabCols && c0 + slab * kOutSlabCols < g.m;
+             ++slab)
+          mma::wg::tma_store_2d(&mo, static_cast<int>(c0) + slab * kOutSlabCols,
+                                static_cast<int>(r0), tile + slab * kTmaRows * kOutSlabCols);
+        mma::wg::bulk_commit();
+      }
+    } else {
+      mma::wg::sync_threads<kComputeThreads>();
+      store_tile<kTmaRows, kComputeThreads>(g, tile, r0, c0, t);
+    }
   }
-  mma::wg::sync_threads<kComputeThreads>();
-  store_tile<kTmaRows, kComputeThreads>(g, tile, r0, c0, t);
+  if (t == 0 && g.vector) mma::wg::bulk_wait<0, false>();
 #else
   (void)ma;
   (void)mw;
   (void)mc;
+  (void)mo;
   (void)g;
 #endif
 }
@@ -387,14 +450,23 @@ void product_check_fused(Stream_t s, const FusedProduct& p) {
   g.fault = p.fault_element;
   g.fault_bit = p.fault_bit;
 #if defined(PARITY_CUDA_SM90A)
-  CUtensorMap ma{}, mw{}, mc{};
+  CUtensorMap ma{}, mw{}, mc{}, mo{};
   if (!rehearsing()) {
     ma = tile_map(p.a, p.n, p.k, p.lda, kTmaRows);
     mw = tile_map(p.w, p.m, p.k, p.ldw, kTileCols);  // rows from m on read as zeros
     mc = tile_map(static_cast<const std::uint16_t*>(p.w) + p.m * p.ldw, 2, p.k, p.ldw, kCheckRows);
+    if (g.vector) mo = tile_map(p.out, p.n, p.m, p.ldo, kTmaRows);
   }
-  launch("product_check_fused", tma_kernel,
-         {ceil_div(p.n, kTmaRows) * g.tiles, kTmaThreads, kTmaSmemBytes}, s, ma, mw, mc, g);
+  // Persistent (short tiles): a block a multiprocessor, or a tile a block where there are fewer.
+  const std::int64_t tiles = ceil_div(p.n, kTmaRows) * g.tiles;
+  if (ceil_div(p.k, kTileK) <= kPersistentSteps) {
+    const std::int64_t blocks = std::min<std::int64_t>(tiles, device_info().multiprocessor_count);
+    launch("product_check_fused", tma_kernel<3, true>,
+           {blocks, kTmaThreads, TmaLayout<3, true>::kBytes}, s, ma, mw, mc, mo, g);
+  } else {
+    launch("product_check_fused", tma_kernel<4, false>,
+           {tiles, kTmaThreads, TmaLayout<4, false>::kBytes}, s, ma, mw, mc, mo, g);
+  }
 #else
   (void)s;
 #endif

@@ -279,6 +279,29 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const void* map, int x, i
       : "memory");
 }
 
+// The box of `map` at (x, y) from src (shared memory in the map's swizzle) out to global memory,
+// as a bulk copy of this thread's open group; elements past the map's edges are not written.
+__device__ __forceinline__ void tma_store_2d(const void* map, int x, int y, const void* src) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+          reinterpret_cast<std::uint64_t>(map)),
+      "r"(x), "r"(y), "r"(shared_address(src))
+      : "memory");
+}
+// Closes this thread's open group of bulk copies.
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Waits until at most N of this thread's groups of bulk copies are still reading shared memory
+// (Read), or still running.
+template <int N, bool Read>
+__device__ __forceinline__ void bulk_wait() {
+  if constexpr (Read)
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+  else
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // The warpgroup's registers a thread set to N (more, or fewer, than it has): a kernel whose
 // warpgroups play different roles moves registers from one that needs few to those that need
 // many (sm_90a; the kernel must cap its registers at entry, __launch_bounds__(threads, 1)).
