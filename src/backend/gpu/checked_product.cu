@@ -18,6 +18,7 @@
 #include "backend/gpu/product_checks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -63,58 +64,110 @@ struct FusedArgs {
   float2* checksum;
   std::int64_t fault;  // the element whose fp32 value (plus its bias) gets a flip, or -1
   int fault_bit;
+  float walk_share;  // 1 / (4 (k / 3 + 1)) of the check's k: stage_rows
 };
 
 #if defined(PARITY_WGMMA)
+// The planted fault (its place in the tile, row kTileCols + column) into the accumulator that
+// holds it, if this thread's (stage_rows' layout, r the 64-row block's first row): bit fault_bit
+// of its fp32 value plus its bias flipped, as if the product had computed it so. A select for
+// each element, not a branch: branches between the elements would keep the rows' sums from
+// interleaving.
+__device__ __forceinline__ void plant(const FusedArgs& g, float (&acc)[kTileCols / 8][4], int r,
+                                      int fault, const float* bias) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, quad = lane & 3;
+  const int at = fault - (r + (lane >> 2)) * kTileCols - 2 * quad;  // from this thread's first
+  const float b = bias[fault % kTileCols];
+#pragma unroll
+  for (int nt = 0; nt < kTileCols / 8; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float x = acc[nt][i];
+      const float flipped = __uint_as_float(__float_as_uint(x + b) ^ (1u << g.fault_bit)) - b;
+      acc[nt][i] = at == (i / 2) * 8 * kTileCols + nt * 8 + i % 2 ? flipped : x;
+    }
+}
+
 // One warp's 16 rows of a 64-row block (its first, r, a row of the tile at r0, c0): lane l holds
 // rows r + l / 4 and 8 more at columns 8 nt + 2 (l % 4) and the next (mma.cuh). Each row's sums
-// over its 32 elements, then over the 4 lanes of its quad, in double (a flipped exponent squared
-// overflows fp32), written for the tile; the bf16 outputs (bias, ReLU) into the shared tile.
-// Edge: the tile crosses the output's last row or column. fault: the planted element's place in
-// the tile (row kTileCols + column), or -1.
+// over the lane's 32 elements, then over the 4 lanes of its quad, written for the tile; the bf16
+// outputs (bias, ReLU) into the shared tile. Edge: the tile crosses the output's last row or
+// column.
+//
+// A lane sums its elements of a row in fp32, converted to double once. The fp32 sum's roundings
+// are counted as the product's are (product_checks.cu): at most u of each partial sum S_p and
+// independent, they add Σ_p S_p² u² to the variance that the bound takes as
+// (2u)² (k/3 + 1) Σ_j out_ij² under bf16 math; so the lane sums the S_p² too and adds them to its
+// squares scaled by walk_share = 1 / (4 (k/3 + 1)). Where fp32 cannot hold a row's squares (an
+// element beyond about 2^62, as a flipped exponent makes, or elements so small that their squares
+// leave fp32's normal range) the lane sums its elements in double instead.
 template <bool Edge, int Rows>
 __device__ __forceinline__ void stage_rows(const FusedArgs& g, const float (&acc)[kTileCols / 8][4],
                                            const float (&chk)[1][4], int r, std::int64_t r0,
                                            std::int64_t c0, std::int64_t tile_col, bool checksum,
-                                           int fault, const float* bias, std::uint16_t* tile) {
+                                           const float* bias, std::uint16_t* tile) {
   const int lane = static_cast<int>(threadIdx.x) & 31, quad = lane & 3;
+  const auto counted = [&](int h, int nt, int e) {
+    return !Edge || (r0 + r + (lane >> 2) + h * 8 < g.n && c0 + nt * 8 + 2 * quad + e < g.m);
+  };
+  float sum[2] = {}, squares[2] = {}, walk[2] = {};  // walk: Σ_p S_p²
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int rr = r + (lane >> 2) + h * 8;
-    const std::int64_t row = r0 + rr;
-    const bool row_ok = !Edge || row < g.n;
-    double sum = 0, squares = 0;
+  for (int nt = 0; nt < kTileCols / 8; ++nt) {
+    const int c = nt * 8 + 2 * quad;
+    const float2 b = *reinterpret_cast<const float2*>(bias + c);
+    const float bs[2] = {b.x, b.y};
 #pragma unroll
-    for (int nt = 0; nt < kTileCols / 8; ++nt) {
-      const int c = nt * 8 + 2 * quad;
-      const float2 b = *reinterpret_cast<const float2*>(bias + c);
-      float x[2] = {acc[nt][2 * h], acc[nt][2 * h + 1]};
-      const float bs[2] = {b.x, b.y};
-      if (fault >= 0) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          if (fault == rr * kTileCols + c + e)
-            x[e] = __uint_as_float(__float_as_uint(x[e] + bs[e]) ^ (1u << g.fault_bit)) - bs[e];
-      }
+    for (int h = 0; h < 2; ++h) {
       float y[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        if (!Edge || (row_ok && c0 + c + e < g.m)) {
-          const double d = x[e];
-          sum += d;
-          squares += d * d;
+        const float x = acc[nt][2 * h + e];
+        if (counted(h, nt, e)) {
+          sum[h] += x;
+          squares[h] = fmaf(x, x, squares[h]);
+          walk[h] = fmaf(sum[h], sum[h], walk[h]);
         }
-        const float z = x[e] + bs[e];
+        const float z = x + bs[e];
         y[e] = g.relu && z <= 0.0f ? 0.0f : z;  // a NaN stays for the guard to see
       }
+      const int rr = r + (lane >> 2) + h * 8;
       *reinterpret_cast<unsigned*>(tile + staged(Rows, rr, c)) = mma::pack_bf16(y[0], y[1]);
     }
-    sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
-    sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
-    squares += __shfl_xor_sync(0xFFFFFFFFu, squares, 1);
-    squares += __shfl_xor_sync(0xFFFFFFFFu, squares, 2);
-    if (quad == 0 && row_ok) {
-      g.partials[row * g.tiles + tile_col] = make_double2(sum, squares);
+  }
+  double dsum[2], dsquares[2];
+  bool held = true;  // by fp32: finite, and the squares in its normal range
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    dsum[h] = sum[h];
+    dsquares[h] = fmaf(walk[h], g.walk_share, squares[h]);
+    held = held && isfinite(walk[h]) && isfinite(squares[h]) && squares[h] >= 0x1p-100f;
+  }
+  if (!held) {  // in double (a NaN or an infinity kept as it was)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      dsum[h] = 0;
+      dsquares[h] = 0;
+#pragma unroll
+      for (int nt = 0; nt < kTileCols / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (counted(h, nt, e)) {
+            const double d = acc[nt][2 * h + e];
+            dsum[h] += d;
+            dsquares[h] += d * d;
+          }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    double s = dsum[h], q = dsquares[h];
+    s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
+    s += __shfl_xor_sync(0xFFFFFFFFu, s, 2);
+    q += __shfl_xor_sync(0xFFFFFFFFu, q, 1);
+    q += __shfl_xor_sync(0xFFFFFFFFu, q, 2);
+    const std::int64_t row = r0 + r + (lane >> 2) + h * 8;
+    if (quad == 0 && (!Edge || row < g.n)) {
+      g.partials[row * g.tiles + tile_col] = make_double2(s, q);
       if (checksum) g.checksum[row] = make_float2(chk[0][2 * h], chk[0][2 * h + 1]);
     }
   }
@@ -328,16 +381,16 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
       if (fr >= 0 && fr < kTmaRows && fc >= 0 && fc < kTileCols)
         fault = static_cast<int>(fr * kTileCols + fc);
     }
-    if (r0 + kTmaRows <= g.n && c0 + kTileCols <= g.m) {
+    const bool edge = r0 + kTmaRows > g.n || c0 + kTileCols > g.m;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-        stage_rows<false, kTmaRows>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col,
-                                    checksum, fault, bias, tile);
-    } else {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt) {
+      if (fault >= 0) plant(g, acc[mt], first + mt * 64, fault, bias);
+      if (edge)
         stage_rows<true, kTmaRows>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col, checksum,
-                                   fault, bias, tile);
+                                   bias, tile);
+      else
+        stage_rows<false, kTmaRows>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col,
+                                    checksum, bias, tile);
     }
     if (g.vector) {
       // Stored by the tensor-memory accelerator while the next tile's products run.
@@ -449,6 +502,9 @@ void product_check_fused(Stream_t s, const FusedProduct& p) {
   g.checksum = reinterpret_cast<float2*>(p.checksum);
   g.fault = p.fault_element;
   g.fault_bit = p.fault_bit;
+  // Rounded up, so that the fp32 sums' share of the bound is never undercounted.
+  const double depth = static_cast<double>(p.check_depth > 0 ? p.check_depth : p.k);
+  g.walk_share = std::nextafter(static_cast<float>(1.0 / (4.0 * (depth / 3.0 + 1.0))), 1.0f);
 #if defined(PARITY_CUDA_SM90A)
   CUtensorMap ma{}, mw{}, mc{}, mo{};
   if (!rehearsing()) {

@@ -369,6 +369,7 @@ struct GpuBackend::Impl {
         p.n = n;
         p.m = m;
         p.k = g.k;
+        p.check_depth = k;
         p.bias = b;
         p.relu = relu;
         p.out = d.data;

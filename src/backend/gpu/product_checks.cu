@@ -218,7 +218,8 @@ __device__ void judge_row(RowTotals r, std::int64_t i, std::int64_t n, std::int6
   double unit = kUnit, variance = (kd / 3 + 1) * r.squares + kd / 2 * r.spread_in;
   // The check's own arithmetic: its double sums of the product (at most m + 64 roundings of 2^-53
   // of Σ_j |out_ij| <= √(m Σ_j out_ij²)) and of the input's terms (k + 64 of the magnitude); under
-  // bf16 math the input's terms are summed in fp32 from fp32 pairs (k + 2 roundings of u).
+  // bf16 math the input's terms are summed in fp32 from fp32 pairs (k + 2 roundings of u). A fused
+  // product's element sums start in fp32; their squares carry those roundings (checked_product.cu).
   double own =
       (md + 64) * kDoubleUnit * sqrt(md * r.squares) + (kd + 64) * kDoubleUnit * r.magnitude;
   if (Augmented) {

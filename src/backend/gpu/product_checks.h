@@ -83,10 +83,10 @@ std::int64_t product_check_tiles(std::int64_t m);
 // out [n, m] (bf16) = a [n, k] · wᵀ (+ bias) (relu), a and w bf16 with k a multiple of 8 and rows
 // 16-byte aligned, w [m + 2, k] the weights' copy with its checksum rows (product_check_augment).
 // Besides the output it writes, for each row i and column tile t, partials[2 (i tiles + t)] and
-// the next: the sum and the sum of squares of the tile's fp32 outputs before the bias, and
-// checksum[2 i] and the next: the checksum columns a_i · hi and a_i · lo. Where fault_element >= 0
-// that element's fp32 value plus its bias gets bit fault_bit flipped before it is summed and
-// stored (the planted fault).
+// the next: the sum and the sum of squares of the tile's fp32 outputs before the bias (the squares
+// with the share of the sums' own fp32 roundings, below), and checksum[2 i] and the next: the
+// checksum columns a_i · hi and a_i · lo. Where fault_element >= 0 that element's fp32 value plus
+// its bias gets bit fault_bit flipped before it is summed and stored (the planted fault).
 struct FusedProduct {
   const void* a = nullptr;
   std::int64_t lda = 0;
@@ -98,7 +98,10 @@ struct FusedProduct {
   void* out = nullptr;
   std::int64_t ldo = 0;
   double* partials = nullptr;  // 2 n product_check_tiles(m)
-  float* checksum = nullptr;   // 2 n
+  // The depth the check's bound counts, k less the zeros that pad it (0: k): the sums of squares
+  // carry the share of their own fp32 roundings in units of that bound (checked_product.cu).
+  std::int64_t check_depth = 0;
+  float* checksum = nullptr;  // 2 n
   std::int64_t fault_element = -1;
   int fault_bit = 0;
 };
