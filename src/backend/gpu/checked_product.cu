@@ -35,16 +35,16 @@ namespace parity::gpu {
 
 namespace {
 
-[[maybe_unused]] constexpr int kTileCols = 128, kTileK = 64;
+[[maybe_unused]] constexpr int kTmaRows = 256, kTileCols = 128, kTileK = 64;
 [[maybe_unused]] constexpr int kCheckRows = 8;  // hi, lo and six rows of zeros: wgmma's narrowest N
 // The epilogue stages the bf16 tile in shared memory as the output map's boxes: two slabs of 64
 // columns, each row of a slab 128 bytes in the 128-byte swizzle (mma.cuh), so that a warp's
 // fragments (8 rows, 16 bytes each) fall in distinct banks and a row's 8-column chunk is whole.
 [[maybe_unused]] constexpr int kOutSlabCols = 64;
 
-// Where row r, column c of a staged tile of `rows` rows is (in elements).
-[[maybe_unused]] __host__ __device__ constexpr int staged(int rows, int r, int c) {
-  return (c / kOutSlabCols) * rows * kOutSlabCols + r * kOutSlabCols +
+// Where row r, column c of a staged tile is (in elements).
+[[maybe_unused]] __host__ __device__ constexpr int staged(int r, int c) {
+  return (c / kOutSlabCols) * kTmaRows * kOutSlabCols + r * kOutSlabCols +
          (((c % kOutSlabCols / 8) ^ (r % 8)) * 8 | c % 8);
 }
 
@@ -101,7 +101,7 @@ __device__ __forceinline__ void plant(const FusedArgs& g, float (&acc)[kTileCols
 // squares scaled by walk_share = 1 / (4 (k/3 + 1)). Where fp32 cannot hold a row's squares (an
 // element beyond about 2^62, as a flipped exponent makes, or elements so small that their squares
 // leave fp32's normal range) the lane sums its elements in double instead.
-template <bool Edge, int Rows>
+template <bool Edge>
 __device__ __forceinline__ void stage_rows(const FusedArgs& g, const float (&acc)[kTileCols / 8][4],
                                            const float (&chk)[1][4], int r, std::int64_t r0,
                                            std::int64_t c0, std::int64_t tile_col, bool checksum,
@@ -131,7 +131,7 @@ __device__ __forceinline__ void stage_rows(const FusedArgs& g, const float (&acc
         y[e] = g.relu && z <= 0.0f ? 0.0f : z;  // a NaN stays for the guard to see
       }
       const int rr = r + (lane >> 2) + h * 8;
-      *reinterpret_cast<unsigned*>(tile + staged(Rows, rr, c)) = mma::pack_bf16(y[0], y[1]);
+      *reinterpret_cast<unsigned*>(tile + staged(rr, c)) = mma::pack_bf16(y[0], y[1]);
     }
   }
   double dsum[2], dsquares[2];
@@ -182,17 +182,17 @@ __device__ __forceinline__ void stage_bias(const FusedArgs& g, std::int64_t c0, 
   }
 }
 
-// The shared tile's ROWS rows out by the threads, 8 columns (16 bytes) a lane where the output's
+// The shared tile out by the threads, 8 columns (16 bytes) a lane where the output's
 // rows allow it (THREADS threads, this one t): for outputs the tensor map cannot describe.
-template <int ROWS, int THREADS>
+template <int THREADS>
 __device__ __forceinline__ void store_tile(const FusedArgs& g, const std::uint16_t* tile,
                                            std::int64_t r0, std::int64_t c0, int t) {
   constexpr int kChunks = kTileCols / 8;
-  for (int i = t; i < ROWS * kChunks; i += THREADS) {
+  for (int i = t; i < kTmaRows * kChunks; i += THREADS) {
     const int r = i / kChunks, c = i % kChunks * 8;
     const std::int64_t row = r0 + r, col = c0 + c;
     if (row >= g.n || col >= g.m) continue;
-    const std::uint16_t* from = tile + staged(ROWS, r, c);
+    const std::uint16_t* from = tile + staged(r, c);
     std::uint16_t* to = g.out + row * g.ldo + col;
     if (g.vector && col + 8 <= g.m) {
       *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
@@ -220,7 +220,7 @@ __device__ __forceinline__ void store_tile(const FusedArgs& g, const std::uint16
 // memory of its own, which leaves room for three stages. A deep tile (like a cross layer's u)
 // is bound by its main loop, which keeps its products fed better with four stages: one tile a
 // block, the tile staged in the drained ring.
-constexpr int kTmaRows = 256, kCopyThreads = 128, kComputeThreads = 256;
+constexpr int kCopyThreads = 128, kComputeThreads = 256;
 // The deepest tile in the persistent form: about where the two forms' times cross on an H100
 // (docs/reliability.md, "Two forms of the kernel").
 constexpr std::int64_t kPersistentSteps = 16;
@@ -386,11 +386,11 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
     for (int mt = 0; mt < 2; ++mt) {
       if (fault >= 0) plant(g, acc[mt], first + mt * 64, fault, bias);
       if (edge)
-        stage_rows<true, kTmaRows>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col, checksum,
-                                   bias, tile);
+        stage_rows<true>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col, checksum, bias,
+                         tile);
       else
-        stage_rows<false, kTmaRows>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col,
-                                    checksum, bias, tile);
+        stage_rows<false>(g, acc[mt], chk[mt], first + mt * 64, r0, c0, tile_col, checksum, bias,
+                          tile);
     }
     if (g.vector) {
       // Stored by the tensor-memory accelerator while the next tile's products run.
@@ -405,7 +405,7 @@ __global__ __launch_bounds__(kTmaThreads, 1) void tma_kernel(const __grid_consta
       }
     } else {
       mma::wg::sync_threads<kComputeThreads>();
-      store_tile<kTmaRows, kComputeThreads>(g, tile, r0, c0, t);
+      store_tile<kComputeThreads>(g, tile, r0, c0, t);
     }
   }
   if (t == 0 && g.vector) mma::wg::bulk_wait<0, false>();
