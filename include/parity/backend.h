@@ -129,7 +129,12 @@ struct OptimizerParams {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float weight_decay = 0.0f;
+  float initial_accumulator = 0.0f;  // adagrad, rowwise_adagrad (OptimizerSpec)
 };
+
+// The value every float of an optimizer's state starts from: adagrad's and rowwise_adagrad's
+// initial accumulator; 0 for adam's moments.
+float initial_optimizer_state(const OptimizerParams& opt);
 
 // Floats of optimizer state per parameter element (adagrad 1, adam 2, sgd 0);
 // rowwise_adagrad keeps one float per table row instead (see TableLayout).

@@ -84,6 +84,9 @@ struct OptimizerSpec {
   double beta1 = 0.9;         // adam
   double beta2 = 0.999;       // adam
   double weight_decay = 0.0;  // >= 0; decoupled (w -= lr*wd*w) for adam, L2 (g += wd*w) otherwise
+  // adagrad, rowwise_adagrad: >= 0, the sum of squares before the first step. With 0 the first
+  // step moves every weight by lr whatever its gradient's size (g / |g|).
+  double initial_accumulator = 0.0;
 };
 
 // Dense math precisions. tf32 is a math mode, not a storage type, hence its own enum.

@@ -16,4 +16,10 @@ int optimizer_state_per_element(OptimizerKind kind) {
   return 0;
 }
 
+float initial_optimizer_state(const OptimizerParams& opt) {
+  const bool adagrad =
+      opt.kind == OptimizerKind::adagrad || opt.kind == OptimizerKind::rowwise_adagrad;
+  return adagrad ? opt.initial_accumulator : 0.0f;
+}
+
 }  // namespace parity

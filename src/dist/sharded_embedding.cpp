@@ -182,7 +182,8 @@ ShardedEmbedding::ShardedEmbedding(std::vector<TableSpec> tables, std::vector<Ta
   }
 }
 
-void ShardedEmbedding::fill(const std::function<float(int, std::int64_t, int)>& init) {
+void ShardedEmbedding::fill(const std::function<float(int, std::int64_t, int)>& init,
+                            float initial_state) {
   // Computed on the host a block of rows at a time and copied in.
   constexpr std::int64_t kBlockFloats = std::int64_t{1} << 22;
   std::vector<float> block;
@@ -213,7 +214,7 @@ void ShardedEmbedding::fill(const std::function<float(int, std::int64_t, int)>& 
   };
   for (const Shard& s : owned_) fill_shard(s);
   for (const Shard& s : replicas_) fill_shard(s);
-  if (state_floats_ > 0) backend_.fill(state_.as<float>(), state_floats_, 0.0f);
+  if (state_floats_ > 0) backend_.fill(state_.as<float>(), state_floats_, initial_state);
   backend_.synchronize();
 }
 

@@ -61,8 +61,10 @@ class ShardedEmbedding {
                    OptimizerKind optimizer, Communicator& comm, Backend& backend);
 
   // Every shard this rank holds filled from init(table, row, column) (the value a single
-  // process's table would hold there; table: in the set), and its optimizer state zeroed.
-  void fill(const std::function<float(int table, std::int64_t row, int col)>& init);
+  // process's table would hold there; table: in the set), and every float of its optimizer state
+  // set to initial_state (initial_optimizer_state of the optimizer's parameters).
+  void fill(const std::function<float(int table, std::int64_t row, int col)>& init,
+            float initial_state);
 
   // in: this rank's bags, every table, in host memory (table-major CSR of global row ids,
   // in.batch bags a table); out: backend memory [in.batch, sum of dims], table t at its column

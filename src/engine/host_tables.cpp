@@ -100,7 +100,9 @@ HostTables::HostTables(Backend& backend, const ModelSpec& spec, ModelLayout& lay
                               ts.name, (h.weight_bytes + h.state_bytes) / 1e9, e.what()));
     }
     auto* host_state = static_cast<float*>(h.host_state.get());
-    if (se > 0) backend.fill(host_state, static_cast<std::int64_t>(se), 0.0f);
+    if (se > 0)
+      backend.fill(host_state, static_cast<std::int64_t>(se),
+                   initial_optimizer_state(layout.emb_opt));
     const auto rows = static_cast<std::size_t>(ts.rows);
     const auto cached = static_cast<std::size_t>(ts.cache_rows);
     h.slot = Buffer(backend, rows * sizeof(std::uint32_t));

@@ -276,7 +276,7 @@ struct HstuModel::Impl {
     const int k = optimizer_state_per_element(dense_opt.kind);
     if (k > 0) {
       dense_state = bytes_of(be, k * dense_count, 4);
-      be.fill(dense_state.as<float>(), k * dense_count, 0.0f);
+      be.fill(dense_state.as<float>(), k * dense_count, initial_optimizer_state(dense_opt));
     }
     for (const DType t : {DType::f32, DType::f16, DType::bf16}) {
       const int i = engine::ModelLayout::buffer_index(t);
@@ -285,7 +285,7 @@ struct HstuModel::Impl {
     }
     if (whole_tables && emb_state_count > 0) {
       emb_state = bytes_of(be, emb_state_count, 4);
-      be.fill(emb_state.as<float>(), emb_state_count, 0.0f);
+      be.fill(emb_state.as<float>(), emb_state_count, initial_optimizer_state(emb_opt));
     }
     for (const TableSpec& t : spec.tables) ctx_lookups += t.pooling_size;
     ctx_ids = bytes_of(be, max_batch * ctx_lookups, 8);
@@ -1075,12 +1075,12 @@ void HstuModel::shard(const Plan& plan, Communicator& comm, std::size_t dense_bu
     auto mark = [&m](const char* category) { m.profiler.section(category); };
     m.feature_shards = std::make_unique<ShardedEmbedding>(m.h.sequence.features, features,
                                                           m.emb_opt.kind, comm, m.be);
-    m.feature_shards->fill(init(0));
+    m.feature_shards->fill(init(0), initial_optimizer_state(m.emb_opt));
     m.feature_shards->set_marker(mark);
     if (m.contexts > 0) {
       m.context_shards =
           std::make_unique<ShardedEmbedding>(m.spec.tables, contexts, m.emb_opt.kind, comm, m.be);
-      m.context_shards->fill(init(F));
+      m.context_shards->fill(init(F), initial_optimizer_state(m.emb_opt));
       m.context_shards->set_marker(mark);
     }
     for (Buffer& b : m.emb_weights) b = Buffer();

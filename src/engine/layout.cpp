@@ -26,6 +26,7 @@ OptimizerParams optimizer_params(const OptimizerSpec& s, double lr_factor) {
   p.beta1 = static_cast<float>(s.beta1);
   p.beta2 = static_cast<float>(s.beta2);
   p.weight_decay = static_cast<float>(s.weight_decay);
+  p.initial_accumulator = static_cast<float>(s.initial_accumulator);
   return p;
 }
 

@@ -51,7 +51,8 @@ struct Parameters {
     const int per_element = optimizer_state_per_element(layout.dense_opt.kind);
     if (per_element > 0) {
       dense_state = floats(backend, per_element * layout.dense_count);
-      backend.fill(dense_state.as<float>(), per_element * layout.dense_count, 0.0f);
+      backend.fill(dense_state.as<float>(), per_element * layout.dense_count,
+                   initial_optimizer_state(layout.dense_opt));
     }
     for (const DType t : {DType::f32, DType::f16, DType::bf16}) {
       const int i = ModelLayout::buffer_index(t);
@@ -61,7 +62,8 @@ struct Parameters {
     }
     if (layout.emb_state_count > 0 && with_tables) {
       emb_state = floats(backend, layout.emb_state_count);
-      backend.fill(emb_state.as<float>(), layout.emb_state_count, 0.0f);
+      backend.fill(emb_state.as<float>(), layout.emb_state_count,
+                   initial_optimizer_state(layout.emb_opt));
     }
   }
   TableWeights tables() const {
@@ -569,9 +571,11 @@ void Model::shard(const Plan& plan, Communicator& comm, std::size_t dense_bucket
     auto sh = std::make_unique<ShardedEmbedding>(m.spec, plan, comm, m.backend);
     // The shards start from the values this model's tables start from, computed for their own
     // rows and columns: no rank needs memory for the whole tables.
-    sh->fill([&m](int t, std::int64_t r, int c) {
-      return m.layout.initial_table_value(static_cast<std::size_t>(t), m.seed, r, c);
-    });
+    sh->fill(
+        [&m](int t, std::int64_t r, int c) {
+          return m.layout.initial_table_value(static_cast<std::size_t>(t), m.seed, r, c);
+        },
+        initial_optimizer_state(m.layout.emb_opt));
     for (Buffer& b : m.params.emb_weights) b = Buffer();
     m.params.emb_state = Buffer();
     sh->set_marker([&m](const char* category) { m.profiler.section(category); });

@@ -300,9 +300,10 @@ InteractionSpec read_interaction(const Field& f) {
 }
 
 OptimizerSpec read_optimizer(const Field& f, bool embedding) {
-  const MapView m = f.as_map({"kind", "lr", "eps", "beta1", "beta2", "weight_decay"},
-                             embedding ? "a map such as {kind: rowwise_adagrad, lr: 0.01}"
-                                       : "a map such as {kind: adam, lr: 0.001}");
+  const MapView m =
+      f.as_map({"kind", "lr", "eps", "beta1", "beta2", "weight_decay", "initial_accumulator"},
+               embedding ? "a map such as {kind: rowwise_adagrad, lr: 0.01}"
+                         : "a map such as {kind: adam, lr: 0.001}");
   OptimizerSpec spec;
   const Field kind = m.require("kind", embedding ? "expected sgd, adagrad or rowwise_adagrad"
                                                  : "expected sgd, adagrad or adam");
@@ -329,6 +330,14 @@ OptimizerSpec read_optimizer(const Field& f, bool embedding) {
     (key == "beta1" ? spec.beta1 : spec.beta2) = b;
   }
   if (auto g = m.get("weight_decay")) spec.weight_decay = read_non_negative(*g);
+  if (auto g = m.get("initial_accumulator")) {
+    if (spec.kind != OptimizerKind::adagrad && spec.kind != OptimizerKind::rowwise_adagrad)
+      g->fail(
+          fmt::format("only adagrad and rowwise_adagrad take initial_accumulator (this "
+                      "optimizer is {})",
+                      optimizer_name(spec.kind)));
+    spec.initial_accumulator = read_non_negative(*g);
+  }
   return spec;
 }
 

@@ -23,10 +23,14 @@ std::string exact(double v) {
   return fmt::format("{}", v);
 }
 
+// The initial accumulator only where set, so that the records of runs without one read as before.
 std::string optimizer_text(const OptimizerSpec& o) {
-  return fmt::format("{} lr {} eps {} beta1 {} beta2 {} weight_decay {}", optimizer_name(o.kind),
-                     exact(o.lr), exact(o.eps), exact(o.beta1), exact(o.beta2),
-                     exact(o.weight_decay));
+  std::string text =
+      fmt::format("{} lr {} eps {} beta1 {} beta2 {} weight_decay {}", optimizer_name(o.kind),
+                  exact(o.lr), exact(o.eps), exact(o.beta1), exact(o.beta2), exact(o.weight_decay));
+  if (o.initial_accumulator != 0.0)
+    text += fmt::format(" initial_accumulator {}", exact(o.initial_accumulator));
+  return text;
 }
 
 }  // namespace

@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
             for (TablePlan& tp : plan.tables) tp.dtype = dt;
             ShardedEmbedding sharded(m, plan, *comm, *backend);
             WholeTables whole(m, opt, dt, *cpu, init);
-            sharded.fill(init);
+            sharded.fill(init, 0.0f);
             const OptimizerParams op{opt, 0.05f, 1e-8f};
             double worst = 0;
             auto compare = [&](float got, float want, const std::string& what) {

@@ -208,6 +208,10 @@ TEST(ModelParse, BaseIsValidWithDefaults) {
   EXPECT_EQ(m.dense_optimizer.kind, OptimizerKind::adam);
   EXPECT_DOUBLE_EQ(m.dense_optimizer.beta1, 0.9);
   EXPECT_DOUBLE_EQ(m.dense_optimizer.beta2, 0.999);
+  EXPECT_EQ(m.embedding_optimizer.initial_accumulator, 0.0);
+  const ModelSpec held = parse_model_spec(
+      replaced(kBase, "lr: 0.1}", "lr: 0.1, initial_accumulator: 0.01}"), "<string>");
+  EXPECT_DOUBLE_EQ(held.embedding_optimizer.initial_accumulator, 0.01);
   // No recipe: nothing may change the numerics.
   EXPECT_FALSE(m.allow_rowwise_adagrad);
   EXPECT_EQ(m.allowed_table_dtypes, std::vector<DType>{DType::f32});
@@ -390,6 +394,12 @@ TEST(ModelParse, OptimizerRules) {
   EXPECT_CONTAINS(msg, "field 'optimizer.embedding.beta1': only adam takes beta1");
   msg = model_error(replaced(kBase, "lr: 0.001}", "lr: 0.001, weight_decay: -1}"));
   EXPECT_CONTAINS(msg, "field 'optimizer.dense.weight_decay': expected a number >= 0");
+  msg = model_error(replaced(kBase, "lr: 0.001}", "lr: 0.001, initial_accumulator: 0.1}"));
+  EXPECT_CONTAINS(msg,
+                  "field 'optimizer.dense.initial_accumulator': only adagrad and rowwise_adagrad "
+                  "take initial_accumulator (this optimizer is adam)");
+  msg = model_error(replaced(kBase, "lr: 0.1}", "lr: 0.1, initial_accumulator: -0.1}"));
+  EXPECT_CONTAINS(msg, "field 'optimizer.embedding.initial_accumulator': expected a number >= 0");
   msg = model_error(
       replaced(kBase, "{kind: rowwise_adagrad, lr: 0.1}", "{kind: sgd, lr: 0.1, eps: 1e-8}"));
   EXPECT_CONTAINS(msg, "field 'optimizer.embedding.eps': sgd takes no eps");
