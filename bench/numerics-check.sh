@@ -10,7 +10,7 @@
 #
 # Environment: MODELS (default "tiny tiny-dot prod-ads-small"), STEPS (2000), WINDOW (100), BATCH
 # (2048; a model's own batch where smaller, unless FORCE_BATCH=1), CAP (rows of every table capped
-# here: 200000), EVAL_EXAMPLES (65536). The table is printed last and written to $OUT/numerics.md;
+# here: 200000), EVAL_EXAMPLES (65536), SEED (1: initialisation and data). The table is printed last and written to $OUT/numerics.md;
 # the exit status is non-zero where a bound does not hold or a run fails.
 set -uo pipefail
 . "$(dirname "$0")/common.sh" numerics
@@ -20,6 +20,7 @@ WINDOW=${WINDOW:-100}
 BATCH=${BATCH:-2048}
 CAP=${CAP:-200000}
 EVAL_EXAMPLES=${EVAL_EXAMPLES:-65536}
+SEED=${SEED:-1}
 find_binaries parity || exit 1
 device_facts
 status=0
@@ -29,9 +30,9 @@ for m in $MODELS; do
   own=$(awk '/^batch_size:/ {print $2}' "configs/models/$m.yaml")
   b=$BATCH
   [ "${FORCE_BATCH:-0}" != 1 ] && [ -n "$own" ] && [ "$own" -lt "$b" ] && b=$own
-  common=(train --model "$spec" --no-plan --seed 1 --steps "$STEPS" --batch "$b" --eval-every 0
+  common=(train --model "$spec" --no-plan --seed "$SEED" --steps "$STEPS" --batch "$b" --eval-every 0
     --eval-examples "$EVAL_EXAMPLES" --loss-window "$WINDOW")
-  say "$m: batch $b, $STEPS steps"
+  say "$m: batch $b, $STEPS steps, seed $SEED"
   run_bin "$BIN/parity" "${common[@]}" --backend cpu --loss-log "$OUT/$m.cpu.txt" >"$OUT/$m.cpu.log" 2>&1 &
   cpu=$!
   run_bin "$BIN/parity" "${common[@]}" --backend gpu --dense-math fp32 --loss-log "$OUT/$m.fp32.txt" \
