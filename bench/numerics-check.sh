@@ -10,8 +10,9 @@
 #
 # Environment: MODELS (default "tiny tiny-dot prod-ads-small"), STEPS (2000), WINDOW (100), BATCH
 # (2048; a model's own batch where smaller, unless FORCE_BATCH=1), CAP (rows of every table capped
-# here: 200000), EVAL_EXAMPLES (65536), SEED (1: initialisation and data). The table is printed last and written to $OUT/numerics.md;
-# the exit status is non-zero where a bound does not hold or a run fails.
+# here: 200000), EVAL_EXAMPLES (65536), SEED (1: initialisation and data). The table is printed
+# last and written to $OUT/numerics.md; the exit status is non-zero where a bound does not hold or
+# a run fails.
 set -uo pipefail
 . "$(dirname "$0")/common.sh" numerics
 MODELS=${MODELS:-tiny tiny-dot prod-ads-small}
