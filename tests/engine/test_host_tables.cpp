@@ -40,6 +40,8 @@ ModelSpec spec_for(OptimizerKind opt, bool narrow) {
     m.tables[t].dim = dims[t];
     m.tables[t].pooling_size = pool[t];
   }
+  // The host rows' state starts at Adagrad's initial accumulator, as the backend's does.
+  if (opt != OptimizerKind::sgd) m.embedding_optimizer.initial_accumulator = 0.01;
   if (narrow) {
     m.tables[0].dtype = DType::f16;
     m.tables[1].dtype = DType::bf16;
@@ -77,6 +79,18 @@ TEST_P(HostTablesTest, TrainExactlyAsInBackendMemory) {
   Model ref(ref_spec, *be, kBatch, 5), host(host_spec, *be, kBatch, 5);
   // The host rows start as the backend-memory model's, and the caches hold their values.
   ASSERT_EQ(all_bytes(*be, ref), all_bytes(*be, host));
+  int states = 0;
+  for (const TensorRef& t : host.tensors()) {
+    if (t.name.rfind("optimizer.embedding.", 0) != 0) continue;
+    const auto bytes = testing::host_bytes(*be, t);
+    for (std::size_t i = 0; i < bytes.size(); i += 4) {
+      float v;
+      std::memcpy(&v, bytes.data() + i, 4);
+      ASSERT_EQ(v, 0.01f) << t.name;
+    }
+    ++states;
+  }
+  EXPECT_EQ(states, opt == OptimizerKind::sgd ? 0 : 4);
   EXPECT_GT(host.host_resident_bytes(), 0u);
   EXPECT_GT(host.allocated_bytes_by_category().at("embedding_cache_maps"), 0u);
 

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "adagrad_step.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backends.h"
 #include "parity/data.h"
@@ -392,6 +393,45 @@ TEST_P(HstuOnEveryBackend, RecomputeChangesNoBits) {
     }
     EXPECT_EQ(losses[1], losses[0]) << dense_math_name(math);
   }
+}
+
+// Adagrad's initial accumulator in the HSTU engine, dense layers (adagrad) and tables (rowwise):
+// every state starts at its value, and the first step is the one adagrad_step.h derives from the
+// same model without one.
+TEST_P(HstuOnEveryBackend, AdagradStartsFromTheInitialAccumulator) {
+  PARITY_REQUIRE_BACKEND(GetParam());
+  ModelSpec zero = tiny();
+  zero.dense_optimizer.kind = OptimizerKind::adagrad;
+  zero.dense_optimizer.lr = 0.05;
+  ASSERT_EQ(zero.embedding_optimizer.kind, OptimizerKind::rowwise_adagrad);
+  ModelSpec held = zero;
+  held.dense_optimizer.initial_accumulator = 0.25;
+  held.embedding_optimizer.initial_accumulator = 0.125;
+  const std::unique_ptr<Backend> be = make_backend(GetParam());
+  HstuModel z(zero, *be, 64, 9), a(held, *be, 64, 9);
+  auto floats = [&](HstuModel& m, const std::string& name) {
+    return testing::tensor_floats(*be, m, name);
+  };
+  auto dense = [&](HstuModel& m) { return testing::dense_floats(*be, m); };
+  const std::string dense_state = "optimizer.dense.state";
+  for (const float s : floats(a, dense_state)) ASSERT_EQ(s, 0.25f);
+  for (const char* t : {"item", "action", "user_segment"})
+    for (const float s : floats(a, fmt::format("optimizer.embedding.{}.state", t)))
+      ASSERT_EQ(s, 0.125f) << t;
+  const std::vector<float> w0 = dense(a), e0 = floats(a, "embedding.item.weight");
+  ASSERT_EQ(w0, dense(z));
+
+  Batch b;
+  SyntheticSequences(zero, 4).batch(Split::train, 0, 64, b);
+  z.train_step(b);
+  a.train_step(b);
+  testing::expect_first_adagrad_step(w0, dense(z), dense(a), floats(z, dense_state),
+                                     floats(a, dense_state), 0.25, zero.dense_optimizer.eps, 1,
+                                     "dense");
+  testing::expect_first_adagrad_step(
+      e0, floats(z, "embedding.item.weight"), floats(a, "embedding.item.weight"),
+      floats(z, "optimizer.embedding.item.state"), floats(a, "optimizer.embedding.item.state"),
+      0.125, zero.embedding_optimizer.eps, 32, "table item");
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, HstuOnEveryBackend,

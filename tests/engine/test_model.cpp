@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "adagrad_step.h"
 #include "backends.h"
 #include "micro_model.h"
 #include "parity/data.h"
@@ -436,11 +437,9 @@ TEST_P(EngineModel, NarrowTablesAreStoredInTheirOwnType) {
 }
 
 // Adagrad's initial accumulator (OptimizerSpec::initial_accumulator): every state starts at its
-// value, and the first step divides by sqrt(a + g²) where a model without one divides by |g|.
-// Both models take the same first gradient, so with the model without one giving g² (its state)
-// and lr·g / (|g| + eps) (its step), the other's state must be a + g² and its step
-// lr·g / (sqrt(a + g²) + eps), for the dense layers (adagrad, per element) and the tables
-// (rowwise_adagrad, per row; rows the batch missed keep a).
+// value, and the first step is the one adagrad_step.h derives from the same model without one,
+// for the dense layers (adagrad, per element) and the tables (rowwise_adagrad, per row; rows the
+// batch missed keep the value).
 TEST_P(EngineModel, AdagradStartsFromTheInitialAccumulator) {
   ModelSpec zero = testing::micro_model(InteractionKind::dcnv2, OptimizerKind::rowwise_adagrad,
                                         OptimizerKind::adagrad, 0.05);
@@ -450,31 +449,9 @@ TEST_P(EngineModel, AdagradStartsFromTheInitialAccumulator) {
   auto be = backend();
   Model z(zero, *be, 8, 3), a(held, *be, 8, 3);
   auto floats = [&](Model& m, const std::string& name) {
-    for (const TensorRef& t : m.tensors()) {
-      if (t.name != name) continue;
-      const auto bytes = testing::host_bytes(*be, t);
-      std::vector<float> v(bytes.size() / 4);
-      std::memcpy(v.data(), bytes.data(), bytes.size());
-      return v;
-    }
-    throw Error("no tensor " + name);
+    return testing::tensor_floats(*be, m, name);
   };
-  // The dense parameters in the order of their state: by address in their one buffer.
-  auto dense = [&](Model& m) {
-    std::vector<TensorRef> ts;
-    for (const TensorRef& t : m.tensors())
-      if (t.name.rfind("embedding.", 0) != 0 && t.name.rfind("optimizer.", 0) != 0) ts.push_back(t);
-    std::sort(ts.begin(), ts.end(),
-              [](const TensorRef& x, const TensorRef& y) { return x.data < y.data; });
-    std::vector<float> v;
-    for (const TensorRef& t : ts) {
-      const auto bytes = testing::host_bytes(*be, t);
-      const std::size_t at = v.size();
-      v.resize(at + bytes.size() / 4);
-      std::memcpy(v.data() + at, bytes.data(), bytes.size());
-    }
-    return v;
-  };
+  auto dense = [&](Model& m) { return testing::dense_floats(*be, m); };
   const std::string dense_state = "optimizer.dense.state";
   for (const float s : floats(a, dense_state)) ASSERT_EQ(s, 0.25f);
   for (const float s : floats(a, "optimizer.embedding.t1.state")) ASSERT_EQ(s, 0.125f);
@@ -488,32 +465,13 @@ TEST_P(EngineModel, AdagradStartsFromTheInitialAccumulator) {
   z.train_step(batch);
   a.train_step(batch);
 
-  // want: the held model's step from the other's (both from w0 with the same gradient).
-  auto check = [](const std::vector<float>& w0, const std::vector<float>& wz,
-                  const std::vector<float>& wa, const std::vector<float>& sz,
-                  const std::vector<float>& sa, double held, int per_state,
-                  const std::string& what) {
-    ASSERT_EQ(w0.size(), wz.size());
-    ASSERT_EQ(wa.size(), wz.size());
-    ASSERT_EQ(sz.size() * static_cast<std::size_t>(per_state), w0.size());
-    int moved = 0;
-    for (std::size_t i = 0; i < w0.size(); ++i) {
-      const std::size_t k = i / static_cast<std::size_t>(per_state);
-      const double g2 = sz[k];
-      ASSERT_NEAR(sa[k], held + g2, 1e-6 * (held + g2)) << what << " state " << k;
-      const double step_z = static_cast<double>(w0[i]) - wz[i];
-      const double eps = 1e-8;
-      const double want = step_z * (std::sqrt(g2) + eps) / (std::sqrt(held + g2) + eps);
-      const double got = static_cast<double>(w0[i]) - wa[i];
-      ASSERT_NEAR(got, want, 1e-6 + 1e-5 * std::abs(want)) << what << " element " << i;
-      moved += step_z != 0.0;
-    }
-    EXPECT_GT(moved, 0) << what;
-  };
-  check(w0, dense(z), dense(a), floats(z, dense_state), floats(a, dense_state), 0.25, 1, "dense");
-  check(e0, floats(z, "embedding.t1.weight"), floats(a, "embedding.t1.weight"),
-        floats(z, "optimizer.embedding.t1.state"), floats(a, "optimizer.embedding.t1.state"), 0.125,
-        zero.tables[1].dim, "table t1");
+  testing::expect_first_adagrad_step(w0, dense(z), dense(a), floats(z, dense_state),
+                                     floats(a, dense_state), 0.25, zero.dense_optimizer.eps, 1,
+                                     "dense");
+  testing::expect_first_adagrad_step(
+      e0, floats(z, "embedding.t1.weight"), floats(a, "embedding.t1.weight"),
+      floats(z, "optimizer.embedding.t1.state"), floats(a, "optimizer.embedding.t1.state"), 0.125,
+      zero.embedding_optimizer.eps, zero.tables[1].dim, "table t1");
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, EngineModel, ::testing::ValuesIn(testing::engine_backends()),
