@@ -600,9 +600,10 @@ TEST(PlanEvaluation, MemoryAndTimeCategoriesByHand) {
   const Prediction pr = evaluate_plan(p, m, d, c);
   EXPECT_DOUBLE_EQ(pr.memory_bytes.at("embedding_weights"), weights);
   EXPECT_DOUBLE_EQ(pr.memory_bytes.at("embedding_optimizer_state"), rows * 4);  // one float per row
-  // Dense: parameters, gradients and one adagrad state, in fp32.
+  // Dense: parameters, gradients and Adam's two states, in fp32.
+  ASSERT_EQ(m.dense_optimizer.kind, OptimizerKind::adam);
   EXPECT_DOUBLE_EQ(pr.memory_bytes.at("dense_parameters_and_state"),
-                   static_cast<double>(m.dense_parameters()) * 4 * 3);
+                   static_cast<double>(m.dense_parameters()) * 4 * 4);
   EXPECT_DOUBLE_EQ(pr.memory_bytes.at("reserved"), c.reserved_bytes);
   EXPECT_DOUBLE_EQ(pr.memory_bytes.at("workspace"), c.workspace_bytes);
   // The engine's buffers and the backend's: on one GPU the pooled outputs are x0's columns (no

@@ -130,7 +130,7 @@ TEST(ModelZoo, TinyIsSmallAndMixed) {
   EXPECT_EQ(mean, 1);
   EXPECT_EQ(zipf, 2);
   EXPECT_EQ(m.embedding_optimizer.kind, OptimizerKind::rowwise_adagrad);
-  EXPECT_EQ(m.dense_optimizer.kind, OptimizerKind::adagrad);
+  EXPECT_EQ(m.dense_optimizer.kind, OptimizerKind::adam);
 }
 
 // Each prod-*.yaml says "~<N><M|B|T> params" and "<K> GPUs" in its description;
