@@ -8,8 +8,8 @@
 // Per-step bound: the per-step loss within 0.3% over 500 steps (fp32 against the cpu, and bf16
 // and tf32 against fp32), asserted on the tiny models with SGD; the models as configured (Adam
 // and rowwise Adagrad) are trained and reported but not held to it, because their first updates
-// can turn on a rounding (see with_sgd below). Predictions after 20 steps as
-// configured are asserted. "[ measured ]" lines record the deviations seen.
+// can turn on a rounding (see with_sgd below). Predictions after 20 steps as configured are
+// asserted. "[ measured ]" lines record the deviations seen.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -147,12 +147,12 @@ constexpr int kEngineSteps = 500;
 // dense parameters and rowwise Adagrad on the tables, whose first updates are about ±lr for
 // every element (Adam's m/sqrt(v), Adagrad's g/|g|), however small the gradient. A rounding
 // difference that flips the sign of a near-zero gradient moves that weight by 2·lr. This is a
-// property of the models, not of the GPU: when their dense layers
-// trained with Adagrad at rate 0.05, on the CPU reference alone one weight changed by 1 ulp at
-// initialisation moved the per-step loss by up to 0.46% (tiny) within 500 steps, and every
-// weight changed by 1 ulp by up to 0.69% (tiny) and 1.0% (tiny-dot). With SGD the same
-// perturbations stay under 3.3e-5 (1 ulp) and 1.8e-4 (bf16 emulation). The runs as configured
-// are still made and reported; their smoothed loss is compared in bench/numerics-check.sh.
+// property of the models, not of the GPU: when their dense layers trained with Adagrad at rate
+// 0.05, on the CPU reference alone one weight changed by 1 ulp at initialisation moved the
+// per-step loss by up to 0.46% (tiny) within 500 steps, and every weight changed by 1 ulp by up
+// to 0.69% (tiny) and 1.0% (tiny-dot). With SGD the same perturbations stay under 3.3e-5 (1 ulp)
+// and 1.8e-4 (bf16 emulation). The runs as configured are still made and reported; their
+// smoothed loss is compared in bench/numerics-check.sh.
 ModelSpec with_sgd(ModelSpec spec) {
   for (OptimizerSpec* o : {&spec.dense_optimizer, &spec.embedding_optimizer}) {
     o->kind = OptimizerKind::sgd;
