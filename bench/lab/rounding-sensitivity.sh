@@ -14,7 +14,9 @@
 # model's own) and seed of SEEDS (default 1), one run with exact operands and one per BITS
 # (default "23 11 8"), STEPS (2000) steps of BATCH examples (default: the model's batch), windows
 # of WINDOW (100) steps. Prints each window's relative difference, their worst and mean, and the
-# held-out AUC of both runs.
+# held-out AUC of both runs. EXTRA_PATCH: a further patch for the scratch tree, e.g.
+# bench/lab/first-order-teacher.patch (the synthetic teacher without its products of two tables
+# and of a table and a dense feature).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODELS=${MODELS:-tiny tiny-dot}
@@ -29,6 +31,7 @@ trap 'git worktree remove --force "$SCRATCH/tree" >/dev/null 2>&1; rm -rf "$SCRA
 
 git worktree add --detach "$SCRATCH/tree" HEAD >/dev/null
 git -C "$SCRATCH/tree" apply "$PWD/bench/lab/cpu-rounded-products.patch"
+[ -z "${EXTRA_PATCH:-}" ] || git -C "$SCRATCH/tree" apply "$PWD/$EXTRA_PATCH"
 cmake -S "$SCRATCH/tree" -B "$SCRATCH/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DPARITY_BACKENDS=cpu -DPARITY_BUILD_TESTS=OFF >/dev/null
 cmake --build "$SCRATCH/build" --target parity -j "$(nproc)" >/dev/null
