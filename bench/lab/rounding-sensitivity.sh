@@ -31,7 +31,10 @@ trap 'git worktree remove --force "$SCRATCH/tree" >/dev/null 2>&1; rm -rf "$SCRA
 
 git worktree add --detach "$SCRATCH/tree" HEAD >/dev/null
 git -C "$SCRATCH/tree" apply "$PWD/bench/lab/cpu-rounded-products.patch"
-[ -z "${EXTRA_PATCH:-}" ] || git -C "$SCRATCH/tree" apply "$PWD/$EXTRA_PATCH"
+if [ -n "${EXTRA_PATCH:-}" ]; then
+  [[ $EXTRA_PATCH == /* ]] || EXTRA_PATCH=$PWD/$EXTRA_PATCH  # relative to the repository root
+  git -C "$SCRATCH/tree" apply "$EXTRA_PATCH"
+fi
 cmake -S "$SCRATCH/tree" -B "$SCRATCH/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DPARITY_BACKENDS=cpu -DPARITY_BUILD_TESTS=OFF >/dev/null
 cmake --build "$SCRATCH/build" --target parity -j "$(nproc)" >/dev/null
