@@ -16,7 +16,8 @@
 # of WINDOW (100) steps. Prints each window's relative difference, their worst and mean, and the
 # held-out AUC of both runs. EXTRA_PATCH: a further patch for the scratch tree, e.g.
 # bench/lab/first-order-teacher.patch (the synthetic teacher without its products of two tables
-# and of a table and a dense feature).
+# and of a table and a dense feature) or bench/lab/shared-row-teacher.patch (those products of
+# the rows' first-order values, not of values of their own).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODELS=${MODELS:-tiny tiny-dot}
