@@ -11,9 +11,9 @@
 # Builds the patched tree (cpu backend only) in a scratch worktree, then per model of MODELS
 # (default "tiny tiny-dot"), dense optimizer of DENSE (maps as a model file writes them, separated
 # by ";", e.g. "{kind: adagrad, lr: 0.05, eps: 1.0e-8, initial_accumulator: 0.01}"; default: the
-# model's own) and seed of SEEDS (default 1), one run with exact operands and one per BITS
-# (default "23 11 8"), STEPS (2000) steps of BATCH examples (default: the model's batch), windows
-# of WINDOW (100) steps. Prints each window's relative difference, their worst and mean, and the
+# model's own), table optimizer of EMBEDDING (the same, for the tables) and seed of SEEDS
+# (default 1), one run with exact operands and one per BITS (default "23 11 8"), STEPS (2000)
+# steps of BATCH examples (default: the model's batch), windows of WINDOW (100) steps. Prints each window's relative difference, their worst and mean, and the
 # held-out AUC of both runs. EXTRA_PATCH: a further patch for the scratch tree, e.g.
 # bench/lab/first-order-teacher.patch (the synthetic teacher without its products of two tables
 # and of a table and a dense feature) or bench/lab/shared-row-teacher.patch (those products of
@@ -22,6 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODELS=${MODELS:-tiny tiny-dot}
 DENSE=${DENSE:-}
+EMBEDDING=${EMBEDDING:-}
 BATCH=${BATCH:-}
 BITS=${BITS:-23 11 8}
 SEEDS=${SEEDS:-1}
@@ -41,23 +42,27 @@ cmake -S "$SCRATCH/tree" -B "$SCRATCH/build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$SCRATCH/build" --target parity -j "$(nproc)" >/dev/null
 parity=$SCRATCH/build/parity
 
-variants=()
-IFS=';' read -r -a variants <<<"$DENSE"
-[ ${#variants[@]} -gt 0 ] || variants=("")
+dense=() tables=()
+IFS=';' read -r -a dense <<<"$DENSE"
+IFS=';' read -r -a tables <<<"$EMBEDDING"
+[ ${#dense[@]} -gt 0 ] || dense=("")
+[ ${#tables[@]} -gt 0 ] || tables=("")
 for m in $MODELS; do
-  for v in "${!variants[@]}"; do
+  for d in "${!dense[@]}"; do for e in "${!tables[@]}"; do
+    v=$d-$e
     spec=$SCRATCH/$m-$v.yaml
-    # The model with its dense optimizer's map replaced (kept where DENSE is empty).
-    python3 - "configs/models/$m.yaml" "${variants[$v]}" >"$spec" <<'PY'
+    # The model with its optimizers' maps replaced (each kept where its variable is empty).
+    python3 - "configs/models/$m.yaml" "${dense[$d]}" "${tables[$e]}" >"$spec" <<'PY'
 import re, sys
-text, dense = open(sys.argv[1]).read(), sys.argv[2].strip()
-if dense:
-    text, n = re.subn(r"dense:\s*\{[^}]*\}", lambda _: "dense: " + dense, text)
-    if n != 1:
-        sys.exit(f"{sys.argv[1]}: expected one dense optimizer map, found {n}")
+text = open(sys.argv[1]).read()
+for key, value in (("dense", sys.argv[2].strip()), ("embedding", sys.argv[3].strip())):
+    if value:
+        text, n = re.subn(key + r":\s*\{[^}]*\}", lambda _: f"{key}: {value}", text)
+        if n != 1:
+            sys.exit(f"{sys.argv[1]}: expected one {key} optimizer map, found {n}")
 print(text, end="")
 PY
-    what="$m, dense $(grep -oE 'dense: *\{[^}]*\}' "$spec")"
+    what="$m, $(grep -oE 'embedding: *\{[^}]*\}' "$spec"), $(grep -oE 'dense: *\{[^}]*\}' "$spec")"
     for seed in $SEEDS; do
       run() {  # BITS LOG: one run, its window means in LOG.txt
         PARITY_LAB_ROUND_BITS=$1 OMP_NUM_THREADS=1 "$parity" train --model "$spec" --backend cpu \
@@ -82,5 +87,5 @@ print(f"{sys.argv[3]}: worst {max(map(abs, d)):.3f}%, mean {sum(d) / len(d):+.3f
 PY
       done
     done
-  done
+  done; done
 done
