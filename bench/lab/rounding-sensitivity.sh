@@ -13,11 +13,12 @@
 # by ";", e.g. "{kind: adagrad, lr: 0.05, eps: 1.0e-8, initial_accumulator: 0.01}"; default: the
 # model's own), table optimizer of EMBEDDING (the same, for the tables) and seed of SEEDS
 # (default 1), one run with exact operands and one per BITS (default "23 11 8"), STEPS (2000)
-# steps of BATCH examples (default: the model's batch), windows of WINDOW (100) steps. Prints each window's relative difference, their worst and mean, and the
-# held-out AUC of both runs. EXTRA_PATCH: a further patch for the scratch tree, e.g.
-# bench/lab/first-order-teacher.patch (the synthetic teacher without its products of two tables
-# and of a table and a dense feature) or bench/lab/shared-row-teacher.patch (those products of
-# the rows' first-order values, not of values of their own).
+# steps of BATCH examples (default: the model's batch), windows of WINDOW (100) steps. Prints
+# each window's relative difference, their worst and mean, and the held-out AUC of both runs.
+# EXTRA_PATCH: a further patch for the scratch tree, e.g. bench/lab/first-order-teacher.patch (the
+# synthetic teacher without its products of two tables and of a table and a dense feature) or
+# bench/lab/shared-row-teacher.patch (those products of the rows' first-order values, not of
+# values of their own).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODELS=${MODELS:-tiny tiny-dot}
