@@ -34,6 +34,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -312,7 +313,7 @@ def main(argv=None):
 
 
 def run(torch, args, spec, tables):
-    nn, F = torch.nn, torch.nn.functional
+    F = torch.nn.functional
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type != "cuda" and not args.check:
         sys.exit("no CUDA device (only --check runs on the CPU)")
@@ -328,6 +329,91 @@ def run(torch, args, spec, tables):
     print(f"{spec['name']}: {T} tables, {rows_total:,} rows ({emb_bytes / 1e9:.1f} GB fp32 + "
           f"{state / 1e9:.1f} GB {args.embedding_optimizer} state), batch {B}, "
           f"{'one fused EmbeddingBag' if fused else 'one EmbeddingBag per table'}", flush=True)
+
+    m = build(torch, args, spec, tables, dev)
+    bags, weights, dense_fn, dense_opt = m.bags, m.weights, m.dense_fn, m.dense_opt
+    embedding_update, kind, dspec, dense_impl = m.embedding_update, m.kind, m.dspec, m.dense_impl
+
+    # ---- data: --pool batches generated on the device before timing ----
+    dgen = torch.Generator(device=dev).manual_seed(args.seed + 1)
+    pools = [t["pooling_size"] for t in tables]
+
+    def offsets_for(ps):
+        lengths = torch.tensor(ps, device=dev).repeat_interleave(B)
+        return torch.cat([torch.zeros(1, dtype=torch.long, device=dev), lengths.cumsum(0)])
+
+    offsets = [offsets_for(pools)] if fused else [offsets_for([p]) for p in pools]
+    batches = []
+    for _ in range(args.pool):
+        ids = []
+        for t in tables:
+            n, rows = B * t["pooling_size"], t["rows"]
+            r = (zipf_ids(n, rows, float(t["zipf_alpha"]), dgen, dev, torch) if t["distribution"] == "zipf"
+                 else torch.randint(0, rows, (n,), generator=dgen, device=dev))
+            ids.append(r + t["base"])
+        batches.append(dict(ids=[torch.cat(ids)] if fused else ids,
+                            dense=torch.randn(B, int(spec["dense_features"]), generator=dgen, device=dev),
+                            labels=torch.randint(0, 2, (B,), generator=dgen, device=dev).float()))
+
+    def embed(b):
+        return m.embed(b["ids"], offsets)
+
+    def step(b):
+        return m.step(b["dense"], embed(b), b["labels"])
+
+    if args.check:
+        run_checks(torch, F, weights, m.states, m.torch_adagrad, kind, (m.e_lr, m.e_eps), tables,
+                   batches[0], embed, dense_fn, embedding_update, fused, B)
+
+    # ---- warmup (compile happens here), then --steps timed between synchronizes ----
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for i in range(args.warmup):
+        loss = step(batches[i % args.pool])
+    sync()
+    t0 = time.perf_counter()
+    if cuda:
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+    for i in range(args.steps):
+        loss = step(batches[(args.warmup + i) % args.pool])
+    if cuda:
+        stop.record()
+    sync()
+    ms_step = (start.elapsed_time(stop) if cuda else (time.perf_counter() - t0) * 1e3) / args.steps
+    loss = float(loss)
+    if not math.isfinite(loss):
+        sys.exit(f"loss is {loss}")
+    peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else 0.0
+    name = torch.cuda.get_device_name() if cuda else "cpu"
+    mode = (args.compile_mode or "default") if args.compile else "eager"
+    zipf = sum(t["distribution"] == "zipf" for t in tables)
+    print(f"data: {args.pool} distinct batches pre-generated on the {dev.type} before timing and cycled, "
+          f"so PyTorch is never host-bound{f'; {zipf} zipf tables: continuous approximation' if zipf else ''}")
+    print(f"{spec['name']}: {B * 1e3 / ms_step:,.0f} examples/s, {ms_step:.2f} ms/step ({args.steps} steps after "
+          f"{args.warmup} warmup, batch {B}), peak {peak:.1f} GB, loss {loss:.4f}; dense {args.dense_math} {mode}, "
+          f"{dspec['kind']} ({dense_impl}); tables {kind}, {'fused' if fused else 'per-table'}"
+          f"{f', rows cap {args.rows_cap:,}' if args.rows_cap else ''}; {name}, torch {torch.__version__}")
+    result = dict(model=spec["name"], rows_cap=args.rows_cap, batch=B, dense_math=args.dense_math,
+                  compile=args.compile, compile_mode=mode, embedding_optimizer=kind,
+                  examples_per_s=round(B * 1e3 / ms_step, 1), ms_per_step=round(ms_step, 4),
+                  peak_mem_gb=round(peak, 3), loss=round(loss, 6), device=name, torch=torch.__version__,
+                  rows=rows_total, steps=args.steps, warmup=args.warmup, pool=args.pool, seed=args.seed,
+                  dense_optimizer=f"{dspec['kind']}:{dense_impl}", embedding_storage="fused" if fused else "per-table",
+                  zipf_tables=zipf, check=args.check, model_file=str(args.model))
+    print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+def build(torch, args, spec, tables, dev):
+    """The model, its optimizers and its step for `tables` (read_spec's; each gets "base" here, its
+    first row in its EmbeddingBag's weight). From args: seed, dense_math, compile, compile_mode,
+    embedding_optimizer. The dense weights come from torch's default generator, which the caller
+    seeds; the tables from a generator seeded with args.seed."""
+    nn, F = torch.nn, torch.nn.functional
+    T = len(tables)
+    dims = [t["dim"] for t in tables]
+    fused = len(set(dims)) == 1
 
     # ---- embeddings: weights uniform(+-1/sqrt(rows_t)), filled in place in chunks ----
     wgen = torch.Generator(device=dev).manual_seed(args.seed)
@@ -462,81 +548,23 @@ def run(torch, args, spec, tables):
             states[k].index_copy_(0, rows, s)
             w.index_add_(0, rows, vals.mul_((-e_lr / (s.sqrt_() + e_eps)).unsqueeze(1)))
 
-    # ---- data: --pool batches generated on the device before timing ----
-    dgen = torch.Generator(device=dev).manual_seed(args.seed + 1)
-    pools = [t["pooling_size"] for t in tables]
-
-    def offsets_for(ps):
-        lengths = torch.tensor(ps, device=dev).repeat_interleave(B)
-        return torch.cat([torch.zeros(1, dtype=torch.long, device=dev), lengths.cumsum(0)])
-
-    offsets = [offsets_for(pools)] if fused else [offsets_for([p]) for p in pools]
-    batches = []
-    for _ in range(args.pool):
-        ids = []
-        for t in tables:
-            n, rows = B * t["pooling_size"], t["rows"]
-            r = (zipf_ids(n, rows, float(t["zipf_alpha"]), dgen, dev, torch) if t["distribution"] == "zipf"
-                 else torch.randint(0, rows, (n,), generator=dgen, device=dev))
-            ids.append(r + t["base"])
-        batches.append(dict(ids=[torch.cat(ids)] if fused else ids,
-                            dense=torch.randn(B, int(spec["dense_features"]), generator=dgen, device=dev),
-                            labels=torch.randint(0, 2, (B,), generator=dgen, device=dev).float()))
-
-    def embed(b):
-        outs = [bag(i, o) for bag, i, o in zip(bags, b["ids"], offsets)]
+    def embed(ids, offsets):
+        """Pooled rows: [T*B, D] table-major (one fused bag) or [B, sum dims]."""
+        outs = [bag(i, o) for bag, i, o in zip(bags, ids, offsets)]
         return outs[0] if fused else torch.cat(outs, 1)
 
-    def step(b):
+    def step(dense, pooled, labels):
         dense_opt.zero_grad(set_to_none=True)
-        loss = dense_fn(b["dense"], embed(b), b["labels"])
+        loss = dense_fn(dense, pooled, labels)
         loss.backward()
         dense_opt.step()
         embedding_update()
         return loss.detach()
 
-    if args.check:
-        run_checks(torch, F, weights, states, torch_adagrad, kind, (e_lr, e_eps), tables,
-                   batches[0], embed, dense_fn, embedding_update, fused, B)
-
-    # ---- warmup (compile happens here), then --steps timed between synchronizes ----
-    cuda = dev.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    for i in range(args.warmup):
-        loss = step(batches[i % args.pool])
-    sync()
-    t0 = time.perf_counter()
-    if cuda:
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-    for i in range(args.steps):
-        loss = step(batches[(args.warmup + i) % args.pool])
-    if cuda:
-        stop.record()
-    sync()
-    ms_step = (start.elapsed_time(stop) if cuda else (time.perf_counter() - t0) * 1e3) / args.steps
-    loss = float(loss)
-    if not math.isfinite(loss):
-        sys.exit(f"loss is {loss}")
-    peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else 0.0
-    name = torch.cuda.get_device_name() if cuda else "cpu"
-    mode = (args.compile_mode or "default") if args.compile else "eager"
-    zipf = sum(t["distribution"] == "zipf" for t in tables)
-    print(f"data: {args.pool} distinct batches pre-generated on the {dev.type} before timing and cycled, "
-          f"so PyTorch is never host-bound{f'; {zipf} zipf tables: continuous approximation' if zipf else ''}")
-    print(f"{spec['name']}: {B * 1e3 / ms_step:,.0f} examples/s, {ms_step:.2f} ms/step ({args.steps} steps after "
-          f"{args.warmup} warmup, batch {B}), peak {peak:.1f} GB, loss {loss:.4f}; dense {args.dense_math} {mode}, "
-          f"{dspec['kind']} ({dense_impl}); tables {kind}, {'fused' if fused else 'per-table'}"
-          f"{f', rows cap {args.rows_cap:,}' if args.rows_cap else ''}; {name}, torch {torch.__version__}")
-    result = dict(model=spec["name"], rows_cap=args.rows_cap, batch=B, dense_math=args.dense_math,
-                  compile=args.compile, compile_mode=mode, embedding_optimizer=kind,
-                  examples_per_s=round(B * 1e3 / ms_step, 1), ms_per_step=round(ms_step, 4),
-                  peak_mem_gb=round(peak, 3), loss=round(loss, 6), device=name, torch=torch.__version__,
-                  rows=rows_total, steps=args.steps, warmup=args.warmup, pool=args.pool, seed=args.seed,
-                  dense_optimizer=f"{dspec['kind']}:{dense_impl}", embedding_storage="fused" if fused else "per-table",
-                  zipf_tables=zipf, check=args.check, model_file=str(args.model))
-    print("RESULT " + json.dumps(result), flush=True)
-    return 0
+    return SimpleNamespace(bags=bags, weights=weights, fused=fused, dense_mod=dense_mod, dense_fn=dense_fn,
+                           dense_opt=dense_opt, dense_impl=dense_impl, dspec=dspec, kind=kind, states=states,
+                           torch_adagrad=torch_adagrad, e_lr=e_lr, e_eps=e_eps,
+                           embedding_update=embedding_update, embed=embed, step=step)
 
 
 def run_checks(torch, F, weights, states, torch_adagrad, kind, hyper, tables, b, embed, dense_fn,
