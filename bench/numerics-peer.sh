@@ -46,10 +46,12 @@ for m in $MODELS; do
     }
     pids=()
     for run in fp32 bf16 fp32-ulp bf16-ulp; do
+      off=()
+      [ "$run" = "${run%-ulp}" ] || off=(--perturb-ulp 1)
       PYTHONUNBUFFERED=1 "$PYTHON" bench/numerics_torch.py --model "configs/models/$m.yaml" \
         --data "$data" --dense-math "${run%-ulp}" --steps "$STEPS" --batch "$BATCH" --seed "$s" \
         --loss-window "$WINDOW" --eval-examples "$EVAL_EXAMPLES" --loss-log "$base.torch-$run.txt" \
-        $([ "$run" = "${run%-ulp}" ] || echo --perturb-ulp 1) >"$base.torch-$run.log" 2>&1 &
+        "${off[@]}" >"$base.torch-$run.log" 2>&1 &
       pids+=($!)
     done
     for math in fp32 bf16; do
