@@ -331,7 +331,7 @@ def run(torch, args, spec, tables):
           f"{'one fused EmbeddingBag' if fused else 'one EmbeddingBag per table'}", flush=True)
 
     m = build(torch, args, spec, tables, dev)
-    bags, weights, dense_fn, dense_opt = m.bags, m.weights, m.dense_fn, m.dense_opt
+    weights, dense_fn = m.weights, m.dense_fn
     embedding_update, kind, dspec, dense_impl = m.embedding_update, m.kind, m.dspec, m.dense_impl
 
     # ---- data: --pool batches generated on the device before timing ----

@@ -13,7 +13,8 @@
 #
 # Environment: MODELS (default "tiny tiny-dot"), SEEDS ("1 2 3 4 5 6"), STEPS (2000), WINDOW
 # (100), BATCH (512), EVAL_EXAMPLES (65536), PYTHON (python3: the one with torch), WITH_PARITY (1;
-# 0 on a machine without a GPU: PyTorch alone, on the CPU there). Each cell is the worst window /
+# 0 on a machine without a GPU: PyTorch alone, on the CPU there; `parity data` still writes the
+# datasets, so name a prebuilt folder, PARITY_PREBUILT). Each cell is the worst window /
 # the mean of the windows' signed differences. The table is printed last and written to
 # $OUT/numerics-peer.md; the exit status is non-zero where a run fails (the bounds are measured
 # here, not enforced).
@@ -38,6 +39,7 @@ for m in $MODELS; do
   for s in $SEEDS; do
     base="$OUT/$m-s$s"
     data="$SCRATCH/$m-s$s"
+    rm -f "$base".*  # no earlier run's results in this run's table
     say "$m, seed $s"
     run_bin "$BIN/parity" data synth --model "$m" --examples $((STEPS * BATCH)) \
       --eval-examples "$EVAL_EXAMPLES" --seed "$s" --out "$data" >"$base.data.log" 2>&1 || {

@@ -5,25 +5,27 @@ dataset in order, its mean loss per window written as `parity train --loss-log` 
 Why it is built this way: bench/numerics-check.sh bounds parity's bf16 run against its fp32 run
 (0.3% in every window of 100 steps). How far bf16 moves a run is a property of the model, its
 data and bf16's rounding as much as of parity's kernels. The field's standard mixed precision,
-torch.autocast to bf16, trained on the same examples in the same order, says which: run it in
-fp32, again in fp32 (PyTorch's index_add_ sums with atomics, so two fp32 runs differ in the last
-bits) and in bf16, and compare the windows as numerics-check.sh does. The model, its
-initialisation rules and its optimizers are dlrm_torch.py's (parity's formulas); the weights'
-random numbers are PyTorch's, so a run tracks parity's only as closely as two initialisations
-do. bf16 here is autocast: bf16 operands and outputs for the products, fp32 elsewhere, with
-fp32 accumulation (reduced-precision reductions off, as parity's bf16 products accumulate).
+torch.autocast to bf16, trained on the same examples in the same order, says which. And
+--perturb-ulp moves every weight by about an ulp before the first step, the size of the
+difference two devices' orders of summation make, to measure how far the model itself carries
+so small a change. The model, its initialisation rules and its optimizers are dlrm_torch.py's
+(parity's formulas); the weights' random numbers are PyTorch's, so a run tracks parity's only as
+closely as two initialisations do. bf16 here is autocast: bf16 operands and outputs for the
+products, fp32 elsewhere, with fp32 accumulation (reduced-precision reductions off, as parity's
+bf16 products accumulate).
 
 Usage:
   parity data synth --model tiny --examples 1024000 --eval-examples 65536 --seed 1 --out DIR
   python3 bench/numerics_torch.py --model configs/models/tiny.yaml --data DIR --dense-math bf16 \\
       [--steps 2000] [--batch 512] [--seed 1] [--loss-log FILE] [--loss-window 100] \\
-      [--eval-examples 65536]
-The dataset's splits are read whole into memory (a numerics run's data is small). Prints the
-final window and `AUC x` (held-out, the first --eval-examples of the eval split) last.
+      [--eval-examples 65536] [--perturb-ulp 1]
+The dataset's splits are read whole into memory (a numerics run's data is small). With --steps
+beyond one pass the training split repeats from its first example, as `parity train` repeats it,
+where the split holds whole batches (else refused). Prints the final window and `AUC x`
+(held-out, the first --eval-examples of the eval split) last.
 """
 import argparse
 import json
-import math
 import struct
 import sys
 from pathlib import Path
@@ -39,32 +41,55 @@ def up8(n):
     return (n + 7) // 8 * 8
 
 
+def read_meta(data):
+    meta_path = Path(data) / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as e:
+        sys.exit(f"{meta_path}: not a parity shard dataset's description ({e})")
+    if not isinstance(meta, dict) or meta.get("format") != "parity-shards-1":
+        sys.exit(f"{meta_path}: format {meta.get('format') if isinstance(meta, dict) else None!r}, "
+                 "expected 'parity-shards-1'")
+    return meta_path, meta
+
+
+def split_of(meta_path, meta, split):
+    s = (meta.get("splits") or {}).get(split)
+    if not isinstance(s, dict) or not isinstance(s.get("files"), list) or not isinstance(s.get("examples"), int):
+        sys.exit(f"{meta_path}: splits.{split} with its files and examples expected")
+    return s
+
+
 def read_split(torch, data, split, tables, dense_features, limit):
     """One split of a parity shard dataset (docs/data.md), its first `limit` examples (0: all):
     labels [n], dense [n, F], and per table its ids in example order with each example's
     count."""
-    meta_path = Path(data) / "meta.json"
-    meta = json.loads(meta_path.read_text())
-    if meta.get("format") != "parity-shards-1":
-        sys.exit(f"{meta_path}: format {meta.get('format')!r}, expected 'parity-shards-1'")
+    meta_path, meta = read_meta(data)
     T = len(tables)
     rows = [t["rows"] for t in meta.get("tables", [])]
     if meta.get("dense_features") != dense_features or rows != [t["rows"] for t in tables]:
         sys.exit(f"{meta_path}: {meta.get('dense_features')} dense features and tables of {rows} rows; "
                  f"the model has {dense_features} and {[t['rows'] for t in tables]}")
-    files = meta["splits"][split]["files"]
+    files = split_of(meta_path, meta, split)["files"]
     labels, dense, ids, lens, total = [], [], [[] for _ in range(T)], [[] for _ in range(T)], 0
     for f in files:
         if limit and total >= limit:
             break
         path = Path(data) / f["file"]
         raw = bytearray(path.read_bytes())
+        if len(raw) < HEADER.size:
+            sys.exit(f"{path}: {len(raw)} bytes, shorter than a part file's {HEADER.size}-byte header")
         magic, version, id_bytes, n, nf, nt, nids, has_teacher, _ = HEADER.unpack_from(raw)
-        if magic != b"PRTYSHD1" or version != 1 or id_bytes not in (4, 8):
+        if magic != b"PRTYSHD1" or version != 1 or id_bytes not in (4, 8) or has_teacher > 1:
             sys.exit(f"{path}: not a parity part file of version 1 (magic {magic!r}, version {version})")
         if nf != dense_features or nt != T:
             sys.exit(f"{path}: {nf} dense features and {nt} tables, the model has {dense_features} and {T}")
-        at = 64
+        if n < 1 or nids < 0:
+            sys.exit(f"{path}: header says {n} examples and {nids} ids")
+        ids_at = up8(up8(up8(HEADER.size + 4 * n) + 4 * n * has_teacher) + 4 * n * nf) + up8(8 * T * (n + 1))
+        if ids_at + nids * id_bytes != len(raw):
+            sys.exit(f"{path}: {len(raw)} bytes, its header implies {ids_at + nids * id_bytes}")
+        at = HEADER.size
 
         def take(dtype, count, size):
             nonlocal at
@@ -78,8 +103,10 @@ def read_split(torch, data, split, tables, dense_features, limit):
         den = take(torch.float32, n * nf, 4).view(n, nf)
         off = take(torch.int64, T * (n + 1), 8).view(T, n + 1)
         all_ids = take(torch.int32 if id_bytes == 4 else torch.int64, nids, id_bytes)
-        if at != up8(len(raw)) and at != len(raw):
-            sys.exit(f"{path}: {len(raw)} bytes, the header implies {at}")
+        flat = off.reshape(-1)
+        if int(flat[0]) != 0 or int(flat[-1]) != nids or bool((flat[1:] < flat[:-1]).any()) or \
+                bool((off[1:, 0] != off[:-1, -1]).any()):
+            sys.exit(f"{path}: the ids' offsets are not monotone from 0 to {nids}, table after table")
         keep = min(n, limit - total) if limit else n
         labels.append(lab[:keep].clone())
         dense.append(den[:keep].clone())
@@ -154,8 +181,9 @@ def main(argv=None):
     ap.add_argument("--loss-window", type=int, default=100)
     ap.add_argument("--eval-examples", type=int, default=65536)
     ap.add_argument("--perturb-ulp", type=float, default=0.0,
-                    help="before the first step, scale every weight by 1 + u 2^-23, u uniform in "
-                         "(-N, N): the size of two devices' differences in their sums' order")
+                    help="before the first step, scale every weight by the fp32 number nearest "
+                         "1 + u N 2^-23, u uniform in (-1, 1): about N ulps, the size of the "
+                         "difference two devices' orders of summation make")
     args = ap.parse_args(argv)
     if args.steps < 0 or args.batch < 0 or args.loss_window < 1 or args.eval_examples < 1:
         ap.error("--steps and --batch must be >= 0, --loss-window and --eval-examples >= 1")
@@ -165,6 +193,17 @@ def main(argv=None):
     if spec["optimizer"]["embedding"]["kind"] != "rowwise_adagrad":
         sys.exit(f"{args.model}: tables' optimizer {spec['optimizer']['embedding']['kind']}; "
                  "this peer trains rowwise_adagrad tables only")
+
+    meta_path, meta = read_meta(args.data)
+    n_train = split_of(meta_path, meta, "train")["examples"]
+    n_eval = split_of(meta_path, meta, "eval")["examples"]
+    if n_train < B:
+        sys.exit(f"{meta_path}: {n_train} training examples, fewer than one batch of {B}")
+    if args.steps * B > n_train and n_train % B:
+        sys.exit(f"{meta_path}: {args.steps} steps of {B} go past the {n_train} training examples, which are "
+                 f"not whole batches; write a multiple of {B} (parity train fills the batch across the end)")
+    if n_eval < args.eval_examples:
+        sys.exit(f"{meta_path}: the eval split has {n_eval} examples, --eval-examples {args.eval_examples} asked for")
 
     import torch
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -185,13 +224,11 @@ def main(argv=None):
     nf = int(spec["dense_features"])
     train = read_split(torch, args.data, "train", tables, nf, 0)
     steps = args.steps or train["n"] // B
-    if steps < 1:
-        sys.exit(f"{args.data}: {train['n']} training examples, fewer than one batch of {B}")
     data = Batches(torch, train, tables, m.fused, dev)
     losses = []
     e = 0
     for _ in range(steps):
-        if e + B > data.n:  # another pass, as parity train repeats its training split
+        if e + B > data.n:  # another pass (whole batches: checked above)
             e = 0
         dense, ids, offs, labels = data.get(e, B)
         losses.append(m.step(dense, m.embed(ids, offs), labels))
