@@ -12,7 +12,7 @@
 #   PARITY_PREBUILT=build-prebuilt bench/numerics-peer.sh
 #
 # Environment: MODELS (default "tiny tiny-dot"), SEEDS ("1 2 3 4 5 6"), STEPS (2000), WINDOW
-# (100), BATCH (512), EVAL_EXAMPLES (65536), PYTHON (python3: the one with torch), WITH_PARITY (1;
+# (100), BATCH (512), CAP (rows of every table capped here: 200000), EVAL_EXAMPLES (65536), PYTHON (python3: the one with torch), WITH_PARITY (1;
 # 0 on a machine without a GPU: PyTorch alone, on the CPU there; `parity data` still writes the
 # datasets, so name a prebuilt folder, PARITY_PREBUILT). Each cell is the worst window /
 # the mean of the windows' signed differences. The table is printed last and written to
@@ -25,6 +25,7 @@ SEEDS=${SEEDS:-1 2 3 4 5 6}
 STEPS=${STEPS:-2000}
 WINDOW=${WINDOW:-100}
 BATCH=${BATCH:-512}
+CAP=${CAP:-200000}
 EVAL_EXAMPLES=${EVAL_EXAMPLES:-65536}
 PYTHON=${PYTHON:-python3}
 WITH_PARITY=${WITH_PARITY:-1}
@@ -36,12 +37,13 @@ print("torch", torch.__version__, "on", torch.cuda.get_device_name() if c else "
 status=0
 rows=()
 for m in $MODELS; do
+  spec=$(capped "$m" "$CAP")
   for s in $SEEDS; do
     base="$OUT/$m-s$s"
     data="$SCRATCH/$m-s$s"
     rm -f "$base".*  # no earlier run's results in this run's table
     say "$m, seed $s"
-    run_bin "$BIN/parity" data synth --model "$m" --examples $((STEPS * BATCH)) \
+    run_bin "$BIN/parity" data synth --model "$spec" --examples $((STEPS * BATCH)) \
       --eval-examples "$EVAL_EXAMPLES" --seed "$s" --out "$data" >"$base.data.log" 2>&1 || {
       status=1
       continue
@@ -50,7 +52,7 @@ for m in $MODELS; do
     for run in fp32 bf16 fp32-ulp bf16-ulp; do
       off=()
       [ "$run" = "${run%-ulp}" ] || off=(--perturb-ulp 1)
-      PYTHONUNBUFFERED=1 "$PYTHON" bench/numerics_torch.py --model "configs/models/$m.yaml" \
+      PYTHONUNBUFFERED=1 "$PYTHON" bench/numerics_torch.py --model "$spec" \
         --data "$data" --dense-math "${run%-ulp}" --steps "$STEPS" --batch "$BATCH" --seed "$s" \
         --loss-window "$WINDOW" --eval-examples "$EVAL_EXAMPLES" --loss-log "$base.torch-$run.txt" \
         "${off[@]}" >"$base.torch-$run.log" 2>&1 &
@@ -58,7 +60,7 @@ for m in $MODELS; do
     done
     for math in fp32 bf16; do
       [ "$WITH_PARITY" = 1 ] || continue
-      run_bin "$BIN/parity" train --model "$m" --data "$data" --no-plan --seed "$s" --steps "$STEPS" \
+      run_bin "$BIN/parity" train --model "$spec" --data "$data" --no-plan --seed "$s" --steps "$STEPS" \
         --batch "$BATCH" --eval-every 0 --eval-examples "$EVAL_EXAMPLES" --backend gpu \
         --dense-math "$math" --loss-window "$WINDOW" --loss-log "$base.parity-$math.txt" \
         >"$base.parity-$math.log" 2>&1 || status=1
