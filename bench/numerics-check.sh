@@ -43,27 +43,17 @@ for m in $MODELS; do
   run_bin "$BIN/parity" "${common[@]}" --backend gpu --dense-math bf16 --loss-log "$OUT/$m.bf16.txt" \
     >"$OUT/$m.bf16.log" 2>&1 || status=1
   wait $cpu || status=1
-  row=$(python3 - "$OUT/$m" <<'PY'
-import re, sys
+  row=$(PYTHONPATH=bench python3 - "$OUT/$m" <<'PY'
+import sys
+from loss_windows import last_auc, mean, relative, windows, worst
 base = sys.argv[1]
-def windows(kind):
-    return [float(l.split()[1]) for l in open(f"{base}.{kind}.txt") if not l.startswith("#")]
-def auc(kind):
-    found = re.findall(r"AUC ([0-9.]+)", open(f"{base}.{kind}.log").read())
-    return float(found[-1]) if found else float("nan")
 try:
-    c, f, b = windows("cpu"), windows("fp32"), windows("bf16")
+    c, f, b = (windows(f"{base}.{k}.txt") for k in ("cpu", "fp32", "bf16"))
 except OSError as e:
     print(f"| run failed: {e} |||||||"); sys.exit(0)
-def relative(x, y):  # each window's (x - y) / y
-    return [(a - r) / abs(r) for a, r in zip(x, y)] if x and len(x) == len(y) else []
-def worst(d):
-    return max(map(abs, d)) if d else float("nan")
-def mean(d):
-    return sum(d) / len(d) if d else float("nan")
 d1, d2 = relative(f, c), relative(b, f)
 w1, w2 = worst(d1), worst(d2)
-a = [auc(k) for k in ("cpu", "fp32", "bf16")]
+a = [last_auc(f"{base}.{k}.log") for k in ("cpu", "fp32", "bf16")]
 ok = w1 <= 0.003 and w2 <= 0.003 and abs(a[1] - a[0]) <= 0.002 and abs(a[2] - a[1]) <= 0.002
 print(f"| {len(c)} | {100 * w1:.3f}% / {100 * mean(d1):+.3f}% | {100 * w2:.3f}% / {100 * mean(d2):+.3f}% "
       f"| {a[0]:.4f} | {a[1]:.4f} | {a[2]:.4f} | {'yes' if ok else 'NO'} |")

@@ -12,10 +12,10 @@
 #   PARITY_PREBUILT=build-prebuilt bench/numerics-peer.sh
 #
 # Environment: MODELS (default "tiny tiny-dot"), SEEDS ("1 2 3 4 5 6"), STEPS (2000), WINDOW
-# (100), BATCH (512), CAP (rows of every table capped here: 200000), EVAL_EXAMPLES (65536), PYTHON (python3: the one with torch), WITH_PARITY (1;
-# 0 on a machine without a GPU: PyTorch alone, on the CPU there; `parity data` still writes the
-# datasets, so name a prebuilt folder, PARITY_PREBUILT). Each cell is the worst window /
-# the mean of the windows' signed differences. The table is printed last and written to
+# (100), BATCH (512), CAP (rows of every table capped here: 200000), EVAL_EXAMPLES (65536),
+# PYTHON (python3: the one with torch), WITH_PARITY (1; 0 on a machine without a GPU: PyTorch
+# alone, on the CPU there; `parity data` still writes the datasets, so name a prebuilt folder,
+# PARITY_PREBUILT). Each cell is the worst window / the mean of the windows' signed differences. The table is printed last and written to
 # $OUT/numerics-peer.md; the exit status is non-zero where a run fails (the bounds are measured
 # here, not enforced).
 set -uo pipefail
@@ -66,26 +66,24 @@ for m in $MODELS; do
         >"$base.parity-$math.log" 2>&1 || status=1
     done
     for p in "${pids[@]}"; do wait "$p" || status=1; done
-    rows+=("$(python3 - "$base" "$m" "$s" "$WITH_PARITY" <<'PY'
-import re, sys
+    rows+=("$(PYTHONPATH=bench python3 - "$base" "$m" "$s" "$WITH_PARITY" <<'PY'
+import math, sys
+from loss_windows import last_auc, mean, relative, windows, worst
 base, model, seed, with_parity = sys.argv[1:]
-def windows(run):
-    return [float(l.split()[1]) for l in open(f"{base}.{run}.txt") if not l.startswith("#")]
 def auc(run):
     try:
-        found = re.findall(r"AUC ([0-9.]+)", open(f"{base}.{run}.log").read())
+        a = last_auc(f"{base}.{run}.log")
     except OSError:
         return "-"
-    return f"{float(found[-1]):.4f}" if found else "?"
+    return "?" if math.isnan(a) else f"{a:.4f}"
 def cell(x, y):  # x against y: the worst window and the mean of the signed differences
     try:
-        a, b = windows(x), windows(y)
+        d = relative(windows(f"{base}.{x}.txt"), windows(f"{base}.{y}.txt"))
     except OSError:
         return "-" if x.startswith("parity") and with_parity != "1" else "run failed"
-    if not a or len(a) != len(b):
+    if not d:
         return "run failed"
-    d = [(p - q) / abs(q) for p, q in zip(a, b)]
-    return f"{100 * max(map(abs, d)):.3f}% / {100 * sum(d) / len(d):+.3f}%"
+    return f"{100 * worst(d):.3f}% / {100 * mean(d):+.3f}%"
 print(f"| {model} | {seed} | {cell('parity-bf16', 'parity-fp32')} | {cell('torch-bf16', 'torch-fp32')} "
       f"| {cell('torch-fp32-ulp', 'torch-fp32')} | {cell('torch-bf16-ulp', 'torch-bf16')} "
       f"| {auc('parity-fp32')} / {auc('parity-bf16')} | {auc('torch-fp32')} / {auc('torch-bf16')} |")
