@@ -622,6 +622,31 @@ TEST(GpuEmbeddingBackward, HeavyRowsTakeTheChunkedPathAndMatch) {
   EXPECT_GT(r.stats.heavy_chunks, 100);
 }
 
+// A narrow table's hot rows beside a wide table: the heavy kernel's block holds one partial row
+// per group of lanes, and a narrow table's groups are single lanes (256 of them a block). Sized
+// by the widest table of the model, that was 512 KB of shared memory, more than any GPU has.
+TEST(GpuEmbeddingBackward, HeavyRowsOfANarrowTableBesideAWideOneMatch) {
+  PARITY_REQUIRE_GPU();
+  ProblemSpec s;
+  s.dims = {16, 512, 8};
+  s.rows = {3, 1000, 2};
+  s.pooling = {Pooling::sum, Pooling::mean};
+  s.batch = 3000;
+  s.max_pool = 20;
+  for (DType wdtype : {DType::f32, DType::f16}) {
+    for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::rowwise_adagrad}) {
+      BackwardCase c;
+      c.kind = kind;
+      c.wdtype = wdtype;
+      const CaseOutcome o =
+          run_backward_case(s, c,
+                            std::string("narrow heavy rows ") + std::string(dtype_name(wdtype)) +
+                                " " + std::string(optimizer_name(kind)));
+      EXPECT_GE(o.stats.heavy_rows, 5);
+    }
+  }
+}
+
 TEST(GpuEmbeddingBackward, ZipfLargeBatchMatchesCpu) {
   PARITY_REQUIRE_GPU();
   ProblemSpec s;

@@ -36,6 +36,8 @@
 //   compile-time group and no column bounds or per-row alignment tests (kFit) issues about half
 //   the instructions and fits more blocks per multiprocessor (docs/perf/embedding.md has the
 //   measurements).
+#include <algorithm>
+
 #include "backend/gpu/embedding.h"
 #include "backend/gpu/embedding_common.cuh"
 #include "backend/gpu/launch.h"
@@ -97,6 +99,7 @@ struct BackwardArgs {
   int* merge_idx;
   float* merged;  // [max merges, partial_ld] sums of kMerge chunk sums
   std::int64_t max_merges;
+  int sums_ld;  // the heavy kernel's shared partial rows: the columns this launch's lanes cover
 };
 
 constexpr int kSgd = static_cast<int>(OptimizerKind::sgd);
@@ -769,7 +772,7 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 2) void embedding_backward_merge_kernel(
 template <class W, class Gd, int kVecs>
 __global__ PARITY_LAUNCH_BOUNDS(kBlock, 1) void embedding_backward_heavy_kernel(BackwardArgs a) {
   constexpr int V = VecWidth<W>::value;
-  extern __shared__ float sums[];  // [groups per block][partial_ld]
+  extern __shared__ float sums[];  // [groups per block][sums_ld]
   const int group = a.group;
   const Lanes L = group_lanes(group);
   const int groups_per_block = kBlock / group;
@@ -793,21 +796,27 @@ __global__ PARITY_LAUNCH_BOUNDS(kBlock, 1) void embedding_backward_heavy_kernel(
     const float* __restrict__ sums_of_row =
         merges > 0 ? a.merged + base * a.partial_ld : a.partial + a.heavy_base[h] * a.partial_ld;
     const std::int64_t n = merges > 0 ? merges : chunks;
-    const std::int64_t lo = gi * n / groups_per_block;
-    const std::int64_t hi = (gi + 1) * n / groups_per_block;
+    // Only groups with sums to add take part: a row of a few chunks is summed by a few groups, and
+    // group 0 then adds a few partial rows, not one per group of the block (256 for a narrow
+    // table). The order of the sums is the same as with every group taking part.
+    const int active = static_cast<int>(n < groups_per_block ? n : groups_per_block);
     float g[kVecs][V];
-    zero(g);
-    for (std::int64_t q = lo; q < hi; ++q)
-      add_partial(sums_of_row + q * a.partial_ld, r, L, group, g);
-    store_partial<kVecs, V>(sums + static_cast<std::int64_t>(gi) * a.partial_ld, g, r.vec, L.glane,
-                            group, r.m.dim);
+    if (gi < active) {
+      const std::int64_t lo = gi * n / active;
+      const std::int64_t hi = (gi + 1) * n / active;
+      zero(g);
+      for (std::int64_t q = lo; q < hi; ++q)
+        add_partial(sums_of_row + q * a.partial_ld, r, L, group, g);
+      store_partial<kVecs, V>(sums + static_cast<std::int64_t>(gi) * a.sums_ld, g, r.vec, L.glane,
+                              group, r.m.dim);
+    }
     __syncthreads();
     if (gi == 0) {
       RowValues<kVecs, V> rv;
       load_row<W, kVecs, V, kAnyOpt>(a, r, L, rv);
       zero(g);
-      for (int i = 0; i < groups_per_block; ++i)
-        add_partial(sums + static_cast<std::int64_t>(i) * a.partial_ld, r, L, group, g);
+      for (int i = 0; i < active; ++i)
+        add_partial(sums + static_cast<std::int64_t>(i) * a.sums_ld, r, L, group, g);
       update_row<W, kVecs, V, kAnyOpt>(a, r, L, g, rv);
     }
     __syncthreads();
@@ -878,7 +887,7 @@ int launch_rows(Stream_t stream, const BackwardArgs& a, bool fit) {
 }
 
 template <class W, class Gd, int kVecs>
-int launch_update(Stream_t stream, const BackwardArgs& a, bool fit, BackwardProfile* profile) {
+int launch_update(Stream_t stream, BackwardArgs& a, bool fit, BackwardProfile* profile) {
   int fit_group = 0;
   switch (a.opt) {
     case kSgd:
@@ -894,8 +903,12 @@ int launch_update(Stream_t stream, const BackwardArgs& a, bool fit, BackwardProf
   if (profile != nullptr && !rehearsing()) profile->rows_done[profile->groups].record(stream);
   auto chunks = embedding_backward_chunks_kernel<W, Gd, kVecs>;
   auto heavy = embedding_backward_heavy_kernel<W, Gd, kVecs>;
-  const std::size_t smem =
-      static_cast<std::size_t>(kBlock / a.group) * a.partial_ld * sizeof(float);
+  // A partial row per group, as wide as this launch's rows (its lanes cover group x kVecs x V
+  // columns), not as the model's widest table: a narrow table's groups are single lanes, 256 a
+  // block.
+  a.sums_ld = static_cast<int>(
+      std::min<std::int64_t>(a.partial_ld, std::int64_t{a.group} * kVecs * VecWidth<W>::value));
+  const std::size_t smem = static_cast<std::size_t>(kBlock / a.group) * a.sums_ld * sizeof(float);
   launch("embedding_backward_chunks", chunks, {resident_blocks(chunks, kBlock, 0), kBlock, 0},
          stream, a);
   auto merge = embedding_backward_merge_kernel<W, Gd, kVecs>;
