@@ -25,7 +25,10 @@ TEST(DenseGpu, DotInteractionMatchesCpu) {
   int seed = 0;
   for (const Shape& s : {Shape{33, 16, 8}, Shape{257, 128, 26}, Shape{5, 7, 1}, Shape{64, 32, 0},
                          Shape{300, 64, 26}, Shape{19, 4, 3}, Shape{70, 64, 40}, Shape{33, 16, 35},
-                         Shape{9, 256, 54}, Shape{33, 16, 5}, Shape{17, 64, 6}, Shape{9, 32, 7}}) {
+                         Shape{9, 256, 54}, Shape{33, 16, 5}, Shape{17, 64, 6}, Shape{9, 32, 7},
+                         // 61 narrow features (the rows staged in shared memory), and 200 (the
+                         // backward's row of pair gradients no longer fits there: read directly)
+                         Shape{40, 16, 60}, Shape{5, 64, 199}}) {
     Rand rand(500 + seed++);
     const std::int64_t f = s.tables + 1;
     const std::int64_t out_cols = s.dim + f * (f - 1) / 2;
@@ -77,6 +80,31 @@ TEST(DenseGpu, DotInteractionMatchesCpu) {
         ASSERT_EQ(got_dx[0].at(r, c), got_dx[1].at(r, c)) << "backward, row " << r << " col " << c;
     }
   }
+}
+
+// So many features that the tiled forward's output row does not fit in shared memory beside them:
+// it writes the pairs where it computes them (the backward of this shape needs more shared memory
+// than a block has, and says so).
+TEST(DenseGpu, DotInteractionForwardOfHundredsOfFeaturesMatchesCpu) {
+  PARITY_REQUIRE_GPU();
+  GpuBackend gpu;
+  CpuBackend cpu;
+  const std::int64_t batch = 3, dim = 16;
+  const int tables = 329;
+  const std::int64_t f = tables + 1, out_cols = dim + f * (f - 1) / 2;
+  Rand rand(77);
+  const HostMat x0 = HostMat::random(batch, dim * f, 0, rand);
+  const CMat dense_h = x0.cview().cols_slice(0, dim),
+             emb_h = x0.cview().cols_slice(dim, dim * tables);
+  const HostMat ax0 = x0.abs();
+  HostMat out(batch, out_cols, out_cols), outm = out.poisoned();
+  cpu.dot_interaction_forward(dense_h, emb_h, tables, out.view());
+  cpu.dot_interaction_forward(ax0.cview().cols_slice(0, dim),
+                              ax0.cview().cols_slice(dim, dim * tables), tables, outm.view());
+  const DevMat gx0(gpu, x0), gout(gpu, out.poisoned());
+  gpu.dot_interaction_forward(CMat(gx0.view()).cols_slice(0, dim),
+                              CMat(gx0.view()).cols_slice(dim, dim * tables), tables, gout.view());
+  expect_close("dot_interaction_forward, 330 features", gout.download(), out, outm, 1e-5);
 }
 
 // Under bf16 math the forward writes its output's bf16 copy beside it, for the next product: the

@@ -21,8 +21,16 @@
 //
 // Under bf16 dense math the next product reads the output as bf16: the forward writes that copy
 // beside the output (BF16Copy), which saves a conversion pass over the fp32 output.
+//
+// A register tile's 16 outputs lie far apart in the output row, so the tiled forward puts them in
+// shared memory and then writes the row with consecutive threads on consecutive columns; the tiled
+// backward reads the row of pair gradients the same way before it lays out G. Written directly,
+// a warp's store of 32 floats touched 32 sectors (docs/perf/zoo.md, "Models not in the zoo").
+// Where the row does not fit in shared memory beside the features (hundreds of features) they
+// fall back to the direct accesses.
 #include "backend/gpu/dot_interaction.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -31,12 +39,23 @@
 #include "backend/gpu/launch.h"
 #include "backend/gpu/numerics.h"
 #include "backend/gpu/runtime.h"
+#include "parity/host_device.h"
 
 namespace parity::gpu {
 
 namespace {
 
-constexpr int kDotBlock = 128;
+constexpr int kDotBlock = 128;  // the most threads a block has
+
+// Threads for an example whose compute loop has `items` work items (pairs, tiles, or (feature,
+// column) outputs): one per item, rounded up to whole warps, at most kDotBlock. A block of 128 for
+// an example of 3 pairs left 125 threads idle, and a multiprocessor holds a limited number of
+// blocks; smaller blocks let more examples run at once. Each output's sum is the same.
+int dot_threads(std::int64_t items) {
+  const std::int64_t warp = device_info().warp_size;
+  const std::int64_t threads = (std::max<std::int64_t>(items, 1) + warp - 1) / warp * warp;
+  return static_cast<int>(std::min<std::int64_t>(threads, std::max<std::int64_t>(kDotBlock, warp)));
+}
 
 // One example's output row, and its row of the bf16 copy where the caller wants one (BF16Copy):
 // each element is written to both, the copy rounded to nearest even as gpu::convert rounds it, and
@@ -65,14 +84,15 @@ __device__ __forceinline__ void pair_of(int p, int& i, int& j) {
   j = p - i * (i - 1) / 2;
 }
 
-// gs [F, ld] = the pair gradients of one example's dout as a symmetric matrix with a zero
-// diagonal (entry (i, j), i > j, is dout[D + i(i-1)/2 + j]); columns [F, ld) are zeros.
-__device__ __forceinline__ void load_pair_gradients(const float* grow, int D, int features, int ld,
+// gs [F, ld] = one example's pair gradients (pairs: its dout row past the D pass-through columns)
+// as a symmetric matrix with a zero diagonal (entry (i, j), i > j, is pairs[i(i-1)/2 + j]);
+// columns [F, ld) are zeros.
+__device__ __forceinline__ void load_pair_gradients(const float* pairs, int features, int ld,
                                                     float* gs) {
   for (int idx = threadIdx.x; idx < features * ld; idx += blockDim.x) {
     const int i = idx / ld, j = idx - i * ld;
     const int hi = i > j ? i : j, lo = i > j ? j : i;
-    gs[idx] = i == j || j >= features ? 0.0f : grow[D + hi * (hi - 1) / 2 + lo];
+    gs[idx] = i == j || j >= features ? 0.0f : pairs[hi * (hi - 1) / 2 + lo];
   }
 }
 
@@ -125,7 +145,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward_kernel(CMat dense, CMa
     const int f = idx / D, d = idx - f * D;
     zs[idx] = f == 0 ? drow[d] : erow[(f - 1) * D + d];
   }
-  load_pair_gradients(grow, D, features, features, gs);
+  load_pair_gradients(grow + D, features, features, gs);
   __syncthreads();
   for (int idx = threadIdx.x; idx < features * D; idx += blockDim.x) {
     const int k = idx / D, d = idx - k * D;
@@ -199,7 +219,7 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward4_kernel(CMat dense, CM
   const std::int64_t b = blockIdx.x;
   const float* grow = dout.data + b * dout.ld;
   load_features4(dense.data + b * dense.ld, emb.data + b * emb.ld, features, D, stride, zs);
-  load_pair_gradients(grow, D, features, features, gs);
+  load_pair_gradients(grow + D, features, features, gs);
   __syncthreads();
   const int D4 = D / 4;
   for (int idx = threadIdx.x; idx < features * D4; idx += blockDim.x) {
@@ -228,6 +248,16 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward4_kernel(CMat dense, CM
 
 constexpr int kTiledFeatures = 8;
 
+// The tiled forward's features in shared memory: fp rows of D + 4 floats, plus 4 floats for each
+// group of 4 rows (load_features4's group_pad).
+PARITY_HD constexpr std::size_t tiled_forward_floats(int fp, int dim) {
+  return static_cast<std::size_t>(fp) * static_cast<std::size_t>(dim + 4) +
+         static_cast<std::size_t>(fp);
+}
+constexpr std::size_t pair_count(int features) {
+  return static_cast<std::size_t>(features) * static_cast<std::size_t>(features - 1) / 2;
+}
+
 // (bi, bj) with bi >= bj of tile t in the row-major lower triangle with its diagonal:
 // t = bi(bi+1)/2 + bj.
 __device__ __forceinline__ void tile_of(int t, int& bi, int& bj) {
@@ -239,14 +269,15 @@ __device__ __forceinline__ void tile_of(int t, int& bi, int& bj) {
 
 __global__ __launch_bounds__(kDotBlock) void dot_forward_tiled_kernel(CMat dense, CMat emb,
                                                                       int features, Mat out,
-                                                                      BF16Copy copy) {
+                                                                      BF16Copy copy, bool staged) {
   // [Fp, D + 4], Fp = features rounded up to 4, each group of 4 rows 4 floats further on
-  // (load_features4's group_pad); pad rows zero.
+  // (load_features4's group_pad); pad rows zero. Then, where staged, the row's pairs [P].
   extern __shared__ float zs[];
   const std::int64_t b = blockIdx.x;
   const int D = static_cast<int>(dense.cols);
   const int stride = D + 4;
   const int fp = (features + 3) / 4 * 4;
+  float* pairs_row = zs + tiled_forward_floats(fp, D);
   const float* drow = dense.data + b * dense.ld;
   const OutRow orow = out_row(out, copy, b);
   orow.zero_tail(static_cast<int>(out.cols), copy.ld);
@@ -293,15 +324,25 @@ __global__ __launch_bounds__(kDotBlock) void dot_forward_tiled_kernel(CMat dense
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int i = 4 * bi + r, j = 4 * bj + q;
-        if (i < features && j < i) orow.put(D + i * (i - 1) / 2 + j, acc[r][q]);
+        if (i >= features || j >= i) continue;
+        if (staged) {
+          pairs_row[i * (i - 1) / 2 + j] = acc[r][q];
+        } else {
+          orow.put(D + i * (i - 1) / 2 + j, acc[r][q]);
+        }
       }
     }
   }
+  if (!staged) return;
+  __syncthreads();
+  const int pairs = features * (features - 1) / 2;
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) orow.put(D + p, pairs_row[p]);
 }
 
 __global__ __launch_bounds__(kDotBlock) void dot_backward_tiled_kernel(CMat dense, CMat emb,
                                                                        int features, CMat dout,
-                                                                       Mat ddense, Mat demb) {
+                                                                       Mat ddense, Mat demb,
+                                                                       bool staged) {
   extern __shared__ float sm[];
   const int D = static_cast<int>(dense.cols);
   const int stride = D + 4;
@@ -311,7 +352,16 @@ __global__ __launch_bounds__(kDotBlock) void dot_backward_tiled_kernel(CMat dens
   const std::int64_t b = blockIdx.x;
   const float* grow = dout.data + b * dout.ld;
   load_features4(dense.data + b * dense.ld, emb.data + b * emb.ld, features, D, stride, zs);
-  load_pair_gradients(grow, D, features, fp, gs);
+  if (staged) {
+    // The row's pair gradients [P] after G, read in order; G's layout then reads shared memory.
+    float* pairs_row = gs + features * fp;
+    const int pairs = features * (features - 1) / 2;
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) pairs_row[p] = grow[D + p];
+    __syncthreads();
+    load_pair_gradients(pairs_row, features, fp, gs);
+  } else {
+    load_pair_gradients(grow + D, features, fp, gs);
+  }
   __syncthreads();
   const int kblocks = fp / 4, dblocks = D / 4;
   for (int t = threadIdx.x; t < kblocks * dblocks; t += blockDim.x) {
@@ -390,22 +440,27 @@ void dot_forward(Stream_t s, CMat dense, CMat emb, int num_tables, Mat out, BF16
   const int dim = static_cast<int>(dense.cols);
   if (by_four(dense, emb) && features >= kTiledFeatures) {
     const int fp = (features + 3) / 4 * 4;
-    const std::size_t smem =
-        dot_forward_smem(fp, dim + 3) + static_cast<std::size_t>(fp) * sizeof(float);
+    std::size_t smem = tiled_forward_floats(fp, dim) * sizeof(float);
     check_dot_smem("dot_interaction_forward", smem, features, dim);
+    const std::size_t staged_smem = smem + pair_count(features) * sizeof(float);
+    const bool staged = staged_smem <= device_info().shared_memory_per_block_optin;
+    if (staged) smem = staged_smem;
+    const int tiles = fp / 4 * (fp / 4 + 1) / 2;
     return launch("dot_interaction_forward", dot_forward_tiled_kernel,
-                  {dense.rows, kDotBlock, smem}, s, dense, emb, features, out, copy);
+                  {dense.rows, dot_threads(tiles), smem}, s, dense, emb, features, out, copy,
+                  staged);
   }
   if (by_four(dense, emb)) {
     const std::size_t smem = dot_forward_smem(features, dim + 3);  // rows of D + 4
     check_dot_smem("dot_interaction_forward", smem, features, dim);
-    return launch("dot_interaction_forward", dot_forward4_kernel, {dense.rows, kDotBlock, smem}, s,
-                  dense, emb, features, out, copy);
+    return launch("dot_interaction_forward", dot_forward4_kernel,
+                  {dense.rows, dot_threads(pair_count(features)), smem}, s, dense, emb, features,
+                  out, copy);
   }
   const std::size_t smem = dot_forward_smem(features, dim);
   check_dot_smem("dot_interaction_forward", smem, features, dim);
-  launch("dot_interaction_forward", dot_forward_kernel, {dense.rows, kDotBlock, smem}, s, dense,
-         emb, features, out, copy);
+  launch("dot_interaction_forward", dot_forward_kernel,
+         {dense.rows, dot_threads(pair_count(features)), smem}, s, dense, emb, features, out, copy);
 }
 
 void dot_backward(Stream_t s, CMat dense, CMat emb, int num_tables, CMat dout, Mat ddense,
@@ -415,23 +470,30 @@ void dot_backward(Stream_t s, CMat dense, CMat emb, int num_tables, CMat dout, M
   const int dim = static_cast<int>(dense.cols);
   if (by_four(dense, emb, {demb}) && features >= kTiledFeatures) {
     const int fp = (features + 3) / 4 * 4;
-    const std::size_t smem =
+    std::size_t smem =
         (static_cast<std::size_t>(features) * (dim + 4) + static_cast<std::size_t>(features) * fp) *
         sizeof(float);
     check_dot_smem("dot_interaction_backward", smem, features, dim);
+    const std::size_t staged_smem = smem + pair_count(features) * sizeof(float);
+    const bool staged = staged_smem <= device_info().shared_memory_per_block_optin;
+    if (staged) smem = staged_smem;
+    // A whole block: laying out G takes as long as the tiles here, and it wants every thread.
     return launch("dot_interaction_backward", dot_backward_tiled_kernel,
-                  {dense.rows, kDotBlock, smem}, s, dense, emb, features, dout, ddense, demb);
+                  {dense.rows, kDotBlock, smem}, s, dense, emb, features, dout, ddense, demb,
+                  staged);
   }
   if (by_four(dense, emb, {demb})) {
     const std::size_t smem = dot_backward_smem(features, dim + 4);  // rows of D + 4
     check_dot_smem("dot_interaction_backward", smem, features, dim);
-    return launch("dot_interaction_backward", dot_backward4_kernel, {dense.rows, kDotBlock, smem},
-                  s, dense, emb, features, dout, ddense, demb);
+    return launch("dot_interaction_backward", dot_backward4_kernel,
+                  {dense.rows, dot_threads(std::int64_t{features} * (dim / 4)), smem}, s, dense,
+                  emb, features, dout, ddense, demb);
   }
   const std::size_t smem = dot_backward_smem(features, dim);
   check_dot_smem("dot_interaction_backward", smem, features, dim);
-  launch("dot_interaction_backward", dot_backward_kernel, {dense.rows, kDotBlock, smem}, s, dense,
-         emb, features, dout, ddense, demb);
+  launch("dot_interaction_backward", dot_backward_kernel,
+         {dense.rows, dot_threads(std::int64_t{features} * dim), smem}, s, dense, emb, features,
+         dout, ddense, demb);
 }
 
 }  // namespace parity::gpu
