@@ -468,6 +468,13 @@ class Backend {
   // into an input slot, bit for bit what SyntheticData::make gives. Enqueued on the copy queue,
   // between begin_input and end_input, in place of input_copy.
   virtual void make_synthetic(const SyntheticBatch& batch);
+  // The milliseconds the last make_synthetic into slot spanned on the copy queue, from its start
+  // to its end (beside the compute queue's work, so its span, not time it had the device alone);
+  // waits for it. Negative where the slot's last batch was not made on the device.
+  virtual double input_made_ms(int slot) {
+    (void)slot;
+    return -1.0;
+  }
 
   // ---- constant operands ----
   // hold_constant(p, bytes) promises that [p, p + bytes) will not be written until the next

@@ -186,6 +186,9 @@ class Model {
   // The host's time per op, from its mark to the next (enqueueing it, and any wait in between).
   const std::map<std::string, double>& profile_host_ops_ms() const;
   std::int64_t profiled_steps() const;
+  // Work on other queues beside the steps, summed the same way: "synthetic_input", the span of
+  // making each step's batch on the device (on the copy queue, while the step before runs).
+  const std::map<std::string, double>& profile_beside_ms() const;
 
   std::int64_t dense_parameter_count() const;
   std::int64_t embedding_parameter_count() const;

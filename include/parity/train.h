@@ -168,6 +168,7 @@ struct TrainResult {
   std::map<std::string, double> profile_ms_per_step;
   std::map<std::string, double> profile_ops_ms_per_step;       // "category: op"
   std::map<std::string, double> profile_host_ops_ms_per_step;  // the host's time per op
+  std::map<std::string, double> profile_beside_ms_per_step;    // Model::profile_beside_ms
   std::int64_t profiled_steps = 0;
   // With TrainConfig::profile: the one-time costs the steady rate excludes, in seconds (the device
   // drained at each mark): the first batch read and staged before any step runs, then each of

@@ -211,6 +211,12 @@ struct Model::Impl {
   // Backend::flag_nonfinite on the device).
   Buffer guard;
   engine::StepProfiler profiler;
+  int made_pending = -1;  // the input slot of the last profiled step, its batch's span unread
+  void read_made() {
+    if (made_pending < 0) return;
+    const double ms = backend.input_made_ms(std::exchange(made_pending, -1));
+    if (ms >= 0) profiler.beside("synthetic_input", ms);
+  }
   std::uint64_t seed;  // of the initialisation, and of the tables' stochastic rounding
 };
 
@@ -475,6 +481,12 @@ void Model::train_staged() {
   use.release();
   ++m.step;
   m.profiler.end_step();
+  // The span of making a step's batch on the device (it ran while the step before did): not a
+  // section of the step, but the device's time all the same. Read one step late, as the marks
+  // are, so that the host does not wait for the device (the slot is made again only after the
+  // next step).
+  m.read_made();
+  if (m.profiler.recording()) m.made_pending = index;
   m.host.trained_step();
   if (!m.host.empty() && engine::HostTables::refresh_due(m.step - m.host_start_step)) {
     const engine::StepProfiler::Pause no_marks(m.profiler);
@@ -650,9 +662,11 @@ std::size_t Model::host_resident_bytes() const {
 }
 
 void Model::set_profiling(bool on) {
+  if (!on) impl_->read_made();
   impl_->profiler.set_enabled(on);
 }
 void Model::finish_profile() {
+  impl_->read_made();
   impl_->profiler.finish();
 }
 const std::map<std::string, double>& Model::profile_ms() const {
@@ -666,6 +680,9 @@ const std::map<std::string, double>& Model::profile_host_ops_ms() const {
 }
 std::int64_t Model::profiled_steps() const {
   return impl_->profiler.steps();
+}
+const std::map<std::string, double>& Model::profile_beside_ms() const {
+  return impl_->profiler.beside_ms();
 }
 
 std::int64_t Model::dense_parameter_count() const {

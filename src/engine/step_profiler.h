@@ -36,6 +36,11 @@ class StepProfiler {
   void end_step();
   // Reads every pending step (waits for the device).
   void finish();
+  // Whether sections mark now (on, and not paused).
+  bool recording() const { return enabled_ && !paused_; }
+  // Work for a step on another queue, beside the step's own (the batch the device makes while
+  // the step before runs): its span in milliseconds, summed under name.
+  void beside(const std::string& name, double ms) { beside_ms_[name] += ms; }
 
   // While one lives, sections mark nothing (a rehearsal, an evaluation: not part of the profile).
   class Pause {
@@ -56,6 +61,7 @@ class StepProfiler {
   // The host's milliseconds from each op's mark to the next, summed over the same steps: where
   // an op's device time is about its host time, the device waited for the host to enqueue it.
   const std::map<std::string, double>& host_op_ms() const { return host_op_ms_; }
+  const std::map<std::string, double>& beside_ms() const { return beside_ms_; }
   std::int64_t steps() const { return steps_; }
 
  private:
@@ -68,7 +74,7 @@ class StepProfiler {
   int set_ = 0;  // the mark set of the step being enqueued (marks set_ * kMarksPerStep + i)
   std::vector<std::pair<std::string, std::string>> marks_[2];  // (category, op) at each mark
   bool pending_[2] = {false, false};                           // a finished step's marks, unread
-  std::map<std::string, double> category_ms_, op_ms_, host_op_ms_;
+  std::map<std::string, double> category_ms_, op_ms_, host_op_ms_, beside_ms_;
   std::chrono::steady_clock::time_point last_host_;  // the host time of the last mark
   std::int64_t steps_ = 0;
 };

@@ -583,6 +583,7 @@ class Trainer {
     per_step(model_.profile_ms(), result_.profile_ms_per_step);
     per_step(model_.profile_ops_ms(), result_.profile_ops_ms_per_step);
     per_step(model_.profile_host_ops_ms(), result_.profile_host_ops_ms_per_step);
+    per_step(model_.profile_beside_ms(), result_.profile_beside_ms_per_step);
     result_.model_memory_bytes = model_.allocated_bytes_by_category();
     result_.backend_memory_bytes = backend_->internal_memory_bytes();
     result_.gemm_selection = backend_->gemm_selection_counts();

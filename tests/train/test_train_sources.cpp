@@ -104,6 +104,25 @@ TEST_P(SyntheticOnEveryBackend, CustomSourceTrainsLikeTheBuiltInSyntheticData) {
       << builtin.all.front().message;
 }
 
+// --profile times the making of each batch where the device makes it (beside the step, on the copy
+// queue), and nowhere else; timing it changes no result.
+TEST_P(SyntheticOnEveryBackend, ProfileTimesTheBatchesMadeOnTheDevice) {
+  const std::string backend = GetParam();
+  PARITY_REQUIRE_TRAIN_BACKEND(backend);
+  TrainConfig cfg = small_run(5);
+  cfg.backend = backend;
+  const TrainResult plain = train(cfg);
+  cfg.profile = true;
+  const TrainResult r = train(cfg);
+  EXPECT_EQ(r.final_loss, plain.final_loss);
+  const bool on_device = make_backend(backend)->makes_synthetic_data();
+  const auto made = r.profile_beside_ms_per_step.find("synthetic_input");
+  ASSERT_EQ(made != r.profile_beside_ms_per_step.end(), on_device);
+  if (on_device) {
+    EXPECT_GT(made->second, 0.0);
+  }
+}
+
 // A run resumed from a checkpoint makes the batches an uninterrupted run makes after that step.
 TEST_P(SyntheticOnEveryBackend, ResumedRunContinuesExactly) {
   const std::string backend = GetParam();

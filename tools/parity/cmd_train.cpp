@@ -147,6 +147,11 @@ void print_profile(const TrainResult& r, const Plan* plan, const ModelSpec& mode
   }
   fmt::print("  {:<26} {:>10.3f} {:>10}\n", "sum of categories", measured_total,
              plan != nullptr ? fmt::format("{:.3f}", predicted_total) : "");
+  // Work beside the step's own: the batch made on the device shares the device with the step
+  // before, slowing whichever sections it overlaps; the plan does not count it.
+  for (const auto& [name, ms] : r.profile_beside_ms_per_step)
+    fmt::print("  {:<26} {:>10.3f} {:>10}  (beside the step: making the next batch)\n", name, ms,
+               plan != nullptr ? "-" : "");
   // The plan's dense ops (HSTU: every op but the embeddings), as the planner predicts them at the
   // plan's batch per device.
   std::map<std::string, double> predicted_ops;

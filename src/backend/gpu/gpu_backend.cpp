@@ -691,7 +691,12 @@ void GpuBackend::input_copy(void* dst, const void* host_src, std::size_t bytes) 
   impl_->input.copy(dst, host_src, bytes);
 }
 void GpuBackend::make_synthetic(const SyntheticBatch& batch) {
+  impl_->input.make_begin();
   gpu::make_synthetic(impl_->input.stream(), batch);
+  impl_->input.make_end();
+}
+double GpuBackend::input_made_ms(int slot) {
+  return impl_->input.made_ms(slot);
 }
 void GpuBackend::end_input(int slot) {
   impl_->input.end(slot);

@@ -74,6 +74,7 @@ class GpuBackend final : public Backend {
   void input_copy(void* dst, const void* host_src, std::size_t bytes) override;
   bool makes_synthetic_data() const override { return true; }
   void make_synthetic(const SyntheticBatch& batch) override;
+  double input_made_ms(int slot) override;
   void end_input(int slot) override;
   void use_input(int slot) override;
   void release_input(int slot) override;

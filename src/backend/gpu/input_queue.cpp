@@ -16,6 +16,8 @@ void InputQueue::begin(int i) {
   Slot& in = slot(i);
   if (in.copied_recorded) in.copied.synchronize();  // the pinned sources are free again
   if (in.consumed_recorded) in.consumed.wait_on(stream());
+  in.made_recorded = false;
+  current_ = i;
 }
 
 void InputQueue::copy(void* dst, const void* host_src, std::size_t bytes) {
@@ -27,6 +29,25 @@ void InputQueue::end(int i) {
   Slot& in = slot(i);
   in.copied.record(stream());
   in.copied_recorded = true;
+  current_ = -1;
+}
+
+void InputQueue::make_begin() {
+  if (current_ < 0) fail("input pipeline", "a batch made on the device outside begin_input");
+  slot(current_).made_start.record(stream());
+}
+
+void InputQueue::make_end() {
+  if (current_ < 0) fail("input pipeline", "a batch made on the device outside begin_input");
+  Slot& in = slot(current_);
+  in.made_stop.record(stream());
+  in.made_recorded = true;
+}
+
+double InputQueue::made_ms(int i) {
+  Slot& in = slot(i);
+  if (!in.made_recorded) return -1.0;
+  return Event::elapsed_ms(in.made_start, in.made_stop);
 }
 
 void InputQueue::use(int i, Stream_t compute) {

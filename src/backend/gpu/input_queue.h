@@ -24,6 +24,12 @@ class InputQueue {
   void copy(void* dst, const void* host_src, std::size_t bytes);
   // The slot's copies are complete once the queue reaches this point.
   void end(int slot);
+  // Between begin and end: timing events around the work that makes the slot's batch on the queue
+  // (make_begin, make_end), and the milliseconds between them (waits for make_end; negative where
+  // the slot's batch since its last begin was not made so).
+  void make_begin();
+  void make_end();
+  double made_ms(int slot);
   // Work enqueued on `compute` next waits for the slot's copies.
   void use(int slot, Stream_t compute);
   // The work enqueued on `compute` so far is all that reads the slot.
@@ -34,10 +40,13 @@ class InputQueue {
   struct Slot {
     Event copied, consumed;
     bool copied_recorded = false, consumed_recorded = false;
+    Event made_start, made_stop;
+    bool made_recorded = false;
   };
   Slot& slot(int i);
   Stream stream_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  int current_ = -1;  // the slot between begin and end
 };
 
 // Device timing marks on a stream (Backend::timing_mark / timing_elapsed_ms).
