@@ -14,8 +14,8 @@
 #   binaries_and_tests T...  find_binaries for T plus the test binaries in TESTS, then the GPU
 #                       tests (scripts/gpu-tests.sh, logs in $OUT/tests); with SKIP_TESTS set,
 #                       T alone and no tests
-#   capped MODEL CAP    a copy of configs/models/MODEL.yaml in $SCRATCH with every table's rows
-#                       capped at CAP (prints its path)
+#   capped MODEL CAP    a copy of configs/models/MODEL.yaml (or of MODEL, a .yaml path) in
+#                       $SCRATCH with every table's rows capped at CAP (prints its path)
 #   run_bin CMD...      runs CMD with the library path parity's binaries need: the prebuilt
 #                       folder's lib/ (and compat/ where needed), the CUDA toolkit's lib64 and lib,
 #                       and cuBLAS from PyTorch's wheel where the toolkit has none
@@ -71,7 +71,12 @@ run_bin() {
 
 # A copy of model $1 with every rows: value above $2 set to $2 (the zoo's YAML writes rows as
 # "rows: N" in flow mappings).
-capped() {  # MODEL CAP: prints the copy's path (in $SCRATCH)
+capped() {  # MODEL CAP: prints the copy's path (in $SCRATCH); MODEL is a zoo name or a .yaml path
+  local src=configs/models/$1.yaml name=$1
+  if [[ $1 == *.yaml ]]; then
+    src=$1
+    name=$(basename "$1" .yaml)
+  fi
   awk -v cap="$2" '{
     line = $0; out = ""
     while (match(line, /rows: *[0-9]+/)) {
@@ -80,8 +85,8 @@ capped() {  # MODEL CAP: prints the copy's path (in $SCRATCH)
       line = substr(line, RSTART + RLENGTH)
     }
     print out line
-  }' "configs/models/$1.yaml" | sed "s/^name: .*/name: $1/" >"$SCRATCH/$1-capped.yaml"
-  echo "$SCRATCH/$1-capped.yaml"
+  }' "$src" | sed "s/^name: .*/name: $name/" >"$SCRATCH/$name-capped.yaml"
+  echo "$SCRATCH/$name-capped.yaml"
 }
 
 # Whether every TARGET's libraries resolve (ldd reports missing libraries and missing symbol
