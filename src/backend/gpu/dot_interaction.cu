@@ -45,16 +45,20 @@ namespace parity::gpu {
 
 namespace {
 
-constexpr int kDotBlock = 128;  // the most threads a block has
+constexpr int kDotBlock = 128;  // the most threads a block has, but the tiled backward's
+// The tiled backward takes one round of its (feature block, column block) items where up to this
+// many threads do it: an example of 152 items took two rounds of 128, the second mostly idle.
+// More items keep 128 threads and several rounds, which measured faster than 256.
+constexpr int kDotBackwardBlock = 256;
 
 // Threads for an example whose compute loop has `items` work items (pairs, tiles, or (feature,
-// column) outputs): one per item, rounded up to whole warps, at most kDotBlock. A block of 128 for
+// column) outputs): one per item, rounded up to whole warps, at most `most`. A block of 128 for
 // an example of 3 pairs left 125 threads idle, and a multiprocessor holds a limited number of
 // blocks; smaller blocks let more examples run at once. Each output's sum is the same.
-int dot_threads(std::int64_t items) {
+int dot_threads(std::int64_t items, int most = kDotBlock) {
   const std::int64_t warp = device_info().warp_size;
   const std::int64_t threads = (std::max<std::int64_t>(items, 1) + warp - 1) / warp * warp;
-  return static_cast<int>(std::min<std::int64_t>(threads, std::max<std::int64_t>(kDotBlock, warp)));
+  return static_cast<int>(std::min<std::int64_t>(threads, std::max<std::int64_t>(most, warp)));
 }
 
 // One example's output row, and its row of the bf16 copy where the caller wants one (BF16Copy):
@@ -339,10 +343,8 @@ __global__ __launch_bounds__(kDotBlock) void dot_forward_tiled_kernel(CMat dense
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) orow.put(D + p, pairs_row[p]);
 }
 
-__global__ __launch_bounds__(kDotBlock) void dot_backward_tiled_kernel(CMat dense, CMat emb,
-                                                                       int features, CMat dout,
-                                                                       Mat ddense, Mat demb,
-                                                                       bool staged) {
+__global__ __launch_bounds__(kDotBackwardBlock) void dot_backward_tiled_kernel(
+    CMat dense, CMat emb, int features, CMat dout, Mat ddense, Mat demb, bool staged) {
   extern __shared__ float sm[];
   const int D = static_cast<int>(dense.cols);
   const int stride = D + 4;
@@ -477,10 +479,13 @@ void dot_backward(Stream_t s, CMat dense, CMat emb, int num_tables, CMat dout, M
     const std::size_t staged_smem = smem + pair_count(features) * sizeof(float);
     const bool staged = staged_smem <= device_info().shared_memory_per_block_optin;
     if (staged) smem = staged_smem;
-    // A whole block: laying out G takes as long as the tiles here, and it wants every thread.
+    // At least kDotBlock threads: laying out G takes as long as the tiles, and fewer slowed it.
+    const std::int64_t items = std::int64_t{fp / 4} * (dim / 4);
+    const int threads = items <= kDotBackwardBlock
+                            ? std::max(kDotBlock, dot_threads(items, kDotBackwardBlock))
+                            : kDotBlock;
     return launch("dot_interaction_backward", dot_backward_tiled_kernel,
-                  {dense.rows, kDotBlock, smem}, s, dense, emb, features, dout, ddense, demb,
-                  staged);
+                  {dense.rows, threads, smem}, s, dense, emb, features, dout, ddense, demb, staged);
   }
   if (by_four(dense, emb, {demb})) {
     const std::size_t smem = dot_backward_smem(features, dim + 4);  // rows of D + 4
