@@ -60,6 +60,8 @@ class InputStager {
                        std::int64_t count);
   // Batches staged and not yet taken.
   int staged() const { return static_cast<int>(staged_count_); }
+  // The slot the next stage() or stage_synthetic() fills.
+  int next() const { return static_cast<int>(staged_total_ % kSlots); }
   // The oldest staged slot, the next one take() returns.
   int oldest() const { return static_cast<int>((staged_total_ - staged_count_) % kSlots); }
   // Takes the oldest staged slot off the queue.

@@ -217,6 +217,11 @@ struct Model::Impl {
     const double ms = backend.input_made_ms(std::exchange(made_pending, -1));
     if (ms >= 0) profiler.beside("synthetic_input", ms);
   }
+  // Evaluation's batches go into the same slots: the pending span is read before its slot is
+  // staged again.
+  void before_staging() {
+    if (made_pending >= 0 && made_pending == input.next()) read_made();
+  }
   std::uint64_t seed;  // of the initialisation, and of the tables' stochastic rounding
 };
 
@@ -459,11 +464,13 @@ void Model::train_step(const Batch& batch) {
 }
 
 void Model::stage(const Batch& batch, std::int64_t global_examples) {
+  impl_->before_staging();
   impl_->input.stage(batch, global_examples);
 }
 
 void Model::stage_synthetic(const SyntheticData& data, Split split, std::int64_t first,
                             std::int64_t count) {
+  impl_->before_staging();
   impl_->input.stage_synthetic(data, split, first, count);
 }
 
@@ -483,8 +490,7 @@ void Model::train_staged() {
   m.profiler.end_step();
   // The span of making a step's batch on the device (it ran while the step before did): not a
   // section of the step, but the device's time all the same. Read one step late, as the marks
-  // are, so that the host does not wait for the device (the slot is made again only after the
-  // next step).
+  // are, so that the host does not wait for the device (or before its slot is staged again).
   m.read_made();
   if (m.profiler.recording()) m.made_pending = index;
   m.host.trained_step();
@@ -528,6 +534,7 @@ void Model::predict(const Batch& batch, float* probs) {
   Impl& m = *impl_;
   if (m.input.staged() > 0)
     throw Error("Model::predict: a training batch is staged; train it (train_staged) first");
+  m.before_staging();
   m.input.stage(batch);
   const engine::StepProfiler::Pause no_marks(m.profiler);  // evaluation is not part of the profile
   engine::InputStager::InUse use(m.input, m.input.take());

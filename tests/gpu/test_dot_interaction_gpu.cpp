@@ -1,6 +1,7 @@
 // The dot interaction on the GPU against the CPU reference.
 #include <gtest/gtest.h>
 
+#include "backend/gpu/runtime.h"
 #include "dense_test_util.h"
 
 namespace parity::gpu::test {
@@ -31,6 +32,11 @@ TEST(DenseGpu, DotInteractionMatchesCpu) {
                          Shape{40, 16, 60}, Shape{5, 64, 199}}) {
     Rand rand(500 + seed++);
     const std::int64_t f = s.tables + 1;
+    // The 200-feature backward holds its features and G in shared memory: 211 KB, which not every
+    // GPU has (a block may have 160 KB on MI350X); there the shape is left out.
+    const std::size_t backward_smem =
+        static_cast<std::size_t>(f * (s.dim + 4) + f * ((f + 3) / 4 * 4)) * sizeof(float);
+    if (f >= 200 && backward_smem > device_info().shared_memory_per_block_optin) continue;
     const std::int64_t out_cols = s.dim + f * (f - 1) / 2;
     const HostMat x0 = HostMat::random(s.batch, s.dim * f, 0, rand);
     const HostMat dout = HostMat::random(s.batch, out_cols, 1, rand);
